@@ -1,0 +1,1 @@
+print("fanout-bench: no scenario exists yet")

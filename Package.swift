@@ -1,0 +1,49 @@
+// swift-tools-version:6.0
+// Fanout: an APNs fan-out send engine. No package dependencies: the three C libraries come from
+// the system (Debian: libuv1-dev, libnghttp2-dev, libssl-dev) through pkg-config.
+import PackageDescription
+
+let package = Package(
+    name: "Fanout",
+    products: [
+        .library(name: "Fanout", targets: ["Fanout"]),
+        .executable(name: "fanout", targets: ["fanout"]),
+        .executable(name: "mock-apns", targets: ["mock-apns"]),
+        .executable(name: "fanout-bench", targets: ["fanout-bench"]),
+    ],
+    targets: [
+        // C libraries, found through pkg-config (the names are the .pc files' names).
+        .systemLibrary(name: "CLibUV", pkgConfig: "libuv", providers: [.apt(["libuv1-dev"]), .brew(["libuv"])]),
+        .systemLibrary(
+            name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"]), .brew(["nghttp2"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"]), .brew(["openssl"])]),
+        // Function-like C macros that Swift cannot import, wrapped as functions.
+        .target(name: "CFanoutShims", dependencies: ["COpenSSL"]),
+
+        // Pure Swift: APNs model (headers, reasons, responses, payloads, validation). Imports no C.
+        .target(name: "FanoutCore"),
+        // The only Swift code that imports the C modules: loop thread, TCP, TLS, HTTP/2, crypto.
+        .target(
+            name: "FanoutTransport",
+            dependencies: ["FanoutCore", "CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
+        // Public library API for gateway services.
+        .target(name: "Fanout", dependencies: ["FanoutCore", "FanoutTransport"]),
+        // The `fanout` command.
+        .executableTarget(name: "fanout", dependencies: ["Fanout", "FanoutCore", "FanoutTransport"]),
+
+        // mock-apns: an APNs look-alike (HTTP/2 over TLS, JWT checks, fault injection).
+        .target(name: "MockAPNsKit", dependencies: ["FanoutCore", "FanoutTransport"], path: "Tools/MockAPNsKit"),
+        .executableTarget(name: "mock-apns", dependencies: ["MockAPNsKit"], path: "Tools/mock-apns"),
+
+        // fanout-bench: the benchmark suite.
+        .executableTarget(
+            name: "fanout-bench", dependencies: ["Fanout", "FanoutCore", "FanoutTransport"],
+            path: "Benchmarks/fanout-bench"),
+
+        .testTarget(name: "FanoutCoreTests", dependencies: ["FanoutCore"]),
+        .testTarget(name: "FanoutTransportTests", dependencies: ["FanoutTransport", "FanoutCore"]),
+        .testTarget(
+            name: "FanoutIntegrationTests",
+            dependencies: ["Fanout", "FanoutCore", "FanoutTransport", "MockAPNsKit"]),
+    ]
+)

@@ -1,0 +1,34 @@
+// Swift cannot import C function-like macros. OpenSSL 3 spells several of the calls the transport
+// needs as macros over SSL_ctrl/BIO_ctrl, so each one is wrapped here as a real function, one line
+// each, named CFanoutShims_<original>.
+#ifndef C_FANOUT_SHIMS_H
+#define C_FANOUT_SHIMS_H
+
+#include <openssl/ssl.h>
+#include <openssl/bio.h>
+#include <openssl/x509.h>
+
+// SSL_set_tlsext_host_name is a macro over SSL_ctrl (SNI).
+int CFanoutShims_SSL_set_tlsext_host_name(SSL *ssl, const char *name);
+// SSL_CTX_set_min_proto_version is a macro over SSL_CTX_ctrl (TLS 1.2 floor).
+int CFanoutShims_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version);
+// SSL_CTX_set_mode is a macro over SSL_CTX_ctrl.
+long CFanoutShims_SSL_CTX_set_mode(SSL_CTX *ctx, long mode);
+// BIO_set_mem_eof_return is a macro over BIO_ctrl: -1 makes an empty memory BIO mean "retry", not EOF.
+long CFanoutShims_BIO_set_mem_eof_return(BIO *bio, int value);
+// BIO_pending is a macro over BIO_ctrl: bytes waiting to be read from a memory BIO.
+size_t CFanoutShims_BIO_pending(BIO *bio);
+// SSL_CTX_set_session_cache_mode is a macro over SSL_CTX_ctrl.
+long CFanoutShims_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long mode);
+// SSL_CTX_set1_groups_list is a macro over SSL_CTX_ctrl.
+int CFanoutShims_SSL_CTX_set1_groups_list(SSL_CTX *ctx, const char *list);
+// OPENSSL_free is a macro over CRYPTO_free with file/line arguments.
+void CFanoutShims_OPENSSL_free(void *pointer);
+// X509_get_notBefore / X509_get_notAfter are macros (mutable accessors).
+ASN1_TIME *CFanoutShims_X509_getm_notBefore(X509 *x509);
+ASN1_TIME *CFanoutShims_X509_getm_notAfter(X509 *x509);
+// SSL_CTX_set_tlsext_servername_callback is a macro over SSL_CTX_callback_ctrl (unused for now).
+// ERR_GET_REASON is an inline function in OpenSSL 3 but was a macro before; wrapped for both.
+int CFanoutShims_ERR_GET_REASON(unsigned long error);
+
+#endif

@@ -1,0 +1,15 @@
+#include "CFanoutShims.h"
+#include <openssl/err.h>
+#include <openssl/crypto.h>
+
+int CFanoutShims_SSL_set_tlsext_host_name(SSL *ssl, const char *name) { return (int)SSL_set_tlsext_host_name(ssl, name); }
+int CFanoutShims_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version) { return (int)SSL_CTX_set_min_proto_version(ctx, version); }
+long CFanoutShims_SSL_CTX_set_mode(SSL_CTX *ctx, long mode) { return SSL_CTX_set_mode(ctx, mode); }
+long CFanoutShims_BIO_set_mem_eof_return(BIO *bio, int value) { return BIO_set_mem_eof_return(bio, value); }
+size_t CFanoutShims_BIO_pending(BIO *bio) { return BIO_pending(bio); }
+long CFanoutShims_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long mode) { return SSL_CTX_set_session_cache_mode(ctx, mode); }
+int CFanoutShims_SSL_CTX_set1_groups_list(SSL_CTX *ctx, const char *list) { return (int)SSL_CTX_set1_groups_list(ctx, list); }
+void CFanoutShims_OPENSSL_free(void *pointer) { OPENSSL_free(pointer); }
+ASN1_TIME *CFanoutShims_X509_getm_notBefore(X509 *x509) { return X509_getm_notBefore(x509); }
+ASN1_TIME *CFanoutShims_X509_getm_notAfter(X509 *x509) { return X509_getm_notAfter(x509); }
+int CFanoutShims_ERR_GET_REASON(unsigned long error) { return ERR_GET_REASON(error); }

@@ -1,0 +1,5 @@
+import XCTest
+
+final class FanoutCoreTestsPlaceholder: XCTestCase {
+    func testNothingYet() {}
+}

@@ -1,0 +1,5 @@
+import XCTest
+
+final class FanoutIntegrationTestsPlaceholder: XCTestCase {
+    func testNothingYet() {}
+}
