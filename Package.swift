@@ -25,7 +25,7 @@ let package = Package(
         // The only Swift code that imports the C modules: loop thread, TCP, TLS, HTTP/2, crypto.
         .target(
             name: "FanoutTransport",
-            dependencies: ["FanoutCore", "CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
+            dependencies: ["CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
         // Public library API for gateway services.
         .target(name: "Fanout", dependencies: ["FanoutCore", "FanoutTransport"]),
         // The `fanout` command.

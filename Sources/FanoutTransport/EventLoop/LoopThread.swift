@@ -1,0 +1,176 @@
+import CLibUV
+import Foundation
+import Synchronization
+
+/// One thread running one libuv loop. Every libuv, OpenSSL and nghttp2 call of the objects pinned
+/// to this loop happens on this thread; other threads hand work in with `execute(_:)`.
+///
+/// Cross-thread hand-off follows libuv's `uv_async_send` rules: wake-ups are coalesced, so the
+/// async callback drains the whole queue, and a wake-up is sent only when the queue goes from empty
+/// to non-empty (as swift-nio's `SelectableEventLoop` does).
+///
+/// Writes are flushed once per loop turn: objects call `scheduleFlush(_:)` when they have output,
+/// and a `uv_prepare_t` (run just before the loop blocks for I/O) flushes every one of them.
+public final class LoopThread: @unchecked Sendable {
+    // @unchecked Sendable: the C handles below are touched only on the loop thread, except
+    // `asyncHandle` (uv_async_send is the one thread-safe libuv call) and `queue`, behind a Mutex.
+
+    /// Owned: allocated in init, closed with `uv_loop_close` and freed when the thread exits.
+    let loop: UnsafeMutablePointer<uv_loop_t>
+    /// Owned: freed in its close callback (libuv may touch it until then).
+    private let asyncHandle: UnsafeMutablePointer<uv_async_t>
+    /// Owned: freed in its close callback.
+    private let prepareHandle: UnsafeMutablePointer<uv_prepare_t>
+
+    private struct Queue {
+        var tasks: [() -> Void] = []
+        var stopping = false
+    }
+    private let queue = Mutex(Queue())
+    private var flushList: [LoopFlushable] = []
+    private var thread: Thread?
+    private let exited = DispatchSemaphore(value: 0)
+    private var threadID: pthread_t?
+    public let name: String
+
+    /// Creates the loop and starts its thread.
+    public init(name: String = "fanout-loop") {
+        self.name = name
+        loop = .allocate(capacity: 1)
+        precondition(uv_loop_init(loop) == 0, "uv_loop_init failed")
+        asyncHandle = .allocate(capacity: 1)
+        prepareHandle = .allocate(capacity: 1)
+        let selfPointer = Unmanaged.passUnretained(self).toOpaque()
+        // The handles hold an unretained pointer to self: the thread retains self until it exits,
+        // and the handles are closed before it does.
+        uv_async_init(loop, asyncHandle, loopAsyncCallback)
+        asyncHandle.pointee.data = selfPointer
+        uv_prepare_init(loop, prepareHandle)
+        prepareHandle.pointee.data = selfPointer
+        uv_prepare_start(prepareHandle, loopPrepareCallback)
+        // Keep the prepare handle from holding the loop open on its own.
+        uv_unref(UnsafeMutableRawPointer(prepareHandle).assumingMemoryBound(to: uv_handle_t.self))
+
+        let thread = Thread { [self] in self.run() }
+        thread.name = name
+        thread.stackSize = 1 << 20
+        self.thread = thread
+        thread.start()
+    }
+
+    private func run() {
+        threadID = pthread_self()
+        uv_run(loop, UV_RUN_DEFAULT)
+        // Every handle is closed by now; release the loop.
+        let rc = uv_loop_close(loop)
+        assert(rc == 0, "uv_loop_close: handles still open")
+        loop.deallocate()
+        exited.signal()
+    }
+
+    /// True when called on this loop's thread.
+    public var inLoop: Bool {
+        guard let threadID else { return false }
+        return pthread_equal(threadID, pthread_self()) != 0
+    }
+
+    /// Debug-build check that the caller is on the loop thread.
+    @inline(__always)
+    func assertInLoop(file: StaticString = #fileID, line: UInt = #line) {
+        assert(inLoop, "must be called on loop thread \(name)", file: file, line: line)
+    }
+
+    /// Runs `task` on the loop thread, soon. Thread-safe. Tasks run in submission order.
+    public func execute(_ task: @escaping @Sendable () -> Void) {
+        let mustWake = queue.withLock { queue -> Bool in
+            precondition(!queue.stopping, "execute on a stopped loop \(name)")
+            queue.tasks.append(task)
+            return queue.tasks.count == 1
+        }
+        if mustWake { uv_async_send(asyncHandle) }
+    }
+
+    /// Same as `execute`, for closures that are not Sendable but are known to touch only
+    /// loop-confined state (the caller vouches for it).
+    func executeUnchecked(_ task: @escaping () -> Void) {
+        let box = UncheckedSendableBox(task)
+        execute { box.value() }
+    }
+
+    fileprivate func drainQueue() {
+        let (tasks, stopping) = queue.withLock { queue -> ([() -> Void], Bool) in
+            let taken = queue.tasks
+            queue.tasks.removeAll(keepingCapacity: true)
+            return (taken, queue.stopping)
+        }
+        for task in tasks { task() }
+        if stopping { closeLoopHandles() }
+    }
+
+    /// Asks an object to be flushed at the end of this loop turn (before the loop blocks).
+    func scheduleFlush(_ flushable: LoopFlushable) {
+        assertInLoop()
+        if flushable.flushScheduled { return }
+        flushable.flushScheduled = true
+        flushList.append(flushable)
+    }
+
+    fileprivate func flushAll() {
+        // Flushing may schedule more flushes (e.g. a write completing synchronously): loop until quiet.
+        while !flushList.isEmpty {
+            let list = flushList
+            flushList.removeAll(keepingCapacity: true)
+            for item in list {
+                item.flushScheduled = false
+                item.flushNow()
+            }
+        }
+    }
+
+    /// Stops the loop after the tasks queued so far have run, and waits for its thread to exit.
+    /// Objects pinned to the loop must have closed their handles (or close them in a task queued
+    /// before this call); the loop ends when no handle is left.
+    public func shutdown() {
+        precondition(!inLoop, "shutdown() from the loop thread would deadlock")
+        let alreadyStopping = queue.withLock { queue -> Bool in
+            let was = queue.stopping
+            queue.stopping = true
+            return was
+        }
+        if !alreadyStopping { uv_async_send(asyncHandle) }
+        exited.wait()
+        exited.signal()  // let a second shutdown() return too
+    }
+
+    private func closeLoopHandles() {
+        flushAll()
+        uv_close(UnsafeMutableRawPointer(asyncHandle).assumingMemoryBound(to: uv_handle_t.self)) { handle in
+            handle?.deallocate()
+        }
+        uv_close(UnsafeMutableRawPointer(prepareHandle).assumingMemoryBound(to: uv_handle_t.self)) { handle in
+            handle?.deallocate()
+        }
+    }
+}
+
+/// An object with buffered output, flushed by its loop once per turn.
+class LoopFlushable {
+    fileprivate(set) var flushScheduled = false
+    func flushNow() {}
+}
+
+/// Carries a value the caller knows is used on one thread only across a `@Sendable` boundary.
+struct UncheckedSendableBox<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
+}
+
+private func loopAsyncCallback(_ handle: UnsafeMutablePointer<uv_async_t>?) {
+    guard let handle, let data = handle.pointee.data else { preconditionFailure("async handle without owner") }
+    Unmanaged<LoopThread>.fromOpaque(data).takeUnretainedValue().drainQueue()
+}
+
+private func loopPrepareCallback(_ handle: UnsafeMutablePointer<uv_prepare_t>?) {
+    guard let handle, let data = handle.pointee.data else { preconditionFailure("prepare handle without owner") }
+    Unmanaged<LoopThread>.fromOpaque(data).takeUnretainedValue().flushAll()
+}

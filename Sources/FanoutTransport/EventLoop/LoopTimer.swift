@@ -1,0 +1,60 @@
+import CLibUV
+
+/// A one-shot or repeating timer on a loop, calling a closure on the loop thread.
+/// Confined to its loop. `close()` is idempotent; the closure is never called after it.
+final class LoopTimer {
+    /// Owned: the handle holds a +1 on self (`handle.data`), released in the close callback,
+    /// where the handle memory is freed too.
+    private let handle: UnsafeMutablePointer<uv_timer_t>
+    private let loop: LoopThread
+    private var action: (() -> Void)?
+    private var closed = false
+
+    init(loop: LoopThread) {
+        loop.assertInLoop()
+        self.loop = loop
+        handle = .allocate(capacity: 1)
+        uv_timer_init(loop.loop, handle)
+        handle.pointee.data = Unmanaged.passRetained(self).toOpaque()
+    }
+
+    /// Calls `action` after `milliseconds`, then every `repeatMilliseconds` if nonzero. Replaces a
+    /// pending schedule.
+    func schedule(milliseconds: UInt64, repeatMilliseconds: UInt64 = 0, _ action: @escaping () -> Void) {
+        loop.assertInLoop()
+        precondition(!closed, "schedule on a closed timer")
+        self.action = action
+        uv_timer_start(handle, loopTimerCallback, milliseconds, repeatMilliseconds)
+    }
+
+    func cancel() {
+        guard !closed else { return }
+        action = nil
+        uv_timer_stop(handle)
+    }
+
+    /// Keeps the timer from holding its loop open.
+    func unref() {
+        uv_unref(UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_handle_t.self))
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        action = nil
+        uv_close(UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_handle_t.self)) { raw in
+            guard let raw, let data = raw.pointee.data else { return }
+            Unmanaged<LoopTimer>.fromOpaque(data).release()
+            raw.deallocate()
+        }
+    }
+
+    fileprivate func fire() {
+        if let action { action() }
+    }
+}
+
+private func loopTimerCallback(_ handle: UnsafeMutablePointer<uv_timer_t>?) {
+    guard let handle, let data = handle.pointee.data else { preconditionFailure("timer without owner") }
+    Unmanaged<LoopTimer>.fromOpaque(data).takeUnretainedValue().fire()
+}

@@ -1,0 +1,167 @@
+import CLibUV
+import Foundation
+
+/// What a TCP socket tells its owner. All calls happen on the socket's loop thread.
+protocol TCPSocketDelegate: AnyObject {
+    /// Bytes arrived. The buffer is valid only during the call.
+    func tcpSocket(_ socket: TCPSocket, didRead bytes: UnsafeRawBufferPointer)
+    /// The peer closed its side, or the socket broke. Called at most once; the socket is closing.
+    func tcpSocket(_ socket: TCPSocket, didCloseWith error: TransportError?)
+    /// Queued output went out; `socket.queuedWriteBytes` went down.
+    func tcpSocketDidDrainWrites(_ socket: TCPSocket)
+}
+
+/// A connected TCP stream on one loop: reads into one reused buffer, writes owned buffers.
+final class TCPSocket {
+    let loop: LoopThread
+    /// Owned: allocated here; `handle.data` holds a +1 on self, released in the close callback,
+    /// which also frees the handle. So the socket lives at least until libuv is done with it.
+    let handle: UnsafeMutablePointer<uv_tcp_t>
+    /// Owned: freed in deinit. One buffer serves every read, since reads are delivered one at a time.
+    private let readBuffer: UnsafeMutableRawBufferPointer
+    weak var delegate: TCPSocketDelegate?
+    /// Ciphertext handed to `uv_write` and not yet written.
+    private(set) var queuedWriteBytes = 0
+    private(set) var isClosed = false
+    private var reportedClose = false
+
+    static let readBufferSize = 64 * 1024
+
+    init(loop: LoopThread) {
+        loop.assertInLoop()
+        self.loop = loop
+        handle = .allocate(capacity: 1)
+        uv_tcp_init(loop.loop, handle)
+        readBuffer = .allocate(byteCount: Self.readBufferSize, alignment: 16)
+        handle.pointee.data = Unmanaged.passRetained(self).toOpaque()
+    }
+
+    deinit {
+        assert(isClosed, "TCPSocket released without close()")
+        readBuffer.deallocate()
+    }
+
+    var streamHandle: UnsafeMutablePointer<uv_stream_t> {
+        UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_stream_t.self)
+    }
+
+    var genericHandle: UnsafeMutablePointer<uv_handle_t> {
+        UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_handle_t.self)
+    }
+
+    func setNoDelay() {
+        uv_tcp_nodelay(handle, 1)
+    }
+
+    func startReading() {
+        loop.assertInLoop()
+        let rc = uv_read_start(streamHandle, tcpAllocCallback, tcpReadCallback)
+        if rc != 0 { fail(TransportError(.connectionClosed, "read failed: \(uvErrorName(rc))")) }
+    }
+
+    /// Writes `count` bytes of `buffer`, taking ownership of the buffer (freed after the write).
+    func write(taking buffer: UnsafeMutableRawBufferPointer, count: Int) {
+        loop.assertInLoop()
+        guard !isClosed else {
+            buffer.deallocate()
+            return
+        }
+        let request = UnsafeMutablePointer<uv_write_t>.allocate(capacity: 1)
+        // Owned by the request until the write callback frees it (with the buffer).
+        let pending = UnsafeMutablePointer<PendingWrite>.allocate(capacity: 1)
+        pending.initialize(to: PendingWrite(buffer: buffer, count: count))
+        request.pointee.data = UnsafeMutableRawPointer(pending)
+        var uvBuffer = uv_buf_t(base: buffer.baseAddress!.assumingMemoryBound(to: CChar.self), len: count)
+        queuedWriteBytes += count
+        let rc = uv_write(request, streamHandle, &uvBuffer, 1, tcpWriteCallback)
+        if rc != 0 {
+            queuedWriteBytes -= count
+            buffer.deallocate()
+            pending.deallocate()
+            request.deallocate()
+            fail(TransportError(.connectionClosed, "write failed: \(uvErrorName(rc))"))
+        }
+    }
+
+    fileprivate func didWrite(count: Int, status: Int32) {
+        queuedWriteBytes -= count
+        if status != 0 && status != UV_ECANCELED.rawValue {
+            fail(TransportError(.connectionClosed, "write failed: \(uvErrorName(status))"))
+            return
+        }
+        if !isClosed { delegate?.tcpSocketDidDrainWrites(self) }
+    }
+
+    fileprivate func didRead(count: Int) {
+        if count > 0 {
+            delegate?.tcpSocket(self, didRead: UnsafeRawBufferPointer(rebasing: readBuffer[0..<count]))
+        } else if count < 0 {
+            if count == Int(UV_EOF.rawValue) {
+                fail(TransportError(.connectionClosed, "connection closed by peer"))
+            } else {
+                fail(TransportError(.connectionClosed, "connection lost: \(uvErrorName(Int32(count)))"))
+            }
+        }
+    }
+
+    fileprivate var allocationBuffer: UnsafeMutableRawBufferPointer { readBuffer }
+
+    /// Reports `error` to the delegate once and closes.
+    func fail(_ error: TransportError) {
+        guard !reportedClose else { return }
+        reportedClose = true
+        let delegate = self.delegate
+        close()
+        delegate?.tcpSocket(self, didCloseWith: error)
+    }
+
+    /// Closes the socket. Idempotent. Pending writes are cancelled; their buffers are freed.
+    func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        reportedClose = true
+        uv_close(genericHandle) { raw in
+            guard let raw, let data = raw.pointee.data else { return }
+            Unmanaged<TCPSocket>.fromOpaque(data).release()
+            raw.deallocate()
+        }
+    }
+}
+
+func uvErrorName(_ code: Int32) -> String {
+    "\(String(cString: uv_err_name(code))) (\(String(cString: uv_strerror(code))))"
+}
+
+private func tcpAllocCallback(
+    _ handle: UnsafeMutablePointer<uv_handle_t>?, _ suggested: Int, _ buffer: UnsafeMutablePointer<uv_buf_t>?
+) {
+    guard let handle, let buffer, let data = handle.pointee.data else { preconditionFailure("alloc without owner") }
+    let socket = Unmanaged<TCPSocket>.fromOpaque(data).takeUnretainedValue()
+    let storage = socket.allocationBuffer
+    buffer.pointee = uv_buf_t(base: storage.baseAddress!.assumingMemoryBound(to: CChar.self), len: storage.count)
+}
+
+private func tcpReadCallback(
+    _ stream: UnsafeMutablePointer<uv_stream_t>?, _ count: Int, _ buffer: UnsafePointer<uv_buf_t>?
+) {
+    guard let stream, let data = stream.pointee.data else { preconditionFailure("read without owner") }
+    Unmanaged<TCPSocket>.fromOpaque(data).takeUnretainedValue().didRead(count: count)
+}
+
+/// What a `uv_write_t` carries until its callback: the owned buffer and its used length.
+private struct PendingWrite {
+    let buffer: UnsafeMutableRawBufferPointer
+    let count: Int
+}
+
+private func tcpWriteCallback(_ request: UnsafeMutablePointer<uv_write_t>?, _ status: Int32) {
+    guard let request, let data = request.pointee.data else { preconditionFailure("write callback without request") }
+    let pending = data.assumingMemoryBound(to: PendingWrite.self)
+    let written = pending.pointee.count
+    pending.pointee.buffer.deallocate()
+    pending.deallocate()
+    let stream = request.pointee.handle
+    request.deallocate()
+    guard let stream, let owner = stream.pointee.data else { return }
+    Unmanaged<TCPSocket>.fromOpaque(owner).takeUnretainedValue().didWrite(count: written, status: status)
+}

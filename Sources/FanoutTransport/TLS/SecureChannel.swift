@@ -1,0 +1,175 @@
+import Foundation
+
+/// What a secure channel tells the protocol on top of it (HTTP/2). All calls on the loop thread.
+protocol SecureChannelDelegate: AnyObject {
+    /// The handshake finished (for a client: the certificate verified and h2 negotiated).
+    func channelDidBecomeReady(_ channel: SecureChannel)
+    /// Decrypted bytes arrived; valid only during the call.
+    func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer)
+    /// The channel closed: `error` says why (nil for a close we asked for). Called exactly once.
+    func channel(_ channel: SecureChannel, didCloseWith error: TransportError?)
+    /// Flush time: write pending protocol output with `channel.write(_:)`. Called at most once per
+    /// loop turn, and only while the socket's queue is under the high-water mark.
+    func channelProduceOutput(_ channel: SecureChannel)
+}
+
+/// TCP plus TLS on one loop: ciphertext flows between the socket and the TLS engine, plaintext
+/// between the engine and the delegate. Output is coalesced: the delegate writes into a 16 KiB
+/// plaintext staging buffer (one TLS record per 16 KiB, not per frame), and all ciphertext of a
+/// loop turn leaves in one `uv_write`. Past `highWaterMark` bytes queued on the socket it stops
+/// asking for output until the socket drains (h2load's back-off).
+final class SecureChannel: LoopFlushable, TCPSocketDelegate {
+    let loop: LoopThread
+    private let socket: TCPSocket
+    private let tls: TLSEngine
+    weak var delegate: SecureChannelDelegate?
+    private var handshakeTimer: LoopTimer?
+    private(set) var isReady = false
+    private(set) var isClosed = false
+    private var closeAfterFlush = false
+
+    /// Owned: freed in deinit. Plaintext staged for one SSL_write.
+    private let staging: UnsafeMutableRawBufferPointer
+    private var stagedCount = 0
+    /// Owned: freed in deinit. Plaintext read from TLS.
+    private let plaintextBuffer: UnsafeMutableRawBufferPointer
+
+    static let stagingSize = 16 * 1024
+    /// Bytes queued on the socket past which no more output is produced until it drains.
+    static let highWaterMark = 64 * 1024
+
+    init(socket: TCPSocket, tls: TLSEngine, handshakeTimeoutMilliseconds: UInt64) {
+        self.loop = socket.loop
+        self.socket = socket
+        self.tls = tls
+        staging = .allocate(byteCount: Self.stagingSize, alignment: 16)
+        plaintextBuffer = .allocate(byteCount: 64 * 1024, alignment: 16)
+        super.init()
+        socket.delegate = self
+        let timer = LoopTimer(loop: loop)
+        handshakeTimer = timer
+        timer.schedule(milliseconds: handshakeTimeoutMilliseconds) { [weak self] in
+            self?.close(error: TransportError(.tlsHandshakeTimeout, "TLS handshake timed out after \(handshakeTimeoutMilliseconds) ms"))
+        }
+    }
+
+    deinit {
+        staging.deallocate()
+        plaintextBuffer.deallocate()
+    }
+
+    /// Starts the handshake (the client speaks first; a server waits for the ClientHello).
+    func start() {
+        socket.startReading()
+        advanceHandshake()
+    }
+
+    /// Appends protocol output. Call from `channelProduceOutput` or any time; it leaves at the next flush.
+    func write(_ bytes: UnsafeRawBufferPointer) {
+        var remaining = bytes
+        while remaining.count > 0 {
+            if stagedCount == 0 && remaining.count >= Self.stagingSize {
+                // Large chunk: encrypt straight from the caller's memory.
+                _ = tls.writePlaintext(remaining)
+                return
+            }
+            let room = Self.stagingSize - stagedCount
+            let take = min(room, remaining.count)
+            (staging.baseAddress! + stagedCount).copyMemory(from: remaining.baseAddress!, byteCount: take)
+            stagedCount += take
+            remaining = UnsafeRawBufferPointer(rebasing: remaining[take...])
+            if stagedCount == Self.stagingSize { encryptStaged() }
+        }
+    }
+
+    private func encryptStaged() {
+        guard stagedCount > 0 else { return }
+        _ = tls.writePlaintext(UnsafeRawBufferPointer(rebasing: staging[0..<stagedCount]))
+        stagedCount = 0
+    }
+
+    /// Asks for a flush at the end of this loop turn.
+    func scheduleFlush() {
+        guard !isClosed else { return }
+        loop.scheduleFlush(self)
+    }
+
+    /// Whether the socket can take more output now.
+    var canWrite: Bool { socket.queuedWriteBytes < Self.highWaterMark }
+
+    override func flushNow() {
+        guard !isClosed else { return }
+        if isReady && canWrite { delegate?.channelProduceOutput(self) }
+        encryptStaged()
+        if let (buffer, count) = tls.takeCiphertext() {
+            socket.write(taking: buffer, count: count)
+        }
+        if closeAfterFlush && socket.queuedWriteBytes == 0 { close(error: nil) }
+    }
+
+    /// Sends what is pending, then closes.
+    func closeWhenFlushed() {
+        closeAfterFlush = true
+        scheduleFlush()
+    }
+
+    /// Closes now. Idempotent; the delegate hears of it once.
+    func close(error: TransportError?) {
+        guard !isClosed else { return }
+        isClosed = true
+        handshakeTimer?.close()
+        handshakeTimer = nil
+        socket.close()
+        delegate?.channel(self, didCloseWith: error)
+    }
+
+    private func advanceHandshake() {
+        switch tls.advanceHandshake() {
+        case .inProgress:
+            scheduleFlush()
+        case .done:
+            handshakeTimer?.close()
+            handshakeTimer = nil
+            isReady = true
+            scheduleFlush()
+            delegate?.channelDidBecomeReady(self)
+        case .failed(let error):
+            // Send the alert OpenSSL queued, best effort, then report.
+            if let (buffer, count) = tls.takeCiphertext() { socket.write(taking: buffer, count: count) }
+            close(error: error)
+        }
+    }
+
+    // MARK: TCPSocketDelegate
+
+    func tcpSocket(_ socket: TCPSocket, didRead bytes: UnsafeRawBufferPointer) {
+        tls.feed(bytes)
+        if !tls.handshakeDone {
+            advanceHandshake()
+            if !tls.handshakeDone || isClosed { return }
+        }
+        while !isClosed {
+            guard let count = tls.readPlaintext(into: plaintextBuffer) else {
+                close(error: TransportError(.connectionClosed, "TLS session closed by peer"))
+                return
+            }
+            if count == 0 { break }
+            delegate?.channel(self, didRead: UnsafeRawBufferPointer(rebasing: plaintextBuffer[0..<count]))
+        }
+        // Reading may have produced TLS output (key updates, alerts) or protocol output.
+        scheduleFlush()
+    }
+
+    func tcpSocket(_ socket: TCPSocket, didCloseWith error: TransportError?) {
+        guard !isClosed else { return }
+        if !isReady, let error {
+            close(error: TransportError(error.kind, "connection closed during TLS handshake: \(error.message)"))
+        } else {
+            close(error: error)
+        }
+    }
+
+    func tcpSocketDidDrainWrites(_ socket: TCPSocket) {
+        if canWrite || closeAfterFlush { scheduleFlush() }
+    }
+}

@@ -1,0 +1,158 @@
+import CFanoutShims
+import COpenSSL
+import Foundation
+
+/// One TLS session over two OpenSSL memory BIOs: ciphertext in from the socket, ciphertext out to
+/// the socket, plaintext in and out for HTTP/2. It does no I/O itself (node's and swift-nio-ssl's
+/// model), so the loop owns every socket call. Confined to its connection's loop.
+final class TLSEngine {
+    enum HandshakeProgress {
+        case inProgress
+        case done
+        case failed(TransportError)
+    }
+
+    /// Owned: freed in deinit with `SSL_free`, which also frees both BIOs.
+    private let ssl: OpaquePointer
+    /// Owned by `ssl` (SSL_set_bio transferred it): ciphertext from the network.
+    private let networkIn: OpaquePointer
+    /// Owned by `ssl`: ciphertext for the network.
+    private let networkOut: OpaquePointer
+    private let host: String
+    private let context: TLSContext
+    private(set) var handshakeDone = false
+
+    /// A client session for `host` (SNI and certificate name check), or a server session.
+    init(context: TLSContext, host: String = "") throws(TransportError) {
+        guard let ssl = SSL_new(context.context) else {
+            throw TransportError(.tlsConfiguration, "cannot create TLS session: \(tlsErrorQueueDescription())")
+        }
+        self.ssl = ssl
+        self.context = context
+        self.host = host
+        guard let input = BIO_new(BIO_s_mem()), let output = BIO_new(BIO_s_mem()) else {
+            SSL_free(ssl)
+            throw TransportError(.tlsConfiguration, "cannot create TLS buffers")
+        }
+        // An empty input BIO means "wait for more", not end of stream.
+        _ = CFanoutShims_BIO_set_mem_eof_return(input, -1)
+        _ = CFanoutShims_BIO_set_mem_eof_return(output, -1)
+        SSL_set_bio(ssl, input, output)
+        networkIn = input
+        networkOut = output
+        if context.isServer {
+            SSL_set_accept_state(ssl)
+        } else {
+            SSL_set_connect_state(ssl)
+            if Self.isIPAddress(host) {
+                // Certificates name IP addresses in iPAddress SANs; no SNI for literals (RFC 6066).
+                X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host)
+            } else {
+                _ = CFanoutShims_SSL_set_tlsext_host_name(ssl, host)
+                SSL_set1_host(ssl, host)
+            }
+        }
+    }
+
+    deinit {
+        SSL_free(ssl)
+    }
+
+    static func isIPAddress(_ host: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+    }
+
+    /// Hands ciphertext from the socket to TLS.
+    func feed(_ ciphertext: UnsafeRawBufferPointer) {
+        guard let base = ciphertext.baseAddress, ciphertext.count > 0 else { return }
+        let written = BIO_write(networkIn, base, Int32(ciphertext.count))
+        assert(written == Int32(ciphertext.count), "memory BIO refused input")
+    }
+
+    /// Advances the handshake with what has been fed so far.
+    func advanceHandshake() -> HandshakeProgress {
+        if handshakeDone { return .done }
+        ERR_clear_error()
+        let rc = SSL_do_handshake(ssl)
+        if rc == 1 {
+            handshakeDone = true
+            if !context.isServer, negotiatedProtocol() != "h2" {
+                return .failed(TransportError(.tlsNoH2, "TLS to \(host): server did not offer HTTP/2 (ALPN h2)"))
+            }
+            return .done
+        }
+        let error = SSL_get_error(ssl, rc)
+        if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE { return .inProgress }
+        return .failed(handshakeError())
+    }
+
+    /// The ALPN protocol chosen, or nil.
+    func negotiatedProtocol() -> String? {
+        var data: UnsafePointer<UInt8>?
+        var length: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &data, &length)
+        guard let data, length > 0 else { return nil }
+        return String(decoding: UnsafeBufferPointer(start: data, count: Int(length)), as: UTF8.self)
+    }
+
+    private func handshakeError() -> TransportError {
+        let queue = tlsErrorQueueDescription()
+        let verify = SSL_get_verify_result(ssl)
+        if !context.isServer, verify != X509_V_OK {
+            let detail = String(cString: X509_verify_cert_error_string(verify))
+            switch Int32(verify) {
+            case X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH:
+                return TransportError(
+                    .tlsHostnameMismatch, "TLS to \(host): the server's certificate is not valid for \(host) (\(detail))")
+            case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY, X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT,
+                X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT, X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN,
+                X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE, X509_V_ERR_CERT_UNTRUSTED:
+                return TransportError(
+                    .tlsUnknownCA, "TLS to \(host): the server's certificate is signed by an unknown CA (\(detail))")
+            default:
+                return TransportError(.tlsCertificateInvalid, "TLS to \(host): the server's certificate was refused (\(detail))")
+            }
+        }
+        let who = context.isServer ? "TLS accept" : "TLS to \(host)"
+        return TransportError(.tlsHandshakeFailed, "\(who): handshake failed (\(queue))")
+    }
+
+    /// Decrypts into `buffer`. Returns the byte count, 0 when nothing is ready, nil when the peer
+    /// closed TLS or the session broke.
+    func readPlaintext(into buffer: UnsafeMutableRawBufferPointer) -> Int? {
+        let rc = SSL_read(ssl, buffer.baseAddress, Int32(buffer.count))
+        if rc > 0 { return Int(rc) }
+        let error = SSL_get_error(ssl, rc)
+        if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE { return 0 }
+        ERR_clear_error()
+        return nil
+    }
+
+    /// Encrypts `plaintext` into the output BIO. Memory BIOs grow, so the whole input is taken.
+    func writePlaintext(_ plaintext: UnsafeRawBufferPointer) -> Bool {
+        guard let base = plaintext.baseAddress, plaintext.count > 0 else { return true }
+        let rc = SSL_write(ssl, base, Int32(plaintext.count))
+        return rc == Int32(plaintext.count)
+    }
+
+    /// Ciphertext waiting for the socket.
+    var pendingCiphertext: Int { CFanoutShims_BIO_pending(networkOut) }
+
+    /// Moves all waiting ciphertext into one newly allocated buffer, whose ownership passes to the
+    /// caller (the socket's write frees it). Nil when there is none.
+    func takeCiphertext() -> (buffer: UnsafeMutableRawBufferPointer, count: Int)? {
+        let pending = pendingCiphertext
+        guard pending > 0 else { return nil }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: pending, alignment: 16)
+        let read = BIO_read(networkOut, buffer.baseAddress, Int32(pending))
+        assert(read == Int32(pending))
+        return (buffer, Int(read))
+    }
+
+    /// Queues a TLS close_notify.
+    func shutdown() {
+        if handshakeDone { SSL_shutdown(ssl) }
+    }
+}
