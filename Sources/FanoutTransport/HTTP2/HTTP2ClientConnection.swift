@@ -46,7 +46,10 @@ public enum HTTP2ConnectionEvent: Sendable {
 /// stream closes (h2load's `on_stream_close`). Until the first response it allows one stream, as
 /// APNs does before it has seen a valid provider token. Confined to its loop: call everything on
 /// the loop thread (use `loop.execute`).
-public final class HTTP2ClientConnection: SecureChannelDelegate {
+///
+/// `@unchecked Sendable`: it may be referenced from any thread, but every method must run on its loop
+/// (asserted in debug builds), like a swift-nio Channel.
+public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Sendable {
     public let loop: LoopThread
     public let configuration: HTTP2ClientConfiguration
     private let tlsContext: TLSContext
@@ -57,6 +60,8 @@ public final class HTTP2ClientConnection: SecureChannelDelegate {
 
     private var waiting = RequestQueue()
     public private(set) var openStreams = 0
+    /// The most streams open at once so far.
+    public private(set) var peakOpenStreams = 0
     /// Streams allowed before the first response (APNs: one until a valid token was seen).
     private var ramped = false
     public private(set) var isReady = false
@@ -143,6 +148,7 @@ public final class HTTP2ClientConnection: SecureChannelDelegate {
                 submitted = true
             }
         }
+        peakOpenStreams = max(peakOpenStreams, openStreams)
         if submitted { channel?.scheduleFlush() }
     }
 

@@ -25,7 +25,9 @@ public protocol HTTP2ServerHandler: AnyObject {
 /// The server side of one HTTP/2 connection over TLS: nghttp2's server session on a secure channel.
 /// A malformed or hostile peer gets a GOAWAY from nghttp2 and this connection closes; nothing it
 /// sends can crash the process. Confined to its loop.
-public final class HTTP2ServerConnection: SecureChannelDelegate {
+///
+/// `@unchecked Sendable`: referenced from any thread, used only on its loop.
+public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Sendable {
     public let loop: LoopThread
     private let channel: SecureChannel
     /// Owned: created when TLS is ready, freed with `nghttp2_session_del` in `teardown`.

@@ -1,5 +1,0 @@
-import XCTest
-
-final class FanoutTransportTestsPlaceholder: XCTestCase {
-    func testNothingYet() {}
-}
