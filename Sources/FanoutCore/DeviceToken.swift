@@ -1,0 +1,68 @@
+/// A validated APNs device token, held in the lowercase hex form that goes into `/3/device/<token>`.
+///
+/// Tokens arrive by the million from job files, so validation is a single pass over UTF-8 bytes, and a token that is
+/// already lowercase is stored without copying. Today's tokens are 32 bytes (64 hex characters), but Apple has never
+/// promised a length and has said tokens may grow, so anything from 64 to 200 hex characters of even length passes.
+public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
+    /// The accepted number of hex characters.
+    public static let hexLengthRange: ClosedRange<Int> = 64...200
+
+    /// The token as lowercase hex.
+    public let hex: String
+
+    public var description: String { hex }
+
+    /// Validates and normalises `text`. Nil unless it is 64...200 hex digits of even length; surrounding whitespace is
+    /// not trimmed, because silently accepting it would hide a broken token source.
+    public init?(_ text: some StringProtocol) {
+        guard let hasUppercase = DeviceToken.scan(text.utf8) else { return nil }
+        if !hasUppercase, let string = text as? String {
+            hex = string
+        } else if hasUppercase {
+            hex = DeviceToken.lowercasedHex(text.utf8)
+        } else {
+            hex = String(text)
+        }
+    }
+
+    /// Validates and normalises a token given as UTF-8 bytes, for readers that never build a `String` per line.
+    public init?(utf8 bytes: some Collection<UInt8>) {
+        guard DeviceToken.scan(bytes) != nil else { return nil }
+        hex = DeviceToken.lowercasedHex(bytes)
+    }
+
+    /// Whether `text` would make a valid token.
+    public static func isValid(_ text: some StringProtocol) -> Bool {
+        scan(text.utf8) != nil
+    }
+
+    /// Whether `bytes` would make a valid token.
+    public static func isValid(utf8 bytes: some Collection<UInt8>) -> Bool {
+        scan(bytes) != nil
+    }
+
+    /// The one validation pass: nil when invalid, otherwise whether any hex digit is uppercase.
+    @inline(__always)
+    static func scan(_ bytes: some Collection<UInt8>) -> Bool? {
+        let count = bytes.count
+        guard hexLengthRange.contains(count), count % 2 == 0 else { return nil }
+        var hasUppercase = false
+        for byte in bytes {
+            guard ASCIIBytes.isHexDigit(byte) else { return nil }
+            hasUppercase = hasUppercase || ASCIIBytes.isUppercaseLetter(byte)
+        }
+        return hasUppercase
+    }
+
+    /// Builds the lowercase string from bytes already known to be hex digits.
+    static func lowercasedHex(_ bytes: some Collection<UInt8>) -> String {
+        String(unsafeUninitializedCapacity: bytes.count) { buffer in
+            var index = 0
+            for byte in bytes {
+                buffer[index] = ASCIIBytes.lowercased(byte)
+                index += 1
+            }
+            return index
+        }
+    }
+}

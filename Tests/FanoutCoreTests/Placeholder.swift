@@ -1,5 +1,0 @@
-import XCTest
-
-final class FanoutCoreTestsPlaceholder: XCTestCase {
-    func testNothingYet() {}
-}
