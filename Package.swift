@@ -22,22 +22,27 @@ let package = Package(
 
         // Pure Swift: APNs model (headers, reasons, responses, payloads, validation). Imports no C.
         .target(name: "FanoutCore"),
-        // The only Swift code that imports the C modules: loop thread, TCP, TLS, HTTP/2, crypto.
+        // The only Swift code that imports the C modules: loop thread, TCP, TLS, HTTP/2, crypto (JWT,
+        // test CA). Depends on FanoutCore only for shared pure-Swift helpers (base64url).
         .target(
             name: "FanoutTransport",
-            dependencies: ["CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
+            dependencies: ["FanoutCore", "CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
+        // Flag parsing shared by the three binaries.
+        .target(name: "CommandLineSupport"),
         // Public library API for gateway services.
         .target(name: "Fanout", dependencies: ["FanoutCore", "FanoutTransport"]),
         // The `fanout` command.
-        .executableTarget(name: "fanout", dependencies: ["Fanout", "FanoutCore", "FanoutTransport"]),
+        .executableTarget(
+            name: "fanout", dependencies: ["Fanout", "FanoutCore", "FanoutTransport", "CommandLineSupport"]),
 
         // mock-apns: an APNs look-alike (HTTP/2 over TLS, JWT checks, fault injection).
         .target(name: "MockAPNsKit", dependencies: ["FanoutCore", "FanoutTransport"], path: "Tools/MockAPNsKit"),
-        .executableTarget(name: "mock-apns", dependencies: ["MockAPNsKit"], path: "Tools/mock-apns"),
+        .executableTarget(
+            name: "mock-apns", dependencies: ["MockAPNsKit", "CommandLineSupport"], path: "Tools/mock-apns"),
 
         // fanout-bench: the benchmark suite.
         .executableTarget(
-            name: "fanout-bench", dependencies: ["Fanout", "FanoutCore", "FanoutTransport"],
+            name: "fanout-bench", dependencies: ["Fanout", "FanoutCore", "FanoutTransport", "CommandLineSupport"],
             path: "Benchmarks/fanout-bench"),
 
         .testTarget(name: "FanoutCoreTests", dependencies: ["FanoutCore"]),

@@ -1,0 +1,63 @@
+/// An error from Fanout's crypto layer: loading keys, signing provider tokens, minting test certificates.
+///
+/// Messages say what was wrong and where (a file path, or "PEM data" for in-memory input), and may carry the
+/// text of OpenSSL's error queue. They never contain key bytes or JWT text, so they are safe to log.
+public struct CryptoError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What went wrong, as a struct over an internal enum so new kinds don't break callers.
+    public struct Kind: Sendable, Hashable, CustomStringConvertible {
+        enum Base: String, Sendable, Hashable {
+            case fileNotFound
+            case fileUnreadable
+            case fileWriteFailed
+            case malformedKey
+            case unsupportedKey
+            case invalidArgument
+            case signingFailed
+            case certificateFailed
+            case internalFailure
+        }
+
+        let base: Base
+
+        /// The file does not exist.
+        public static let fileNotFound = Kind(base: .fileNotFound)
+        /// The file exists but could not be read (permissions, a directory, ...).
+        public static let fileUnreadable = Kind(base: .fileUnreadable)
+        /// A file or directory could not be created or written.
+        public static let fileWriteFailed = Kind(base: .fileWriteFailed)
+        /// The input is not a PEM key OpenSSL can parse.
+        public static let malformedKey = Kind(base: .malformedKey)
+        /// The key parsed but is not an EC P-256 key (RSA, P-384, Ed25519, encrypted, ...).
+        public static let unsupportedKey = Kind(base: .unsupportedKey)
+        /// An argument was out of range or empty (key ID, team ID, intervals, hostnames).
+        public static let invalidArgument = Kind(base: .invalidArgument)
+        /// OpenSSL failed to produce a signature.
+        public static let signingFailed = Kind(base: .signingFailed)
+        /// OpenSSL failed to build or sign a certificate.
+        public static let certificateFailed = Kind(base: .certificateFailed)
+        /// An OpenSSL call that should not fail did (allocation failure and the like).
+        public static let internalFailure = Kind(base: .internalFailure)
+
+        public var description: String { base.rawValue }
+    }
+
+    /// What went wrong.
+    public let kind: Kind
+    /// A human-readable message naming the input (path) and, where useful, OpenSSL's error queue.
+    public let message: String
+    /// The file the error is about, if any.
+    public let path: String?
+
+    init(_ kind: Kind, _ message: String, path: String? = nil, includeOpenSSLErrors: Bool = false) {
+        self.kind = kind
+        self.path = path
+        if includeOpenSSLErrors, let queue = OpenSSLErrorQueue.drain() {
+            self.message = "\(message) (OpenSSL: \(queue))"
+        } else {
+            if !includeOpenSSLErrors { OpenSSLErrorQueue.clear() }
+            self.message = message
+        }
+    }
+
+    public var description: String { "CryptoError(\(kind)): \(message)" }
+}
