@@ -1,1 +1,130 @@
-print("mock-apns")
+import CommandLineSupport
+import Foundation
+import MockAPNsKit
+
+let usage = """
+    mock-apns: an APNs look-alike over HTTP/2 and TLS, with fault injection, for tests and load tests.
+
+    usage: mock-apns --listen HOST:PORT [--tls-dir DIR | --cert PEM --key PEM]
+                     [--auth-key PEM_OR_P8 | --no-auth] [--key-id ID] [--team-id ID]
+                     [--max-streams N] [--threads N] [--stats FILE] [--record FILE] [--unregistered FILE]
+                     [--fail RATE:STATUS:REASON]... [--latency-ms N] [--goaway-every N] [--drop-every N]
+                     [--refuse-every N] [--throttle-after-reject] [--token-max-age SECONDS] [--seed N]
+
+      --listen HOST:PORT        address to listen on; port 0 picks a free one (printed on start)
+      --tls-dir DIR             create or reuse ca.pem, server.pem, server-key.pem, auth-key.p8 and
+                                auth-key.pub.pem in DIR; tokens are verified against auth-key unless --no-auth
+      --cert PEM --key PEM      serve this certificate chain and key instead
+      --auth-key PEM_OR_P8      public key (or .p8 private key) that provider tokens must verify with
+      --no-auth                 accept requests without checking provider tokens
+      --key-id ID, --team-id ID reject tokens whose kid / iss differ (InvalidProviderToken)
+      --max-streams N           MAX_CONCURRENT_STREAMS after the first valid token (default 1000)
+      --threads N               event-loop threads (default 1)
+      --stats FILE              JSON counters, rewritten every second and on exit
+      --record FILE             append "token apns-id" for each accepted notification
+      --unregistered FILE       tokens (one per line) answered 410 Unregistered
+      --fail RATE:STATUS:REASON answer that share of requests with that error (repeatable)
+      --latency-ms N            delay every answer by N ms
+      --goaway-every N          send GOAWAY after every Nth request
+      --drop-every N            drop the TCP connection at every Nth request
+      --refuse-every N          reset every Nth stream with REFUSED_STREAM
+      --throttle-after-reject   drop the stream limit to 1 after a rejection, until the next accepted push
+      --token-max-age SECONDS   oldest provider-token iat accepted (default 3600)
+      --seed N                  seed of the fault draws (default 1)
+    """
+
+func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
+    var options = MockOptions()
+    var cursor = ArgumentCursor(arguments)
+    var sawListen = false
+    var certificate: String?
+    var key: String?
+    while let flag = try cursor.nextFlag() {
+        switch flag {
+        case "--help", "-h": return nil
+        case "--listen":
+            let (host, port) = try cursor.hostPort()
+            options.host = host
+            options.port = port
+            sawListen = true
+        case "--tls-dir": options.tls = .directory(try cursor.string())
+        case "--cert": certificate = try cursor.string()
+        case "--key": key = try cursor.string()
+        case "--h2c": throw UsageError("--h2c (cleartext HTTP/2) is not supported yet; use --tls-dir")
+        case "--auth-key": options.authKeyPath = try cursor.string()
+        case "--no-auth": options.noAuth = true
+        case "--key-id": options.keyID = try cursor.string()
+        case "--team-id": options.teamID = try cursor.string()
+        case "--max-streams": options.maxStreams = UInt32(try cursor.int(in: 1...100_000))
+        case "--threads": options.threads = try cursor.int(in: 1...64)
+        case "--stats": options.statsPath = try cursor.string()
+        case "--record": options.recordPath = try cursor.string()
+        case "--unregistered": options.unregisteredPath = try cursor.string()
+        case "--fail":
+            let text = try cursor.string()
+            guard let failure = InjectedFailure(parsing: text) else {
+                throw UsageError("--fail takes RATE:STATUS:REASON (e.g. 0.05:503:ServiceUnavailable), not '\(text)'")
+            }
+            options.failures.append(failure)
+        case "--latency-ms": options.latencyMilliseconds = UInt64(try cursor.int(in: 0...600_000))
+        case "--goaway-every": options.goawayEvery = try cursor.int(in: 0...Int(Int32.max))
+        case "--drop-every": options.dropEvery = try cursor.int(in: 0...Int(Int32.max))
+        case "--refuse-every": options.refuseEvery = try cursor.int(in: 0...Int(Int32.max))
+        case "--throttle-after-reject": options.throttleAfterReject = true
+        case "--token-max-age": options.tokenMaxAge = Int64(try cursor.int(in: 1...86_400 * 365))
+        case "--seed": options.seed = UInt64(try cursor.int(in: 0...Int.max))
+        default: throw UsageError("unknown option \(flag) (see mock-apns --help)")
+        }
+    }
+    guard sawListen else { throw UsageError("--listen HOST:PORT is required (see mock-apns --help)") }
+    switch (certificate, key) {
+    case (nil, nil): break
+    case (let certificate?, let key?):
+        guard options.tls == nil else { throw UsageError("give either --tls-dir or --cert/--key, not both") }
+        options.tls = .files(certificate: certificate, key: key)
+    default: throw UsageError("--cert and --key go together")
+    }
+    guard options.tls != nil else { throw UsageError("give --tls-dir DIR or --cert PEM --key PEM") }
+    let failureShare = options.failures.reduce(0) { $0 + $1.rate }
+    guard failureShare <= 1 else { throw UsageError("--fail rates add up to \(failureShare), more than 1") }
+    return options
+}
+
+let options: MockOptions
+do {
+    guard let parsed = try parse(Array(CommandLine.arguments.dropFirst())) else {
+        print(usage)
+        exit(0)
+    }
+    options = parsed
+} catch {
+    FileHandle.standardError.write(Data("mock-apns: \(error.message)\n".utf8))
+    exit(2)
+}
+
+signal(SIGINT, SIG_IGN)
+signal(SIGTERM, SIG_IGN)
+signal(SIGPIPE, SIG_IGN)
+
+let server: MockAPNsServer
+do {
+    server = try MockAPNsServer(options: options)
+} catch {
+    FileHandle.standardError.write(Data("mock-apns: \(error)\n".utf8))
+    exit(2)
+}
+let shownHost = options.host.contains(":") ? "[\(options.host)]" : options.host
+print("listening on \(shownHost):\(server.port)")
+fflush(nil)  // all streams: Swift 6 forbids naming the global `stdout`
+
+let stopped = DispatchSemaphore(value: 0)
+var signalSources: [DispatchSourceSignal] = []
+for number in [SIGINT, SIGTERM] {
+    let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+    source.setEventHandler { stopped.signal() }
+    source.resume()
+    signalSources.append(source)
+}
+stopped.wait()
+server.shutdown()
+exit(0)

@@ -2,7 +2,7 @@ import CLibUV
 
 /// A one-shot or repeating timer on a loop, calling a closure on the loop thread.
 /// Confined to its loop. `close()` is idempotent; the closure is never called after it.
-final class LoopTimer {
+public final class LoopTimer {
     /// Owned: the handle holds a +1 on self (`handle.data`), released in the close callback,
     /// where the handle memory is freed too.
     private let handle: UnsafeMutablePointer<uv_timer_t>
@@ -10,7 +10,7 @@ final class LoopTimer {
     private var action: (() -> Void)?
     private var closed = false
 
-    init(loop: LoopThread) {
+    public init(loop: LoopThread) {
         loop.assertInLoop()
         self.loop = loop
         handle = .allocate(capacity: 1)
@@ -20,25 +20,25 @@ final class LoopTimer {
 
     /// Calls `action` after `milliseconds`, then every `repeatMilliseconds` if nonzero. Replaces a
     /// pending schedule.
-    func schedule(milliseconds: UInt64, repeatMilliseconds: UInt64 = 0, _ action: @escaping () -> Void) {
+    public func schedule(milliseconds: UInt64, repeatMilliseconds: UInt64 = 0, _ action: @escaping () -> Void) {
         loop.assertInLoop()
         precondition(!closed, "schedule on a closed timer")
         self.action = action
         uv_timer_start(handle, loopTimerCallback, milliseconds, repeatMilliseconds)
     }
 
-    func cancel() {
+    public func cancel() {
         guard !closed else { return }
         action = nil
         uv_timer_stop(handle)
     }
 
     /// Keeps the timer from holding its loop open.
-    func unref() {
+    public func unref() {
         uv_unref(UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_handle_t.self))
     }
 
-    func close() {
+    public func close() {
         guard !closed else { return }
         closed = true
         action = nil
@@ -57,4 +57,12 @@ final class LoopTimer {
 private func loopTimerCallback(_ handle: UnsafeMutablePointer<uv_timer_t>?) {
     guard let handle, let data = handle.pointee.data else { preconditionFailure("timer without owner") }
     Unmanaged<LoopTimer>.fromOpaque(data).takeUnretainedValue().fire()
+}
+
+extension LoopThread {
+    /// The loop's cached clock in milliseconds (libuv's `uv_now`, updated once per turn). Loop thread only.
+    public var nowMilliseconds: UInt64 {
+        assertInLoop()
+        return uv_now(loop)
+    }
 }

@@ -1,0 +1,112 @@
+import FanoutCore
+import FanoutTransport
+import Foundation
+
+/// mock-apns as a library: an APNs look-alike over real HTTP/2 and TLS, started on any port (0 for
+/// a free one), used by the `mock-apns` binary and in-process by tests.
+///
+/// `@unchecked Sendable`: immutable after init; the stats timer is only cancelled.
+public final class MockAPNsServer: @unchecked Sendable {
+    public let host: String
+    /// The port bound (the real one when 0 was asked).
+    public let port: Int
+    public let stats: MockStats
+    /// The generated or reused material when started with a TLS directory.
+    public let tlsMaterial: TestTLSMaterial?
+    private let server: HTTP2Server
+    private let shared: MockShared
+    private let statsTimer: DispatchSourceTimer?
+
+    /// Starts listening. Throws `MockStartError` with a message naming what is wrong.
+    public init(options: MockOptions) throws {
+        var material: TestTLSMaterial?
+        let certificate: String
+        let key: String
+        switch options.tls {
+        case .directory(let directory):
+            do {
+                material = try TestTLSMaterial.createOrReuse(in: directory)
+            } catch {
+                throw MockStartError("cannot create TLS material in \(directory): \(error)")
+            }
+            certificate = material!.serverCertPath
+            key = material!.serverKeyPath
+        case .files(let certificateFile, let keyFile):
+            certificate = certificateFile
+            key = keyFile
+        case nil:
+            throw MockStartError("mock-apns needs --tls-dir DIR or --cert PEM --key PEM")
+        }
+        tlsMaterial = material
+
+        var verifier: ProviderTokenVerifier?
+        if !options.noAuth {
+            guard let keyPath = options.authKeyPath ?? material?.authKeyPublicPEMPath else {
+                throw MockStartError("provider-token checks need --auth-key PEM_OR_P8 (or --tls-dir, or --no-auth)")
+            }
+            let publicKey: ES256PublicKey
+            do {
+                publicKey = try ES256PublicKey(pemFilePath: keyPath)
+            } catch {
+                throw MockStartError("cannot load --auth-key: \(error)")
+            }
+            verifier = ProviderTokenVerifier(
+                publicKey: publicKey, expectedKeyID: options.keyID, expectedTeamID: options.teamID,
+                maxAge: options.tokenMaxAge)
+        }
+
+        var unregistered = Set<String>()
+        if let path = options.unregisteredPath {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw MockStartError("cannot read --unregistered file \(path)")
+            }
+            for line in text.split(whereSeparator: \.isNewline) {
+                let token = line.trimmingCharacters(in: .whitespaces).lowercased()
+                if !token.isEmpty { unregistered.insert(token) }
+            }
+        }
+        let record = try options.recordPath.map { try MockRecord(path: $0) }
+        let stats = MockStats()
+        let shared = MockShared(options: options, verifier: verifier, unregistered: unregistered, stats: stats, record: record)
+        let tls: TLSServerContext
+        do {
+            tls = try TLSServerContext(TLSServerConfiguration(certificateFile: certificate, privateKeyFile: key))
+        } catch {
+            throw MockStartError(error.message)
+        }
+        do {
+            server = try HTTP2Server(
+                host: options.host, port: options.port, threads: options.threads, tls: tls,
+                initialMaxStreams: verifier == nil ? options.maxStreams : 1,
+                makeHandler: { loop in MockRequestHandler(shared: shared, loop: loop) })
+        } catch {
+            throw MockStartError(error.message)
+        }
+        self.host = options.host
+        self.port = server.port
+        self.stats = stats
+        self.shared = shared
+
+        if options.statsPath != nil || record != nil {
+            let timer = DispatchSource.makeTimerSource(queue: .global())
+            timer.schedule(deadline: .now() + 1, repeating: 1)
+            timer.setEventHandler { [shared] in
+                shared.record?.flush()
+                if let path = shared.options.statsPath { shared.stats.write(to: path) }
+            }
+            timer.resume()
+            statsTimer = timer
+            if let path = options.statsPath { stats.write(to: path) }
+        } else {
+            statsTimer = nil
+        }
+    }
+
+    /// Stops serving, and writes the stats and record files one last time.
+    public func shutdown() {
+        statsTimer?.cancel()
+        server.shutdown()
+        shared.record?.flush()
+        if let path = shared.options.statsPath { stats.write(to: path) }
+    }
+}

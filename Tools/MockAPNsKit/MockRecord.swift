@@ -1,0 +1,48 @@
+import Foundation
+import Synchronization
+
+/// `--record FILE`: one line `token apns-id` per accepted notification, appended. Lines are buffered
+/// and written at least once a second and on exit.
+final class MockRecord: Sendable {
+    private struct State {
+        var buffer: [UInt8] = []
+        var handle: FileHandle?
+    }
+    private let state: Mutex<State>
+
+    init(path: String) throws {
+        if !FileManager.default.fileExists(atPath: path) {
+            FileManager.default.createFile(atPath: path, contents: nil)
+        }
+        guard let handle = FileHandle(forWritingAtPath: path) else {
+            throw MockStartError("cannot open --record file \(path) for writing")
+        }
+        handle.seekToEndOfFile()
+        state = Mutex(State(handle: handle))
+    }
+
+    func append(token: String, apnsID: String) {
+        let shouldFlush = state.withLock { state -> Bool in
+            state.buffer.append(contentsOf: token.utf8)
+            state.buffer.append(UInt8(ascii: " "))
+            state.buffer.append(contentsOf: apnsID.utf8)
+            state.buffer.append(UInt8(ascii: "\n"))
+            return state.buffer.count >= 1 << 20
+        }
+        if shouldFlush { flush() }
+    }
+
+    func flush() {
+        state.withLock { state in
+            guard !state.buffer.isEmpty else { return }
+            state.handle?.write(Data(state.buffer))
+            state.buffer.removeAll(keepingCapacity: true)
+        }
+    }
+}
+
+/// mock-apns could not start: a message for the operator.
+public struct MockStartError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}

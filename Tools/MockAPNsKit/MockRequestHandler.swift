@@ -1,0 +1,206 @@
+import FanoutCore
+import FanoutTransport
+import Foundation
+
+/// The part of mock-apns every loop shares: configuration, checks, faults, counters.
+final class MockShared: Sendable {
+    let options: MockOptions
+    let validator = APNsRequestValidator()
+    let verifier: ProviderTokenVerifier?
+    let unregistered: Set<String>
+    let stats: MockStats
+    let record: MockRecord?
+    let faults: FaultPlan
+
+    init(options: MockOptions, verifier: ProviderTokenVerifier?, unregistered: Set<String>, stats: MockStats, record: MockRecord?) {
+        self.options = options
+        self.verifier = verifier
+        self.unregistered = unregistered
+        self.stats = stats
+        self.record = record
+        faults = FaultPlan(options: options)
+    }
+}
+
+/// Per-connection state, kept in the connection's `userInfo`.
+private final class MockConnectionState {
+    /// A valid provider token was seen: the stream limit was raised from 1.
+    var authenticated = false
+    /// `--throttle-after-reject` dropped the limit to 1 after a rejection.
+    var throttled = false
+}
+
+/// An answer to one request.
+private struct MockAnswer {
+    var status: Int
+    var reason: String?
+    var token: String?
+    var timestamp: Int64?
+}
+
+/// Answers requests as APNs does, on one loop: provider-token check, request validation, then the
+/// faults the options ask for.
+final class MockRequestHandler: HTTP2ServerHandler {
+    private let shared: MockShared
+    private let loop: LoopThread
+    private let delayed: DelayedResponses?
+
+    init(shared: MockShared, loop: LoopThread) {
+        self.shared = shared
+        self.loop = loop
+        delayed = shared.options.latencyMilliseconds > 0
+            ? DelayedResponses(loop: loop, delayMilliseconds: shared.options.latencyMilliseconds) : nil
+    }
+
+    func serverConnection(_ connection: HTTP2ServerConnection, didReceive request: HTTP2ServerRequest) {
+        let state = connectionState(connection)
+        let decision = shared.faults.next()
+        if decision.refuse {
+            shared.stats.recordRefused()
+            connection.refuse(streamID: request.streamID)
+            return
+        }
+        if decision.drop {
+            shared.stats.recordDrop()
+            connection.drop()
+            return
+        }
+        let answer = self.answer(request, connection: connection, state: state, injected: decision.failure)
+        let apnsID = request.headers.first { $0.name == "apns-id" }?.value ?? APNsID.generate()
+        var headers: [(name: String, value: String)] = [("apns-id", apnsID)]
+        var body: [UInt8] = []
+        if answer.status == 200 {
+            headers.append(("apns-unique-id", APNsID.generate()))
+            if let token = answer.token { shared.record?.append(token: token, apnsID: apnsID) }
+        } else {
+            body = APNsResponse.errorBody(reason: APNsReason(answer.reason ?? "InternalServerError"), timestamp: answer.timestamp)
+            headers.append(("content-type", "application/json"))
+        }
+        shared.stats.recordAnswer(status: answer.status, reason: answer.reason, token: answer.token, apnsID: apnsID)
+        adjustThrottle(connection, state: state, accepted: answer.status == 200)
+        if let delayed {
+            delayed.add(connection: connection, streamID: request.streamID, status: answer.status, headers: headers, body: body)
+        } else {
+            connection.respond(streamID: request.streamID, status: answer.status, headers: headers, body: body)
+        }
+        if decision.goaway {
+            shared.stats.recordGoaway()
+            connection.sendGoaway(reason: "Shutdown")
+        }
+    }
+
+    private func answer(
+        _ request: HTTP2ServerRequest, connection: HTTP2ServerConnection, state: MockConnectionState,
+        injected: InjectedFailure?
+    ) -> MockAnswer {
+        if let verifier = shared.verifier {
+            guard let token = APNsRequestValidator.bearerToken(in: request.headers) else {
+                return MockAnswer(status: 403, reason: "MissingProviderToken")
+            }
+            let result = verifier.verify(token, now: Int64(time(nil)))
+            if let reason = result.apnsReason { return MockAnswer(status: 403, reason: reason) }
+            if !state.authenticated {
+                state.authenticated = true
+                if !state.throttled { connection.setMaxConcurrentStreams(shared.options.maxStreams) }
+            }
+        }
+        let validated: ValidatedDeviceRequest
+        switch shared.validator.check(method: request.method, path: request.path, headers: request.headers, body: request.body) {
+        case .failure(let rejection):
+            return MockAnswer(status: rejection.status, reason: rejection.reason.rawValue)
+        case .success(let request):
+            validated = request
+        }
+        let token = validated.deviceToken.hex
+        if let injected {
+            return MockAnswer(status: injected.status, reason: injected.reason, token: token)
+        }
+        if shared.unregistered.contains(token) {
+            let milliseconds = Int64(Date().timeIntervalSince1970 * 1000)
+            return MockAnswer(status: 410, reason: "Unregistered", token: token, timestamp: milliseconds)
+        }
+        return MockAnswer(status: 200, token: token)
+    }
+
+    /// APNs drops a connection's stream limit to 1 after a rejection and restores it after the
+    /// next accepted push (radar 27870881, Pushy #732).
+    private func adjustThrottle(_ connection: HTTP2ServerConnection, state: MockConnectionState, accepted: Bool) {
+        guard shared.options.throttleAfterReject else { return }
+        if !accepted && !state.throttled {
+            state.throttled = true
+            connection.setMaxConcurrentStreams(1)
+        } else if accepted && state.throttled {
+            state.throttled = false
+            connection.setMaxConcurrentStreams(state.authenticated || shared.verifier == nil ? shared.options.maxStreams : 1)
+        }
+    }
+
+    private func connectionState(_ connection: HTTP2ServerConnection) -> MockConnectionState {
+        if let state = connection.userInfo as? MockConnectionState { return state }
+        let state = MockConnectionState()
+        connection.userInfo = state
+        shared.stats.recordConnection()
+        // Without token checks the window was opened in the first SETTINGS already.
+        state.authenticated = shared.verifier == nil
+        return state
+    }
+
+    func serverConnectionStreamLimitViolated(_ connection: HTTP2ServerConnection) {
+        shared.stats.recordViolation()
+    }
+
+    func serverConnectionDidClose(_ connection: HTTP2ServerConnection, error: TransportError?) {}
+}
+
+/// `--latency-ms`: answers leave a fixed delay after their request, in arrival order, driven by
+/// one timer per loop rather than one per request.
+private final class DelayedResponses {
+    private struct Pending {
+        let due: UInt64
+        let connection: HTTP2ServerConnection
+        let streamID: Int32
+        let status: Int
+        let headers: [(name: String, value: String)]
+        let body: [UInt8]
+    }
+
+    private let loop: LoopThread
+    private let delay: UInt64
+    private let timer: LoopTimer
+    private var queue: [Pending] = []
+    private var head = 0
+    private var armed = false
+
+    init(loop: LoopThread, delayMilliseconds: UInt64) {
+        self.loop = loop
+        delay = delayMilliseconds
+        timer = LoopTimer(loop: loop)
+    }
+
+    func add(connection: HTTP2ServerConnection, streamID: Int32, status: Int, headers: [(name: String, value: String)], body: [UInt8]) {
+        queue.append(
+            Pending(due: loop.nowMilliseconds + delay, connection: connection, streamID: streamID, status: status, headers: headers, body: body))
+        arm()
+    }
+
+    private func arm() {
+        guard !armed, head < queue.count else { return }
+        armed = true
+        let now = loop.nowMilliseconds
+        let due = queue[head].due
+        timer.schedule(milliseconds: due > now ? due - now : 0) { [self] in
+            armed = false
+            let now = loop.nowMilliseconds
+            while head < queue.count, queue[head].due <= now {
+                let item = queue[head]
+                head += 1
+                item.connection.respond(streamID: item.streamID, status: item.status, headers: item.headers, body: item.body)
+            }
+            if head == queue.count {
+                queue.removeAll(keepingCapacity: true)
+                head = 0
+            }
+            arm()
+        }
+    }
+}

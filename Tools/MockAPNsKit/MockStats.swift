@@ -1,0 +1,79 @@
+import Foundation
+import Synchronization
+
+/// What mock-apns has seen, shared by all its loops. Written as JSON to `--stats` at least once a
+/// second and on exit, in the shape product.md gives.
+public final class MockStats: Sendable {
+    private struct Tallies {
+        var requests = 0
+        var accepted = 0
+        var byStatus: [Int: Int] = [:]
+        var byReason: [String: Int] = [:]
+        var tokens = Set<String>()
+        var apnsIDs = Set<String>()
+        var duplicateApnsIDs = 0
+        var connections = 0
+        var streamLimitViolations = 0
+        var goawaysSent = 0
+        var connectionsDropped = 0
+        var streamsRefused = 0
+    }
+
+    private let tallies = Mutex(Tallies())
+
+    public init() {}
+
+    /// Counts a request answered with `status` (and `reason` when it is an error).
+    func recordAnswer(status: Int, reason: String?, token: String?, apnsID: String?) {
+        tallies.withLock { tallies in
+            tallies.requests += 1
+            tallies.byStatus[status, default: 0] += 1
+            if let reason { tallies.byReason[reason, default: 0] += 1 }
+            guard status == 200 else { return }
+            tallies.accepted += 1
+            if let token { tallies.tokens.insert(token) }
+            if let apnsID, !tallies.apnsIDs.insert(apnsID).inserted { tallies.duplicateApnsIDs += 1 }
+        }
+    }
+
+    func recordRefused() { tallies.withLock { $0.streamsRefused += 1 } }
+    func recordConnection() { tallies.withLock { $0.connections += 1 } }
+    func recordViolation() { tallies.withLock { $0.streamLimitViolations += 1 } }
+    func recordGoaway() { tallies.withLock { $0.goawaysSent += 1 } }
+    func recordDrop() { tallies.withLock { $0.connectionsDropped += 1 } }
+
+    /// A snapshot as a JSON object.
+    public func snapshot() -> [String: Any] {
+        tallies.withLock { tallies in
+            [
+                "requests": tallies.requests,
+                "accepted": tallies.accepted,
+                "by_status": Dictionary(uniqueKeysWithValues: tallies.byStatus.map { (String($0.key), $0.value) }),
+                "by_reason": tallies.byReason,
+                "distinct_tokens": tallies.tokens.count,
+                "duplicate_apns_ids": tallies.duplicateApnsIDs,
+                "connections": tallies.connections,
+                "stream_limit_violations": tallies.streamLimitViolations,
+                "goaways_sent": tallies.goawaysSent,
+                "connections_dropped": tallies.connectionsDropped,
+                "streams_refused": tallies.streamsRefused,
+            ]
+        }
+    }
+
+    public var accepted: Int { tallies.withLock { $0.accepted } }
+    public var requests: Int { tallies.withLock { $0.requests } }
+    public var streamLimitViolations: Int { tallies.withLock { $0.streamLimitViolations } }
+    public var duplicateApnsIDs: Int { tallies.withLock { $0.duplicateApnsIDs } }
+    public func count(status: Int) -> Int { tallies.withLock { $0.byStatus[status] ?? 0 } }
+    public func count(reason: String) -> Int { tallies.withLock { $0.byReason[reason] ?? 0 } }
+
+    /// Writes the snapshot to `path` atomically (write a temporary file, then rename).
+    public func write(to path: String) {
+        guard let data = try? JSONSerialization.data(withJSONObject: snapshot(), options: [.sortedKeys]) else { return }
+        let temporary = path + ".tmp"
+        if FileManager.default.createFile(atPath: temporary, contents: data + Data("\n".utf8)) {
+            _ = rename(temporary, path)
+        }
+    }
+}
