@@ -1,0 +1,23 @@
+/// Where notifications go: Apple's production or sandbox host, or any other (mock-apns).
+public struct APNsEndpoint: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// `api.push.apple.com:443`.
+    public static let production = APNsEndpoint(host: "api.push.apple.com", port: 443)
+    /// `api.sandbox.push.apple.com:443`.
+    public static let sandbox = APNsEndpoint(host: "api.sandbox.push.apple.com", port: 443)
+
+    /// The `:authority` value: the host, with the port when it is not 443.
+    public var authority: String {
+        let shownHost = host.contains(":") ? "[\(host)]" : host
+        return port == 443 ? shownHost : "\(shownHost):\(port)"
+    }
+
+    public var description: String { authority }
+}

@@ -1,0 +1,33 @@
+import FanoutTransport
+
+/// A Fanout failure with a message for people. Messages never contain keys, provider tokens or
+/// authorization headers.
+public struct FanoutError: Error, Sendable, CustomStringConvertible, Equatable {
+    /// What went wrong; a struct over a string so that kinds can be added later.
+    public struct Kind: Hashable, Sendable, CustomStringConvertible {
+        let name: String
+        public var description: String { name }
+
+        /// The notification is malformed (bad token, header rule, payload); nothing was sent.
+        public static let invalidNotification = Kind(name: "invalid-notification")
+        /// The signing key or its ids are missing or unusable; nothing was sent.
+        public static let credentials = Kind(name: "credentials")
+        /// The connection could not be made or broke (see `transport`).
+        public static let connection = Kind(name: "connection")
+        /// The client was shut down.
+        public static let shutdown = Kind(name: "shutdown")
+    }
+
+    public let kind: Kind
+    public let message: String
+    /// The transport failure behind a `.connection` error.
+    public let transport: TransportError?
+
+    public init(_ kind: Kind, _ message: String, transport: TransportError? = nil) {
+        self.kind = kind
+        self.message = message
+        self.transport = transport
+    }
+
+    public var description: String { message }
+}

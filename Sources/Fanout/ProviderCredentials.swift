@@ -1,0 +1,29 @@
+import FanoutTransport
+
+/// An APNs signing key (.p8) and its ids: what provider tokens (JWTs) are made from.
+public struct ProviderCredentials: Sendable {
+    public var keyPath: String
+    public var keyID: String
+    public var teamID: String
+
+    public init(keyPath: String, keyID: String, teamID: String) {
+        self.keyPath = keyPath
+        self.keyID = keyID
+        self.teamID = teamID
+    }
+
+    /// Loads the key and makes the shared token cache. Errors name the file, never its contents.
+    func makeTokenCache(refreshAfter: Int64 = 3000, minimumInterval: Int64 = 1200) throws(FanoutError)
+        -> ProviderTokenCache
+    {
+        do {
+            let key = try ES256PrivateKey(pemFilePath: keyPath)
+            let signer = try ProviderTokenSigner(key: key, keyID: keyID, teamID: teamID)
+            let cache = try ProviderTokenCache(signer: signer, refreshAfter: refreshAfter, minimumInterval: minimumInterval)
+            _ = try cache.currentToken()  // fail now, not at the first send
+            return cache
+        } catch {
+            throw FanoutError(.credentials, "signing key: \(error)")
+        }
+    }
+}
