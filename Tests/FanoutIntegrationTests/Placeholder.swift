@@ -1,5 +1,0 @@
-import XCTest
-
-final class FanoutIntegrationTestsPlaceholder: XCTestCase {
-    func testNothingYet() {}
-}
