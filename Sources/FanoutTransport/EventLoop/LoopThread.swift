@@ -28,6 +28,10 @@ public final class LoopThread: @unchecked Sendable {
     }
     private let queue = Mutex(Queue())
     private var flushList: [LoopFlushable] = []
+    /// What must be closed when the loop stops, in registration order (loop thread only). Each entry
+    /// holds its object strongly, so an open connection or handle lives until it closes.
+    private var stopActions: [Int: () -> Void] = [:]
+    private var nextStopActionID = 0
     private var thread: Thread?
     private let exited = DispatchSemaphore(value: 0)
     private var threadID: pthread_t?
@@ -35,6 +39,7 @@ public final class LoopThread: @unchecked Sendable {
 
     /// Creates the loop and starts its thread.
     public init(name: String = "fanout-loop") {
+        // (Handles opened on this loop register a stop action, so `shutdown()` can close them all.)
         self.name = name
         loop = .allocate(capacity: 1)
         precondition(uv_loop_init(loop) == 0, "uv_loop_init failed")
@@ -142,7 +147,24 @@ public final class LoopThread: @unchecked Sendable {
         exited.signal()  // let a second shutdown() return too
     }
 
+    /// Registers `action` to run when the loop stops (to close a handle or a connection that is still
+    /// open). Returns an id for `removeStopAction` once the object has closed by itself.
+    func addStopAction(_ action: @escaping () -> Void) -> Int {
+        assertInLoop()
+        nextStopActionID += 1
+        stopActions[nextStopActionID] = action
+        return nextStopActionID
+    }
+
+    func removeStopAction(_ id: Int) {
+        stopActions[id] = nil
+    }
+
     private func closeLoopHandles() {
+        // Close what is still open, oldest first: connections before the sockets they made later.
+        for id in stopActions.keys.sorted() {
+            if let action = stopActions.removeValue(forKey: id) { action() }
+        }
         flushAll()
         uv_close(UnsafeMutableRawPointer(asyncHandle).assumingMemoryBound(to: uv_handle_t.self)) { handle in
             handle?.deallocate()

@@ -9,6 +9,7 @@ public final class LoopTimer {
     private let loop: LoopThread
     private var action: (() -> Void)?
     private var closed = false
+    private var stopActionID = 0
 
     public init(loop: LoopThread) {
         loop.assertInLoop()
@@ -16,6 +17,7 @@ public final class LoopTimer {
         handle = .allocate(capacity: 1)
         uv_timer_init(loop.loop, handle)
         handle.pointee.data = Unmanaged.passRetained(self).toOpaque()
+        stopActionID = loop.addStopAction { [self] in close() }
     }
 
     /// Calls `action` after `milliseconds`, then every `repeatMilliseconds` if nonzero. Replaces a
@@ -42,6 +44,7 @@ public final class LoopTimer {
         guard !closed else { return }
         closed = true
         action = nil
+        loop.removeStopAction(stopActionID)
         uv_close(UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_handle_t.self)) { raw in
             guard let raw, let data = raw.pointee.data else { return }
             Unmanaged<LoopTimer>.fromOpaque(data).release()

@@ -72,6 +72,7 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
     private var pingTimer: LoopTimer?
     private var lastHeardMilliseconds: UInt64 = 0
     private var pingOutstanding = false
+    private var stopActionID = 0
     /// Counts of what happened, for tests and stats.
     public private(set) var responsesReceived = 0
 
@@ -81,6 +82,9 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
         self.loop = loop
         self.configuration = configuration
         self.tlsContext = tlsContext.context
+        // The loop holds the connection (strongly) until it closes, so callers need not keep it
+        // alive; when the loop stops first, the connection fails its requests as cancelled.
+        stopActionID = loop.addStopAction { [self] in teardown(TransportError(.cancelled, "event loop stopped")) }
         connect()
     }
 
@@ -224,6 +228,7 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
         }
         isClosed = true
         isReady = false
+        loop.removeStopAction(stopActionID)
         pingTimer?.close()
         pingTimer = nil
         let cause = error ?? TransportError(.cancelled, "connection closed")

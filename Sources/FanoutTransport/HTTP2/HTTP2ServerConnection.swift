@@ -58,8 +58,11 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
         let tls = try TLSEngine(context: tlsContext.context)
         channel = SecureChannel(socket: socket, tls: tls, handshakeTimeoutMilliseconds: handshakeTimeoutMilliseconds)
         channel.delegate = self
+        stopActionID = loop.addStopAction { [self] in teardown(TransportError(.cancelled, "event loop stopped")) }
         channel.start()
     }
+
+    private var stopActionID = 0
 
     /// Sends SETTINGS with a new MAX_CONCURRENT_STREAMS (APNs raises it after the first valid
     /// token and drops it to 1 after a rejection).
@@ -125,6 +128,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
             return
         }
         isClosed = true
+        loop.removeStopAction(stopActionID)
         if let session {
             nghttp2_session_del(session)  // releases every stream's context through on_stream_close
             self.session = nil

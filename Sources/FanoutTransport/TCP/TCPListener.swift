@@ -10,6 +10,7 @@ final class TCPListener {
     private let handle: UnsafeMutablePointer<uv_tcp_t>
     private let onAccept: (TCPSocket) -> Void
     private var isClosed = false
+    private var stopActionID = 0
     /// The port actually bound.
     private(set) var port = 0
 
@@ -23,6 +24,7 @@ final class TCPListener {
         handle = .allocate(capacity: 1)
         uv_tcp_init(loop.loop, handle)
         handle.pointee.data = Unmanaged.passRetained(self).toOpaque()
+        stopActionID = loop.addStopAction { [self] in close() }
 
         var storage = sockaddr_storage()
         let isIPv6 = host.contains(":")
@@ -85,6 +87,7 @@ final class TCPListener {
     func close() {
         guard !isClosed else { return }
         isClosed = true
+        loop.removeStopAction(stopActionID)
         uv_close(UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_handle_t.self)) { raw in
             guard let raw, let data = raw.pointee.data else { return }
             Unmanaged<TCPListener>.fromOpaque(data).release()

@@ -24,6 +24,7 @@ final class TCPSocket {
     private(set) var queuedWriteBytes = 0
     private(set) var isClosed = false
     private var reportedClose = false
+    private var stopActionID = 0
 
     static let readBufferSize = 64 * 1024
 
@@ -34,6 +35,7 @@ final class TCPSocket {
         uv_tcp_init(loop.loop, handle)
         readBuffer = .allocate(byteCount: Self.readBufferSize, alignment: 16)
         handle.pointee.data = Unmanaged.passRetained(self).toOpaque()
+        stopActionID = loop.addStopAction { [self] in fail(TransportError(.cancelled, "event loop stopped")) }
     }
 
     deinit {
@@ -120,6 +122,7 @@ final class TCPSocket {
         guard !isClosed else { return }
         isClosed = true
         reportedClose = true
+        loop.removeStopAction(stopActionID)
         uv_close(genericHandle) { raw in
             guard let raw, let data = raw.pointee.data else { return }
             Unmanaged<TCPSocket>.fromOpaque(data).release()
