@@ -1,6 +1,7 @@
 import FanoutCore
 import FanoutTransport
 import Foundation
+import Synchronization
 
 /// How an `APNsClient` connects.
 public struct APNsClientConfiguration: Sendable {
@@ -29,6 +30,7 @@ public final class APNsClient: Sendable {
     private let tls: TLSClientContext
     private let tokens: ProviderTokenCache?
     private let state: LoopBound
+    private let shutdownStarted = Atomic<Bool>(false)
 
     /// Loop-confined state, touched only on `loop`.
     private final class LoopBound: @unchecked Sendable {
@@ -137,8 +139,9 @@ public final class APNsClient: Sendable {
         return connection
     }
 
-    /// Closes the connection (letting open streams finish) and stops the loop thread.
+    /// Closes the connection (failing what is in flight) and stops the loop thread. Idempotent.
     public func shutdown() async {
+        guard shutdownStarted.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             loop.execute { [self] in
                 state.isShutDown = true

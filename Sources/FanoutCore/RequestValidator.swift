@@ -117,15 +117,18 @@ public struct APNsRequestValidator: Sendable {
 
     /// The device token in a `/3/device/<token>` path, or the rejection APNs gives for the path.
     public static func deviceToken(inPath path: String) -> Result<DeviceToken, APNsRejection> {
-        let bytes = path.utf8
-        guard bytes.starts(with: devicePathPrefix) else { return .failure(APNsRejection(.badPath)) }
-        let afterPrefix = bytes.dropFirst(devicePathPrefix.count)
-        if afterPrefix.isEmpty { return .failure(APNsRejection(.missingDeviceToken)) }
-        guard afterPrefix.first == UInt8(ascii: "/") else { return .failure(APNsRejection(.badPath)) }
-        let token = afterPrefix.dropFirst()
-        if token.isEmpty { return .failure(APNsRejection(.missingDeviceToken)) }
-        guard let deviceToken = DeviceToken(utf8: token) else { return .failure(APNsRejection(.badDeviceToken)) }
-        return .success(deviceToken)
+        var path = path
+        // One contiguous pass over the bytes: generic slices of String.UTF8View are several times slower.
+        return path.withUTF8 { bytes -> Result<DeviceToken, APNsRejection> in
+            guard bytes.starts(with: devicePathPrefix) else { return .failure(APNsRejection(.badPath)) }
+            let afterPrefix = UnsafeBufferPointer(rebasing: bytes[devicePathPrefix.count...])
+            if afterPrefix.isEmpty { return .failure(APNsRejection(.missingDeviceToken)) }
+            guard afterPrefix.first == UInt8(ascii: "/") else { return .failure(APNsRejection(.badPath)) }
+            let token = UnsafeBufferPointer(rebasing: afterPrefix[1...])
+            if token.isEmpty { return .failure(APNsRejection(.missingDeviceToken)) }
+            guard let deviceToken = DeviceToken(utf8: token) else { return .failure(APNsRejection(.badDeviceToken)) }
+            return .success(deviceToken)
+        }
     }
 
     /// The JWT of the first `authorization: bearer <jwt>` header; nil when there is none, the scheme is not `bearer`

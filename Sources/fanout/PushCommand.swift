@@ -134,7 +134,6 @@ enum PushCommand {
         } catch {
             return fail(error.message)
         }
-        defer { Task { await client.shutdown() } }
         do {
             let response = try await client.send(
                 PushNotification(deviceToken: options.token!, headers: headers, payload: options.payload!))

@@ -44,6 +44,8 @@ final class MockRequestHandler: HTTP2ServerHandler {
     private let shared: MockShared
     private let loop: LoopThread
     private let delayed: DelayedResponses?
+    /// Ids for answers; per loop, so no locking and no system call per request.
+    private var random = FastRandomGenerator()
 
     init(shared: MockShared, loop: LoopThread) {
         self.shared = shared
@@ -66,11 +68,11 @@ final class MockRequestHandler: HTTP2ServerHandler {
             return
         }
         let answer = self.answer(request, connection: connection, state: state, injected: decision.failure)
-        let apnsID = request.headers.first { $0.name == "apns-id" }?.value ?? APNsID.generate()
+        let apnsID = request.headers.first { $0.name == "apns-id" }?.value ?? APNsID.generate(using: &random)
         var headers: [(name: String, value: String)] = [("apns-id", apnsID)]
         var body: [UInt8] = []
         if answer.status == 200 {
-            headers.append(("apns-unique-id", APNsID.generate()))
+            headers.append(("apns-unique-id", APNsID.generate(using: &random)))
             if let token = answer.token { shared.record?.append(token: token, apnsID: apnsID) }
         } else {
             body = APNsResponse.errorBody(reason: APNsReason(answer.reason ?? "InternalServerError"), timestamp: answer.timestamp)

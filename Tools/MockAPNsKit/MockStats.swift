@@ -9,8 +9,10 @@ public final class MockStats: Sendable {
         var accepted = 0
         var byStatus: [Int: Int] = [:]
         var byReason: [String: Int] = [:]
-        var tokens = Set<String>()
-        var apnsIDs = Set<String>()
+        /// 64-bit digests of the accepted tokens and apns-ids: integers hash and compare far
+        /// faster than strings, and a collision among a few million 64-bit values is vanishingly rare.
+        var tokens = Set<UInt64>()
+        var apnsIDs = Set<UInt64>()
         var duplicateApnsIDs = 0
         var connections = 0
         var streamLimitViolations = 0
@@ -31,8 +33,8 @@ public final class MockStats: Sendable {
             if let reason { tallies.byReason[reason, default: 0] += 1 }
             guard status == 200 else { return }
             tallies.accepted += 1
-            if let token { tallies.tokens.insert(token) }
-            if let apnsID, !tallies.apnsIDs.insert(apnsID).inserted { tallies.duplicateApnsIDs += 1 }
+            if let token { tallies.tokens.insert(digest(token)) }
+            if let apnsID, !tallies.apnsIDs.insert(digest(apnsID)).inserted { tallies.duplicateApnsIDs += 1 }
         }
     }
 
@@ -75,5 +77,18 @@ public final class MockStats: Sendable {
         if FileManager.default.createFile(atPath: temporary, contents: data + Data("\n".utf8)) {
             _ = rename(temporary, path)
         }
+    }
+}
+
+/// FNV-1a over the text's bytes, ASCII case folded (apns-ids and tokens are case-insensitive hex).
+private func digest(_ text: String) -> UInt64 {
+    var text = text
+    return text.withUTF8 { bytes in
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in bytes {
+            let folded = byte >= 65 && byte <= 90 ? byte | 0x20 : byte
+            hash = (hash ^ UInt64(folded)) &* 0x0000_0100_0000_01B3
+        }
+        return hash
     }
 }

@@ -405,8 +405,9 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
         let timer = LoopTimer(loop: loop)
         timer.unref()
         pingTimer = timer
-        timer.schedule(milliseconds: interval, repeatMilliseconds: interval) { [weak self] in
-            guard let self, !self.isClosed else { return }
+        // Strong capture (no weak side table on self): teardown closes the timer, ending the cycle.
+        timer.schedule(milliseconds: interval, repeatMilliseconds: interval) { [self] in
+            guard !self.isClosed else { return }
             let silent = uvNowMilliseconds(self.loop) - self.lastHeardMilliseconds
             if self.pingOutstanding && silent >= 2 * interval {
                 self.teardown(TransportError(.connectionClosed, "server did not answer PING for \(silent) ms"))

@@ -32,13 +32,60 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     private let channel: SecureChannel
     /// Owned: created when TLS is ready, freed with `nghttp2_session_del` in `teardown`.
     private var session: OpaquePointer?
-    private weak var handler: HTTP2ServerHandler?
+    /// Strong: the handler does not own connections, so there is no cycle (and no weak-reference
+    /// side table on the hot path).
+    private let handler: HTTP2ServerHandler
     private let initialMaxStreams: UInt32
     public private(set) var isClosed = false
     public private(set) var streamsReceived = 0
     private var insideSession = 0
     private var pendingClose = false
     private var goawaySent = false
+    /// Owned: freed in deinit. Scratch where response header names and values are laid out for
+    /// nghttp2 (which copies them on submit), so answering allocates nothing.
+    private let scratchBytes = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 8)
+    /// Owned: freed in deinit. The nghttp2_nv entries pointing into `scratchBytes`.
+    private let scratchFields = UnsafeMutableBufferPointer<nghttp2_nv>.allocate(capacity: 32)
+
+    deinit {
+        scratchBytes.deallocate()
+        scratchFields.deallocate()
+    }
+
+    /// Lends nghttp2 the `:status` and `headers` laid out in the scratch buffers (or, when they do
+    /// not fit, in temporary arrays).
+    private func withResponseHeaders<R>(
+        status: Int, headers: [(name: String, value: String)], _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
+    ) -> R {
+        var used = 0
+        var count = 0
+        let base = scratchBytes.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        func place(_ bytes: UnsafeBufferPointer<UInt8>) -> UnsafeMutablePointer<UInt8>? {
+            guard used + bytes.count <= scratchBytes.count else { return nil }
+            let start = base + used
+            if let source = bytes.baseAddress { start.update(from: source, count: bytes.count) }
+            used += bytes.count
+            return start
+        }
+        func add(_ name: String, _ value: String) -> Bool {
+            guard count < scratchFields.count else { return false }
+            var name = name
+            var value = value
+            guard let namePointer = name.withUTF8({ place($0) }), let valuePointer = value.withUTF8({ place($0) }) else {
+                return false
+            }
+            scratchFields[count] = nghttp2_nv(
+                name: namePointer, value: valuePointer, namelen: name.utf8.count, valuelen: value.utf8.count,
+                flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            count += 1
+            return true
+        }
+        var fits = add(":status", String(status))
+        for header in headers where fits { fits = add(header.name, header.value) }
+        if fits { return body(UnsafePointer(scratchFields.baseAddress!), count) }
+        return withNameValueArray([(":status", String(status))] + headers.map { ($0.name, $0.value) }, body)
+    }
+
     /// Lets the server that owns this connection forget it.
     var onClose: (() -> Void)?
     /// A free slot for the application (mock-apns keeps its per-connection state here).
@@ -79,9 +126,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
         guard let raw = nghttp2_session_get_stream_user_data(session, streamID) else { return }
         let stream = Unmanaged<ServerStream>.fromOpaque(raw).takeUnretainedValue()
         stream.responseBody = body
-        var fields: [(String, String)] = [(":status", String(status))]
-        fields.append(contentsOf: headers.map { ($0.name, $0.value) })
-        let rc = withNameValueArray(fields) { nva, count -> Int32 in
+        let rc = withResponseHeaders(status: status, headers: headers) { nva, count -> Int32 in
             if body.isEmpty {
                 return nghttp2_submit_response(session, streamID, nva, count, nil)
             }
@@ -135,7 +180,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
         }
         channel.delegate = nil
         channel.close(error: nil)
-        handler?.serverConnectionDidClose(self, error: error)
+        handler.serverConnectionDidClose(self, error: error)
         onClose?()
         onClose = nil
     }
@@ -245,7 +290,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
             streamID: streamID, method: stream.method, path: stream.path, headers: stream.headers, body: stream.body)
         stream.headers = []
         stream.body = []
-        handler?.serverConnection(self, didReceive: request)
+        handler.serverConnection(self, didReceive: request)
     }
 
     fileprivate func closeStream(_ raw: UnsafeMutableRawPointer?) {
@@ -258,7 +303,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
         let acknowledgedLimit = nghttp2_session_get_local_settings(session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)
         let open = UInt32(max(0, streamsReceived - streamsClosed))
         if errorCode == NGHTTP2_ERR_PROTO.rawValue && open >= acknowledgedLimit {
-            handler?.serverConnectionStreamLimitViolated(self)
+            handler.serverConnectionStreamLimitViolated(self)
         }
     }
 

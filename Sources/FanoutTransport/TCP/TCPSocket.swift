@@ -19,7 +19,9 @@ final class TCPSocket {
     let handle: UnsafeMutablePointer<uv_tcp_t>
     /// Owned: freed in deinit. One buffer serves every read, since reads are delivered one at a time.
     private let readBuffer: UnsafeMutableRawBufferPointer
-    weak var delegate: TCPSocketDelegate?
+    /// Strong, and cleared by `close()`: a weak reference would give the delegate a side table and
+    /// make every retain of it take the slow path, on the hot path.
+    var delegate: TCPSocketDelegate?
     /// Ciphertext handed to `uv_write` and not yet written.
     private(set) var queuedWriteBytes = 0
     private(set) var isClosed = false
@@ -122,6 +124,7 @@ final class TCPSocket {
         guard !isClosed else { return }
         isClosed = true
         reportedClose = true
+        delegate = nil
         loop.removeStopAction(stopActionID)
         uv_close(genericHandle) { raw in
             guard let raw, let data = raw.pointee.data else { return }

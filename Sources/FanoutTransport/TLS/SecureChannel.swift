@@ -22,7 +22,9 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     let loop: LoopThread
     private let socket: TCPSocket
     private let tls: TLSEngine
-    weak var delegate: SecureChannelDelegate?
+    /// Strong (no side table on the hot path); cleared when the channel closes, which breaks the
+    /// cycle with the connection that owns this channel.
+    var delegate: SecureChannelDelegate?
     private var handshakeTimer: LoopTimer?
     private(set) var isReady = false
     private(set) var isClosed = false
@@ -48,8 +50,10 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         socket.delegate = self
         let timer = LoopTimer(loop: loop)
         handshakeTimer = timer
-        timer.schedule(milliseconds: handshakeTimeoutMilliseconds) { [weak self] in
-            self?.close(error: TransportError(.tlsHandshakeTimeout, "TLS handshake timed out after \(handshakeTimeoutMilliseconds) ms"))
+        // Strong capture (no weak side table on self): the cycle ends when the timer closes, at the
+        // end of the handshake or at close.
+        timer.schedule(milliseconds: handshakeTimeoutMilliseconds) { [self] in
+            close(error: TransportError(.tlsHandshakeTimeout, "TLS handshake timed out after \(handshakeTimeoutMilliseconds) ms"))
         }
     }
 
@@ -120,6 +124,8 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         handshakeTimer?.close()
         handshakeTimer = nil
         socket.close()
+        let delegate = self.delegate
+        self.delegate = nil
         delegate?.channel(self, didCloseWith: error)
     }
 

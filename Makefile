@@ -1,0 +1,54 @@
+# Fanout: the two commands a newcomer runs are `make demo` and `make test`.
+SHELL := /bin/bash
+SWIFT ?= swift
+# Packages the build needs (found through pkg-config) and the tools the interop tests use.
+BUILD_PACKAGES := libuv1-dev libnghttp2-dev libssl-dev pkg-config
+TEST_TOOLS := nghttp2-client nghttp2-server curl openssl
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DEMO_DIR := .demo
+
+.PHONY: deps deps-build deps-test build release test demo lint format clean
+
+## deps: install the C libraries and the interop tools (h2load, nghttpd, curl) when missing.
+deps: deps-build deps-test
+
+deps-build:
+	@if ! pkg-config --exists libuv libnghttp2 openssl 2>/dev/null; then \
+		echo "installing $(BUILD_PACKAGES)"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(BUILD_PACKAGES) >/dev/null; \
+	fi
+
+deps-test:
+	@missing=""; \
+	command -v h2load >/dev/null || missing="$$missing nghttp2-client"; \
+	command -v nghttpd >/dev/null || missing="$$missing nghttp2-server"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+build: deps-build
+	$(SWIFT) build
+
+release: deps-build
+	$(SWIFT) build -c release
+
+## test: the whole suite (what CI runs).
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+
+## demo: mock-apns with fresh TLS material on a free port, one notification through `fanout push`.
+demo: release
+	@bash scripts/demo.sh
+
+lint:
+	$(SWIFT) format lint --strict --recursive Sources Tools Benchmarks Tests Package.swift
+
+format:
+	$(SWIFT) format --in-place --recursive Sources Tools Benchmarks Tests Package.swift
+
+clean:
+	rm -rf .build $(DEMO_DIR)
