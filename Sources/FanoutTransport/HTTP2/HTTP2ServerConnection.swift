@@ -324,6 +324,7 @@ final class ServerStream {
 
     init(streamID: Int32) {
         self.streamID = streamID
+        headers.reserveCapacity(12)  // an APNs request has up to 9 regular headers: one allocation
     }
 }
 

@@ -70,16 +70,28 @@ final class TCPSocket {
             buffer.deallocate()
             return
         }
+        var start = 0
+        if queuedWriteBytes == 0 {
+            // Most flushes fit in the socket buffer: write now, with no request, no epoll change.
+            var direct = uv_buf_t(base: buffer.baseAddress!.assumingMemoryBound(to: CChar.self), len: count)
+            let written = uv_try_write(streamHandle, &direct, 1)
+            if written == Int32(count) {
+                buffer.deallocate()
+                return
+            }
+            if written > 0 { start = Int(written) }
+        }
+        let remaining = count - start
         let request = UnsafeMutablePointer<uv_write_t>.allocate(capacity: 1)
         // Owned by the request until the write callback frees it (with the buffer).
         let pending = UnsafeMutablePointer<PendingWrite>.allocate(capacity: 1)
-        pending.initialize(to: PendingWrite(buffer: buffer, count: count))
+        pending.initialize(to: PendingWrite(buffer: buffer, count: remaining))
         request.pointee.data = UnsafeMutableRawPointer(pending)
-        var uvBuffer = uv_buf_t(base: buffer.baseAddress!.assumingMemoryBound(to: CChar.self), len: count)
-        queuedWriteBytes += count
+        var uvBuffer = uv_buf_t(base: (buffer.baseAddress! + start).assumingMemoryBound(to: CChar.self), len: remaining)
+        queuedWriteBytes += remaining
         let rc = uv_write(request, streamHandle, &uvBuffer, 1, tcpWriteCallback)
         if rc != 0 {
-            queuedWriteBytes -= count
+            queuedWriteBytes -= remaining
             buffer.deallocate()
             pending.deallocate()
             request.deallocate()
