@@ -106,6 +106,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
                 if !state.throttled { connection.setMaxConcurrentStreams(shared.options.maxStreams) }
             }
         }
+        if request.bodyTruncated { return MockAnswer(status: 413, reason: "PayloadTooLarge") }
         let validated: ValidatedDeviceRequest
         switch shared.validator.check(method: request.method, path: request.path, headers: request.headers, body: request.body) {
         case .failure(let rejection):

@@ -81,7 +81,7 @@ public final class LoopThread: @unchecked Sendable {
 
     /// Debug-build check that the caller is on the loop thread.
     @inline(__always)
-    func assertInLoop(file: StaticString = #fileID, line: UInt = #line) {
+    public func assertInLoop(file: StaticString = #fileID, line: UInt = #line) {
         assert(inLoop, "must be called on loop thread \(name)", file: file, line: line)
     }
 

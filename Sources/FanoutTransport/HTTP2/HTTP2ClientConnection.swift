@@ -158,9 +158,9 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
 
     private func submitStream(session: OpaquePointer, context: StreamContext) -> Bool {
         let request = context.request
-        // +1 on the context held by nghttp2 as stream user data and data source; released in
-        // on_stream_close (or just below when submission fails).
-        let contextPointer = Unmanaged.passRetained(context).toOpaque()
+        // nghttp2 gets an unretained pointer (stream user data and data source); `openContexts`
+        // owns the context from submission until on_stream_close or teardown.
+        let contextPointer = Unmanaged.passUnretained(context).toOpaque()
         var provider = nghttp2_data_provider(
             source: nghttp2_data_source(ptr: contextPointer), read_callback: http2ReadBodyCallback)
         var path = request.path
@@ -177,12 +177,12 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
             return submit(nil)
         }
         if streamID < 0 {
-            Unmanaged<StreamContext>.fromOpaque(contextPointer).release()
             context.complete(
                 .failure(.notSent(TransportError(.protocolError, "cannot open stream: \(http2ErrorName(streamID))"))))
             return false
         }
         context.streamID = streamID
+        openContexts[streamID] = context
         return true
     }
 
@@ -232,13 +232,17 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
         pingTimer?.close()
         pingTimer = nil
         let cause = error ?? TransportError(.cancelled, "connection closed")
+        closingError = cause
         if let session {
-            // Deleting the session calls on_stream_close for every open stream, which completes
-            // them (as lost, since the connection is gone) and releases their contexts.
-            closingError = cause
+            // nghttp2_session_del frees open streams without calling on_stream_close, so the
+            // streams still open are completed here, as lost: the server may have acted on them.
             nghttp2_session_del(session)
             self.session = nil
         }
+        let lost = openContexts
+        openContexts = [:]
+        openStreams = 0
+        for context in lost.values { context.complete(.failure(.connectionLost(cause))) }
         failWaiting(cause)
         if let channel, !channel.isClosed {
             channel.delegate = nil
@@ -249,6 +253,8 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
         onEvent = nil
     }
 
+    /// Owns every open stream's context (nghttp2 holds only unretained pointers to them).
+    private var openContexts: [Int32: StreamContext] = [:]
     /// Set while tearing down, so stream closes report the connection's error.
     private var closingError: TransportError?
     /// Depth of calls into nghttp2 (mem_recv/mem_send), during which the session must live.
@@ -351,9 +357,8 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
         Unmanaged<StreamContext>.fromOpaque(raw).takeUnretainedValue().responseBody.append(contentsOf: data)
     }
 
-    fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32, contextPointer: UnsafeMutableRawPointer?) {
-        guard let contextPointer else { return }
-        let context = Unmanaged<StreamContext>.fromOpaque(contextPointer).takeRetainedValue()
+    fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32) {
+        guard let context = openContexts.removeValue(forKey: streamID) else { return }
         openStreams -= 1
         if let status = context.status, errorCode == NGHTTP2_NO_ERROR.rawValue || context.endStreamSeen {
             responsesReceived += 1
@@ -559,9 +564,7 @@ private func http2ClientStreamCloseCallback(
     _ session: OpaquePointer?, _ streamID: Int32, _ errorCode: UInt32, _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
     let connection = clientConnection(userData)
-    connection.didCloseStream(
-        streamID: streamID, errorCode: errorCode,
-        contextPointer: nghttp2_session_get_stream_user_data(session, streamID))
+    connection.didCloseStream(streamID: streamID, errorCode: errorCode)
     return 0
 }
 

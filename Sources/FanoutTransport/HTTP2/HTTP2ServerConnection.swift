@@ -10,6 +10,8 @@ public struct HTTP2ServerRequest: Sendable {
     /// Regular (non-pseudo) headers in arrival order, duplicates kept, names lowercase.
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
+    /// The body was longer than `HTTP2ServerConnection.maxRequestBody`; `body` holds only its start.
+    public var bodyTruncated = false
 }
 
 /// What a server connection asks of the application (mock-apns). Calls on the loop thread.
@@ -91,7 +93,8 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     /// A free slot for the application (mock-apns keeps its per-connection state here).
     public var userInfo: AnyObject?
 
-    /// Largest request body accepted; a larger one resets the stream (APNs's limit is 5 KiB).
+    /// Largest request body kept; past it the rest is dropped and the request is marked truncated
+    /// (APNs's own limit is 5 KiB), so a hostile client cannot make the server buffer without bound.
     static let maxRequestBody = 64 * 1024
 
     /// Wraps an accepted socket. Starts the TLS handshake at once.
@@ -175,9 +178,10 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
         isClosed = true
         loop.removeStopAction(stopActionID)
         if let session {
-            nghttp2_session_del(session)  // releases every stream's context through on_stream_close
+            nghttp2_session_del(session)
             self.session = nil
         }
+        streams = [:]
         channel.delegate = nil
         channel.close(error: nil)
         handler.serverConnectionDidClose(self, error: error)
@@ -260,9 +264,10 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     fileprivate func beginStream(_ streamID: Int32) {
         guard let session else { return }
         streamsReceived += 1
-        // +1 held by nghttp2 as stream user data, released in on_stream_close.
+        // `streams` owns it; nghttp2 holds an unretained pointer as stream user data.
         let stream = ServerStream(streamID: streamID)
-        nghttp2_session_set_stream_user_data(session, streamID, Unmanaged.passRetained(stream).toOpaque())
+        streams[streamID] = stream
+        nghttp2_session_set_stream_user_data(session, streamID, Unmanaged.passUnretained(stream).toOpaque())
     }
 
     fileprivate func stream(_ streamID: Int32) -> ServerStream? {
@@ -282,21 +287,21 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     fileprivate func requestComplete(_ streamID: Int32) {
         guard let stream = stream(streamID), !stream.delivered else { return }
         stream.delivered = true
-        if stream.overflow {
-            respond(streamID: streamID, status: 413, body: Array("{\"reason\":\"PayloadTooLarge\"}".utf8))
-            return
-        }
         let request = HTTP2ServerRequest(
-            streamID: streamID, method: stream.method, path: stream.path, headers: stream.headers, body: stream.body)
+            streamID: streamID, method: stream.method, path: stream.path, headers: stream.headers, body: stream.body,
+            bodyTruncated: stream.overflow)
         stream.headers = []
         stream.body = []
         handler.serverConnection(self, didReceive: request)
     }
 
-    fileprivate func closeStream(_ raw: UnsafeMutableRawPointer?) {
-        guard let raw else { return }
-        Unmanaged<ServerStream>.fromOpaque(raw).release()
+    fileprivate func closeStream(_ streamID: Int32) {
+        streams[streamID] = nil
     }
+
+    /// Owns every open stream (nghttp2 holds unretained pointers; nghttp2_session_del frees its
+    /// streams without calling on_stream_close, so this dictionary is what releases them).
+    private var streams: [Int32: ServerStream] = [:]
 
     fileprivate func invalidFrame(type: UInt8, errorCode: Int32) {
         guard let session, type == UInt8(NGHTTP2_HEADERS.rawValue) else { return }
@@ -413,7 +418,7 @@ private func http2ServerStreamCloseCallback(
 ) -> Int32 {
     let connection = serverConnection(userData)
     connection.streamsClosed += 1
-    connection.closeStream(nghttp2_session_get_stream_user_data(session, streamID))
+    connection.closeStream(streamID)
     return 0
 }
 

@@ -111,8 +111,10 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         if closeAfterFlush && socket.queuedWriteBytes == 0 { close(error: nil) }
     }
 
-    /// Sends what is pending, then closes.
+    /// Sends what is pending, then closes (once the socket has written it all). Idempotent: a
+    /// second call must not schedule another flush, or a flush that calls it would spin.
     func closeWhenFlushed() {
+        guard !closeAfterFlush else { return }
         closeAfterFlush = true
         scheduleFlush()
     }
@@ -176,6 +178,10 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     }
 
     func tcpSocketDidDrainWrites(_ socket: TCPSocket) {
-        if canWrite || closeAfterFlush { scheduleFlush() }
+        if closeAfterFlush && socket.queuedWriteBytes == 0 {
+            close(error: nil)
+        } else if canWrite {
+            scheduleFlush()
+        }
     }
 }
