@@ -1,0 +1,382 @@
+import FanoutCore
+import FanoutTransport
+import Foundation
+
+/// One notification on its way: which job, which token, its fixed `apns-id` (kept across retries),
+/// and how many attempts may have reached APNs.
+///
+/// `@unchecked Sendable`: touched only on its loop; completion closures merely carry it there.
+final class PendingNotification: @unchecked Sendable {
+    let job: PreparedJob
+    let token: String
+    let path: String
+    let apnsID: String
+    var attempts = 0
+    /// Loop clock (ms) of the first send, for latency.
+    var firstSentAt: UInt64 = 0
+    var lastStatus: Int?
+    var lastReason: String?
+    /// Loop clock (ms) before which a retry must not be sent.
+    var notBefore: UInt64 = 0
+
+    init(job: PreparedJob, token: String, apnsID: String) {
+        self.job = job
+        self.token = token
+        path = "/3/device/" + token
+        self.apnsID = apnsID
+    }
+}
+
+/// What the loops of one engine share.
+final class EngineShared: Sendable {
+    let configuration: FanoutEngineConfiguration
+    let tls: TLSClientContext
+    let tokens: ProviderTokenCache?
+    let limiter: InFlightLimiter
+
+    init(configuration: FanoutEngineConfiguration, tls: TLSClientContext, tokens: ProviderTokenCache?) {
+        self.configuration = configuration
+        self.tls = tls
+        self.tokens = tokens
+        limiter = InFlightLimiter(capacity: configuration.effectiveMaxInFlight)
+    }
+}
+
+/// The part of the engine on one loop thread: its connections, the notifications waiting for a
+/// stream, and the retries waiting for their backoff. Confined to `loop` (asserted).
+///
+/// Streams are kept busy as h2load does: whenever a connection can open a stream (ready, a stream
+/// closed, the server raised its limit) it takes waiting notifications up to its limit.
+final class EngineLoop: @unchecked Sendable {
+    // @unchecked Sendable: referenced from other threads only to `loop.execute` onto it.
+
+    let loop: LoopThread
+    private let shared: EngineShared
+    private var configuration: FanoutEngineConfiguration { shared.configuration }
+    private var slots: [ConnectionSlot]
+    /// Connections that got GOAWAY and are finishing their streams.
+    private var draining: [ObjectIdentifier: HTTP2ClientConnection] = [:]
+    private var waiting = NotificationQueue()
+    private var delayed: [PendingNotification] = []
+    private var delayTimer: LoopTimer?
+    private var delayTimerDue: UInt64 = .max
+    private var random = FastRandomGenerator()
+    private var consecutiveConnectFailures = 0
+    private var lastConnectError: TransportError?
+    private(set) var isStopping = false
+
+    /// One connection position in the pool: the live connection, or when to make the next one.
+    private final class ConnectionSlot {
+        var connection: HTTP2ClientConnection?
+        var reconnectTimer: LoopTimer?
+        var failures = 0
+    }
+
+    init(loop: LoopThread, shared: EngineShared) {
+        self.loop = loop
+        self.shared = shared
+        slots = (0..<shared.configuration.connectionsPerLoop).map { _ in ConnectionSlot() }
+    }
+
+    // MARK: Work in
+
+    /// Makes pending notifications for `tokens` of `job` and sends them. Loop thread.
+    func enqueue(job: PreparedJob, tokens: [String]) {
+        loop.assertInLoop()
+        for token in tokens {
+            let pending = PendingNotification(job: job, token: token, apnsID: APNsID.generate(using: &random))
+            if isStopping {
+                finish(pending, outcome: .failed, reason: "NotSent")
+            } else {
+                waiting.append(pending)
+            }
+        }
+        pump()
+    }
+
+    // MARK: Streams
+
+    /// Gives every connection that can open streams as many waiting notifications as it can take.
+    private func pump() {
+        guard !waiting.isEmpty, !isStopping else { return }
+        ensureConnections()
+        var bearer: String?
+        if let tokens = shared.tokens {
+            do {
+                bearer = try tokens.currentToken()
+            } catch {
+                failAllWaiting(reason: "ProviderTokenUnavailable")
+                return
+            }
+        }
+        let now = loop.nowMilliseconds
+        let nowSeconds = Int64(Date().timeIntervalSince1970)
+        for slot in slots {
+            guard let connection = slot.connection, connection.isReady, connection.isAcceptingRequests else { continue }
+            while connection.outstanding < connection.streamLimit, let pending = waiting.popFirst() {
+                if let expiresAt = pending.job.expiresAt, nowSeconds > expiresAt {
+                    finish(pending, outcome: .expired, reason: "Expired")
+                    continue
+                }
+                send(pending, on: connection, bearer: bearer, now: now)
+            }
+            if waiting.isEmpty { break }
+        }
+    }
+
+    private func send(_ pending: PendingNotification, on connection: HTTP2ClientConnection, bearer: String?, now: UInt64) {
+        if pending.firstSentAt == 0 { pending.firstSentAt = now }
+        pending.attempts += 1
+        let request = HTTP2Request(
+            head: pending.job.headerBlock(bearer: bearer), path: pending.path, apnsID: pending.apnsID, body: pending.job.body)
+        connection.submit(request) { [self] result in
+            complete(pending, result: result, connection: connection)
+        }
+    }
+
+    private func complete(
+        _ pending: PendingNotification, result: Result<HTTP2Response, HTTP2StreamFailure>, connection: HTTP2ClientConnection
+    ) {
+        switch result {
+        case .success(let http):
+            let response = APNsResponse.parse(
+                status: http.status, apnsID: http.apnsID, apnsUniqueID: http.apnsUniqueID, body: http.body)
+            handle(pending, response: response, connection: connection)
+        case .failure(let failure):
+            if failure.isSafeToRetry {
+                // The server did not act on it: send again at once, without counting an attempt.
+                pending.attempts -= 1
+                if isStopping {
+                    finish(pending, outcome: .failed, reason: "NotSent")
+                } else {
+                    waiting.prepend(pending)
+                }
+            } else {
+                pending.lastReason = Self.describe(failure)
+                retryOrFail(pending)
+            }
+        }
+        pump()
+    }
+
+    private func handle(_ pending: PendingNotification, response: APNsResponse, connection: HTTP2ClientConnection) {
+        pending.lastStatus = response.status
+        pending.lastReason = response.reason?.rawValue
+        if response.status == 200 {
+            finish(pending, outcome: .delivered, response: response)
+            return
+        }
+        let reasonClass = response.reasonClass ?? ReasonClass(status: response.status, reason: response.reason)
+        if response.invalidatesToken {
+            finish(pending, outcome: .unregistered, response: response)
+        } else if reasonClass == .providerTokenRefresh {
+            // A new token, and a new connection (APNs wedges the old one); then send again.
+            _ = try? shared.tokens?.forceRefresh()
+            connection.close()
+            retryOrFail(pending, immediately: true)
+        } else if reasonClass.isRetryable {
+            retryOrFail(pending)
+        } else {
+            finish(pending, outcome: .rejected, response: response)
+        }
+    }
+
+    /// Sends again after a jittered backoff, or ends as `failed` when the attempts are used up.
+    private func retryOrFail(_ pending: PendingNotification, immediately: Bool = false) {
+        guard !isStopping, pending.attempts < configuration.maxAttempts else {
+            finish(pending, outcome: .failed, reason: pending.lastReason)
+            return
+        }
+        if immediately {
+            waiting.prepend(pending)
+            return
+        }
+        let ceiling = min(configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << UInt64(min(pending.attempts, 20)))
+        let delay = ceiling == 0 ? 0 : UInt64.random(in: 0...ceiling, using: &random)
+        pending.notBefore = loop.nowMilliseconds + delay
+        delayed.append(pending)
+        armDelayTimer(due: pending.notBefore)
+    }
+
+    private func armDelayTimer(due: UInt64) {
+        guard due < delayTimerDue else { return }
+        let timer = delayTimer ?? LoopTimer(loop: loop)
+        delayTimer = timer
+        delayTimerDue = due
+        let now = loop.nowMilliseconds
+        timer.schedule(milliseconds: due > now ? due - now : 0) { [self] in releaseDelayed() }
+    }
+
+    private func releaseDelayed() {
+        delayTimerDue = .max
+        let now = loop.nowMilliseconds
+        var next: UInt64 = .max
+        var keep: [PendingNotification] = []
+        for pending in delayed {
+            if pending.notBefore <= now {
+                waiting.append(pending)
+            } else {
+                keep.append(pending)
+                next = min(next, pending.notBefore)
+            }
+        }
+        delayed = keep
+        if next != .max { armDelayTimer(due: next) }
+        pump()
+    }
+
+    private func finish(_ pending: PendingNotification, outcome: NotificationOutcome, response: APNsResponse? = nil, reason: String? = nil) {
+        let latency = pending.firstSentAt == 0 ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt)
+        let result = NotificationResult(
+            jobID: pending.job.id, token: pending.token, outcome: outcome, status: response?.status ?? pending.lastStatus,
+            reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
+            apnsID: response?.apnsID ?? pending.apnsID, apnsUniqueID: response?.apnsUniqueID, attempts: pending.attempts,
+            latencyMilliseconds: latency, timestamp: response?.timestamp)
+        pending.job.run.record(result)
+        shared.limiter.release(1)
+    }
+
+    private func failAllWaiting(reason: String) {
+        while let pending = waiting.popFirst() {
+            finish(pending, outcome: .failed, reason: reason)
+        }
+    }
+
+    private static func describe(_ failure: HTTP2StreamFailure) -> String {
+        switch failure {
+        case .connectionLost: return "ConnectionLost"
+        case .reset(let code): return "StreamReset(\(code))"
+        case .notSent: return "NotSent"
+        case .refused: return "RefusedStream"
+        case .notProcessed: return "GoAway"
+        }
+    }
+
+    // MARK: Connections
+
+    private func ensureConnections() {
+        for slot in slots where slot.connection == nil && slot.reconnectTimer == nil {
+            connect(slot)
+        }
+    }
+
+    private func connect(_ slot: ConnectionSlot) {
+        let connection = HTTP2ClientConnection(
+            loop: loop,
+            configuration: HTTP2ClientConfiguration(
+                host: configuration.endpoint.host, port: configuration.endpoint.port, tls: shared.tls.configuration,
+                connectTimeoutMilliseconds: configuration.connectTimeoutMilliseconds,
+                maxConcurrentStreams: configuration.maxConcurrentStreams,
+                pingIntervalMilliseconds: configuration.pingIntervalMilliseconds),
+            tlsContext: shared.tls)
+        slot.connection = connection
+        connection.onEvent = { [self, unowned slot, unowned connection] event in
+            connectionEvent(event, slot: slot, connection: connection)
+        }
+    }
+
+    private func connectionEvent(_ event: HTTP2ConnectionEvent, slot: ConnectionSlot, connection: HTTP2ClientConnection) {
+        switch event {
+        case .ready:
+            slot.failures = 0
+            consecutiveConnectFailures = 0
+            pump()
+        case .capacityAvailable:
+            break  // the stream completion already pumped
+        case .goaway:
+            // Finish its streams there; new work goes to a fresh connection in the same slot.
+            if slot.connection === connection {
+                draining[ObjectIdentifier(connection)] = connection
+                slot.connection = nil
+                if !waiting.isEmpty { connect(slot) }
+            }
+        case .closed(let error):
+            draining[ObjectIdentifier(connection)] = nil
+            guard slot.connection === connection else { return }
+            slot.connection = nil
+            let neverReady = connection.responsesReceived == 0 && error != nil
+            if let error, neverReady {
+                connectionFailed(slot, error: error)
+            } else if !waiting.isEmpty && !isStopping {
+                connect(slot)
+            }
+        }
+    }
+
+    /// A connection ended before it carried anything: back off, and after too many failures in a
+    /// row fail what waits (a wrong CA or an unreachable endpoint must not hang a job).
+    private func connectionFailed(_ slot: ConnectionSlot, error: TransportError) {
+        consecutiveConnectFailures += 1
+        lastConnectError = error
+        let permanent = [.tlsUnknownCA, .tlsHostnameMismatch, .tlsCertificateInvalid, .tlsNoH2, .tlsConfiguration].contains(error.kind)
+        if permanent || consecutiveConnectFailures >= configuration.maxConnectAttempts * slots.count {
+            failAllWaiting(reason: "ConnectionFailed: \(error.message)")
+            consecutiveConnectFailures = 0
+        }
+        guard !isStopping else { return }
+        slot.failures += 1
+        let ceiling = min(configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << UInt64(min(slot.failures, 20)))
+        let delay = UInt64.random(in: ceiling / 2...max(ceiling / 2, ceiling), using: &random)
+        let timer = LoopTimer(loop: loop)
+        slot.reconnectTimer = timer
+        timer.schedule(milliseconds: delay) { [self, unowned slot] in
+            slot.reconnectTimer?.close()
+            slot.reconnectTimer = nil
+            if !waiting.isEmpty && !isStopping { connect(slot) }
+        }
+    }
+
+    // MARK: Stop
+
+    /// Ends everything now: waiting and delayed notifications end as `failed` (NotSent), open
+    /// streams end when their connections close. Loop thread.
+    func stop() {
+        isStopping = true
+        failAllWaiting(reason: "NotSent")
+        for pending in delayed { finish(pending, outcome: .failed, reason: pending.lastReason ?? "NotSent") }
+        delayed = []
+        delayTimer?.close()
+        delayTimer = nil
+        for slot in slots {
+            slot.reconnectTimer?.close()
+            slot.reconnectTimer = nil
+            slot.connection?.close(immediately: true)
+            slot.connection = nil
+        }
+        for connection in Array(draining.values) { connection.close(immediately: true) }
+        draining = [:]
+    }
+
+    /// Notifications this loop holds (waiting or delayed); the rest of in-flight is on the wire.
+    var heldCount: Int { waiting.count + delayed.count }
+}
+
+/// A FIFO of notifications that reuses its storage; `prepend` puts a retry first.
+struct NotificationQueue {
+    private var items: [PendingNotification?] = []
+    private var head = 0
+    private var front: [PendingNotification] = []
+
+    var count: Int { items.count - head + front.count }
+    var isEmpty: Bool { count == 0 }
+
+    mutating func append(_ item: PendingNotification) { items.append(item) }
+
+    mutating func prepend(_ item: PendingNotification) { front.append(item) }
+
+    mutating func popFirst() -> PendingNotification? {
+        if let item = front.popLast() { return item }
+        guard head < items.count else { return nil }
+        let item = items[head]
+        items[head] = nil
+        head += 1
+        if head == items.count {
+            items.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head >= 4096 && head * 2 >= items.count {
+            items.removeFirst(head)
+            head = 0
+        }
+        return item
+    }
+}

@@ -1,0 +1,179 @@
+import FanoutCore
+import FanoutTransport
+import Foundation
+import Synchronization
+
+/// The fan-out engine: one update in, many device tokens out.
+///
+/// It runs `loops` event-loop threads, each with `connectionsPerLoop` HTTP/2 connections to the
+/// endpoint, and keeps every connection's stream window full. A job's payload and constant headers
+/// are encoded once and shared by all its streams. Tokens are streamed to the loops in batches, and
+/// submission waits while `maxInFlight` notifications are in flight, so memory stays flat however
+/// large the job. Every notification ends in exactly one `NotificationResult`.
+///
+/// ```swift
+/// let engine = try FanoutEngine(configuration: .init(endpoint: .sandbox, credentials: credentials))
+/// let summary = try await engine.run(job) { result in print(result.token ?? "", result.outcome) }
+/// await engine.shutdown()
+/// ```
+public final class FanoutEngine: Sendable {
+    public let configuration: FanoutEngineConfiguration
+    private let shared: EngineShared
+    private let loops: [EngineLoop]
+    private let nextLoop = Atomic<Int>(0)
+    private let state = Mutex(EngineState())
+
+    private struct EngineState {
+        var shuttingDown = false
+        var payloadEncodings = 0
+    }
+
+    /// Tokens handed to a loop per wake-up.
+    static let batchSize = 256
+
+    /// Loads the trust store and the signing key and starts the loop threads. Connections open on
+    /// first use. Throws on a bad CA file or key.
+    public init(configuration: FanoutEngineConfiguration) throws(FanoutError) {
+        precondition(configuration.loops >= 1 && configuration.connectionsPerLoop >= 1)
+        self.configuration = configuration
+        let tls: TLSClientContext
+        do {
+            tls = try TLSClientContext(TLSClientConfiguration(caFile: configuration.caFile))
+        } catch {
+            throw FanoutError(.connection, error.message, transport: error)
+        }
+        let tokens = try configuration.credentials?.makeTokenCache(
+            refreshAfter: configuration.tokenRefreshSeconds, minimumInterval: configuration.tokenMinimumIntervalSeconds)
+        let shared = EngineShared(configuration: configuration, tls: tls, tokens: tokens)
+        self.shared = shared
+        loops = (0..<configuration.loops).map { index in
+            EngineLoop(loop: LoopThread(name: "fanout-loop-\(index)"), shared: shared)
+        }
+    }
+
+    /// Payloads encoded by this engine so far: one per job with batch encoding.
+    public var payloadEncodings: Int { state.withLock { $0.payloadEncodings } }
+
+    /// Notifications accepted and not yet finished.
+    public var inFlight: Int { shared.limiter.inFlight }
+
+    /// Sends `job` to all its recipients and returns when every notification has its outcome.
+    /// `onResult` is called once per notification, on an engine thread; keep it short.
+    public func run(_ job: FanoutJob, onResult: @escaping @Sendable (NotificationResult) -> Void) async throws(FanoutError)
+        -> JobSummary
+    {
+        let run = FanoutRun(jobID: job.id, onResult: onResult)
+        try await feed(job, into: run)
+        return await run.summary()
+    }
+
+    /// Starts `job` and returns at once; iterate `results` (or await `summary()`) on the returned run.
+    public func submit(_ job: FanoutJob) -> FanoutRun {
+        let run = FanoutRun(jobID: job.id, onResult: nil)
+        Task { try? await feed(job, into: run) }
+        return run
+    }
+
+    /// Sends one notification and returns its result.
+    public func send(_ notification: PushNotification) async throws(FanoutError) -> NotificationResult {
+        let job = FanoutJob(
+            id: notification.headers.apnsID ?? "single", headers: notification.headers, payload: notification.payload,
+            recipients: .tokens([notification.deviceToken]))
+        let collected = Mutex<NotificationResult?>(nil)
+        _ = try await run(job) { result in collected.withLock { $0 = result } }
+        return collected.withLock { $0 }!
+    }
+
+    /// Streams the job's tokens to the loops in batches, waiting for room in flight.
+    private func feed(_ job: FanoutJob, into run: FanoutRun) async throws(FanoutError) {
+        guard !state.withLock({ $0.shuttingDown }) else { throw FanoutError(.shutdown, "engine is shut down") }
+        do {
+            try job.headers.validate()
+        } catch {
+            throw FanoutError(.invalidNotification, "job \(job.id): \(error.description)")
+        }
+        let limit = job.headers.pushType.payloadSizeLimit
+        guard job.payload.count <= limit else {
+            throw FanoutError(
+                .invalidNotification, "job \(job.id): payload is \(job.payload.count) bytes, over the \(limit)-byte limit")
+        }
+        var reader: TokenFileReader?
+        var inline: IndexingIterator<[String]>?
+        switch job.recipients {
+        case .tokens(let tokens): inline = tokens.makeIterator()
+        case .file(let path): reader = try TokenFileReader(path: path)
+        }
+        func nextToken() -> String? {
+            if inline != nil { return inline!.next() }
+            return reader!.nextLine()
+        }
+
+        let prepared = PreparedJob(job: job, run: run, authority: configuration.endpoint.authority)
+        state.withLock { $0.payloadEncodings += 1 }
+        var batch: [String] = []
+        batch.reserveCapacity(Self.batchSize)
+        var stopped = false
+        while true {
+            batch.removeAll(keepingCapacity: true)
+            while batch.count < Self.batchSize, let token = nextToken() {
+                if let valid = DeviceToken(token) {
+                    batch.append(valid.hex)
+                } else {
+                    run.didSubmit(1)
+                    run.record(
+                        NotificationResult(jobID: job.id, token: token, outcome: .rejected, status: nil, reason: "BadDeviceToken"))
+                }
+            }
+            if batch.isEmpty { break }
+            run.didSubmit(batch.count)
+            if !stopped {
+                await shared.limiter.acquire(batch.count)
+                if state.withLock({ $0.shuttingDown }) {
+                    stopped = true
+                    shared.limiter.release(batch.count)
+                }
+            }
+            if stopped {
+                // Shut down while feeding: the rest of the job is reported, not sent.
+                for token in batch {
+                    run.record(NotificationResult(jobID: job.id, token: token, outcome: .failed, reason: "NotSent"))
+                }
+                continue
+            }
+            let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
+            let tokens = batch
+            engineLoop.loop.execute { engineLoop.enqueue(job: prepared, tokens: tokens) }
+        }
+        run.didFinishSubmitting()
+    }
+
+    /// Stops taking jobs, lets in-flight notifications finish for up to `gracePeriod`, then ends the
+    /// rest as `failed` (NotSent) and stops the loop threads. Idempotent.
+    public func shutdown(gracePeriod: Duration = .seconds(30)) async {
+        let already = state.withLock { state -> Bool in
+            defer { state.shuttingDown = true }
+            return state.shuttingDown
+        }
+        guard !already else { return }
+        let deadline = ContinuousClock.now + gracePeriod
+        while shared.limiter.inFlight > 0 && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        let loops = self.loops
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            // LoopThread.shutdown blocks: keep it off the cooperative pool.
+            Thread.detachNewThread {
+                for engineLoop in loops {
+                    let done = DispatchSemaphore(value: 0)
+                    engineLoop.loop.execute {
+                        engineLoop.stop()
+                        done.signal()
+                    }
+                    done.wait()
+                }
+                for engineLoop in loops { engineLoop.loop.shutdown() }
+                continuation.resume()
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+import Foundation
+import Synchronization
+
+/// What a finished job came to.
+public struct JobSummary: Sendable {
+    public var jobID: String
+    /// Notifications that reached an outcome (one per token).
+    public var notifications: Int
+    public var counts: OutcomeCounts
+    /// Payload encodings done for this job: 1 with batch encoding, whatever the token count.
+    public var payloadEncodings: Int
+    public var seconds: Double
+}
+
+/// One job in progress: results arrive from the loop threads, counts accumulate, and whoever
+/// awaits `summary()` is resumed when the last notification has its outcome.
+public final class FanoutRun: Sendable {
+    public let jobID: String
+    /// Every notification's result, in completion order. Consume it, or start the job with
+    /// `FanoutEngine.run(_:onResult:)` instead: results not consumed stay buffered here.
+    public let results: AsyncStream<NotificationResult>
+    private let continuation: AsyncStream<NotificationResult>.Continuation?
+    private let onResult: (@Sendable (NotificationResult) -> Void)?
+    private let started = DispatchTime.now()
+
+    private struct State {
+        var counts = OutcomeCounts()
+        var submitted = 0
+        var completed = 0
+        var allSubmitted = false
+        var summary: JobSummary?
+        var waiters: [CheckedContinuation<JobSummary, Never>] = []
+        var payloadEncodings = 0
+    }
+    private let state = Mutex(State())
+
+    init(jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?) {
+        self.jobID = jobID
+        self.onResult = onResult
+        if onResult == nil {
+            let (stream, continuation) = AsyncStream<NotificationResult>.makeStream(bufferingPolicy: .unbounded)
+            results = stream
+            self.continuation = continuation
+        } else {
+            results = AsyncStream { $0.finish() }
+            continuation = nil
+        }
+    }
+
+    /// Waits for the job to finish and returns its counts.
+    public func summary() async -> JobSummary {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> JobSummary? in
+                if let summary = state.summary { return summary }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+
+    /// The counts so far (for progress).
+    public var countsSoFar: OutcomeCounts { state.withLock { $0.counts } }
+
+    func countEncoding() {
+        state.withLock { $0.payloadEncodings += 1 }
+    }
+
+    func didSubmit(_ count: Int) {
+        state.withLock { $0.submitted += count }
+    }
+
+    /// No more notifications will be submitted; finishes now if all are done.
+    func didFinishSubmitting() {
+        finishIfDone { $0.allSubmitted = true }
+    }
+
+    /// Records one notification's outcome. Called exactly once per notification, on any thread.
+    func record(_ result: NotificationResult) {
+        if let onResult { onResult(result) } else { continuation?.yield(result) }
+        finishIfDone { state in
+            state.counts.add(result)
+            state.completed += 1
+        }
+    }
+
+    private func finishIfDone(_ update: (inout State) -> Void) {
+        let (summary, waiters) = state.withLock { state -> (JobSummary?, [CheckedContinuation<JobSummary, Never>]) in
+            update(&state)
+            guard state.summary == nil, state.allSubmitted, state.completed == state.submitted else { return (nil, []) }
+            let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+            let summary = JobSummary(
+                jobID: jobID, notifications: state.completed, counts: state.counts,
+                payloadEncodings: state.payloadEncodings, seconds: seconds)
+            state.summary = summary
+            let waiters = state.waiters
+            state.waiters = []
+            return (summary, waiters)
+        }
+        guard let summary else { return }
+        continuation?.finish()
+        for waiter in waiters { waiter.resume(returning: summary) }
+    }
+}

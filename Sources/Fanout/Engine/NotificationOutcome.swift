@@ -1,0 +1,100 @@
+/// How one notification ended: exactly one per (job, token).
+public struct NotificationOutcome: Hashable, Sendable, CustomStringConvertible {
+    public let name: String
+    public var description: String { name }
+
+    /// APNs accepted it (200).
+    public static let delivered = NotificationOutcome(name: "delivered")
+    /// APNs refused it for good (a request or configuration error); do not resend unchanged.
+    public static let rejected = NotificationOutcome(name: "rejected")
+    /// The token should be dropped: 410, BadDeviceToken or DeviceTokenNotForTopic.
+    public static let unregistered = NotificationOutcome(name: "unregistered")
+    /// Transient errors until the retry budget ran out, or never sent (shutdown).
+    public static let failed = NotificationOutcome(name: "failed")
+    /// Its `apns-expiration` passed before delivery.
+    public static let expired = NotificationOutcome(name: "expired")
+    /// Refused by the workspace's rate budget.
+    public static let rateLimited = NotificationOutcome(name: "rate_limited")
+    /// The job failed validation (one per job, no token).
+    public static let invalid = NotificationOutcome(name: "invalid")
+
+    public static let all: [NotificationOutcome] = [delivered, rejected, unregistered, failed, expired, rateLimited, invalid]
+}
+
+/// The result of one notification, as the results file records it.
+public struct NotificationResult: Sendable {
+    public var jobID: String
+    /// Hex device token; nil for a job-level `invalid` result.
+    public var token: String?
+    public var outcome: NotificationOutcome
+    /// The last HTTP status from APNs, if any answer came.
+    public var status: Int?
+    /// APNs's reason, or Fanout's own for results without an answer (e.g. "NotSent").
+    public var reason: String?
+    public var apnsID: String?
+    public var apnsUniqueID: String?
+    /// Attempts that reached APNs or may have (refused and unprocessed streams do not count).
+    public var attempts: Int
+    /// From the first send to the final answer, in milliseconds.
+    public var latencyMilliseconds: Double
+    /// The 410 body's `timestamp` (milliseconds since the epoch).
+    public var timestamp: Int64?
+
+    public init(
+        jobID: String, token: String?, outcome: NotificationOutcome, status: Int? = nil, reason: String? = nil,
+        apnsID: String? = nil, apnsUniqueID: String? = nil, attempts: Int = 0, latencyMilliseconds: Double = 0,
+        timestamp: Int64? = nil
+    ) {
+        self.jobID = jobID
+        self.token = token
+        self.outcome = outcome
+        self.status = status
+        self.reason = reason
+        self.apnsID = apnsID
+        self.apnsUniqueID = apnsUniqueID
+        self.attempts = attempts
+        self.latencyMilliseconds = latencyMilliseconds
+        self.timestamp = timestamp
+    }
+}
+
+/// Counts of one job's (or a whole run's) outcomes.
+public struct OutcomeCounts: Sendable, Equatable {
+    public var delivered = 0
+    public var rejected = 0
+    public var unregistered = 0
+    public var failed = 0
+    public var expired = 0
+    public var rateLimited = 0
+    public var invalid = 0
+    /// Attempts beyond the first, summed over notifications.
+    public var retries = 0
+
+    public init() {}
+
+    public var total: Int { delivered + rejected + unregistered + failed + expired + rateLimited + invalid }
+
+    public mutating func add(_ result: NotificationResult) {
+        switch result.outcome {
+        case .delivered: delivered += 1
+        case .rejected: rejected += 1
+        case .unregistered: unregistered += 1
+        case .failed: failed += 1
+        case .expired: expired += 1
+        case .rateLimited: rateLimited += 1
+        default: invalid += 1
+        }
+        retries += max(0, result.attempts - 1)
+    }
+
+    public mutating func add(_ other: OutcomeCounts) {
+        delivered += other.delivered
+        rejected += other.rejected
+        unregistered += other.unregistered
+        failed += other.failed
+        expired += other.expired
+        rateLimited += other.rateLimited
+        invalid += other.invalid
+        retries += other.retries
+    }
+}

@@ -1,0 +1,169 @@
+import Fanout
+import FanoutCore
+import FanoutTransport
+import Foundation
+import Synchronization
+import XCTest
+
+/// The fan-out engine against mock-apns on port 0, with TLS and provider tokens on.
+final class EngineTests: XCTestCase {
+    private func makeEngine(
+        _ mock: MockHarness, loops: Int = 2, connections: Int = 2, configure: (inout FanoutEngineConfiguration) -> Void = { _ in }
+    ) throws -> FanoutEngine {
+        var configuration = FanoutEngineConfiguration(
+            endpoint: APNsEndpoint(host: "localhost", port: mock.port),
+            credentials: ProviderCredentials(keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+            caFile: mock.material.caPEMPath)
+        configuration.loops = loops
+        configuration.connectionsPerLoop = connections
+        configure(&configuration)
+        return try FanoutEngine(configuration: configuration)
+    }
+
+    private func liveActivityJob(id: String, tokens: [String], payload: String? = nil) -> FanoutJob {
+        FanoutJob(
+            id: id,
+            headers: NotificationHeaders(pushType: .liveactivity, topic: "com.example.app.push-type.liveactivity", priority: 10),
+            payload: Array(
+                (payload ?? #"{"aps":{"timestamp":1764460800,"event":"update","content-state":{"home":2,"away":1}}}"#).utf8),
+            recipients: .tokens(tokens))
+    }
+
+    func testOneJobOf200000TokensIsDeliveredOnceEachWithOneEncoding() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(mock)
+        let tokens = (0..<200_000).map { testDeviceToken($0) }
+        let delivered = Atomic<Int>(0)
+        let summary = try await engine.run(liveActivityJob(id: "big", tokens: tokens)) { result in
+            if result.outcome == .delivered { delivered.add(1, ordering: .relaxed) }
+        }
+        await engine.shutdown()
+        XCTAssertEqual(summary.notifications, 200_000)
+        XCTAssertEqual(summary.counts.delivered, 200_000)
+        XCTAssertEqual(delivered.load(ordering: .relaxed), 200_000)
+        XCTAssertEqual(summary.payloadEncodings, 1)
+        XCTAssertEqual(engine.payloadEncodings, 1)
+        XCTAssertEqual(mock.stats.accepted, 200_000)
+        XCTAssertEqual(mock.stats.snapshot()["distinct_tokens"] as? Int, 200_000)
+        XCTAssertEqual(mock.stats.duplicateApnsIDs, 0)
+        XCTAssertEqual(mock.stats.streamLimitViolations, 0)
+    }
+
+    func testThousandJobsWithDistinctPayloadsEncodeEachOnce() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(mock)
+        let summaries = try await withThrowingTaskGroup(of: JobSummary.self) { group in
+            for job in 0..<1000 {
+                let tokens = (0..<100).map { testDeviceToken(job * 100 + $0) }
+                let payload = #"{"aps":{"timestamp":1764460800,"event":"update","content-state":{"job":\#(job)}}}"#
+                let fanoutJob = liveActivityJob(id: "job-\(job)", tokens: tokens, payload: payload)
+                group.addTask { try await engine.run(fanoutJob) { _ in } }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        await engine.shutdown()
+        XCTAssertEqual(summaries.count, 1000)
+        XCTAssertEqual(summaries.reduce(0) { $0 + $1.counts.delivered }, 100_000)
+        XCTAssertEqual(summaries.reduce(0) { $0 + $1.payloadEncodings }, 1000)
+        XCTAssertEqual(engine.payloadEncodings, 1000)
+        XCTAssertEqual(mock.stats.accepted, 100_000)
+    }
+
+    func testStreamLimitOfTenIsNeverExceeded() async throws {
+        let mock = try MockHarness { $0.maxStreams = 10 }
+        defer { mock.stop() }
+        let engine = try makeEngine(mock)
+        let tokens = (0..<20_000).map { testDeviceToken($0) }
+        let summary = try await engine.run(liveActivityJob(id: "narrow", tokens: tokens)) { _ in }
+        await engine.shutdown()
+        XCTAssertEqual(summary.counts.delivered, 20_000)
+        XCTAssertEqual(mock.stats.streamLimitViolations, 0, "no stream past the limit, nor past 1 before the first valid token")
+        XCTAssertEqual(mock.stats.count(status: 200), 20_000)
+    }
+
+    func testUnregisteredTokensGetTheirOwnOutcome() async throws {
+        let unregistered = (0..<50).map { testDeviceToken(1_000_000 + $0) }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("unregistered-\(UUID().uuidString)").path
+        try unregistered.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        let mock = try MockHarness { $0.unregisteredPath = file }
+        defer { mock.stop() }
+        let engine = try makeEngine(mock)
+        let valid = (0..<950).map { testDeviceToken($0) }
+        let outcomes = Mutex<[String: NotificationResult]>([:])
+        let summary = try await engine.run(liveActivityJob(id: "mixed", tokens: (valid + unregistered).shuffled())) { result in
+            outcomes.withLock { $0[result.token!] = result }
+        }
+        await engine.shutdown()
+        XCTAssertEqual(summary.counts.delivered, 950)
+        XCTAssertEqual(summary.counts.unregistered, 50)
+        let results = outcomes.withLock { $0 }
+        XCTAssertEqual(results.count, 1000)
+        for token in unregistered {
+            XCTAssertEqual(results[token]?.outcome, .unregistered)
+            XCTAssertEqual(results[token]?.status, 410)
+            XCTAssertEqual(results[token]?.reason, "Unregistered")
+            XCTAssertNotNil(results[token]?.timestamp)
+        }
+        for token in valid { XCTAssertEqual(results[token]?.outcome, .delivered) }
+    }
+
+    func testTokensFileIsStreamedAndBadTokensAreRejectedWithoutSending() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(mock, loops: 1, connections: 1)
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("tokens-\(UUID().uuidString)").path
+        let lines = (0..<5000).map { testDeviceToken($0) } + ["not-a-token", "", "  \(testDeviceToken(9999))  "]
+        try lines.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        let job = FanoutJob(
+            id: "file", headers: NotificationHeaders(pushType: .alert, topic: "com.example.app"),
+            payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8), recipients: .file(path: file))
+        let summary = try await engine.run(job) { _ in }
+        await engine.shutdown()
+        XCTAssertEqual(summary.counts.delivered, 5001)
+        XCTAssertEqual(summary.counts.rejected, 1)
+        XCTAssertEqual(mock.stats.accepted, 5001)
+    }
+
+    func testShutdownDuringALargeJobAccountsForEveryNotification() async throws {
+        let mock = try MockHarness { $0.latencyMilliseconds = 20 }
+        defer { mock.stop() }
+        let engine = try makeEngine(mock, loops: 1, connections: 1) { $0.maxInFlight = 2000 }
+        let total = 50_000
+        let tokens = (0..<total).map { testDeviceToken($0) }
+        let run = engine.submit(liveActivityJob(id: "interrupted", tokens: tokens))
+        // Shut down once some notifications have been delivered, long before the job can finish.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while run.countsSoFar.delivered < 100 && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        await engine.shutdown(gracePeriod: .zero)
+        let summary = await run.summary()
+        XCTAssertEqual(summary.notifications, total, "every notification has exactly one outcome")
+        XCTAssertEqual(summary.counts.delivered + summary.counts.failed, total)
+        XCTAssertGreaterThan(summary.counts.failed, 0, "the job was cut short")
+        XCTAssertGreaterThanOrEqual(summary.counts.delivered, 100)
+        XCTAssertLessThanOrEqual(mock.stats.accepted, summary.counts.delivered + 2000, "at most what was in flight")
+    }
+
+    func testUnreachableEndpointFailsTheJobInsteadOfHanging() async throws {
+        let mock = try MockHarness()
+        let port = mock.port
+        let material = mock.material
+        mock.stop()
+        var configuration = FanoutEngineConfiguration(
+            endpoint: APNsEndpoint(host: "127.0.0.1", port: port),
+            credentials: ProviderCredentials(keyPath: material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+            caFile: material.caPEMPath)
+        configuration.loops = 1
+        configuration.maxConnectAttempts = 2
+        configuration.retryBaseMilliseconds = 5
+        let engine = try FanoutEngine(configuration: configuration)
+        let summary = try await engine.run(liveActivityJob(id: "nowhere", tokens: (0..<10).map { testDeviceToken($0) })) { result in
+            XCTAssertTrue(result.reason?.contains("ECONNREFUSED") ?? false, result.reason ?? "no reason")
+        }
+        await engine.shutdown()
+        XCTAssertEqual(summary.counts.failed, 10)
+    }
+}
