@@ -25,6 +25,14 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// Validates and normalises a `String` (the common case, specialised: the generic initialiser
+    /// runs unspecialised when called from another module, several times slower per token).
+    public init?(_ text: String) {
+        var text = text
+        guard let hasUppercase = text.withUTF8({ DeviceToken.scan($0) }) else { return nil }
+        hex = hasUppercase ? text.withUTF8 { DeviceToken.lowercasedHex($0) } : text
+    }
+
     /// Validates and normalises a token given as UTF-8 bytes, for readers that never build a `String` per line.
     public init?(utf8 bytes: some Collection<UInt8>) {
         guard DeviceToken.scan(bytes) != nil else { return nil }

@@ -110,18 +110,26 @@ final class EngineLoop: @unchecked Sendable {
             }
         }
         let now = loop.nowMilliseconds
-        let nowSeconds = Int64(Date().timeIntervalSince1970)
+        var nowSeconds: Int64 = 0  // read only if a job has an expiration
         for slot in slots {
             guard let connection = slot.connection, connection.isReady, connection.isAcceptingRequests else { continue }
             while connection.outstanding < connection.streamLimit, let pending = waiting.popFirst() {
-                if let expiresAt = pending.job.expiresAt, nowSeconds > expiresAt {
+                if hasExpired(pending, nowSeconds: &nowSeconds) {
                     finish(pending, outcome: .expired, reason: "Expired")
-                    continue
+                } else {
+                    send(pending, on: connection, bearer: bearer, now: now)
                 }
-                send(pending, on: connection, bearer: bearer, now: now)
             }
             if waiting.isEmpty { break }
         }
+    }
+
+    /// Whether the notification's `apns-expiration` has passed; reads the wall clock at most once
+    /// per pump, and only for jobs that have an expiration.
+    private func hasExpired(_ pending: PendingNotification, nowSeconds: inout Int64) -> Bool {
+        guard let expiresAt = pending.job.expiresAt else { return false }
+        if nowSeconds == 0 { nowSeconds = Int64(Date().timeIntervalSince1970) }
+        return nowSeconds > expiresAt
     }
 
     private func send(_ pending: PendingNotification, on connection: HTTP2ClientConnection, bearer: String?, now: UInt64) {
@@ -138,6 +146,9 @@ final class EngineLoop: @unchecked Sendable {
         _ pending: PendingNotification, result: Result<HTTP2Response, HTTP2StreamFailure>, connection: HTTP2ClientConnection
     ) {
         switch result {
+        case .success(let http) where http.status == 200:
+            pending.lastStatus = 200
+            finish(pending, outcome: .delivered, status: 200, apnsUniqueID: http.apnsUniqueID)
         case .success(let http):
             let response = APNsResponse.parse(
                 status: http.status, apnsID: http.apnsID, apnsUniqueID: http.apnsUniqueID, body: http.body)
@@ -225,12 +236,15 @@ final class EngineLoop: @unchecked Sendable {
         pump()
     }
 
-    private func finish(_ pending: PendingNotification, outcome: NotificationOutcome, response: APNsResponse? = nil, reason: String? = nil) {
+    private func finish(
+        _ pending: PendingNotification, outcome: NotificationOutcome, response: APNsResponse? = nil, reason: String? = nil,
+        status: Int? = nil, apnsUniqueID: String? = nil
+    ) {
         let latency = pending.firstSentAt == 0 ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt)
         let result = NotificationResult(
-            jobID: pending.job.id, token: pending.token, outcome: outcome, status: response?.status ?? pending.lastStatus,
+            jobID: pending.job.id, token: pending.token, outcome: outcome, status: status ?? response?.status ?? pending.lastStatus,
             reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
-            apnsID: response?.apnsID ?? pending.apnsID, apnsUniqueID: response?.apnsUniqueID, attempts: pending.attempts,
+            apnsID: response?.apnsID ?? pending.apnsID, apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID, attempts: pending.attempts,
             latencyMilliseconds: latency, timestamp: response?.timestamp)
         pending.job.run.record(result)
         shared.limiter.release(1)

@@ -1,0 +1,124 @@
+import Foundation
+
+/// A child process with its output sent to files, so it can never block on a full pipe.
+struct ChildProcess {
+    let process: Process
+    let stdoutPath: String
+    let stderrPath: String
+
+    static func start(_ executable: String, _ arguments: [String], in directory: String) throws -> ChildProcess {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let name = URL(fileURLWithPath: executable).lastPathComponent
+        let stdoutPath = "\(directory)/\(name)-\(UUID().uuidString.prefix(8)).out"
+        let stderrPath = stdoutPath + ".err"
+        FileManager.default.createFile(atPath: stdoutPath, contents: nil)
+        FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        process.standardOutput = FileHandle(forWritingAtPath: stdoutPath)
+        process.standardError = FileHandle(forWritingAtPath: stderrPath)
+        try process.run()
+        return ChildProcess(process: process, stdoutPath: stdoutPath, stderrPath: stderrPath)
+    }
+
+    var output: String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }
+    var errorOutput: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
+
+    /// Waits for the process to end, at most `seconds`; kills it past that.
+    @discardableResult
+    func wait(seconds: Double) -> Int32 {
+        let deadline = Date().addingTimeInterval(seconds)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        return process.terminationStatus
+    }
+
+    func stop() {
+        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+        wait(seconds: 10)
+    }
+}
+
+/// A mock-apns subprocess on a free loopback port, with fresh TLS material.
+struct MockProcess {
+    let child: ChildProcess
+    let port: Int
+    let tlsDirectory: String
+    static let keyID = "BENCHKEY01"
+    static let teamID = "BENCHTEAM1"
+
+    static func start(binDirectory: String, workDirectory: String, threads: Int, extra: [String] = []) throws -> MockProcess {
+        let tls = "\(workDirectory)/tls"
+        let child = try ChildProcess.start(
+            "\(binDirectory)/mock-apns",
+            ["--listen", "127.0.0.1:0", "--tls-dir", tls, "--threads", String(threads), "--key-id", keyID, "--team-id", teamID]
+                + extra, in: workDirectory)
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            if let line = child.output.split(separator: "\n").first, line.hasPrefix("listening on "),
+                let port = Int(line.split(separator: ":").last ?? "")
+            {
+                return MockProcess(child: child, port: port, tlsDirectory: tls)
+            }
+            if !child.process.isRunning { break }
+            usleep(20_000)
+        }
+        child.stop()
+        throw BenchError("mock-apns did not start: \(child.errorOutput)")
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// CPU seconds (user + system) and peak RSS of this process so far.
+func processUsage() -> (cpuSeconds: Double, peakRSSMegabytes: Double) {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
+        + Double(usage.ru_stime.tv_usec) / 1e6
+    return (cpu, Double(usage.ru_maxrss) / 1024)
+}
+
+/// The median, minimum and maximum of some measurements.
+struct Spread: Codable {
+    var median: Double
+    var min: Double
+    var max: Double
+
+    init(_ values: [Double]) {
+        let sorted = values.sorted()
+        median = sorted.isEmpty ? 0 : sorted[(sorted.count - 1) / 2]
+        min = sorted.first ?? 0
+        max = sorted.last ?? 0
+    }
+}
+
+/// Finds a program in PATH (and the sbin directories), nil when absent.
+func findTool(_ name: String) -> String? {
+    let path = (ProcessInfo.processInfo.environment["PATH"] ?? "") + ":/usr/sbin:/sbin"
+    for directory in path.split(separator: ":") {
+        let candidate = "\(directory)/\(name)"
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+    }
+    return nil
+}
+
+/// A 64-hex-digit token for index `i`.
+func benchToken(_ index: Int) -> String {
+    let hex = String(index, radix: 16)
+    return "f" + String(repeating: "0", count: 63 - hex.count) + hex
+}
+
+/// A Live Activity update payload of exactly `size` bytes (padding in the content state).
+func liveActivityPayload(size: Int) -> [UInt8] {
+    let head = #"{"aps":{"timestamp":1764460800,"event":"update","content-state":{"score":"2-1","note":""#
+    let tail = #""}}}"#
+    let padding = max(0, size - head.utf8.count - tail.utf8.count)
+    return Array((head + String(repeating: "x", count: padding) + tail).utf8)
+}
