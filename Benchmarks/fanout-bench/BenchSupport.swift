@@ -13,8 +13,8 @@ struct ChildProcess {
         let name = URL(fileURLWithPath: executable).lastPathComponent
         let stdoutPath = "\(directory)/\(name)-\(UUID().uuidString.prefix(8)).out"
         let stderrPath = stdoutPath + ".err"
-        FileManager.default.createFile(atPath: stdoutPath, contents: nil)
-        FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
         process.standardOutput = FileHandle(forWritingAtPath: stdoutPath)
         process.standardError = FileHandle(forWritingAtPath: stderrPath)
         try process.run()
@@ -50,11 +50,16 @@ struct MockProcess {
     static let keyID = "BENCHKEY01"
     static let teamID = "BENCHTEAM1"
 
-    static func start(binDirectory: String, workDirectory: String, threads: Int, extra: [String] = []) throws -> MockProcess {
+    static func start(binDirectory: String, workDirectory: String, threads: Int, extra: [String] = []) throws
+        -> MockProcess
+    {
         let tls = "\(workDirectory)/tls"
         let child = try ChildProcess.start(
             "\(binDirectory)/mock-apns",
-            ["--listen", "127.0.0.1:0", "--tls-dir", tls, "--threads", String(threads), "--key-id", keyID, "--team-id", teamID]
+            [
+                "--listen", "127.0.0.1:0", "--tls-dir", tls, "--threads", String(threads), "--key-id", keyID,
+                "--team-id", teamID,
+            ]
                 + extra, in: workDirectory)
         let deadline = Date().addingTimeInterval(20)
         while Date() < deadline {
@@ -80,7 +85,8 @@ struct BenchError: Error, CustomStringConvertible {
 func processUsage() -> (cpuSeconds: Double, peakRSSMegabytes: Double) {
     var usage = rusage()
     getrusage(RUSAGE_SELF.rawValue, &usage)
-    let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
+    let cpu =
+        Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
         + Double(usage.ru_stime.tv_usec) / 1e6
     return (cpu, Double(usage.ru_maxrss) / 1024)
 }

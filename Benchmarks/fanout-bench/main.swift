@@ -30,7 +30,8 @@ let allScenarios = ["throughput-1c", "throughput-4c", "fanout-scaling"]
 /// `fanout-bench --child PORT CA KEY TOKENS LOOPS CONNECTIONS STREAMS PAYLOAD_BYTES [TOKENS_FILE]`: sends one
 /// job and prints one JSON line with its rate, CPU seconds and peak RSS.
 func runChild(_ arguments: [String]) async -> Int32 {
-    guard arguments.count >= 8, let port = Int(arguments[0]), let count = Int(arguments[3]), let loops = Int(arguments[4]),
+    guard arguments.count >= 8, let port = Int(arguments[0]), let count = Int(arguments[3]),
+        let loops = Int(arguments[4]),
         let connections = Int(arguments[5]), let streams = Int(arguments[6]), let payloadBytes = Int(arguments[7])
     else {
         FileHandle.standardError.write(Data("fanout-bench --child: bad arguments\n".utf8))
@@ -47,7 +48,8 @@ func runChild(_ arguments: [String]) async -> Int32 {
         arguments.count > 8 ? .file(path: arguments[8]) : .tokens((0..<count).map(benchToken))
     let job = FanoutJob(
         id: "bench",
-        headers: NotificationHeaders(pushType: .liveactivity, topic: "com.example.bench.push-type.liveactivity", priority: 10),
+        headers: NotificationHeaders(
+            pushType: .liveactivity, topic: "com.example.bench.push-type.liveactivity", priority: 10),
         payload: liveActivityPayload(size: payloadBytes), recipients: recipients)
     do {
         let engine = try FanoutEngine(configuration: configuration)
@@ -102,7 +104,8 @@ func parse(_ arguments: [String]) throws(UsageError) -> Options? {
 }
 
 /// Runs one child measurement; returns its JSON line.
-func measureFanout(bin: String, work: String, mock: MockProcess, tokens: Int, loops: Int, connections: Int, streams: Int,
+func measureFanout(
+    bin: String, work: String, mock: MockProcess, tokens: Int, loops: Int, connections: Int, streams: Int,
     payloadBytes: Int, tokensFile: String? = nil
 ) throws -> [String: Any] {
     var arguments = [
@@ -119,11 +122,12 @@ func measureFanout(bin: String, work: String, mock: MockProcess, tokens: Int, lo
 }
 
 /// h2load against the same mock with the same connections, streams, body and headers (a pre-minted JWT).
-func measureH2load(h2load: String, work: String, mock: MockProcess, requests: Int, connections: Int, streams: Int,
+func measureH2load(
+    h2load: String, work: String, mock: MockProcess, requests: Int, connections: Int, streams: Int,
     payloadBytes: Int
 ) throws -> Double {
     let body = "\(work)/body.json"
-    FileManager.default.createFile(atPath: body, contents: Data(liveActivityPayload(size: payloadBytes)))
+    _ = FileManager.default.createFile(atPath: body, contents: Data(liveActivityPayload(size: payloadBytes)))
     let key = try ES256PrivateKey(pemFilePath: "\(mock.tlsDirectory)/auth-key.p8")
     let jwt = try makeProviderToken(
         key: key, keyID: MockProcess.keyID, teamID: MockProcess.teamID, issuedAt: Int64(Date().timeIntervalSince1970))
@@ -191,7 +195,8 @@ func runParent(_ options: Options) throws -> Int32 {
                 "loops": loops, "connections": connections, "streams": streams,
             ]
             var line = String(
-                format: "%@: %.0f notifications/s [%.0f-%.0f], %.2f CPU s, %.0f MB peak", scenario, Spread(rates).median,
+                format: "%@: %.0f notifications/s [%.0f-%.0f], %.2f CPU s, %.0f MB peak", scenario,
+                Spread(rates).median,
                 Spread(rates).min, Spread(rates).max, Spread(cpu).median, Spread(rss).median)
             if !h2rates.isEmpty {
                 let h2 = Spread(h2rates)
@@ -199,7 +204,9 @@ func runParent(_ options: Options) throws -> Int32 {
                 entry["h2load_rate_min"] = h2.min
                 entry["h2load_rate_max"] = h2.max
                 entry["ratio_vs_h2load"] = Spread(rates).median / h2.median
-                line += String(format: "; h2load %.0f req/s [%.0f-%.0f]; ratio %.2f", h2.median, h2.min, h2.max, Spread(rates).median / h2.median)
+                line += String(
+                    format: "; h2load %.0f req/s [%.0f-%.0f]; ratio %.2f", h2.median, h2.min, h2.max,
+                    Spread(rates).median / h2.median)
             } else {
                 line += "; h2load not installed (apt-get install nghttp2-client)"
             }
@@ -213,7 +220,7 @@ func runParent(_ options: Options) throws -> Int32 {
                 var text = ""
                 text.reserveCapacity(size * 65)
                 for index in 0..<size { text += benchToken(index) + "\n" }
-                FileManager.default.createFile(atPath: file, contents: Data(text.utf8))
+                _ = FileManager.default.createFile(atPath: file, contents: Data(text.utf8))
                 var rates: [Double] = []
                 var cpuPer: [Double] = []
                 var rss: [Double] = []
@@ -232,7 +239,9 @@ func runParent(_ options: Options) throws -> Int32 {
                 ]
                 print(
                     String(
-                        format: "fanout-scaling %d tokens: %.0f notifications/s, %.2f CPU us/notification, %.1f MB peak RSS", size,
+                        format:
+                            "fanout-scaling %d tokens: %.0f notifications/s, %.2f CPU us/notification, %.1f MB peak RSS",
+                        size,
                         Spread(rates).median, Spread(cpuPer).median, Spread(rss).median))
                 rows.append(row)
             }
@@ -240,10 +249,15 @@ func runParent(_ options: Options) throws -> Int32 {
             let last = rows.last!
             let rssGrowth = (last["peak_rss_mb"] as! Double) / (first["peak_rss_mb"] as! Double)
             let cpuGrowth = (last["cpu_us_per_notification"] as! Double) / (first["cpu_us_per_notification"] as! Double)
-            print(String(format: "fanout-scaling growth %d -> %d tokens: peak RSS x%.2f, CPU per notification x%.2f", sizes.first!, sizes.last!, rssGrowth, cpuGrowth))
+            print(
+                String(
+                    format: "fanout-scaling growth %d -> %d tokens: peak RSS x%.2f, CPU per notification x%.2f",
+                    sizes.first!, sizes.last!, rssGrowth, cpuGrowth))
             results.append([
-                "scenario": "fanout-scaling", "sizes": rows, "rss_growth": rssGrowth, "cpu_per_notification_growth": cpuGrowth,
-                "notifications": sizes.reduce(0, +), "rate": last["rate"] as! Double, "peak_rss_mb": last["peak_rss_mb"] as! Double,
+                "scenario": "fanout-scaling", "sizes": rows, "rss_growth": rssGrowth,
+                "cpu_per_notification_growth": cpuGrowth,
+                "notifications": sizes.reduce(0, +), "rate": last["rate"] as! Double,
+                "peak_rss_mb": last["peak_rss_mb"] as! Double,
                 "seconds": 0, "cpu_seconds": 0,
             ])
         default:
@@ -252,7 +266,7 @@ func runParent(_ options: Options) throws -> Int32 {
     }
     if let path = options.jsonPath {
         let data = try JSONSerialization.data(withJSONObject: results, options: [.prettyPrinted, .sortedKeys])
-        FileManager.default.createFile(atPath: path, contents: data)
+        _ = FileManager.default.createFile(atPath: path, contents: data)
     }
     return 0
 }

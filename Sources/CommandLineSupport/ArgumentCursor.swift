@@ -45,7 +45,8 @@ public struct ArgumentCursor {
     public mutating func int(in range: ClosedRange<Int> = Int.min...Int.max) throws(UsageError) -> Int {
         let text = try string()
         guard let value = Int(text), range.contains(value) else {
-            throw UsageError("\(currentFlag) takes a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
+            throw UsageError(
+                "\(currentFlag) takes a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
         }
         return value
     }
@@ -54,7 +55,8 @@ public struct ArgumentCursor {
     public mutating func double(in range: ClosedRange<Double>) throws(UsageError) -> Double {
         let text = try string()
         guard let value = Double(text), range.contains(value) else {
-            throw UsageError("\(currentFlag) takes a number from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
+            throw UsageError(
+                "\(currentFlag) takes a number from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
         }
         return value
     }

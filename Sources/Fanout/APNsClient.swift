@@ -44,7 +44,8 @@ public final class APNsClient: Sendable {
         do {
             tls = try TLSClientContext(
                 TLSClientConfiguration(
-                    caFile: configuration.caFile, handshakeTimeoutMilliseconds: configuration.handshakeTimeoutMilliseconds))
+                    caFile: configuration.caFile,
+                    handshakeTimeoutMilliseconds: configuration.handshakeTimeoutMilliseconds))
         } catch {
             throw FanoutError(.connection, error.message, transport: error)
         }
@@ -77,10 +78,12 @@ public final class APNsClient: Sendable {
         }
         let limit = headers.pushType.payloadSizeLimit
         guard notification.payload.count <= limit else {
-            throw FanoutError(.invalidNotification, "payload is \(notification.payload.count) bytes, over the \(limit)-byte limit")
+            throw FanoutError(
+                .invalidNotification, "payload is \(notification.payload.count) bytes, over the \(limit)-byte limit")
         }
         let request = HTTP2Request(
-            head: HeaderBlock(fields.filter { $0.name != ":path" && $0.name != "apns-id" }.map { ($0.name, $0.value, $0.neverIndex) }),
+            head: HeaderBlock(
+                fields.filter { $0.name != ":path" && $0.name != "apns-id" }.map { ($0.name, $0.value, $0.neverIndex) }),
             path: NotificationHeaders.path(for: token), apnsID: headers.apnsID, body: SharedBody(notification.payload))
 
         var attempt = 0
@@ -90,7 +93,8 @@ public final class APNsClient: Sendable {
             switch result {
             case .success(let response):
                 return APNsResponse.parse(
-                    status: response.status, apnsID: response.apnsID, apnsUniqueID: response.apnsUniqueID, body: response.body)
+                    status: response.status, apnsID: response.apnsID, apnsUniqueID: response.apnsUniqueID,
+                    body: response.body)
             case .failure(let failure):
                 if failure.isSafeToRetry && attempt < 3 { continue }
                 throw Self.error(for: failure, endpoint: configuration.endpoint)
@@ -116,7 +120,8 @@ public final class APNsClient: Sendable {
         await withCheckedContinuation { continuation in
             loop.execute { [self] in
                 guard !state.isShutDown else {
-                    continuation.resume(returning: .failure(.notSent(TransportError(.cancelled, "client is shut down"))))
+                    continuation.resume(
+                        returning: .failure(.notSent(TransportError(.cancelled, "client is shut down"))))
                     return
                 }
                 connection().submit(request) { result in continuation.resume(returning: result) }
@@ -141,7 +146,9 @@ public final class APNsClient: Sendable {
 
     /// Closes the connection (failing what is in flight) and stops the loop thread. Idempotent.
     public func shutdown() async {
-        guard shutdownStarted.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
+        guard shutdownStarted.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else {
+            return
+        }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             loop.execute { [self] in
                 state.isShutDown = true

@@ -19,7 +19,8 @@ public struct ProviderCredentials: Sendable {
         do {
             let key = try ES256PrivateKey(pemFilePath: keyPath)
             let signer = try ProviderTokenSigner(key: key, keyID: keyID, teamID: teamID)
-            let cache = try ProviderTokenCache(signer: signer, refreshAfter: refreshAfter, minimumInterval: minimumInterval)
+            let cache = try ProviderTokenCache(
+                signer: signer, refreshAfter: refreshAfter, minimumInterval: minimumInterval)
             _ = try cache.currentToken()  // fail now, not at the first send
             return cache
         } catch {

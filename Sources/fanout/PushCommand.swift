@@ -57,7 +57,8 @@ enum PushCommand {
             case "--push-type":
                 let text = try cursor.string()
                 guard let type = PushType(rawValue: text) else {
-                    throw UsageError("--push-type '\(text)' is not an APNs push type (alert, background, liveactivity, voip, ...)")
+                    throw UsageError(
+                        "--push-type '\(text)' is not an APNs push type (alert, background, liveactivity, voip, ...)")
                 }
                 options.pushType = type
             case "--priority": options.priority = try cursor.int(in: 1...10)
@@ -89,7 +90,8 @@ enum PushCommand {
             throw UsageError("--payload is not a JSON object")
         }
         guard options.keyPath != nil, options.keyID != nil, options.teamID != nil else {
-            throw UsageError("provider-token auth needs --key, --key-id and --team-id (or APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID)")
+            throw UsageError(
+                "provider-token auth needs --key, --key-id and --team-id (or APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID)")
         }
         return options
     }
@@ -116,7 +118,8 @@ enum PushCommand {
             return fail(error.message)
         }
         let headers = NotificationHeaders(
-            pushType: options.pushType, topic: options.topic!, priority: options.priority, expiration: options.expiration,
+            pushType: options.pushType, topic: options.topic!, priority: options.priority,
+            expiration: options.expiration,
             collapseID: options.collapseID, apnsID: options.apnsID)
         do {
             try headers.validate()

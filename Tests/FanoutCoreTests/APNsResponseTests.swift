@@ -37,7 +37,8 @@ final class APNsResponseTests: XCTestCase {
     }
 
     func testWhitespaceMemberOrderAndExtraMembersAreTolerated() {
-        let body = Array(" {\n \"timestamp\" : 12 , \"extra\": {\"a\": [1, true, null]}, \"reason\": \"Shutdown\" }\n".utf8)
+        let body = Array(
+            " {\n \"timestamp\" : 12 , \"extra\": {\"a\": [1, true, null]}, \"reason\": \"Shutdown\" }\n".utf8)
         let response = APNsResponse.parse(status: 503, apnsID: nil, apnsUniqueID: nil, body: body)
         XCTAssertEqual(response.reason, .shutdown)
         XCTAssertEqual(response.timestamp, 12)

@@ -64,7 +64,8 @@ final class Base64URLTests: XCTestCase {
     func testDecodesUTF8Bytes() {
         let jwt = Array("eyJhbGciOiJFUzI1NiJ9.e30.A-z_4ME".utf8)
         let parts = jwt.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        XCTAssertEqual(Base64URL.decode(utf8: parts[0]).map { String(decoding: $0, as: UTF8.self) }, #"{"alg":"ES256"}"#)
+        XCTAssertEqual(
+            Base64URL.decode(utf8: parts[0]).map { String(decoding: $0, as: UTF8.self) }, #"{"alg":"ES256"}"#)
         XCTAssertEqual(Base64URL.decode(utf8: parts[1]), Array("{}".utf8))
         XCTAssertEqual(Base64URL.decode(utf8: parts[2]), [3, 236, 255, 224, 193])
     }

@@ -151,7 +151,8 @@ final class RequestValidatorTests: XCTestCase {
 
     func testDuplicateHeaders() {
         assertRejected(check(headers: alertHeaders(extra: [("apns-topic", "com.acme.app")])), 400, "DuplicateHeaders")
-        assertRejected(check(headers: alertHeaders(extra: [("apns-id", apnsID), ("apns-id", apnsID)])), 400,
+        assertRejected(
+            check(headers: alertHeaders(extra: [("apns-id", apnsID), ("apns-id", apnsID)])), 400,
             "DuplicateHeaders")
         assertRejected(check(headers: alertHeaders(extra: [("authorization", "bearer x")])), 400, "DuplicateHeaders")
     }
@@ -224,10 +225,13 @@ final class RequestValidatorTests: XCTestCase {
     }
 
     func testBodyThatIsNotAJSONObjectWithApsIsBadPayload() {
-        for body in ["not json", "[1,2]", #"{"aps":{}"#, #"{"aps":{}} x"#, #"{"foo":1}"#, #"{"aps":1}"#, #"{"aps":[]}"#] {
+        for body in [
+            "not json", "[1,2]", #"{"aps":{}"#, #"{"aps":{}} x"#, #"{"foo":1}"#, #"{"aps":1}"#, #"{"aps":[]}"#,
+        ] {
             assertRejected(check(body: body), 400, "BadPayload")
         }
-        assertRejected(check(headers: headers(pushType: "voip", topic: "com.acme.app.voip"), body: "[]"), 400,
+        assertRejected(
+            check(headers: headers(pushType: "voip", topic: "com.acme.app.voip"), body: "[]"), 400,
             "BadPayload")
     }
 
@@ -257,7 +261,8 @@ final class RequestValidatorTests: XCTestCase {
     }
 
     func testLiveActivityInputPushTokenAndChannelAreExclusive() {
-        let aps = #""timestamp":1,"event":"start","attributes-type":"T","attributes":{},"#
+        let aps =
+            #""timestamp":1,"event":"start","attributes-type":"T","attributes":{},"#
             + #""input-push-token":1,"input-push-channel":"dHJ1ZQ==""#
         assertRejected(check(headers: liveActivityHeaders(), body: liveActivityBody(aps)), 400, "BadPayload")
     }
@@ -295,7 +300,8 @@ final class RequestValidatorTests: XCTestCase {
 
     func testDeviceTokenInPath() {
         XCTAssertEqual(try APNsRequestValidator.deviceToken(inPath: "/3/device/" + token).get().hex, token.lowercased())
-        XCTAssertEqual(APNsRequestValidator.deviceToken(inPath: "/3/device/"), .failure(APNsRejection(.missingDeviceToken)))
+        XCTAssertEqual(
+            APNsRequestValidator.deviceToken(inPath: "/3/device/"), .failure(APNsRejection(.missingDeviceToken)))
     }
 
     /// Pads a JSON object body with a trailing `"pad"` member so that it is exactly `size` bytes.

@@ -8,11 +8,13 @@ import XCTest
 /// The fan-out engine against mock-apns on port 0, with TLS and provider tokens on.
 final class EngineTests: XCTestCase {
     private func makeEngine(
-        _ mock: MockHarness, loops: Int = 2, connections: Int = 2, configure: (inout FanoutEngineConfiguration) -> Void = { _ in }
+        _ mock: MockHarness, loops: Int = 2, connections: Int = 2,
+        configure: (inout FanoutEngineConfiguration) -> Void = { _ in }
     ) throws -> FanoutEngine {
         var configuration = FanoutEngineConfiguration(
             endpoint: APNsEndpoint(host: "localhost", port: mock.port),
-            credentials: ProviderCredentials(keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+            credentials: ProviderCredentials(
+                keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
             caFile: mock.material.caPEMPath)
         configuration.loops = loops
         configuration.connectionsPerLoop = connections
@@ -23,9 +25,11 @@ final class EngineTests: XCTestCase {
     private func liveActivityJob(id: String, tokens: [String], payload: String? = nil) -> FanoutJob {
         FanoutJob(
             id: id,
-            headers: NotificationHeaders(pushType: .liveactivity, topic: "com.example.app.push-type.liveactivity", priority: 10),
+            headers: NotificationHeaders(
+                pushType: .liveactivity, topic: "com.example.app.push-type.liveactivity", priority: 10),
             payload: Array(
-                (payload ?? #"{"aps":{"timestamp":1764460800,"event":"update","content-state":{"home":2,"away":1}}}"#).utf8),
+                (payload ?? #"{"aps":{"timestamp":1764460800,"event":"update","content-state":{"home":2,"away":1}}}"#)
+                    .utf8),
             recipients: .tokens(tokens))
     }
 
@@ -79,20 +83,23 @@ final class EngineTests: XCTestCase {
         let summary = try await engine.run(liveActivityJob(id: "narrow", tokens: tokens)) { _ in }
         await engine.shutdown()
         XCTAssertEqual(summary.counts.delivered, 20_000)
-        XCTAssertEqual(mock.stats.streamLimitViolations, 0, "no stream past the limit, nor past 1 before the first valid token")
+        XCTAssertEqual(
+            mock.stats.streamLimitViolations, 0, "no stream past the limit, nor past 1 before the first valid token")
         XCTAssertEqual(mock.stats.count(status: 200), 20_000)
     }
 
     func testUnregisteredTokensGetTheirOwnOutcome() async throws {
         let unregistered = (0..<50).map { testDeviceToken(1_000_000 + $0) }
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("unregistered-\(UUID().uuidString)").path
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("unregistered-\(UUID().uuidString)")
+            .path
         try unregistered.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
         let mock = try MockHarness { $0.unregisteredPath = file }
         defer { mock.stop() }
         let engine = try makeEngine(mock)
         let valid = (0..<950).map { testDeviceToken($0) }
         let outcomes = Mutex<[String: NotificationResult]>([:])
-        let summary = try await engine.run(liveActivityJob(id: "mixed", tokens: (valid + unregistered).shuffled())) { result in
+        let summary = try await engine.run(liveActivityJob(id: "mixed", tokens: (valid + unregistered).shuffled())) {
+            result in
             outcomes.withLock { $0[result.token!] = result }
         }
         await engine.shutdown()
@@ -154,13 +161,15 @@ final class EngineTests: XCTestCase {
         mock.stop()
         var configuration = FanoutEngineConfiguration(
             endpoint: APNsEndpoint(host: "127.0.0.1", port: port),
-            credentials: ProviderCredentials(keyPath: material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+            credentials: ProviderCredentials(
+                keyPath: material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
             caFile: material.caPEMPath)
         configuration.loops = 1
         configuration.maxConnectAttempts = 2
         configuration.retryBaseMilliseconds = 5
         let engine = try FanoutEngine(configuration: configuration)
-        let summary = try await engine.run(liveActivityJob(id: "nowhere", tokens: (0..<10).map { testDeviceToken($0) })) { result in
+        let summary = try await engine.run(liveActivityJob(id: "nowhere", tokens: (0..<10).map { testDeviceToken($0) }))
+        { result in
             XCTAssertTrue(result.reason?.contains("ECONNREFUSED") ?? false, result.reason ?? "no reason")
         }
         await engine.shutdown()

@@ -99,7 +99,8 @@ final class InteropTests: XCTestCase {
         let headerText = (try? String(contentsOfFile: headerPath, encoding: .utf8)) ?? ""
         for line in headerText.split(whereSeparator: \.isNewline) {
             guard let colon = line.firstIndex(of: ":") else { continue }
-            responseHeaders[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            responseHeaders[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
+                in: .whitespaces)
         }
         let responseBody = (try? String(contentsOfFile: bodyPath, encoding: .utf8)) ?? ""
         return CurlAnswer(status: status, httpVersion: String(parts[1]), headers: responseHeaders, body: responseBody)
@@ -116,22 +117,30 @@ final class InteropTests: XCTestCase {
         let token = testDeviceToken(3)
         let topic = "apns-topic: \(Self.topic)"
 
-        let cases: [(name: String, method: String, path: String, headers: [String], body: String?, status: Int, reason: String?)] = [
-            ("bad token", "POST", "/3/device/zz", [topic], Self.alertPayload, 400, "BadDeviceToken"),
-            ("GET", "GET", "/3/device/\(token)", [topic], nil, 405, "MethodNotAllowed"),
-            ("no topic", "POST", "/3/device/\(token)", [], Self.alertPayload, 400, "MissingTopic"),
-            ("bad path", "POST", "/3/devices/\(token)", [topic], Self.alertPayload, 404, "BadPath"),
-            ("bad priority", "POST", "/3/device/\(token)", [topic, "apns-priority: 7"], Self.alertPayload, 400, "BadPriority"),
-            ("empty body", "POST", "/3/device/\(token)", [topic], "", 400, "PayloadEmpty"),
-            ("valid", "POST", "/3/device/\(token)", [topic], Self.alertPayload, 200, nil),
-        ]
+        let cases:
+            [(
+                name: String, method: String, path: String, headers: [String], body: String?, status: Int,
+                reason: String?
+            )] = [
+                ("bad token", "POST", "/3/device/zz", [topic], Self.alertPayload, 400, "BadDeviceToken"),
+                ("GET", "GET", "/3/device/\(token)", [topic], nil, 405, "MethodNotAllowed"),
+                ("no topic", "POST", "/3/device/\(token)", [], Self.alertPayload, 400, "MissingTopic"),
+                ("bad path", "POST", "/3/devices/\(token)", [topic], Self.alertPayload, 404, "BadPath"),
+                (
+                    "bad priority", "POST", "/3/device/\(token)", [topic, "apns-priority: 7"], Self.alertPayload, 400,
+                    "BadPriority"
+                ),
+                ("empty body", "POST", "/3/device/\(token)", [topic], "", 400, "PayloadEmpty"),
+                ("valid", "POST", "/3/device/\(token)", [topic], Self.alertPayload, 200, nil),
+            ]
         for check in cases {
             let answer = try curl(
                 curlPath, caFile: caFile, url: base + check.path, method: check.method, headers: check.headers,
                 body: check.body, scratch: scratch)
             XCTAssertEqual(answer.httpVersion, "2", check.name)
             XCTAssertEqual(answer.status, check.status, "\(check.name): \(answer)")
-            XCTAssertNotNil(UUID(uuidString: answer.headers["apns-id"] ?? ""), "\(check.name): apns-id header: \(answer)")
+            XCTAssertNotNil(
+                UUID(uuidString: answer.headers["apns-id"] ?? ""), "\(check.name): apns-id header: \(answer)")
             if let reason = check.reason {
                 XCTAssertEqual(answer.body, #"{"reason":"\#(reason)"}"#, check.name)
                 XCTAssertEqual(answer.headers["content-type"], "application/json", check.name)

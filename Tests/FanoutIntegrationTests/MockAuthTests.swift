@@ -58,7 +58,9 @@ final class MockAuthTests: XCTestCase {
         let good = try mock.providerToken()
         let parts = good.split(separator: ".").map(String.init)
         let tampered = parts[0] + "." + parts[1] + "." + String(parts[2].reversed())
-        for garbage in ["garbage", "a.b.c", "...", tampered, parts[0] + "." + parts[1], String(repeating: "x", count: 2000)] {
+        for garbage in [
+            "garbage", "a.b.c", "...", tampered, parts[0] + "." + parts[1], String(repeating: "x", count: 2000),
+        ] {
             assertForbidden(send(client, authorization: "bearer \(garbage)"), "InvalidProviderToken")
         }
     }
@@ -115,7 +117,8 @@ final class MockAuthTests: XCTestCase {
 
         // The first valid token raises MAX_CONCURRENT_STREAMS to the configured value.
         XCTAssertEqual(send(client, authorization: "bearer \(try mock.providerToken())")?.status, 200)
-        XCTAssertTrue(client.wait { $0?.streamLimit == 50 }, "streamLimit is \(String(describing: client.streamLimit()))")
+        XCTAssertTrue(
+            client.wait { $0?.streamLimit == 50 }, "streamLimit is \(String(describing: client.streamLimit()))")
 
         // The connection can now really run many streams at once.
         let bearer = "bearer \(try mock.providerToken())"
@@ -154,4 +157,3 @@ final class MockAuthTests: XCTestCase {
         XCTAssertTrue(client.wait { $0?.streamLimit == 50 })
     }
 }
-

@@ -11,7 +11,10 @@ final class MockFaultTests: XCTestCase {
     private static let body = Array(#"{"aps":{"alert":"hi"}}"#.utf8)
 
     private func headers(_ mock: MockHarness, _ extra: [(String, String)] = []) throws -> [(String, String)] {
-        [("apns-topic", "com.example.app"), ("apns-push-type", "alert"), ("authorization", "bearer \(try mock.providerToken())")]
+        [
+            ("apns-topic", "com.example.app"), ("apns-push-type", "alert"),
+            ("authorization", "bearer \(try mock.providerToken())"),
+        ]
             + extra
     }
 
@@ -34,7 +37,9 @@ final class MockFaultTests: XCTestCase {
     // MARK: Injected failures
 
     func testFailureRateOneFailsEveryRequest() throws {
-        let mock = try MockHarness { $0.failures = [InjectedFailure(rate: 1.0, status: 503, reason: "ServiceUnavailable")] }
+        let mock = try MockHarness {
+            $0.failures = [InjectedFailure(rate: 1.0, status: 503, reason: "ServiceUnavailable")]
+        }
         defer { mock.stop() }
         let client = try mock.makeClient()
         defer { client.close() }
@@ -119,7 +124,8 @@ final class MockFaultTests: XCTestCase {
         let path = temporaryPath("unregistered.txt")
         defer { try? FileManager.default.removeItem(atPath: path) }
         // Uppercase and surrounding blanks in the file: the mock normalises them.
-        try "  \(testDeviceToken(7).uppercased())  \n\n\(testDeviceToken(8))\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "  \(testDeviceToken(7).uppercased())  \n\n\(testDeviceToken(8))\n".write(
+            toFile: path, atomically: true, encoding: .utf8)
         let mock = try MockHarness { $0.unregisteredPath = path }
         defer { mock.stop() }
         let client = try mock.makeClient()
@@ -221,7 +227,9 @@ final class MockFaultTests: XCTestCase {
         default:
             // Known product bug: HTTP2ClientConnection.teardown expects nghttp2_session_del to call
             // on_stream_close for open streams; it does not, so in-flight requests never complete.
-            XCTFail("the in-flight request on the dropped connection must fail with connectionLost or notSent, got \(String(describing: dropped))")
+            XCTFail(
+                "the in-flight request on the dropped connection must fail with connectionLost or notSent, got \(String(describing: dropped))"
+            )
         }
         XCTAssertEqual(try push(client, mock, token: 3)?.get().status, 200)
         XCTAssertEqual(client.onLoop { _ in client.connectionsOpened }, 2)
@@ -249,7 +257,9 @@ final class MockFaultTests: XCTestCase {
         XCTAssertEqual(apnsResponse(rejected)?.reason, .badDeviceToken)
         XCTAssertTrue(client.wait { $0?.streamLimit == 1 }, "limit \(String(describing: client.streamLimit()))")
         // ... and a second rejection keeps it there.
-        XCTAssertEqual(apnsResponse(client.send(path: "/3/device/nothex", headers: try headers(mock), body: Self.body))?.status, 400)
+        XCTAssertEqual(
+            apnsResponse(client.send(path: "/3/device/nothex", headers: try headers(mock), body: Self.body))?.status,
+            400)
         XCTAssertEqual(client.streamLimit(), 1)
 
         // The next accepted push restores it.
@@ -331,7 +341,9 @@ final class MockFaultTests: XCTestCase {
         mock.stop()
 
         let stats = try readJSON(statsPath)
-        for key in ["requests", "accepted", "by_status", "by_reason", "distinct_tokens", "duplicate_apns_ids", "connections"] {
+        for key in [
+            "requests", "accepted", "by_status", "by_reason", "distinct_tokens", "duplicate_apns_ids", "connections",
+        ] {
             XCTAssertNotNil(stats[key], "stats key \(key)")
         }
         XCTAssertEqual(stats["requests"] as? Int, 4)

@@ -34,7 +34,8 @@ final class MockRobustnessTests: XCTestCase {
             path: "/3/device/\(testDeviceToken())",
             headers: [("apns-topic", "com.example.app"), ("authorization", "bearer \(try mock.providerToken())")],
             body: Array(#"{"aps":{"alert":"hi"}}"#.utf8), timeout: 5)
-        XCTAssertEqual(try? outcome?.get().status, 200, "after \(context): \(String(describing: outcome))", file: file, line: line)
+        XCTAssertEqual(
+            try? outcome?.get().status, 200, "after \(context): \(String(describing: outcome))", file: file, line: line)
     }
 
     // MARK: (a) not TLS
@@ -82,7 +83,10 @@ final class MockRobustnessTests: XCTestCase {
         let cases: [(String, [UInt8])] = [
             ("HTTP/1.1 request over h2", Array("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8)),
             ("random bytes", (0..<300).map { _ in UInt8.random(in: 0...255, using: &generator) }),
-            ("a truncated preface then frames", Array("PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n".utf8) + frame(type: 4, flags: 0, stream: 0, payload: [])),
+            (
+                "a truncated preface then frames",
+                Array("PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n".utf8) + frame(type: 4, flags: 0, stream: 0, payload: [])
+            ),
         ]
         for (name, bytes) in cases {
             let peer = try TLSPeer(port: mock.port, caFile: mock.material.caPEMPath)
@@ -105,13 +109,20 @@ final class MockRobustnessTests: XCTestCase {
         try requireOpenSSL()
         let settings = frame(type: 4, flags: 0, stream: 0, payload: [])
         let cases: [(String, [UInt8], UInt32)] = [
-            ("SETTINGS of 5 bytes", frame(type: 4, flags: 0, stream: 0, payload: [0, 1, 0, 0, 0]), 6),  // FRAME_SIZE_ERROR
+            // FRAME_SIZE_ERROR
+            ("SETTINGS of 5 bytes", frame(type: 4, flags: 0, stream: 0, payload: [0, 1, 0, 0, 0]), 6),
             ("DATA on stream 0", frame(type: 0, flags: 0, stream: 0, payload: [1, 2, 3]), 1),  // PROTOCOL_ERROR
             ("WINDOW_UPDATE of 0 on the connection", frame(type: 8, flags: 0, stream: 0, payload: [0, 0, 0, 0]), 1),
-            ("HEADERS with a broken HPACK block", frame(type: 1, flags: 0x5, stream: 1, payload: [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]), 9),  // COMPRESSION_ERROR
+            (
+                "HEADERS with a broken HPACK block",
+                frame(type: 1, flags: 0x5, stream: 1, payload: [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]), 9
+            ),  // COMPRESSION_ERROR
             ("HEADERS on an even stream", frame(type: 1, flags: 0x5, stream: 2, payload: [0x83, 0x87]), 1),
             ("PING of 4 bytes", frame(type: 6, flags: 0, stream: 0, payload: [1, 2, 3, 4]), 6),
-            ("frame larger than MAX_FRAME_SIZE", frameHeader(length: 1 << 20, type: 0, flags: 0, stream: 1) + [UInt8](repeating: 0, count: 64), 6),
+            (
+                "frame larger than MAX_FRAME_SIZE",
+                frameHeader(length: 1 << 20, type: 0, flags: 0, stream: 1) + [UInt8](repeating: 0, count: 64), 6
+            ),
         ]
         for (name, malformed, expectedError) in cases {
             let peer = try TLSPeer(port: mock.port, caFile: mock.material.caPEMPath)
@@ -134,12 +145,16 @@ final class MockRobustnessTests: XCTestCase {
         defer { client.close() }
         let headers = [("apns-topic", "com.example.app"), ("authorization", "bearer \(try mock.providerToken())")]
         let body = Array(#"{"aps":{"alert":"hi"}}"#.utf8)
-        XCTAssertEqual(try client.send(path: "/3/device/\(testDeviceToken(1))", headers: headers, body: body, timeout: 5)?.get().status, 200)
+        XCTAssertEqual(
+            try client.send(path: "/3/device/\(testDeviceToken(1))", headers: headers, body: body, timeout: 5)?.get()
+                .status, 200)
         let peer = try TLSPeer(port: mock.port, caFile: mock.material.caPEMPath)
         peer.send(Array(http2Preface) + frame(type: 0, flags: 0, stream: 0, payload: [0]))
         XCTAssertTrue(peer.waitForExit(timeout: 5))
         peer.finish()
-        XCTAssertEqual(try client.send(path: "/3/device/\(testDeviceToken(2))", headers: headers, body: body, timeout: 5)?.get().status, 200)
+        XCTAssertEqual(
+            try client.send(path: "/3/device/\(testDeviceToken(2))", headers: headers, body: body, timeout: 5)?.get()
+                .status, 200)
         XCTAssertEqual(client.onLoop { _ in client.connectionsOpened }, 1, "the good connection was not disturbed")
     }
 
@@ -208,7 +223,9 @@ private final class RawSocket {
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard rc == 0 else {
             Glibc.close(fd)
@@ -276,7 +293,8 @@ private final class TLSPeer {
     private let exited = DispatchSemaphore(value: 0)
 
     init(port: Int, caFile: String) throws {
-        let base = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-tlspeer-\(UUID().uuidString)").path
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-tlspeer-\(UUID().uuidString)")
+            .path
         outputPath = base + ".out"
         errorPath = base + ".err"
         _ = FileManager.default.createFile(atPath: outputPath, contents: nil)

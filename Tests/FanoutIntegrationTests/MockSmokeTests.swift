@@ -12,7 +12,9 @@ final class MockSmokeTests: XCTestCase {
             path: "/3/device/\(testDeviceToken())",
             headers: [("apns-topic", "com.example.app"), ("authorization", "bearer \(try mock.providerToken())")],
             body: Array(#"{"aps":{"alert":"hi"}}"#.utf8))
-        guard case .success(let response) = outcome else { return XCTFail("no response: \(String(describing: outcome))") }
+        guard case .success(let response) = outcome else {
+            return XCTFail("no response: \(String(describing: outcome))")
+        }
         XCTAssertEqual(response.status, 200)
         XCTAssertEqual(mock.stats.accepted, 1)
     }

@@ -64,7 +64,8 @@ final class MockValidationTests: XCTestCase {
 
     private func assertAccepted(_ response: APNsResponse?, file: StaticString = #filePath, line: UInt = #line) {
         guard let response else { return }
-        XCTAssertEqual(response.status, 200, "status (reason: \(response.reason?.rawValue ?? "none"))", file: file, line: line)
+        XCTAssertEqual(
+            response.status, 200, "status (reason: \(response.reason?.rawValue ?? "none"))", file: file, line: line)
         XCTAssertNil(response.reason, file: file, line: line)
     }
 
@@ -103,11 +104,13 @@ final class MockValidationTests: XCTestCase {
 
     func testDuplicateHeadersAreRejected() {
         assertRejected(send(headers: alert([("apns-topic", Self.topic)])), 400, "DuplicateHeaders")
-        assertRejected(send(headers: alert([("apns-priority", "10"), ("apns-priority", "5")])), 400, "DuplicateHeaders")
+        assertRejected(
+            send(headers: alert([("apns-priority", "10"), ("apns-priority", "5")])), 400, "DuplicateHeaders")
     }
 
     func testUnknownPushTypeIsInvalidPushType() {
-        assertRejected(send(headers: [("apns-topic", Self.topic), ("apns-push-type", "carrier-pigeon")]), 400, "InvalidPushType")
+        assertRejected(
+            send(headers: [("apns-topic", Self.topic), ("apns-push-type", "carrier-pigeon")]), 400, "InvalidPushType")
     }
 
     func testMissingTopicIsMissingTopic() {
@@ -118,7 +121,8 @@ final class MockValidationTests: XCTestCase {
     func testLiveActivityTopicWithoutSuffixIsBadTopic() {
         let body = Array(#"{"aps":{"event":"update","timestamp":1764460800,"content-state":{}}}"#.utf8)
         assertRejected(
-            send(headers: [("apns-topic", Self.topic), ("apns-push-type", "liveactivity")], body: body), 400, "BadTopic")
+            send(headers: [("apns-topic", Self.topic), ("apns-push-type", "liveactivity")], body: body), 400, "BadTopic"
+        )
     }
 
     func testBadPriorityIsRejected() {
@@ -147,7 +151,8 @@ final class MockValidationTests: XCTestCase {
     }
 
     func testCollapseIDOver64BytesIsBadCollapseId() {
-        assertRejected(send(headers: alert([("apns-collapse-id", String(repeating: "c", count: 65))])), 400, "BadCollapseId")
+        assertRejected(
+            send(headers: alert([("apns-collapse-id", String(repeating: "c", count: 65))])), 400, "BadCollapseId")
         assertAccepted(send(headers: alert([("apns-collapse-id", String(repeating: "c", count: 64))])))
     }
 
@@ -214,7 +219,8 @@ final class MockValidationTests: XCTestCase {
 
     func testLiveActivityAttributesOnUpdateAreBadPayload() {
         let body = Array(
-            #"{"aps":{"event":"update","timestamp":1764460800,"content-state":{},"attributes-type":"A","attributes":{}}}"#.utf8)
+            #"{"aps":{"event":"update","timestamp":1764460800,"content-state":{},"attributes-type":"A","attributes":{}}}"#
+                .utf8)
         assertRejected(send(headers: liveActivity(), body: body), 400, "BadPayload")
     }
 

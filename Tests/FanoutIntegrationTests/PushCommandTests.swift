@@ -99,7 +99,9 @@ final class PushCommandTests: XCTestCase {
     private func assertNoSecrets(in result: ProcessResult, file: StaticString, line: UInt) {
         let output = result.stdout + "\n" + result.stderr
         let outputBytes = result.stdoutData + result.stderrData
-        XCTAssertFalse(output.lowercased().contains("bearer"), "authorization text in output: \(result.summary)", file: file, line: line)
+        XCTAssertFalse(
+            output.lowercased().contains("bearer"), "authorization text in output: \(result.summary)", file: file,
+            line: line)
         XCTAssertFalse(output.contains("eyJ"), "a JWT in output: \(result.summary)", file: file, line: line)
         for path in secretFiles {
             guard let key = FileManager.default.contents(atPath: path), !key.isEmpty else { continue }
@@ -107,7 +109,8 @@ final class PushCommandTests: XCTestCase {
             // Every line of the PEM body (the base64 of the key), on its own.
             for keyLine in String(decoding: key, as: UTF8.self).split(separator: "\n")
             where !keyLine.hasPrefix("-----") && keyLine.count >= 16 {
-                XCTAssertFalse(output.contains(keyLine), "a line of \(path) in output: \(result.summary)", file: file, line: line)
+                XCTAssertFalse(
+                    output.contains(keyLine), "a line of \(path) in output: \(result.summary)", file: file, line: line)
             }
         }
     }
@@ -118,9 +121,11 @@ final class PushCommandTests: XCTestCase {
     ) {
         XCTAssertEqual(result.exitCode, 2, result.summary, file: file, line: line)
         XCTAssertEqual(result.stdout, "", "stdout must be empty: \(result.summary)", file: file, line: line)
-        XCTAssertTrue(result.stderr.hasSuffix("\n"), "stderr must be one whole line: \(result.summary)", file: file, line: line)
+        XCTAssertTrue(
+            result.stderr.hasSuffix("\n"), "stderr must be one whole line: \(result.summary)", file: file, line: line)
         XCTAssertEqual(
-            result.stderr.filter { $0 == "\n" }.count, 1, "stderr must be exactly one line: \(result.summary)", file: file,
+            result.stderr.filter { $0 == "\n" }.count, 1, "stderr must be exactly one line: \(result.summary)",
+            file: file,
             line: line)
         let message = result.stderrLines.first ?? ""
         XCTAssertTrue(message.hasPrefix("fanout"), "the line names the command: \(message)", file: file, line: line)
@@ -137,7 +142,8 @@ final class PushCommandTests: XCTestCase {
     ) -> [String: String] {
         XCTAssertEqual(result.exitCode, exitCode, result.summary, file: file, line: line)
         XCTAssertFalse(result.killedBySignal, "fanout crashed: \(result.summary)", file: file, line: line)
-        XCTAssertEqual(result.stderr, "", "stderr must be empty after an answer: \(result.summary)", file: file, line: line)
+        XCTAssertEqual(
+            result.stderr, "", "stderr must be empty after an answer: \(result.summary)", file: file, line: line)
         var fields: [String: String] = [:]
         for outputLine in result.stdoutLines {
             guard let colon = outputLine.firstIndex(of: ":") else { continue }
@@ -266,7 +272,8 @@ final class PushCommandTests: XCTestCase {
         let otherDirectory = (scratch as NSString).appendingPathComponent("other-tls")
         let other = try TestTLSMaterial.createOrReuse(in: otherDirectory)
         XCTAssertNotEqual(
-            FileManager.default.contents(atPath: other.caPEMPath), FileManager.default.contents(atPath: material.caPEMPath))
+            FileManager.default.contents(atPath: other.caPEMPath),
+            FileManager.default.contents(atPath: material.caPEMPath))
         let result = try runFanout(pushArguments(["--ca-file": other.caPEMPath]))
         assertRefused(result, mentioning: ["unknown CA"])
         XCTAssertEqual(try stopMock()["requests"] as? Int, 0)

@@ -43,7 +43,8 @@ final class EchoHandler: HTTP2ServerHandler, @unchecked Sendable {
 
 /// Test TLS material in a fresh temporary directory.
 func makeTLSMaterial() throws -> TestTLSMaterial {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-tls-\(UUID().uuidString)").path
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-tls-\(UUID().uuidString)")
+        .path
     return try TestTLSMaterial.createOrReuse(in: directory)
 }
 
@@ -80,7 +81,9 @@ final class HTTP2TransportTests: XCTestCase {
         let handler = EchoHandler()
         let server = try HTTP2Server(
             host: "127.0.0.1", port: 0, threads: 1,
-            tls: TLSServerContext(TLSServerConfiguration(certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath)),
+            tls: TLSServerContext(
+                TLSServerConfiguration(certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath)
+            ),
             initialMaxStreams: 1, makeHandler: { _ in handler })
         defer { server.shutdown() }
 
@@ -98,7 +101,8 @@ final class HTTP2TransportTests: XCTestCase {
         let connectionBox = ConnectionBox()
         loop.execute {
             let connection = HTTP2ClientConnection(
-                loop: loop, configuration: HTTP2ClientConfiguration(host: "localhost", port: server.port, tls: tls.configuration),
+                loop: loop,
+                configuration: HTTP2ClientConfiguration(host: "localhost", port: server.port, tls: tls.configuration),
                 tlsContext: tls)
             connectionBox.connection = connection
             for index in 0..<total {

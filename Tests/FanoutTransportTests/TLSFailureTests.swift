@@ -12,13 +12,15 @@ final class TLSFailureTests: XCTestCase {
     /// Starts a server with `serverMaterial`, connects a client trusting `caFile` to `host`, and
     /// returns the transport error the first request fails with.
     private func connectionError(
-        serverCertificate: String, serverKey: String, alpn: [String] = ["h2"], caFile: String?, host: String = "localhost",
+        serverCertificate: String, serverKey: String, alpn: [String] = ["h2"], caFile: String?,
+        host: String = "localhost",
         handshakeTimeout: UInt64 = 5000
     ) throws -> TransportError? {
         let server = try HTTP2Server(
             host: "127.0.0.1", port: 0, threads: 1,
             tls: TLSServerContext(
-                TLSServerConfiguration(certificateFile: serverCertificate, privateKeyFile: serverKey, alpnProtocols: alpn)),
+                TLSServerConfiguration(
+                    certificateFile: serverCertificate, privateKeyFile: serverKey, alpnProtocols: alpn)),
             initialMaxStreams: 100, makeHandler: { _ in EchoHandler() })
         defer { server.shutdown() }
         return try firstRequestError(host: host, port: server.port, caFile: caFile, handshakeTimeout: handshakeTimeout)
@@ -27,7 +29,8 @@ final class TLSFailureTests: XCTestCase {
     private func firstRequestError(host: String, port: Int, caFile: String?, handshakeTimeout: UInt64 = 5000) throws
         -> TransportError?
     {
-        let tls = try TLSClientContext(TLSClientConfiguration(caFile: caFile, handshakeTimeoutMilliseconds: handshakeTimeout))
+        let tls = try TLSClientContext(
+            TLSClientConfiguration(caFile: caFile, handshakeTimeoutMilliseconds: handshakeTimeout))
         let loop = LoopThread(name: "tls-test-client")
         defer { loop.shutdown() }
         let collector = ResultCollector(expected: 1)
@@ -35,7 +38,8 @@ final class TLSFailureTests: XCTestCase {
         loop.execute {
             let connection = HTTP2ClientConnection(
                 loop: loop,
-                configuration: HTTP2ClientConfiguration(host: host, port: port, tls: tls.configuration, connectTimeoutMilliseconds: 5000),
+                configuration: HTTP2ClientConfiguration(
+                    host: host, port: port, tls: tls.configuration, connectTimeoutMilliseconds: 5000),
                 tlsContext: tls)
             connection.submit(HTTP2Request(head: head, path: "/", body: SharedBody([]))) { collector.add($0) }
         }
@@ -50,7 +54,8 @@ final class TLSFailureTests: XCTestCase {
         let trusted = try TestTLSMaterial.createOrReuse(in: temporaryDirectory())
         let other = try TestTLSMaterial.createOrReuse(in: temporaryDirectory())
         let error = try XCTUnwrap(
-            connectionError(serverCertificate: other.serverCertPath, serverKey: other.serverKeyPath, caFile: trusted.caPEMPath))
+            connectionError(
+                serverCertificate: other.serverCertPath, serverKey: other.serverKeyPath, caFile: trusted.caPEMPath))
         XCTAssertEqual(error.kind, .tlsUnknownCA)
         XCTAssertTrue(error.message.contains("unknown CA"), error.message)
     }
@@ -67,7 +72,9 @@ final class TLSFailureTests: XCTestCase {
         let wrongHost = try TestTLSMaterial.create(
             in: temporaryDirectory(), hostnames: ["wrong.example"], ipAddresses: [], certificateAuthority: ca)
         let error = try XCTUnwrap(
-            connectionError(serverCertificate: wrongHost.serverCertPath, serverKey: wrongHost.serverKeyPath, caFile: wrongHost.caPEMPath))
+            connectionError(
+                serverCertificate: wrongHost.serverCertPath, serverKey: wrongHost.serverKeyPath,
+                caFile: wrongHost.caPEMPath))
         XCTAssertEqual(error.kind, .tlsHostnameMismatch)
         XCTAssertTrue(error.message.contains("not valid for localhost"), error.message)
     }
@@ -78,7 +85,8 @@ final class TLSFailureTests: XCTestCase {
             in: temporaryDirectory(), hostnames: ["localhost"], ipAddresses: [], certificateAuthority: ca)
         let error = try XCTUnwrap(
             connectionError(
-                serverCertificate: namesOnly.serverCertPath, serverKey: namesOnly.serverKeyPath, caFile: namesOnly.caPEMPath,
+                serverCertificate: namesOnly.serverCertPath, serverKey: namesOnly.serverKeyPath,
+                caFile: namesOnly.caPEMPath,
                 host: "127.0.0.1"))
         XCTAssertEqual(error.kind, .tlsHostnameMismatch)
     }
@@ -110,9 +118,13 @@ final class TLSFailureTests: XCTestCase {
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         address.sin_port = 0
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = bind(fd, $0, length) } }
+        withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = bind(fd, $0, length) }
+        }
         listen(fd, 8)
-        withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(fd, $0, &length) } }
+        withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(fd, $0, &length) }
+        }
         let port = Int(UInt16(bigEndian: address.sin_port))
         let error = try XCTUnwrap(firstRequestError(host: "localhost", port: port, caFile: nil, handshakeTimeout: 300))
         XCTAssertEqual(error.kind, .tlsHandshakeTimeout)
@@ -125,10 +137,15 @@ final class TLSFailureTests: XCTestCase {
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = bind(fd, $0, length) } }
-        withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(fd, $0, &length) } }
+        withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = bind(fd, $0, length) }
+        }
+        withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(fd, $0, &length) }
+        }
         close(fd)
-        let error = try XCTUnwrap(firstRequestError(host: "127.0.0.1", port: Int(UInt16(bigEndian: address.sin_port)), caFile: nil))
+        let error = try XCTUnwrap(
+            firstRequestError(host: "127.0.0.1", port: Int(UInt16(bigEndian: address.sin_port)), caFile: nil))
         XCTAssertEqual(error.kind, .connectFailed)
         XCTAssertTrue(error.message.contains("ECONNREFUSED"), error.message)
     }

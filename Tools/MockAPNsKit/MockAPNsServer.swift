@@ -67,7 +67,8 @@ public final class MockAPNsServer: @unchecked Sendable {
         }
         let record = try options.recordPath.map { try MockRecord(path: $0) }
         let stats = MockStats()
-        let shared = MockShared(options: options, verifier: verifier, unregistered: unregistered, stats: stats, record: record)
+        let shared = MockShared(
+            options: options, verifier: verifier, unregistered: unregistered, stats: stats, record: record)
         let tls: TLSServerContext
         do {
             tls = try TLSServerContext(TLSServerConfiguration(certificateFile: certificate, privateKeyFile: key))

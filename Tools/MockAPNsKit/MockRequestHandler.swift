@@ -12,7 +12,10 @@ final class MockShared: Sendable {
     let record: MockRecord?
     let faults: FaultPlan
 
-    init(options: MockOptions, verifier: ProviderTokenVerifier?, unregistered: Set<String>, stats: MockStats, record: MockRecord?) {
+    init(
+        options: MockOptions, verifier: ProviderTokenVerifier?, unregistered: Set<String>, stats: MockStats,
+        record: MockRecord?
+    ) {
         self.options = options
         self.verifier = verifier
         self.unregistered = unregistered
@@ -50,7 +53,8 @@ final class MockRequestHandler: HTTP2ServerHandler {
     init(shared: MockShared, loop: LoopThread) {
         self.shared = shared
         self.loop = loop
-        delayed = shared.options.latencyMilliseconds > 0
+        delayed =
+            shared.options.latencyMilliseconds > 0
             ? DelayedResponses(loop: loop, delayMilliseconds: shared.options.latencyMilliseconds) : nil
     }
 
@@ -75,13 +79,15 @@ final class MockRequestHandler: HTTP2ServerHandler {
             headers.append(("apns-unique-id", APNsID.generate(using: &random)))
             if let token = answer.token { shared.record?.append(token: token, apnsID: apnsID) }
         } else {
-            body = APNsResponse.errorBody(reason: APNsReason(answer.reason ?? "InternalServerError"), timestamp: answer.timestamp)
+            body = APNsResponse.errorBody(
+                reason: APNsReason(answer.reason ?? "InternalServerError"), timestamp: answer.timestamp)
             headers.append(("content-type", "application/json"))
         }
         shared.stats.recordAnswer(status: answer.status, reason: answer.reason, token: answer.token, apnsID: apnsID)
         adjustThrottle(connection, state: state, accepted: answer.status == 200)
         if let delayed {
-            delayed.add(connection: connection, streamID: request.streamID, status: answer.status, headers: headers, body: body)
+            delayed.add(
+                connection: connection, streamID: request.streamID, status: answer.status, headers: headers, body: body)
         } else {
             connection.respond(streamID: request.streamID, status: answer.status, headers: headers, body: body)
         }
@@ -108,7 +114,9 @@ final class MockRequestHandler: HTTP2ServerHandler {
         }
         if request.bodyTruncated { return MockAnswer(status: 413, reason: "PayloadTooLarge") }
         let validated: ValidatedDeviceRequest
-        switch shared.validator.check(method: request.method, path: request.path, headers: request.headers, body: request.body) {
+        switch shared.validator.check(
+            method: request.method, path: request.path, headers: request.headers, body: request.body)
+        {
         case .failure(let rejection):
             return MockAnswer(status: rejection.status, reason: rejection.reason.rawValue)
         case .success(let request):
@@ -134,7 +142,8 @@ final class MockRequestHandler: HTTP2ServerHandler {
             connection.setMaxConcurrentStreams(1)
         } else if accepted && state.throttled {
             state.throttled = false
-            connection.setMaxConcurrentStreams(state.authenticated || shared.verifier == nil ? shared.options.maxStreams : 1)
+            connection.setMaxConcurrentStreams(
+                state.authenticated || shared.verifier == nil ? shared.options.maxStreams : 1)
         }
     }
 
@@ -180,9 +189,14 @@ private final class DelayedResponses {
         timer = LoopTimer(loop: loop)
     }
 
-    func add(connection: HTTP2ServerConnection, streamID: Int32, status: Int, headers: [(name: String, value: String)], body: [UInt8]) {
+    func add(
+        connection: HTTP2ServerConnection, streamID: Int32, status: Int, headers: [(name: String, value: String)],
+        body: [UInt8]
+    ) {
         queue.append(
-            Pending(due: loop.nowMilliseconds + delay, connection: connection, streamID: streamID, status: status, headers: headers, body: body))
+            Pending(
+                due: loop.nowMilliseconds + delay, connection: connection, streamID: streamID, status: status,
+                headers: headers, body: body))
         arm()
     }
 
@@ -197,7 +211,8 @@ private final class DelayedResponses {
             while head < queue.count, queue[head].due <= now {
                 let item = queue[head]
                 head += 1
-                item.connection.respond(streamID: item.streamID, status: item.status, headers: item.headers, body: item.body)
+                item.connection.respond(
+                    streamID: item.streamID, status: item.status, headers: item.headers, body: item.body)
             }
             if head == queue.count {
                 queue.removeAll(keepingCapacity: true)

@@ -132,18 +132,22 @@ final class EngineLoop: @unchecked Sendable {
         return nowSeconds > expiresAt
     }
 
-    private func send(_ pending: PendingNotification, on connection: HTTP2ClientConnection, bearer: String?, now: UInt64) {
+    private func send(
+        _ pending: PendingNotification, on connection: HTTP2ClientConnection, bearer: String?, now: UInt64
+    ) {
         if pending.firstSentAt == 0 { pending.firstSentAt = now }
         pending.attempts += 1
         let request = HTTP2Request(
-            head: pending.job.headerBlock(bearer: bearer), path: pending.path, apnsID: pending.apnsID, body: pending.job.body)
+            head: pending.job.headerBlock(bearer: bearer), path: pending.path, apnsID: pending.apnsID,
+            body: pending.job.body)
         connection.submit(request) { [self] result in
             complete(pending, result: result, connection: connection)
         }
     }
 
     private func complete(
-        _ pending: PendingNotification, result: Result<HTTP2Response, HTTP2StreamFailure>, connection: HTTP2ClientConnection
+        _ pending: PendingNotification, result: Result<HTTP2Response, HTTP2StreamFailure>,
+        connection: HTTP2ClientConnection
     ) {
         switch result {
         case .success(let http) where http.status == 200:
@@ -202,7 +206,9 @@ final class EngineLoop: @unchecked Sendable {
             waiting.prepend(pending)
             return
         }
-        let ceiling = min(configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << UInt64(min(pending.attempts, 20)))
+        let ceiling = min(
+            configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << UInt64(min(pending.attempts, 20))
+        )
         let delay = ceiling == 0 ? 0 : UInt64.random(in: 0...ceiling, using: &random)
         pending.notBefore = loop.nowMilliseconds + delay
         delayed.append(pending)
@@ -237,14 +243,17 @@ final class EngineLoop: @unchecked Sendable {
     }
 
     private func finish(
-        _ pending: PendingNotification, outcome: NotificationOutcome, response: APNsResponse? = nil, reason: String? = nil,
+        _ pending: PendingNotification, outcome: NotificationOutcome, response: APNsResponse? = nil,
+        reason: String? = nil,
         status: Int? = nil, apnsUniqueID: String? = nil
     ) {
         let latency = pending.firstSentAt == 0 ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt)
         let result = NotificationResult(
-            jobID: pending.job.id, token: pending.token, outcome: outcome, status: status ?? response?.status ?? pending.lastStatus,
+            jobID: pending.job.id, token: pending.token, outcome: outcome,
+            status: status ?? response?.status ?? pending.lastStatus,
             reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
-            apnsID: response?.apnsID ?? pending.apnsID, apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID, attempts: pending.attempts,
+            apnsID: response?.apnsID ?? pending.apnsID, apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID,
+            attempts: pending.attempts,
             latencyMilliseconds: latency, timestamp: response?.timestamp)
         pending.job.run.record(result)
         shared.limiter.release(1)
@@ -289,7 +298,8 @@ final class EngineLoop: @unchecked Sendable {
         }
     }
 
-    private func connectionEvent(_ event: HTTP2ConnectionEvent, slot: ConnectionSlot, connection: HTTP2ClientConnection) {
+    private func connectionEvent(_ event: HTTP2ConnectionEvent, slot: ConnectionSlot, connection: HTTP2ClientConnection)
+    {
         switch event {
         case .ready:
             slot.failures = 0
@@ -322,14 +332,16 @@ final class EngineLoop: @unchecked Sendable {
     private func connectionFailed(_ slot: ConnectionSlot, error: TransportError) {
         consecutiveConnectFailures += 1
         lastConnectError = error
-        let permanent = [.tlsUnknownCA, .tlsHostnameMismatch, .tlsCertificateInvalid, .tlsNoH2, .tlsConfiguration].contains(error.kind)
+        let permanent = [.tlsUnknownCA, .tlsHostnameMismatch, .tlsCertificateInvalid, .tlsNoH2, .tlsConfiguration]
+            .contains(error.kind)
         if permanent || consecutiveConnectFailures >= configuration.maxConnectAttempts * slots.count {
             failAllWaiting(reason: "ConnectionFailed: \(error.message)")
             consecutiveConnectFailures = 0
         }
         guard !isStopping else { return }
         slot.failures += 1
-        let ceiling = min(configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << UInt64(min(slot.failures, 20)))
+        let ceiling = min(
+            configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << UInt64(min(slot.failures, 20)))
         let delay = UInt64.random(in: ceiling / 2...max(ceiling / 2, ceiling), using: &random)
         let timer = LoopTimer(loop: loop)
         slot.reconnectTimer = timer

@@ -59,7 +59,8 @@ public final class FanoutEngine: Sendable {
 
     /// Sends `job` to all its recipients and returns when every notification has its outcome.
     /// `onResult` is called once per notification, on an engine thread; keep it short.
-    public func run(_ job: FanoutJob, onResult: @escaping @Sendable (NotificationResult) -> Void) async throws(FanoutError)
+    public func run(_ job: FanoutJob, onResult: @escaping @Sendable (NotificationResult) -> Void)
+        async throws(FanoutError)
         -> JobSummary
     {
         let run = FanoutRun(jobID: job.id, onResult: onResult)
@@ -95,7 +96,8 @@ public final class FanoutEngine: Sendable {
         let limit = job.headers.pushType.payloadSizeLimit
         guard job.payload.count <= limit else {
             throw FanoutError(
-                .invalidNotification, "job \(job.id): payload is \(job.payload.count) bytes, over the \(limit)-byte limit")
+                .invalidNotification,
+                "job \(job.id): payload is \(job.payload.count) bytes, over the \(limit)-byte limit")
         }
         var reader: TokenFileReader?
         var inline: IndexingIterator<[String]>?
@@ -121,7 +123,8 @@ public final class FanoutEngine: Sendable {
                 } else {
                     run.didSubmit(1)
                     run.record(
-                        NotificationResult(jobID: job.id, token: token, outcome: .rejected, status: nil, reason: "BadDeviceToken"))
+                        NotificationResult(
+                            jobID: job.id, token: token, outcome: .rejected, status: nil, reason: "BadDeviceToken"))
                 }
             }
             if batch.isEmpty { break }

@@ -11,7 +11,10 @@ public struct FanoutJob: Sendable {
     public var payload: [UInt8]
     public var recipients: Recipients
 
-    public init(id: String, workspace: String = "default", headers: NotificationHeaders, payload: [UInt8], recipients: Recipients) {
+    public init(
+        id: String, workspace: String = "default", headers: NotificationHeaders, payload: [UInt8],
+        recipients: Recipients
+    ) {
         self.id = id
         self.workspace = workspace
         self.headers = headers

@@ -18,7 +18,9 @@ public struct NotificationOutcome: Hashable, Sendable, CustomStringConvertible {
     /// The job failed validation (one per job, no token).
     public static let invalid = NotificationOutcome(name: "invalid")
 
-    public static let all: [NotificationOutcome] = [delivered, rejected, unregistered, failed, expired, rateLimited, invalid]
+    public static let all: [NotificationOutcome] = [
+        delivered, rejected, unregistered, failed, expired, rateLimited, invalid,
+    ]
 }
 
 /// The result of one notification, as the results file records it.

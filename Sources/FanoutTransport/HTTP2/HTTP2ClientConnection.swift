@@ -528,7 +528,9 @@ private func http2ReadBodyCallback(
     _ flags: UnsafeMutablePointer<UInt32>?, _ source: UnsafeMutablePointer<nghttp2_data_source>?,
     _ userData: UnsafeMutableRawPointer?
 ) -> Int {
-    guard let source, let raw = source.pointee.ptr, let buffer, let flags else { return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue) }
+    guard let source, let raw = source.pointee.ptr, let buffer, let flags else {
+        return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue)
+    }
     let context = Unmanaged<StreamContext>.fromOpaque(raw).takeUnretainedValue()
     let body = context.request.body.bytes
     let take = min(length, body.count - context.bodyOffset)
@@ -556,7 +558,8 @@ private func http2ClientDataCallback(
     _ session: OpaquePointer?, _ flags: UInt8, _ streamID: Int32, _ data: UnsafePointer<UInt8>?, _ length: Int,
     _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
-    clientConnection(userData).didReceiveData(streamID: streamID, data: UnsafeRawBufferPointer(start: data, count: length))
+    clientConnection(userData).didReceiveData(
+        streamID: streamID, data: UnsafeRawBufferPointer(start: data, count: length))
     return 0
 }
 

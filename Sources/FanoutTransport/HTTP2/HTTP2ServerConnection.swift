@@ -73,7 +73,8 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
             guard count < scratchFields.count else { return false }
             var name = name
             var value = value
-            guard let namePointer = name.withUTF8({ place($0) }), let valuePointer = value.withUTF8({ place($0) }) else {
+            guard let namePointer = name.withUTF8({ place($0) }), let valuePointer = value.withUTF8({ place($0) })
+            else {
                 return false
             }
             scratchFields[count] = nghttp2_nv(
@@ -118,13 +119,15 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     /// token and drops it to 1 after a rejection).
     public func setMaxConcurrentStreams(_ value: UInt32) {
         guard let session, !isClosed else { return }
-        var entry = nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: value)
+        var entry = nghttp2_settings_entry(
+            settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: value)
         nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entry, 1)
         channel.scheduleFlush()
     }
 
     /// Answers a stream. `body` empty sends headers only (END_STREAM on HEADERS).
-    public func respond(streamID: Int32, status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+    public func respond(streamID: Int32, status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [])
+    {
         guard let session, !isClosed else { return }
         guard let raw = nghttp2_session_get_stream_user_data(session, streamID) else { return }
         let stream = Unmanaged<ServerStream>.fromOpaque(raw).takeUnretainedValue()
@@ -133,17 +136,22 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
             if body.isEmpty {
                 return nghttp2_submit_response(session, streamID, nva, count, nil)
             }
-            var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: raw), read_callback: http2ServerReadBodyCallback)
+            var provider = nghttp2_data_provider(
+                source: nghttp2_data_source(ptr: raw), read_callback: http2ServerReadBodyCallback)
             return nghttp2_submit_response(session, streamID, nva, count, &provider)
         }
-        if rc != 0 { nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, UInt32(NGHTTP2_INTERNAL_ERROR.rawValue)) }
+        if rc != 0 {
+            nghttp2_submit_rst_stream(
+                session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, UInt32(NGHTTP2_INTERNAL_ERROR.rawValue))
+        }
         channel.scheduleFlush()
     }
 
     /// Resets a stream with REFUSED_STREAM (the request was not processed).
     public func refuse(streamID: Int32) {
         guard let session, !isClosed else { return }
-        nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, UInt32(NGHTTP2_REFUSED_STREAM.rawValue))
+        nghttp2_submit_rst_stream(
+            session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, UInt32(NGHTTP2_REFUSED_STREAM.rawValue))
         channel.scheduleFlush()
     }
 
@@ -211,7 +219,8 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
         }
         self.session = session
         var settings = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: initialMaxStreams),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: initialMaxStreams),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 1 << 20),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: 8000),
         ]
@@ -223,7 +232,8 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
         guard let session else { return }
         insideSession += 1
-        let consumed = nghttp2_session_mem_recv(session, plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), plaintext.count)
+        let consumed = nghttp2_session_mem_recv(
+            session, plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), plaintext.count)
         insideSession -= 1
         if pendingClose {
             teardown(nil)

@@ -42,7 +42,8 @@ public final class HeaderBlock: Sendable {
                 storage[offset] = byte
                 offset += 1
             }
-            let flags = header.neverIndex ? UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue) : UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)
+            let flags =
+                header.neverIndex ? UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue) : UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)
             fields.append(
                 Field(
                     nameOffset: nameOffset, nameLength: header.name.utf8.count, valueOffset: valueOffset,
@@ -58,9 +59,13 @@ public final class HeaderBlock: Sendable {
     /// The value of a header, if present (for tests and logs; not on the hot path).
     public func value(of name: String) -> String? {
         for field in fields
-        where String(decoding: UnsafeRawBufferPointer(rebasing: storage[field.nameOffset..<field.nameOffset + field.nameLength]), as: UTF8.self) == name {
+        where String(
+            decoding: UnsafeRawBufferPointer(rebasing: storage[field.nameOffset..<field.nameOffset + field.nameLength]),
+            as: UTF8.self) == name
+        {
             return String(
-                decoding: UnsafeRawBufferPointer(rebasing: storage[field.valueOffset..<field.valueOffset + field.valueLength]),
+                decoding: UnsafeRawBufferPointer(
+                    rebasing: storage[field.valueOffset..<field.valueOffset + field.valueLength]),
                 as: UTF8.self)
         }
         return nil

@@ -37,7 +37,10 @@ final class TCPConnector {
         self.timer = timer
         // The timer's closure keeps the connector alive until it finishes.
         timer.schedule(milliseconds: timeoutMilliseconds) { [self] in
-            finish(.failure(TransportError(.connectTimeout, "connect to \(host):\(port) timed out after \(timeoutMilliseconds) ms")))
+            finish(
+                .failure(
+                    TransportError(
+                        .connectTimeout, "connect to \(host):\(port) timed out after \(timeoutMilliseconds) ms")))
         }
         let request = UnsafeMutablePointer<uv_getaddrinfo_t>.allocate(capacity: 1)
         // The request holds a +1 on self until the resolve callback, which frees the request.
@@ -89,7 +92,9 @@ final class TCPConnector {
         // The request holds a +1 on self until the connect callback, which frees the request.
         request.pointee.data = Unmanaged.passRetained(self).toOpaque()
         let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { uv_tcp_connect(request, socket.handle, $0, tcpConnectCallback) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                uv_tcp_connect(request, socket.handle, $0, tcpConnectCallback)
+            }
         }
         if rc != 0 {
             Unmanaged<TCPConnector>.fromOpaque(request.pointee.data).release()

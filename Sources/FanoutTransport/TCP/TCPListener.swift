@@ -30,7 +30,9 @@ final class TCPListener {
         let isIPv6 = host.contains(":")
         let parsed: Int32 = withUnsafeMutablePointer(to: &storage) { pointer in
             if isIPv6 {
-                return pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { uv_ip6_addr(host, Int32(port), $0) }
+                return pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                    uv_ip6_addr(host, Int32(port), $0)
+                }
             }
             return pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { uv_ip4_addr(host, Int32(port), $0) }
         }
@@ -43,7 +45,9 @@ final class TCPListener {
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<Int32>.size))
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         let length = socklen_t(isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        let bound = withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+        }
         if bound != 0 {
             let reason = String(cString: strerror(errno))
             Foundation.close(fd)
@@ -65,9 +69,13 @@ final class TCPListener {
         let family = Int32(bound6.ss_family)
         self.port = withUnsafePointer(to: &bound6) { pointer -> Int in
             if family == AF_INET6 {
-                return pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin6_port)) }
+                return pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                    Int(UInt16(bigEndian: $0.pointee.sin6_port))
+                }
             }
-            return pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin_port)) }
+            return pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                Int(UInt16(bigEndian: $0.pointee.sin_port))
+            }
         }
     }
 

@@ -53,7 +53,9 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         // Strong capture (no weak side table on self): the cycle ends when the timer closes, at the
         // end of the handshake or at close.
         timer.schedule(milliseconds: handshakeTimeoutMilliseconds) { [self] in
-            close(error: TransportError(.tlsHandshakeTimeout, "TLS handshake timed out after \(handshakeTimeoutMilliseconds) ms"))
+            close(
+                error: TransportError(
+                    .tlsHandshakeTimeout, "TLS handshake timed out after \(handshakeTimeoutMilliseconds) ms"))
         }
     }
 

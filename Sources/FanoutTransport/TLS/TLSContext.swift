@@ -58,7 +58,8 @@ final class TLSContext: @unchecked Sendable {
             }
             guard SSL_CTX_load_verify_locations(context, caFile, nil) == 1 else {
                 throw TransportError(
-                    .tlsConfiguration, "CA file \(caFile) holds no usable PEM certificate: \(tlsErrorQueueDescription())")
+                    .tlsConfiguration,
+                    "CA file \(caFile) holds no usable PEM certificate: \(tlsErrorQueueDescription())")
             }
         } else {
             SSL_CTX_set_default_verify_paths(context)
@@ -78,13 +79,15 @@ final class TLSContext: @unchecked Sendable {
         _ = CFanoutShims_SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION)
         guard SSL_CTX_use_certificate_chain_file(context, configuration.certificateFile) == 1 else {
             throw TransportError(
-                .tlsConfiguration, "certificate file \(configuration.certificateFile) is not usable: \(tlsErrorQueueDescription())")
+                .tlsConfiguration,
+                "certificate file \(configuration.certificateFile) is not usable: \(tlsErrorQueueDescription())")
         }
         guard SSL_CTX_use_PrivateKey_file(context, configuration.privateKeyFile, SSL_FILETYPE_PEM) == 1,
             SSL_CTX_check_private_key(context) == 1
         else {
             throw TransportError(
-                .tlsConfiguration, "private key file \(configuration.privateKeyFile) is not usable or does not match the certificate")
+                .tlsConfiguration,
+                "private key file \(configuration.privateKeyFile) is not usable or does not match the certificate")
         }
         // The callback reads alpnWire through this unretained pointer; the context (and so the
         // callback) never outlives self, which frees it in deinit.
@@ -128,7 +131,8 @@ private func tlsALPNSelectCallback(
     _ arg: UnsafeMutableRawPointer?
 ) -> Int32 {
     guard let arg else { return SSL_TLSEXT_ERR_NOACK }
-    return Unmanaged<TLSContext>.fromOpaque(arg).takeUnretainedValue().selectALPN(out, outLength, offered, offeredLength)
+    return Unmanaged<TLSContext>.fromOpaque(arg).takeUnretainedValue().selectALPN(
+        out, outLength, offered, offeredLength)
 }
 
 /// OpenSSL's error queue as one line, and the queue cleared. Holds library error strings only.
@@ -139,7 +143,8 @@ func tlsErrorQueueDescription() -> String {
         let code = ERR_get_error()
         if code == 0 { break }
         ERR_error_string_n(code, &buffer, buffer.count)
-        parts.append(String(cString: buffer))
+        let length = buffer.firstIndex(of: 0) ?? buffer.count
+        parts.append(String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self))
     }
     return parts.isEmpty ? "no detail from OpenSSL" : parts.joined(separator: "; ")
 }

@@ -105,14 +105,16 @@ final class TLSEngine {
             switch Int32(verify) {
             case X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH:
                 return TransportError(
-                    .tlsHostnameMismatch, "TLS to \(host): the server's certificate is not valid for \(host) (\(detail))")
+                    .tlsHostnameMismatch,
+                    "TLS to \(host): the server's certificate is not valid for \(host) (\(detail))")
             case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY, X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT,
                 X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT, X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN,
                 X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE, X509_V_ERR_CERT_UNTRUSTED:
                 return TransportError(
                     .tlsUnknownCA, "TLS to \(host): the server's certificate is signed by an unknown CA (\(detail))")
             default:
-                return TransportError(.tlsCertificateInvalid, "TLS to \(host): the server's certificate was refused (\(detail))")
+                return TransportError(
+                    .tlsCertificateInvalid, "TLS to \(host): the server's certificate was refused (\(detail))")
             }
         }
         let who = context.isServer ? "TLS accept" : "TLS to \(host)"

@@ -15,7 +15,8 @@ final class MockHarness: @unchecked Sendable {
 
     /// - Parameter configure: adjusts the options (faults, auth, ...) before start.
     init(_ configure: (inout MockOptions) -> Void = { _ in }) throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-mock-\(UUID().uuidString)").path
+        directory =
+            FileManager.default.temporaryDirectory.appendingPathComponent("fanout-mock-\(UUID().uuidString)").path
         var options = MockOptions()
         options.host = "127.0.0.1"
         options.port = 0
@@ -57,7 +58,9 @@ final class MockHarness: @unchecked Sendable {
     }
 
     /// A provider token signed with the mock's own key.
-    func providerToken(keyID: String = "KEYID12345", teamID: String = "TEAMID1234", issuedAt: Int64? = nil) throws -> String {
+    func providerToken(keyID: String = "KEYID12345", teamID: String = "TEAMID1234", issuedAt: Int64? = nil) throws
+        -> String
+    {
         let key = try ES256PrivateKey(pemFilePath: material.authKeyP8Path)
         return try makeProviderToken(key: key, keyID: keyID, teamID: teamID, issuedAt: issuedAt ?? Int64(time(nil)))
     }
@@ -131,7 +134,8 @@ final class RawClient: @unchecked Sendable {
         if let current, current.isAcceptingRequests { return current }
         let connection = HTTP2ClientConnection(
             loop: loop,
-            configuration: HTTP2ClientConfiguration(host: host, port: port, tls: tls.configuration, connectTimeoutMilliseconds: 5000),
+            configuration: HTTP2ClientConfiguration(
+                host: host, port: port, tls: tls.configuration, connectTimeoutMilliseconds: 5000),
             tlsContext: tls)
         current = connection
         connectionsOpened += 1

@@ -54,7 +54,8 @@ enum ProcessSupport {
     static func builtExecutable(_ name: String) throws -> String {
         let path = try productsDirectory().appendingPathComponent(name).path
         guard isExecutableFile(path) else {
-            throw ProcessSupportError("\(name) is not built in \(try productsDirectory().path); run swift build --build-tests first")
+            throw ProcessSupportError(
+                "\(name) is not built in \(try productsDirectory().path); run swift build --build-tests first")
         }
         return path
     }
@@ -90,7 +91,8 @@ enum ProcessSupport {
         return .failure(
             ProcessSupportError(
                 "cannot find the built fanout and mock-apns executables near the test runner (looked in "
-                    + "\(tried.joined(separator: ", "))); build them with swift build --build-tests, or set FANOUT_BIN_DIR"))
+                    + "\(tried.joined(separator: ", "))); build them with swift build --build-tests, or set FANOUT_BIN_DIR"
+            ))
     }()
 
     static func isExecutableFile(_ path: String) -> Bool {
@@ -160,7 +162,9 @@ enum ProcessSupport {
         defer { close(fd) }
         var address = loopbackAddress(port: 0)
         let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard bound == 0 else { throw ProcessSupportError("bind(127.0.0.1:0): errno \(errno)") }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
@@ -178,7 +182,9 @@ enum ProcessSupport {
         defer { close(fd) }
         var address = loopbackAddress(port: port)
         let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         return rc == 0
     }
@@ -210,11 +216,14 @@ enum ProcessSupport {
                 if !child.isRunning { break }
                 usleep(20_000)
             }
-            failures.append("port \(port): \(child.isRunning ? "not listening after \(readyTimeout) s" : "exited") \(child.stderrText())")
+            failures.append(
+                "port \(port): \(child.isRunning ? "not listening after \(readyTimeout) s" : "exited") \(child.stderrText())"
+            )
             try? child.stop(timeout: 5)
             child.discardFiles()
         }
-        throw ProcessSupportError("cannot start `\(executable)` after \(attempts) attempts: \(failures.joined(separator: "; "))")
+        throw ProcessSupportError(
+            "cannot start `\(executable)` after \(attempts) attempts: \(failures.joined(separator: "; "))")
     }
 }
 
@@ -243,7 +252,8 @@ final class RunningProcess: @unchecked Sendable {
             throw ProcessSupportError("\(executable) is missing or not executable")
         }
         commandLine = ([executable] + arguments).map { $0.contains(" ") ? "'\($0)'" : $0 }.joined(separator: " ")
-        outputDirectory = (NSTemporaryDirectory() as NSString).appendingPathComponent("fanout-proc-\(UUID().uuidString)")
+        outputDirectory = (NSTemporaryDirectory() as NSString).appendingPathComponent(
+            "fanout-proc-\(UUID().uuidString)")
         try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
         stdoutPath = (outputDirectory as NSString).appendingPathComponent("stdout")
         stderrPath = (outputDirectory as NSString).appendingPathComponent("stderr")
@@ -317,10 +327,12 @@ final class RunningProcess: @unchecked Sendable {
             if let newline = text.firstIndex(of: "\n") { return String(text[..<newline]) }
             if hasExited || !isRunning {
                 throw ProcessSupportError(
-                    "`\(commandLine)` exited (\(process.terminationStatus)) before printing a line; stderr: \(stderrText())")
+                    "`\(commandLine)` exited (\(process.terminationStatus)) before printing a line; stderr: \(stderrText())"
+                )
             }
             if Date() >= deadline {
-                throw ProcessSupportError("`\(commandLine)` printed no line within \(timeout) s; stderr: \(stderrText())")
+                throw ProcessSupportError(
+                    "`\(commandLine)` printed no line within \(timeout) s; stderr: \(stderrText())")
             }
             usleep(10_000)
         }
@@ -396,7 +408,8 @@ final class MockAPNsProcess: @unchecked Sendable {
             throw ProcessSupportError("no stats file at \(path)")
         }
         guard let object = try JSONSerialization.jsonObject(with: data) as? [String: Any] else {
-            throw ProcessSupportError("stats file \(path) is not a JSON object: \(String(decoding: data, as: UTF8.self))")
+            throw ProcessSupportError(
+                "stats file \(path) is not a JSON object: \(String(decoding: data, as: UTF8.self))")
         }
         return object
     }
