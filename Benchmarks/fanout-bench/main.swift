@@ -50,7 +50,7 @@ func runChild(_ arguments: [String]) async -> Int32 {
         id: "bench",
         headers: NotificationHeaders(
             pushType: .liveactivity, topic: "com.example.bench.push-type.liveactivity", priority: 10),
-        payload: liveActivityPayload(size: payloadBytes), recipients: recipients)
+        payload: .raw(liveActivityPayload(size: payloadBytes)), recipients: recipients)
     do {
         let engine = try FanoutEngine(configuration: configuration)
         let before = processUsage()

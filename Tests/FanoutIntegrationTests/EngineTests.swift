@@ -22,14 +22,12 @@ final class EngineTests: XCTestCase {
         return try FanoutEngine(configuration: configuration)
     }
 
-    private func liveActivityJob(id: String, tokens: [String], payload: String? = nil) -> FanoutJob {
-        FanoutJob(
-            id: id,
-            headers: NotificationHeaders(
-                pushType: .liveactivity, topic: "com.example.app.push-type.liveactivity", priority: 10),
-            payload: Array(
-                (payload ?? #"{"aps":{"timestamp":1764460800,"event":"update","content-state":{"home":2,"away":1}}}"#)
-                    .utf8),
+    /// A Live Activity update built from typed fields (`contentState` defaults to a score).
+    private func liveActivityJob(id: String, tokens: [String], payload contentState: String? = nil) -> FanoutJob {
+        let state = try! RawJSON(validating: contentState ?? #"{"home":2,"away":1}"#)
+        return FanoutJob.liveActivity(
+            id: id, bundleID: "com.example.app",
+            content: LiveActivityContent(event: .update, timestamp: 1_764_460_800, contentState: state),
             recipients: .tokens(tokens))
     }
 
@@ -61,8 +59,7 @@ final class EngineTests: XCTestCase {
         let summaries = try await withThrowingTaskGroup(of: JobSummary.self) { group in
             for job in 0..<1000 {
                 let tokens = (0..<100).map { testDeviceToken(job * 100 + $0) }
-                let payload = #"{"aps":{"timestamp":1764460800,"event":"update","content-state":{"job":\#(job)}}}"#
-                let fanoutJob = liveActivityJob(id: "job-\(job)", tokens: tokens, payload: payload)
+                let fanoutJob = liveActivityJob(id: "job-\(job)", tokens: tokens, payload: #"{"job":\#(job)}"#)
                 group.addTask { try await engine.run(fanoutJob) { _ in } }
             }
             return try await group.reduce(into: []) { $0.append($1) }
@@ -125,7 +122,7 @@ final class EngineTests: XCTestCase {
         try lines.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
         let job = FanoutJob(
             id: "file", headers: NotificationHeaders(pushType: .alert, topic: "com.example.app"),
-            payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8), recipients: .file(path: file))
+            payload: .raw(Array(#"{"aps":{"alert":"hi"}}"#.utf8)), recipients: .file(path: file))
         let summary = try await engine.run(job) { _ in }
         await engine.shutdown()
         XCTAssertEqual(summary.counts.delivered, 5001)
@@ -152,6 +149,50 @@ final class EngineTests: XCTestCase {
         XCTAssertGreaterThan(summary.counts.failed, 0, "the job was cut short")
         XCTAssertGreaterThanOrEqual(summary.counts.delivered, 100)
         XCTAssertLessThanOrEqual(mock.stats.accepted, summary.counts.delivered + 2000, "at most what was in flight")
+    }
+
+    func testInvalidJobsEndWithOneInvalidResultNamingTheFieldAndSendNothing() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(mock, loops: 1, connections: 1)
+        let wrongTopic = FanoutJob(
+            id: "wrong-topic", headers: NotificationHeaders(pushType: .liveactivity, topic: "com.example.app"),
+            payload: .raw(Array(#"{"aps":{"timestamp":1,"event":"update"}}"#.utf8)),
+            recipients: .tokens([testDeviceToken()]))
+        let startWithoutAttributes = FanoutJob.liveActivity(
+            id: "bad-start", bundleID: "com.example.app",
+            content: LiveActivityContent(
+                event: .update, timestamp: 1, contentState: try RawJSON(validating: "{}"),
+                attributes: try RawJSON(validating: #"{"team":"A"}"#)),
+            recipients: .tokens([testDeviceToken()]))
+        let tooLarge = FanoutJob(
+            id: "too-large", headers: NotificationHeaders(pushType: .alert, topic: "com.example.app"),
+            payload: .raw(
+                Array(#"{"aps":{"alert":""#.utf8) + [UInt8](repeating: 120, count: 5000) + Array(#""}}"#.utf8)),
+            recipients: .tokens([testDeviceToken()]))
+        let missingFile = FanoutJob(
+            id: "missing-file", headers: NotificationHeaders(pushType: .alert, topic: "com.example.app"),
+            payload: .raw(Array(#"{"aps":{"alert":"hi"}}"#.utf8)), recipients: .file(path: "/nonexistent/tokens.txt"))
+        let expectations = [
+            (wrongTopic, "topic"), (startWithoutAttributes, "live_activity.attributes"), (tooLarge, "4096"),
+            (missingFile, "/nonexistent/tokens.txt"),
+        ]
+        for (job, mention) in expectations {
+            let results = Mutex<[NotificationResult]>([])
+            do {
+                _ = try await engine.run(job) { result in results.withLock { $0.append(result) } }
+                XCTFail("job \(job.id) should have been refused")
+            } catch {
+                XCTAssertTrue(error.message.contains(mention), "\(job.id): \(error.message)")
+            }
+            let recorded = results.withLock { $0 }
+            XCTAssertEqual(recorded.count, 1, job.id)
+            XCTAssertEqual(recorded.first?.outcome, .invalid, job.id)
+            XCTAssertNil(recorded.first?.token, job.id)
+        }
+        XCTAssertEqual(engine.payloadEncodings, 0)
+        await engine.shutdown()
+        XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }
 
     func testUnreachableEndpointFailsTheJobInsteadOfHanging() async throws {

@@ -78,40 +78,39 @@ public final class FanoutEngine: Sendable {
     /// Sends one notification and returns its result.
     public func send(_ notification: PushNotification) async throws(FanoutError) -> NotificationResult {
         let job = FanoutJob(
-            id: notification.headers.apnsID ?? "single", headers: notification.headers, payload: notification.payload,
+            id: notification.headers.apnsID ?? "single", headers: notification.headers,
+            payload: .raw(notification.payload),
             recipients: .tokens([notification.deviceToken]))
         let collected = Mutex<NotificationResult?>(nil)
         _ = try await run(job) { result in collected.withLock { $0 = result } }
         return collected.withLock { $0 }!
     }
 
-    /// Streams the job's tokens to the loops in batches, waiting for room in flight.
+    /// Streams the job's tokens to the loops in batches, waiting for room in flight. A job that fails
+    /// validation ends with one `invalid` result (and the error is thrown).
     private func feed(_ job: FanoutJob, into run: FanoutRun) async throws(FanoutError) {
-        guard !state.withLock({ $0.shuttingDown }) else { throw FanoutError(.shutdown, "engine is shut down") }
-        do {
-            try job.headers.validate()
-        } catch {
-            throw FanoutError(.invalidNotification, "job \(job.id): \(error.description)")
-        }
-        let limit = job.headers.pushType.payloadSizeLimit
-        guard job.payload.count <= limit else {
-            throw FanoutError(
-                .invalidNotification,
-                "job \(job.id): payload is \(job.payload.count) bytes, over the \(limit)-byte limit")
-        }
+        let payload: [UInt8]
         var reader: TokenFileReader?
         var inline: IndexingIterator<[String]>?
-        switch job.recipients {
-        case .tokens(let tokens): inline = tokens.makeIterator()
-        case .file(let path): reader = try TokenFileReader(path: path)
+        do {
+            payload = try validate(job, run: run)
+            switch job.recipients {
+            case .tokens(let tokens): inline = tokens.makeIterator()
+            case .file(let path): reader = try TokenFileReader(path: path)
+            }
+        } catch {
+            run.didSubmit(1)
+            run.record(NotificationResult(jobID: job.id, token: nil, outcome: .invalid, reason: error.message))
+            run.didFinishSubmitting()
+            throw error
         }
         func nextToken() -> String? {
             if inline != nil { return inline!.next() }
             return reader!.nextLine()
         }
 
-        let prepared = PreparedJob(job: job, run: run, authority: configuration.endpoint.authority)
         state.withLock { $0.payloadEncodings += 1 }
+        let prepared = PreparedJob(job: job, payload: payload, run: run, authority: configuration.endpoint.authority)
         var batch: [String] = []
         batch.reserveCapacity(Self.batchSize)
         var stopped = false
@@ -148,6 +147,24 @@ public final class FanoutEngine: Sendable {
             engineLoop.loop.execute { engineLoop.enqueue(job: prepared, tokens: tokens) }
         }
         run.didFinishSubmitting()
+    }
+
+    /// Checks the job and encodes its payload: the one encoding every stream of the job shares.
+    private func validate(_ job: FanoutJob, run: FanoutRun) throws(FanoutError) -> [UInt8] {
+        guard !state.withLock({ $0.shuttingDown }) else { throw FanoutError(.shutdown, "engine is shut down") }
+        do {
+            try job.headers.validate()
+        } catch {
+            throw FanoutError(.invalidNotification, "job \(job.id): \(error.description)")
+        }
+        do {
+            let payload = try job.payload.encode()
+            try PayloadLimits.check(payload, pushType: job.headers.pushType)
+            run.countEncoding()
+            return payload
+        } catch {
+            throw FanoutError(.invalidNotification, "job \(job.id): \(error.description)")
+        }
     }
 
     /// Stops taking jobs, lets in-flight notifications finish for up to `gracePeriod`, then ends the

@@ -7,12 +7,12 @@ public struct FanoutJob: Sendable {
     /// Push type, topic, priority, expiration and collapse id, shared by every token. `apnsID` and
     /// `bearerToken` are ignored: each notification gets its own id, the engine adds the token.
     public var headers: NotificationHeaders
-    /// The encoded JSON payload, shared read-only by every stream of the job.
-    public var payload: [UInt8]
+    /// The payload, encoded once by the engine and shared read-only by every stream of the job.
+    public var payload: JobPayload
     public var recipients: Recipients
 
     public init(
-        id: String, workspace: String = "default", headers: NotificationHeaders, payload: [UInt8],
+        id: String, workspace: String = "default", headers: NotificationHeaders, payload: JobPayload,
         recipients: Recipients
     ) {
         self.id = id
@@ -29,4 +29,27 @@ public enum Recipients: Sendable {
     case tokens([String])
     /// A file of hex tokens, one per line (blank lines skipped).
     case file(path: String)
+}
+
+/// A job's payload: given as JSON bytes, or built from typed fields. Either way it is encoded once
+/// per job, however many tokens the job has.
+public enum JobPayload: Sendable {
+    /// A complete APNs JSON object, sent as given.
+    case raw([UInt8])
+    /// A Live Activity `aps` dictionary built from typed fields.
+    case liveActivity(LiveActivityContent)
+    /// A regular alert.
+    case alert(AlertPayload)
+    /// A background (content-available) push.
+    case background(BackgroundPayload)
+
+    /// The JSON bytes. Errors name the field at fault.
+    public func encode() throws(PayloadError) -> [UInt8] {
+        switch self {
+        case .raw(let bytes): return bytes
+        case .liveActivity(let content): return try content.encode()
+        case .alert(let alert): return try alert.encode()
+        case .background(let background): return try background.encode()
+        }
+    }
 }

@@ -15,11 +15,11 @@ final class PreparedJob: Sendable {
     private let authority: String
     private let cachedBlock = Mutex<(bearer: String?, block: HeaderBlock)?>(nil)
 
-    init(job: FanoutJob, run: FanoutRun, authority: String) {
+    /// - Parameter payload: the job's payload, already encoded (once).
+    init(job: FanoutJob, payload: [UInt8], run: FanoutRun, authority: String) {
         id = job.id
         self.run = run
-        body = SharedBody(job.payload)
-        run.countEncoding()
+        body = SharedBody(payload)
         var headers = job.headers
         headers.apnsID = nil
         headers.bearerToken = nil

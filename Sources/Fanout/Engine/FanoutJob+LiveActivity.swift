@@ -1,0 +1,30 @@
+import FanoutCore
+
+extension FanoutJob {
+    /// A Live Activity job: fixes `apns-push-type: liveactivity` and the topic
+    /// `<bundleID>.push-type.liveactivity`, so the pair cannot be got wrong.
+    /// - Parameter priority: 10 delivers at once but draws on the device's budget; 5 does not.
+    public static func liveActivity(
+        id: String, workspace: String = "default", bundleID: String, content: LiveActivityContent, priority: Int = 10,
+        expiration: Int64? = nil, collapseID: String? = nil, recipients: Recipients
+    ) -> FanoutJob {
+        FanoutJob(
+            id: id, workspace: workspace,
+            headers: NotificationHeaders(
+                pushType: .liveactivity, topic: bundleID + ".push-type.liveactivity", priority: priority,
+                expiration: expiration, collapseID: collapseID),
+            payload: .liveActivity(content), recipients: recipients)
+    }
+
+    /// A regular alert job to the app itself (topic = bundle id).
+    public static func alert(
+        id: String, workspace: String = "default", bundleID: String, alert: AlertPayload, priority: Int = 10,
+        expiration: Int64? = nil, collapseID: String? = nil, recipients: Recipients
+    ) -> FanoutJob {
+        FanoutJob(
+            id: id, workspace: workspace,
+            headers: NotificationHeaders(
+                pushType: .alert, topic: bundleID, priority: priority, expiration: expiration, collapseID: collapseID),
+            payload: .alert(alert), recipients: recipients)
+    }
+}
