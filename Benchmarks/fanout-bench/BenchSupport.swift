@@ -82,13 +82,22 @@ struct BenchError: Error, CustomStringConvertible {
 }
 
 /// CPU seconds (user + system) and peak RSS of this process so far.
+///
+/// Peak RSS is `VmHWM` from /proc/self/status, not `getrusage`'s `ru_maxrss`: Linux carries
+/// `ru_maxrss` across execve, so a child spawned by a large parent would report the parent's peak.
 func processUsage() -> (cpuSeconds: Double, peakRSSMegabytes: Double) {
     var usage = rusage()
     getrusage(RUSAGE_SELF.rawValue, &usage)
-    let cpu =
-        Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
+    let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
         + Double(usage.ru_stime.tv_usec) / 1e6
-    return (cpu, Double(usage.ru_maxrss) / 1024)
+    var peakKilobytes = Double(usage.ru_maxrss)
+    if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+        let value = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap({ Double($0) })
+    {
+        peakKilobytes = value
+    }
+    return (cpu, peakKilobytes / 1024)
 }
 
 /// The median, minimum and maximum of some measurements.

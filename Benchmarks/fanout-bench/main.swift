@@ -152,6 +152,24 @@ func measureH2load(
     return rate
 }
 
+/// Writes `count` tokens, one per line, in chunks (the parent stays small, so nothing it holds
+/// colours the children's measurements).
+func writeTokensFile(_ path: String, count: Int) throws {
+    _ = FileManager.default.createFile(atPath: path, contents: nil)
+    guard let handle = FileHandle(forWritingAtPath: path) else { throw BenchError("cannot write \(path)") }
+    defer { try? handle.close() }
+    var chunk = ""
+    for index in 0..<count {
+        chunk += benchToken(index)
+        chunk += "\n"
+        if chunk.utf8.count >= 1 << 20 {
+            handle.write(Data(chunk.utf8))
+            chunk = ""
+        }
+    }
+    handle.write(Data(chunk.utf8))
+}
+
 func runParent(_ options: Options) throws -> Int32 {
     let bin = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
     let work = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-bench-\(UUID().uuidString)").path
@@ -170,6 +188,8 @@ func runParent(_ options: Options) throws -> Int32 {
             let (loops, connections) = scenario == "throughput-1c" ? (1, 1) : (2, 4)
             let tokens = options.quick ? 20_000 : 500_000
             let streams = 1000
+            let tokensFile = "\(work)/tokens-throughput-\(tokens).txt"
+            if !FileManager.default.fileExists(atPath: tokensFile) { try writeTokensFile(tokensFile, count: tokens) }
             var rates: [Double] = []
             var cpu: [Double] = []
             var rss: [Double] = []
@@ -177,7 +197,7 @@ func runParent(_ options: Options) throws -> Int32 {
             for _ in 0..<runs {
                 let run = try measureFanout(
                     bin: bin, work: work, mock: mock, tokens: tokens, loops: loops, connections: connections / loops,
-                    streams: streams, payloadBytes: 1024)
+                    streams: streams, payloadBytes: 1024, tokensFile: tokensFile)
                 rates.append(run["rate"] as? Double ?? 0)
                 cpu.append(run["cpu_seconds"] as? Double ?? 0)
                 rss.append(run["peak_rss_mb"] as? Double ?? 0)
@@ -217,10 +237,7 @@ func runParent(_ options: Options) throws -> Int32 {
             var rows: [[String: Any]] = []
             for size in sizes {
                 let file = "\(work)/tokens-\(size).txt"
-                var text = ""
-                text.reserveCapacity(size * 65)
-                for index in 0..<size { text += benchToken(index) + "\n" }
-                _ = FileManager.default.createFile(atPath: file, contents: Data(text.utf8))
+                try writeTokensFile(file, count: size)
                 var rates: [Double] = []
                 var cpuPer: [Double] = []
                 var rss: [Double] = []
