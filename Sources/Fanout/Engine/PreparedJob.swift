@@ -38,7 +38,12 @@ final class PreparedJob: Sendable {
         let placeholder = DeviceToken(String(repeating: "0", count: 64))!
         let built = (try? headers.headerFields(deviceToken: placeholder, authority: authority)) ?? []
         for field in built where field.name != ":path" && field.name != "apns-id" {
-            fields.append((field.name, field.value, field.neverIndex))
+            // The provider token goes into HPACK's dynamic table: it is the same on every stream for
+            // 50 minutes, so after the first request it costs one byte instead of ~200 bytes of
+            // Huffman coding per stream (Netty-based clients such as Pushy do the same). :path and
+            // apns-id, which change per stream, stay out of the table.
+            let indexed = field.name == "authorization"
+            fields.append((field.name, field.value, indexed ? false : field.neverIndex))
         }
         let block = HeaderBlock(fields)
         cachedBlock.withLock { $0 = (bearer, block) }
