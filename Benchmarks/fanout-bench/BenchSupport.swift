@@ -88,12 +88,14 @@ struct BenchError: Error, CustomStringConvertible {
 func processUsage() -> (cpuSeconds: Double, peakRSSMegabytes: Double) {
     var usage = rusage()
     getrusage(RUSAGE_SELF.rawValue, &usage)
-    let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
+    let cpu =
+        Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
         + Double(usage.ru_stime.tv_usec) / 1e6
     var peakKilobytes = Double(usage.ru_maxrss)
     if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
         let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-        let value = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap({ Double($0) })
+        let value = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap({ Double($0) }
+        )
     {
         peakKilobytes = value
     }

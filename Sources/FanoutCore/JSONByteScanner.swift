@@ -203,42 +203,7 @@ struct JSONByteScanner {
     func decodedBytes(of token: StringToken) -> [UInt8] {
         let raw = UnsafeBufferPointer(rebasing: bytes[token.range])
         guard token.hasEscapes else { return Array(raw) }
-        var output = [UInt8]()
-        output.reserveCapacity(raw.count)
-        var index = 0
-        while index < raw.count {
-            let byte = raw[index]
-            guard byte == UInt8(ascii: "\\") else {
-                output.append(byte)
-                index += 1
-                continue
-            }
-            let escape = raw[index + 1]
-            index += 2
-            switch escape {
-            case UInt8(ascii: "b"): output.append(0x08)
-            case UInt8(ascii: "f"): output.append(0x0C)
-            case UInt8(ascii: "n"): output.append(0x0A)
-            case UInt8(ascii: "r"): output.append(0x0D)
-            case UInt8(ascii: "t"): output.append(0x09)
-            case UInt8(ascii: "u"):
-                var scalar = JSONByteScanner.hex4(raw, at: index)
-                index += 4
-                if (0xD800..<0xDC00).contains(scalar), index + 5 < raw.count, raw[index] == UInt8(ascii: "\\"),
-                    raw[index + 1] == UInt8(ascii: "u")
-                {
-                    let low = JSONByteScanner.hex4(raw, at: index + 2)
-                    if (0xDC00..<0xE000).contains(low) {
-                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                        index += 6
-                    }
-                }
-                let unicodeScalar = Unicode.Scalar(scalar) ?? "\u{FFFD}"
-                output.append(contentsOf: UTF8.encode(unicodeScalar)!)
-            default: output.append(escape)  // \" \\ \/
-            }
-        }
-        return output
+        return JSONStringEscaping.unescape(raw)
     }
 
     /// Whether a string token's value equals `literal` (an ASCII key such as `aps`).
@@ -252,14 +217,6 @@ struct JSONByteScanner {
     }
 
     // MARK: Helpers
-
-    private static func hex4(_ raw: UnsafeBufferPointer<UInt8>, at index: Int) -> UInt32 {
-        var value: UInt32 = 0
-        for offset in 0..<4 {
-            value = value << 4 | UInt32(ASCIIBytes.hexValue(raw[index + offset]) ?? 0)
-        }
-        return value
-    }
 
     private mutating func skipArray() throws {
         try expect(UInt8(ascii: "["))

@@ -56,7 +56,7 @@ final class EngineLoop: @unchecked Sendable {
     private var slots: [ConnectionSlot]
     /// Connections that got GOAWAY and are finishing their streams.
     private var draining: [ObjectIdentifier: HTTP2ClientConnection] = [:]
-    private var waiting = NotificationQueue()
+    private var waiting = FIFOQueue<PendingNotification>()
     private var delayed: [PendingNotification] = []
     private var delayTimer: LoopTimer?
     private var delayTimerDue: UInt64 = .max
@@ -375,34 +375,4 @@ final class EngineLoop: @unchecked Sendable {
 
     /// Notifications this loop holds (waiting or delayed); the rest of in-flight is on the wire.
     var heldCount: Int { waiting.count + delayed.count }
-}
-
-/// A FIFO of notifications that reuses its storage; `prepend` puts a retry first.
-struct NotificationQueue {
-    private var items: [PendingNotification?] = []
-    private var head = 0
-    private var front: [PendingNotification] = []
-
-    var count: Int { items.count - head + front.count }
-    var isEmpty: Bool { count == 0 }
-
-    mutating func append(_ item: PendingNotification) { items.append(item) }
-
-    mutating func prepend(_ item: PendingNotification) { front.append(item) }
-
-    mutating func popFirst() -> PendingNotification? {
-        if let item = front.popLast() { return item }
-        guard head < items.count else { return nil }
-        let item = items[head]
-        items[head] = nil
-        head += 1
-        if head == items.count {
-            items.removeAll(keepingCapacity: true)
-            head = 0
-        } else if head >= 4096 && head * 2 >= items.count {
-            items.removeFirst(head)
-            head = 0
-        }
-        return item
-    }
 }

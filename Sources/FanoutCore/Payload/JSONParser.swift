@@ -325,41 +325,7 @@ struct JSONParser {
 
     /// The UTF-8 value of validated string contents that hold escapes.
     static func unescape(_ raw: UnsafeBufferPointer<UInt8>) -> [UInt8] {
-        var output = [UInt8]()
-        output.reserveCapacity(raw.count)
-        var index = 0
-        func hex4(_ at: Int) -> UInt32 {
-            var value: UInt32 = 0
-            for offset in 0..<4 { value = value << 4 | UInt32(ASCIIBytes.hexValue(raw[at + offset]) ?? 0) }
-            return value
-        }
-        while index < raw.count {
-            let byte = raw[index]
-            guard byte == UInt8(ascii: "\\") else {
-                output.append(byte)
-                index += 1
-                continue
-            }
-            let escape = raw[index + 1]
-            index += 2
-            switch escape {
-            case UInt8(ascii: "b"): output.append(0x08)
-            case UInt8(ascii: "f"): output.append(0x0C)
-            case UInt8(ascii: "n"): output.append(0x0A)
-            case UInt8(ascii: "r"): output.append(0x0D)
-            case UInt8(ascii: "t"): output.append(0x09)
-            case UInt8(ascii: "u"):
-                var scalar = hex4(index)
-                index += 4
-                if (0xD800..<0xDC00).contains(scalar) {  // validated: a low surrogate escape follows
-                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (hex4(index + 2) - 0xDC00)
-                    index += 6
-                }
-                output.append(contentsOf: UTF8.encode(Unicode.Scalar(scalar) ?? "\u{FFFD}")!)
-            default: output.append(escape)  // \" \\ \/
-            }
-        }
-        return output
+        JSONStringEscaping.unescape(raw)
     }
 
     private mutating func readLiteral(_ literal: StaticString) throws(JSONParseError) {

@@ -58,7 +58,7 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
     private var session: OpaquePointer?
     public var onEvent: ((HTTP2ConnectionEvent) -> Void)?
 
-    private var waiting = RequestQueue()
+    private var waiting = FIFOQueue<PendingRequest>()
     public private(set) var openStreams = 0
     /// The most streams open at once so far.
     public private(set) var peakOpenStreams = 0
@@ -429,31 +429,6 @@ private struct PendingRequest {
     let completion: HTTP2Completion
 }
 
-/// A FIFO of waiting requests that reuses its storage (no per-request allocation once warm).
-private struct RequestQueue {
-    private var items: [PendingRequest?] = []
-    private var head = 0
-
-    var count: Int { items.count - head }
-
-    mutating func append(_ item: PendingRequest) { items.append(item) }
-
-    mutating func popFirst() -> PendingRequest? {
-        guard head < items.count else { return nil }
-        let item = items[head]
-        items[head] = nil
-        head += 1
-        if head == items.count {
-            items.removeAll(keepingCapacity: true)
-            head = 0
-        } else if head >= 1024 && head * 2 >= items.count {
-            items.removeFirst(head)
-            head = 0
-        }
-        return item
-    }
-}
-
 /// State of one open stream: the request being sent and the response being collected. nghttp2
 /// holds a +1 on it (stream user data) from submission to on_stream_close.
 final class StreamContext {
@@ -532,14 +507,7 @@ private func http2ReadBodyCallback(
         return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue)
     }
     let context = Unmanaged<StreamContext>.fromOpaque(raw).takeUnretainedValue()
-    let body = context.request.body.bytes
-    let take = min(length, body.count - context.bodyOffset)
-    if take > 0 {
-        UnsafeMutableRawPointer(buffer).copyMemory(from: body.baseAddress! + context.bodyOffset, byteCount: take)
-        context.bodyOffset += take
-    }
-    if context.bodyOffset == body.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
-    return take
+    return readBody(context.request.body.bytes, offset: &context.bodyOffset, into: buffer, length: length, flags: flags)
 }
 
 private func http2ClientHeaderCallback(

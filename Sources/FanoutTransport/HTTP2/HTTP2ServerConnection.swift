@@ -450,11 +450,7 @@ private func http2ServerReadBodyCallback(
         return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue)
     }
     let stream = Unmanaged<ServerStream>.fromOpaque(raw).takeUnretainedValue()
-    let take = min(length, stream.responseBody.count - stream.responseOffset)
-    stream.responseBody.withUnsafeBytes { bytes in
-        UnsafeMutableRawPointer(buffer).copyMemory(from: bytes.baseAddress! + stream.responseOffset, byteCount: take)
+    return stream.responseBody.withUnsafeBytes { body in
+        readBody(body, offset: &stream.responseOffset, into: buffer, length: length, flags: flags)
     }
-    stream.responseOffset += take
-    if stream.responseOffset == stream.responseBody.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
-    return take
 }
