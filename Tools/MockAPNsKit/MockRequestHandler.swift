@@ -126,7 +126,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
         if let injected {
             return MockAnswer(status: injected.status, reason: injected.reason, token: token)
         }
-        if shared.unregistered.contains(token) {
+        if !shared.unregistered.isEmpty && shared.unregistered.contains(token) {
             let milliseconds = Int64(Date().timeIntervalSince1970 * 1000)
             return MockAnswer(status: 410, reason: "Unregistered", token: token, timestamp: milliseconds)
         }
@@ -148,7 +148,8 @@ final class MockRequestHandler: HTTP2ServerHandler {
     }
 
     private func connectionState(_ connection: HTTP2ServerConnection) -> MockConnectionState {
-        if let state = connection.userInfo as? MockConnectionState { return state }
+        // Only this handler sets userInfo, always to a MockConnectionState: skip the dynamic cast.
+        if let state = connection.userInfo { return unsafeDowncast(state, to: MockConnectionState.self) }
         let state = MockConnectionState()
         connection.userInfo = state
         shared.stats.recordConnection()

@@ -7,7 +7,8 @@ public final class MockStats: Sendable {
     private struct Tallies {
         var requests = 0
         var accepted = 0
-        var byStatus: [Int: Int] = [:]
+        /// Counts by HTTP status, indexed by the status (an array: no hashing per request).
+        var byStatus = [Int](repeating: 0, count: 600)
         var byReason: [String: Int] = [:]
         /// 64-bit digests of the accepted tokens and apns-ids: integers hash and compare far
         /// faster than strings, and a collision among a few million 64-bit values is vanishingly rare.
@@ -29,7 +30,7 @@ public final class MockStats: Sendable {
     func recordAnswer(status: Int, reason: String?, token: String?, apnsID: String?) {
         tallies.withLock { tallies in
             tallies.requests += 1
-            tallies.byStatus[status, default: 0] += 1
+            tallies.byStatus[min(max(status, 0), 599)] += 1
             if let reason { tallies.byReason[reason, default: 0] += 1 }
             guard status == 200 else { return }
             tallies.accepted += 1
@@ -50,7 +51,10 @@ public final class MockStats: Sendable {
             [
                 "requests": tallies.requests,
                 "accepted": tallies.accepted,
-                "by_status": Dictionary(uniqueKeysWithValues: tallies.byStatus.map { (String($0.key), $0.value) }),
+                "by_status": Dictionary(
+                    uniqueKeysWithValues: tallies.byStatus.enumerated().filter { $0.element > 0 }.map {
+                        (String($0.offset), $0.element)
+                    }),
                 "by_reason": tallies.byReason,
                 "distinct_tokens": tallies.tokens.count,
                 "duplicate_apns_ids": tallies.duplicateApnsIDs,
@@ -67,7 +71,9 @@ public final class MockStats: Sendable {
     public var requests: Int { tallies.withLock { $0.requests } }
     public var streamLimitViolations: Int { tallies.withLock { $0.streamLimitViolations } }
     public var duplicateApnsIDs: Int { tallies.withLock { $0.duplicateApnsIDs } }
-    public func count(status: Int) -> Int { tallies.withLock { $0.byStatus[status] ?? 0 } }
+    public func count(status: Int) -> Int {
+        tallies.withLock { (0..<600).contains(status) ? $0.byStatus[status] : 0 }
+    }
     public func count(reason: String) -> Int { tallies.withLock { $0.byReason[reason] ?? 0 } }
 
     /// Writes the snapshot to `path` atomically (write a temporary file, then rename).
