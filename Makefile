@@ -35,10 +35,12 @@ build: deps-build
 release: deps-build
 	$(SWIFT) build -c release
 
-## test: the whole suite (what CI runs).
+## test: the whole suite (what CI runs), then fanout-bench --quick once so the benchmarks never rot
+## (no speed is asserted).
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+	"$$($(SWIFT) build --show-bin-path)/fanout-bench" --quick
 
 ## demo: mock-apns with fresh TLS material on a free port, one notification through `fanout push`.
 demo: release
