@@ -146,8 +146,13 @@ func measureH2load(
     }
     let match = String(output[range])
     let rate = match.split(separator: " ").dropLast().last.flatMap { Double($0) } ?? 0
-    guard output.contains("\(requests) succeeded") || output.contains("\(requests) 2xx") else {
-        throw BenchError("h2load requests did not all succeed: \(output.suffix(500))")
+    // h2load opens up to 100 streams before it sees the server's first SETTINGS; mock-apns, like
+    // APNs, allows one stream until the first valid token and refuses the rest, which h2load counts
+    // as failed and does not retry. So all but that first burst must succeed.
+    guard let succeededRange = output.range(of: #"([0-9]+) succeeded"#, options: .regularExpression),
+        let succeeded = Int(output[succeededRange].split(separator: " ")[0]), succeeded >= requests - 100 * connections
+    else {
+        throw BenchError("h2load requests did not succeed: \(output.suffix(500))")
     }
     return rate
 }

@@ -80,11 +80,10 @@ final class EngineLoop: @unchecked Sendable {
 
     // MARK: Work in
 
-    /// Makes pending notifications for `tokens` of `job` and sends them. Loop thread.
-    func enqueue(job: PreparedJob, tokens: [String]) {
+    /// Queues notifications (made by the feeding task, off this thread) and sends them. Loop thread.
+    func enqueue(_ batch: [PendingNotification]) {
         loop.assertInLoop()
-        for token in tokens {
-            let pending = PendingNotification(job: job, token: token, apnsID: APNsID.generate(using: &random))
+        for pending in batch {
             if isStopping {
                 finish(pending, outcome: .failed, reason: "NotSent")
             } else {

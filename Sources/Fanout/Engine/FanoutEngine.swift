@@ -113,6 +113,7 @@ public final class FanoutEngine: Sendable {
         let prepared = PreparedJob(job: job, payload: payload, run: run, authority: configuration.endpoint.authority)
         var batch: [String] = []
         batch.reserveCapacity(Self.batchSize)
+        var random = FastRandomGenerator()
         var stopped = false
         while true {
             batch.removeAll(keepingCapacity: true)
@@ -143,8 +144,12 @@ public final class FanoutEngine: Sendable {
                 continue
             }
             let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
-            let tokens = batch
-            engineLoop.loop.execute { engineLoop.enqueue(job: prepared, tokens: tokens) }
+            // The per-notification objects (path, apns-id) are made here, on the feeding task's
+            // thread, so the loop thread only sends.
+            let notifications = batch.map { token in
+                PendingNotification(job: prepared, token: token, apnsID: APNsID.generate(using: &random))
+            }
+            engineLoop.loop.execute { engineLoop.enqueue(notifications) }
         }
         run.didFinishSubmitting()
     }
