@@ -22,6 +22,8 @@ let package = Package(
 
         // Pure Swift: APNs model (headers, reasons, responses, payloads, validation). Imports no C.
         .target(name: "FanoutCore"),
+        // Pure Swift policies: workspace rate limits (hierarchical token buckets, injectable clock).
+        .target(name: "FanoutPolicy"),
         // The only Swift code that imports the C modules: loop thread, TCP, TLS, HTTP/2, crypto (JWT,
         // test CA). Depends on FanoutCore only for shared pure-Swift helpers (base64url).
         .target(
@@ -30,7 +32,7 @@ let package = Package(
         // Flag parsing shared by the three binaries.
         .target(name: "CommandLineSupport"),
         // Public library API for gateway services.
-        .target(name: "Fanout", dependencies: ["FanoutCore", "FanoutTransport"]),
+        .target(name: "Fanout", dependencies: ["FanoutCore", "FanoutPolicy", "FanoutTransport"]),
         // The `fanout` command.
         .executableTarget(
             name: "fanout", dependencies: ["Fanout", "FanoutCore", "FanoutTransport", "CommandLineSupport"]),
@@ -42,13 +44,15 @@ let package = Package(
 
         // fanout-bench: the benchmark suite.
         .executableTarget(
-            name: "fanout-bench", dependencies: ["Fanout", "FanoutCore", "FanoutTransport", "CommandLineSupport"],
+            name: "fanout-bench",
+            dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "CommandLineSupport"],
             path: "Benchmarks/fanout-bench"),
 
         .testTarget(name: "FanoutCoreTests", dependencies: ["FanoutCore"]),
+        .testTarget(name: "FanoutPolicyTests", dependencies: ["FanoutPolicy"]),
         .testTarget(name: "FanoutTransportTests", dependencies: ["FanoutTransport", "FanoutCore"]),
         .testTarget(
             name: "FanoutIntegrationTests",
-            dependencies: ["Fanout", "FanoutCore", "FanoutTransport", "MockAPNsKit"]),
+            dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "MockAPNsKit"]),
     ]
 )
