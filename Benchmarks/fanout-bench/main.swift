@@ -1,6 +1,7 @@
 import CommandLineSupport
 import Fanout
 import FanoutCore
+import FanoutPolicy
 import FanoutTransport
 import Foundation
 
@@ -14,16 +15,17 @@ let usage = """
                           throughput-4c    the same with 2 loops and 4 connections, vs h2load -c 4
                           fanout-scaling   one job from a tokens file of 10,000, 100,000 and 1,000,000 tokens:
                                            rate, CPU microseconds per notification, peak RSS, growth ratios
+                          ratelimit        workspace rate-limiter decisions per second on one core
       --json FILE       also write the results as JSON
       --quick           small sizes (seconds, not minutes), for CI
       --runs N          runs per measurement; the median is reported (default 3, 1 with --quick)
 
     Each run of Fanout happens in a fresh child process, so CPU seconds and peak RSS are its own.
-    The remaining scenarios of the benchmark issue (many-jobs, encode, ratelimit, faults, load,
+    The remaining scenarios of the benchmark issue (many-jobs, encode, faults, load,
     peer-aioapns) are not written yet.
     """
 
-let allScenarios = ["throughput-1c", "throughput-4c", "fanout-scaling"]
+let allScenarios = ["throughput-1c", "throughput-4c", "fanout-scaling", "ratelimit"]
 
 // MARK: Child mode: one measured run in a clean process
 
@@ -281,6 +283,20 @@ func runParent(_ options: Options) throws -> Int32 {
                 "notifications": sizes.reduce(0, +), "rate": last["rate"] as! Double,
                 "peak_rss_mb": last["peak_rss_mb"] as! Double,
                 "seconds": 0, "cpu_seconds": 0,
+            ])
+        case "ratelimit":
+            let count = options.quick ? 1_000_000 : 30_000_000
+            let rates = (0..<runs).map { _ in WorkspaceRateLimiter.benchmarkDecisions(count: count) }
+            let spread = Spread(rates)
+            print(
+                String(
+                    format: "ratelimit: %.1f million decisions/s [%.1f-%.1f] on one core (saturated workspace)",
+                    spread.median / 1e6, spread.min / 1e6, spread.max / 1e6))
+            results.append([
+                "scenario": "ratelimit", "notifications": count, "rate": spread.median, "rate_min": spread.min,
+                "rate_max": spread.max, "seconds": Double(count) / spread.median,
+                "cpu_seconds": Double(count) / spread.median,
+                "peak_rss_mb": processUsage().peakRSSMegabytes,
             ])
         default:
             break

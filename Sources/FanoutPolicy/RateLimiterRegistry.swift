@@ -38,12 +38,13 @@ public final class RateLimiterRegistry: Sendable {
     /// - Parameters:
     ///   - defaultBudget: for workspaces not in `overrides` (default: 250,000 per hour, burst 60 s, `reject`).
     ///   - overrides: per-workspace budgets.
-    public init(defaultBudget: RateBudget = .default, overrides: [String: RateBudget] = [:]) {
+    /// - Throws: `RateBudgetError` naming the workspace whose budget cannot be enforced.
+    public init(defaultBudget: RateBudget = .default, overrides: [String: RateBudget] = [:]) throws(RateBudgetError) {
         for (workspace, budget) in [("(default)", defaultBudget)] + overrides.map({ ($0.key, $0.value) }) {
             do {
                 try budget.validate()
             } catch {
-                preconditionFailure("invalid rate budget for workspace \(workspace): \(error)")
+                throw RateBudgetError("workspace \(workspace): \(error.message)")
             }
         }
         self.defaultBudget = defaultBudget

@@ -4,9 +4,9 @@ import Synchronization
 import XCTest
 
 final class RateLimiterRegistryTests: XCTestCase {
-    func testOverridesAndTheDefault() {
+    func testOverridesAndTheDefault() throws {
         let special = RateBudget(requestsPerHour: 36_000, burstSeconds: 10)
-        let registry = RateLimiterRegistry(defaultBudget: .jobFileDefault, overrides: ["acme": special])
+        let registry = try RateLimiterRegistry(defaultBudget: .jobFileDefault, overrides: ["acme": special])
         XCTAssertEqual(registry.limiter(for: "acme").budget, special)
         XCTAssertEqual(registry.limiter(for: "other").budget, .jobFileDefault)
         XCTAssertEqual(registry.budget(for: "default"), .jobFileDefault)
@@ -15,8 +15,8 @@ final class RateLimiterRegistryTests: XCTestCase {
         XCTAssertEqual(registry.decide(workspace: "acme", priority: 5, now: second), .admit(priority: 5))
     }
 
-    func testConcurrentLookupsAgreeOnOneLimiterPerWorkspace() {
-        let registry = RateLimiterRegistry()
+    func testConcurrentLookupsAgreeOnOneLimiterPerWorkspace() throws {
+        let registry = try RateLimiterRegistry()
         let names = (0..<2_000).map { "workspace-\($0)" }
         let seen = Mutex([String: Set<ObjectIdentifier>]())
         DispatchQueue.concurrentPerform(iterations: 8) { thread in
@@ -32,6 +32,15 @@ final class RateLimiterRegistryTests: XCTestCase {
         XCTAssertEqual(result.values.filter { $0.count != 1 }.count, 0)
         for name in names.prefix(50) {
             XCTAssertEqual(result[name], [ObjectIdentifier(registry.limiter(for: name))])
+        }
+    }
+}
+
+final class RateLimiterRegistryValidationTests: XCTestCase {
+    func testABudgetThatCannotBeEnforcedIsAnErrorNamingTheWorkspace() {
+        let impossible = RateBudget(requestsPerHour: 3600, burstSeconds: 5, policy: .reject)
+        XCTAssertThrowsError(try RateLimiterRegistry(overrides: ["tight": impossible])) { error in
+            XCTAssertTrue("\(error)".contains("workspace tight"), "\(error)")
         }
     }
 }

@@ -194,7 +194,7 @@ final class SimulatedHourTests: XCTestCase {
         let bigLoads = [10, 5, 1].map { OfferedLoad(workspace: "big", priority: $0, perHour: 1_000_000) }
 
         func run(_ loads: [OfferedLoad]) -> (decisions: [String: [RateDecision]], admitted: [String: Int]) {
-            let registry = RateLimiterRegistry(overrides: overrides)
+            let registry = try! RateLimiterRegistry(overrides: overrides)
             var decisions: [String: [RateDecision]] = [:]
             var admitted: [String: Int] = [:]
             _ = simulate(loads) { load, now in

@@ -1,4 +1,5 @@
 import FanoutCore
+import FanoutPolicy
 import FanoutTransport
 import Foundation
 
@@ -33,11 +34,17 @@ final class EngineShared: Sendable {
     let tls: TLSClientContext
     let tokens: ProviderTokenCache?
     let limiter: InFlightLimiter
+    /// Where tokens APNs invalidated are reported (`FanoutEngine.invalidTokens`).
+    let invalidTokens: AsyncStream<InvalidatedToken>.Continuation
 
-    init(configuration: FanoutEngineConfiguration, tls: TLSClientContext, tokens: ProviderTokenCache?) {
+    init(
+        configuration: FanoutEngineConfiguration, tls: TLSClientContext, tokens: ProviderTokenCache?,
+        invalidTokens: AsyncStream<InvalidatedToken>.Continuation
+    ) {
         self.configuration = configuration
         self.tls = tls
         self.tokens = tokens
+        self.invalidTokens = invalidTokens
         limiter = InFlightLimiter(capacity: configuration.effectiveMaxInFlight)
     }
 }
@@ -62,6 +69,7 @@ final class EngineLoop: @unchecked Sendable {
     private var delayTimerDue: UInt64 = .max
     private var random = FastRandomGenerator()
     private var consecutiveConnectFailures = 0
+    private var retryBudget: RetryBudget
     private var lastConnectError: TransportError?
     private(set) var isStopping = false
 
@@ -76,6 +84,7 @@ final class EngineLoop: @unchecked Sendable {
         self.loop = loop
         self.shared = shared
         slots = (0..<shared.configuration.connectionsPerLoop).map { _ in ConnectionSlot() }
+        retryBudget = RetryBudget(ratio: shared.configuration.retryBudgetRatio)
     }
 
     // MARK: Work in
@@ -134,7 +143,10 @@ final class EngineLoop: @unchecked Sendable {
     private func send(
         _ pending: PendingNotification, on connection: HTTP2ClientConnection, bearer: String?, now: UInt64
     ) {
-        if pending.firstSentAt == 0 { pending.firstSentAt = now }
+        if pending.firstSentAt == 0 {
+            pending.firstSentAt = now
+            retryBudget.recordFirstAttempt(now: now * 1_000_000)
+        }
         pending.attempts += 1
         let request = HTTP2Request(
             head: pending.job.headerBlock(bearer: bearer), path: pending.path, apnsID: pending.apnsID,
@@ -205,6 +217,11 @@ final class EngineLoop: @unchecked Sendable {
             waiting.prepend(pending)
             return
         }
+        guard retryBudget.tryRetry(now: loop.nowMilliseconds * 1_000_000) else {
+            finish(
+                pending, outcome: .failed, reason: "RetryBudgetExhausted: " + (pending.lastReason ?? "transient error"))
+            return
+        }
         let ceiling = min(
             configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << UInt64(min(pending.attempts, 20))
         )
@@ -255,6 +272,12 @@ final class EngineLoop: @unchecked Sendable {
             attempts: pending.attempts,
             latencyMilliseconds: latency, timestamp: response?.timestamp)
         pending.job.run.record(result)
+        if outcome == .unregistered {
+            shared.invalidTokens.yield(
+                InvalidatedToken(
+                    token: pending.token, reason: result.reason ?? "Unregistered", timestamp: result.timestamp,
+                    jobID: pending.job.id))
+        }
         shared.limiter.release(1)
     }
 

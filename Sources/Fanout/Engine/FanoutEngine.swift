@@ -1,4 +1,5 @@
 import FanoutCore
+import FanoutPolicy
 import FanoutTransport
 import Foundation
 import Synchronization
@@ -22,6 +23,9 @@ public final class FanoutEngine: Sendable {
     private let loops: [EngineLoop]
     private let nextLoop = Atomic<Int>(0)
     private let state = Mutex(EngineState())
+    /// Tokens APNs invalidated (410, BadDeviceToken, DeviceTokenNotForTopic), from every job, for the
+    /// caller to drop from its token store. Holds the newest 100,000 when nobody reads it.
+    public let invalidTokens: AsyncStream<InvalidatedToken>
 
     private struct EngineState {
         var shuttingDown = false
@@ -44,7 +48,11 @@ public final class FanoutEngine: Sendable {
         }
         let tokens = try configuration.credentials?.makeTokenCache(
             refreshAfter: configuration.tokenRefreshSeconds, minimumInterval: configuration.tokenMinimumIntervalSeconds)
-        let shared = EngineShared(configuration: configuration, tls: tls, tokens: tokens)
+        let (invalidTokens, invalidTokensContinuation) = AsyncStream<InvalidatedToken>.makeStream(
+            bufferingPolicy: .bufferingNewest(100_000))
+        self.invalidTokens = invalidTokens
+        let shared = EngineShared(
+            configuration: configuration, tls: tls, tokens: tokens, invalidTokens: invalidTokensContinuation)
         self.shared = shared
         loops = (0..<configuration.loops).map { index in
             EngineLoop(loop: LoopThread(name: "fanout-loop-\(index)"), shared: shared)
@@ -111,13 +119,24 @@ public final class FanoutEngine: Sendable {
 
         state.withLock { $0.payloadEncodings += 1 }
         let prepared = PreparedJob(job: job, payload: payload, run: run, authority: configuration.endpoint.authority)
+        var demoted: PreparedJob?
+        let isShuttingDown = { self.state.withLock { $0.shuttingDown } }
+        let countsNotifications = configuration.rateLimits?.budget(for: job.workspace).countingUnit == .notification
+        // Counting per job: one decision for the whole job, before anything is sent.
+        var jobAdmission: Admission = .send(prepared)
+        if !countsNotifications {
+            jobAdmission = await admit(
+                job, prepared: prepared, demoted: &demoted, cost: 1, isShuttingDown: isShuttingDown)
+        }
+        let batchSize =
+            countsNotifications ? min(Self.batchSize, maximumRateCost(for: job) ?? Self.batchSize) : Self.batchSize
         var batch: [String] = []
-        batch.reserveCapacity(Self.batchSize)
+        batch.reserveCapacity(batchSize)
         var random = FastRandomGenerator()
         var stopped = false
         while true {
             batch.removeAll(keepingCapacity: true)
-            while batch.count < Self.batchSize, let token = nextToken() {
+            while batch.count < batchSize, let token = nextToken() {
                 if let valid = DeviceToken(token) {
                     batch.append(valid.hex)
                 } else {
@@ -129,9 +148,24 @@ public final class FanoutEngine: Sendable {
             }
             if batch.isEmpty { break }
             run.didSubmit(batch.count)
+            var admission = jobAdmission
+            if countsNotifications && !stopped {
+                admission = await admit(
+                    job, prepared: prepared, demoted: &demoted, cost: batch.count, isShuttingDown: isShuttingDown)
+            }
+            if case .rateLimited(let retryAfter) = admission {
+                for token in batch {
+                    run.record(
+                        NotificationResult(
+                            jobID: job.id, token: token, outcome: .rateLimited, reason: "RateLimited",
+                            retryAfterSeconds: retryAfter))
+                }
+                continue
+            }
+            if case .notSent = admission { stopped = true }
             if !stopped {
                 await shared.limiter.acquire(batch.count)
-                if state.withLock({ $0.shuttingDown }) {
+                if isShuttingDown() {
                     stopped = true
                     shared.limiter.release(batch.count)
                 }
@@ -143,11 +177,12 @@ public final class FanoutEngine: Sendable {
                 }
                 continue
             }
+            guard case .send(let target) = admission else { continue }
             let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
             // The per-notification objects (path, apns-id) are made here, on the feeding task's
             // thread, so the loop thread only sends.
             let notifications = batch.map { token in
-                PendingNotification(job: prepared, token: token, apnsID: APNsID.generate(using: &random))
+                PendingNotification(job: target, token: token, apnsID: APNsID.generate(using: &random))
             }
             engineLoop.loop.execute { engineLoop.enqueue(notifications) }
         }
@@ -185,6 +220,7 @@ public final class FanoutEngine: Sendable {
             try? await Task.sleep(for: .milliseconds(10))
         }
         let loops = self.loops
+        let shared = self.shared
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             // LoopThread.shutdown blocks: keep it off the cooperative pool.
             Thread.detachNewThread {
@@ -197,6 +233,7 @@ public final class FanoutEngine: Sendable {
                     done.wait()
                 }
                 for engineLoop in loops { engineLoop.loop.shutdown() }
+                shared.invalidTokens.finish()
                 continuation.resume()
             }
         }

@@ -1,3 +1,4 @@
+import FanoutPolicy
 import Foundation
 
 /// How a `FanoutEngine` sends: where, with which credentials, and how wide.
@@ -18,8 +19,14 @@ public struct FanoutEngineConfiguration: Sendable {
     /// Notifications in flight in the whole engine (queued on loops or on the wire). Submission
     /// waits while it is reached. Default: enough to keep every connection's window full twice over.
     public var maxInFlight: Int?
+    /// Workspace rate budgets (250,000 requests/hour per workspace by default, counted per job,
+    /// refused with `rate_limited` when out). Nil: no limit.
+    public var rateLimits: RateLimiterRegistry?
     /// Attempts per notification for errors that may have reached APNs (5xx, 429, lost connections).
     public var maxAttempts: Int
+    /// Retries allowed per first attempt over a 10-second window, per loop; past it, transient
+    /// errors fail fast (`failed`, RetryBudgetExhausted) instead of hammering a failing endpoint.
+    public var retryBudgetRatio: Double
     /// Backoff of those retries: full jitter over `min(cap, base * 2^attempt)`.
     public var retryBaseMilliseconds: UInt64
     public var retryCapMilliseconds: UInt64
@@ -40,7 +47,9 @@ public struct FanoutEngineConfiguration: Sendable {
         connectionsPerLoop = 1
         maxConcurrentStreams = 1000
         maxInFlight = nil
-        maxAttempts = 5
+        rateLimits = try! RateLimiterRegistry()  // the default budget is valid
+        maxAttempts = 8
+        retryBudgetRatio = 0.2
         retryBaseMilliseconds = 100
         retryCapMilliseconds = 5_000
         maxConnectAttempts = 5

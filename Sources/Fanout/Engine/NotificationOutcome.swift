@@ -41,11 +41,13 @@ public struct NotificationResult: Sendable {
     public var latencyMilliseconds: Double
     /// The 410 body's `timestamp` (milliseconds since the epoch).
     public var timestamp: Int64?
+    /// For `rate_limited`: seconds until the workspace budget would admit it.
+    public var retryAfterSeconds: Double?
 
     public init(
         jobID: String, token: String?, outcome: NotificationOutcome, status: Int? = nil, reason: String? = nil,
         apnsID: String? = nil, apnsUniqueID: String? = nil, attempts: Int = 0, latencyMilliseconds: Double = 0,
-        timestamp: Int64? = nil
+        timestamp: Int64? = nil, retryAfterSeconds: Double? = nil
     ) {
         self.jobID = jobID
         self.token = token
@@ -57,6 +59,7 @@ public struct NotificationResult: Sendable {
         self.attempts = attempts
         self.latencyMilliseconds = latencyMilliseconds
         self.timestamp = timestamp
+        self.retryAfterSeconds = retryAfterSeconds
     }
 }
 
@@ -99,4 +102,14 @@ public struct OutcomeCounts: Sendable, Equatable {
         invalid += other.invalid
         retries += other.retries
     }
+}
+
+/// A device token APNs said to drop (410, BadDeviceToken, DeviceTokenNotForTopic).
+public struct InvalidatedToken: Sendable, Equatable {
+    public var token: String
+    public var reason: String
+    /// The 410 body's `timestamp` (milliseconds since the epoch): drop the token unless the device
+    /// registered it again later than this.
+    public var timestamp: Int64?
+    public var jobID: String
 }

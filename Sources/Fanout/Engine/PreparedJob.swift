@@ -28,6 +28,18 @@ final class PreparedJob: Sendable {
         self.authority = authority
     }
 
+    /// The same job at another priority (a `demote`d Live Activity update): same payload bytes.
+    init(demoting job: PreparedJob, to priority: Int) {
+        id = job.id
+        run = job.run
+        body = job.body
+        var headers = job.headers
+        headers.priority = priority
+        self.headers = headers
+        expiresAt = job.expiresAt
+        authority = job.authority
+    }
+
     /// The constant headers with `authorization: bearer <token>` (nil: none). Built once per token.
     func headerBlock(bearer: String?) -> HeaderBlock {
         if let cached = cachedBlock.withLock({ $0 }), cached.bearer == bearer { return cached.block }

@@ -1,0 +1,49 @@
+import FanoutCore
+import FanoutPolicy
+
+/// What the workspace budget says about some notifications of a job.
+enum Admission {
+    /// Send them, as this prepared job (another priority when demoted).
+    case send(PreparedJob)
+    /// Refused: record them as `rate_limited`.
+    case rateLimited(retryAfterSeconds: Double)
+    /// The engine shut down while waiting for budget.
+    case notSent
+}
+
+extension FanoutEngine {
+    /// Asks the job's workspace budget for `cost` requests at the job's priority. Under `wait` it
+    /// sleeps (in short slices, to notice a shutdown) until the budget admits them; under `demote`
+    /// a priority-10 job may be admitted at priority 5.
+    func admit(
+        _ job: FanoutJob, prepared: PreparedJob, demoted: inout PreparedJob?, cost: Int, isShuttingDown: () -> Bool
+    ) async -> Admission {
+        guard let limits = configuration.rateLimits else { return .send(prepared) }
+        let priority = job.headers.effectivePriority
+        let clock = MonotonicRateClock()
+        while true {
+            let now = clock.nanoseconds()
+            switch limits.decide(workspace: job.workspace, priority: priority, cost: cost, now: now) {
+            case .admit(let admitted) where admitted == priority:
+                return .send(prepared)
+            case .admit(let admitted):
+                let lower = demoted ?? PreparedJob(demoting: prepared, to: admitted)
+                demoted = lower
+                return .send(lower)
+            case .reject(let retryAfter):
+                return .rateLimited(retryAfterSeconds: Double(retryAfter) / 1e9)
+            case .wait(let until):
+                if isShuttingDown() { return .notSent }
+                let pause = min(until > now ? until - now : 0, 100_000_000)
+                try? await Task.sleep(nanoseconds: max(pause, 1_000_000))
+            }
+        }
+    }
+
+    /// The most requests one decision may ask for at this job's priority (a burst smaller than the
+    /// workspace's, since other priorities' reservations are kept); nil without limits.
+    func maximumRateCost(for job: FanoutJob) -> Int? {
+        guard let limits = configuration.rateLimits else { return nil }
+        return limits.limiter(for: job.workspace).maximumCost(priority: job.headers.effectivePriority)
+    }
+}
