@@ -42,7 +42,7 @@ test: deps
 	$(SWIFT) test --skip-build
 	"$$($(SWIFT) build --show-bin-path)/fanout-bench" --quick
 
-## demo: mock-apns with fresh TLS material on a free port, one notification through `fanout push`.
+## demo: mock-apns with fresh TLS material on a free port, examples/jobs.jsonl through `fanout send`.
 demo: release
 	@bash scripts/demo.sh
 

@@ -10,6 +10,7 @@ let package = Package(
         .executable(name: "fanout", targets: ["fanout"]),
         .executable(name: "mock-apns", targets: ["mock-apns"]),
         .executable(name: "fanout-bench", targets: ["fanout-bench"]),
+        .executable(name: "make-tokens", targets: ["make-tokens"]),
     ],
     targets: [
         // C libraries, found through pkg-config (the names are the .pc files' names).
@@ -35,12 +36,16 @@ let package = Package(
         .target(name: "Fanout", dependencies: ["FanoutCore", "FanoutPolicy", "FanoutTransport"]),
         // The `fanout` command.
         .executableTarget(
-            name: "fanout", dependencies: ["Fanout", "FanoutCore", "FanoutTransport", "CommandLineSupport"]),
+            name: "fanout", dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "CommandLineSupport"]),
 
         // mock-apns: an APNs look-alike (HTTP/2 over TLS, JWT checks, fault injection).
         .target(name: "MockAPNsKit", dependencies: ["FanoutCore", "FanoutTransport"], path: "Tools/MockAPNsKit"),
         .executableTarget(
             name: "mock-apns", dependencies: ["MockAPNsKit", "CommandLineSupport"], path: "Tools/mock-apns"),
+
+        // make-tokens: device-token files of any size for examples, tests and benchmarks.
+        .executableTarget(
+            name: "make-tokens", dependencies: ["FanoutCore", "CommandLineSupport"], path: "Tools/make-tokens"),
 
         // fanout-bench: the benchmark suite.
         .executableTarget(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make demo: start mock-apns on a free port with freshly generated TLS material and signing key,
-# send one Live Activity update with `fanout push`, print the answer, stop the mock.
+# send examples/jobs.jsonl with `fanout send`, print the summary, stop the mock.
 set -euo pipefail
 bin=$(swift build -c release --show-bin-path)
 demo=.demo
@@ -18,17 +18,16 @@ done
 port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$demo/mock.out")
 echo "mock-apns listening on 127.0.0.1:$port (TLS material in $demo/tls)"
 
-token=$(printf '%064x' 7)
-now=$(date +%s)
-payload="{\"aps\":{\"timestamp\":$now,\"event\":\"update\",\"content-state\":{\"home\":2,\"away\":1},\"alert\":{\"title\":\"Goal!\",\"body\":\"2-1\"}}}"
-echo "fanout push: Live Activity update to $token"
+echo "fanout send: examples/jobs.jsonl (a Live Activity start, two updates, an end to 3,000 tokens, and an alert)"
 set +e
-"$bin/fanout" push --endpoint "localhost:$port" --ca-file "$demo/tls/ca.pem" \
-    --key "$demo/tls/auth-key.p8" --key-id DEMOKEY123 --team-id DEMOTEAM12 \
-    --token "$token" --topic com.example.demo.push-type.liveactivity --push-type liveactivity \
-    --priority 10 --payload "$payload"
+"$bin/fanout" send --jobs examples/jobs.jsonl --results "$demo/results.jsonl" --summary "$demo/summary.json" \
+    --invalid-tokens "$demo/invalid-tokens.jsonl" \
+    --endpoint "localhost:$port" --ca-file "$demo/tls/ca.pem" \
+    --key "$demo/tls/auth-key.p8" --key-id DEMOKEY123 --team-id DEMOTEAM12 --progress never
 status=$?
 set -e
+echo "results: $(wc -l < "$demo/results.jsonl") lines in $demo/results.jsonl; first one:"
+head -1 "$demo/results.jsonl"
 kill $mock; wait $mock 2>/dev/null || true
 trap - EXIT
 echo "mock-apns stats: $(cat "$demo/stats.json")"

@@ -1,8 +1,8 @@
 /// The one piece of JSON writing FanoutCore needs itself: a string literal with the escapes RFC 8259 requires.
-enum JSONStringEscaping {
+public enum JSONStringEscaping {
     /// Appends `string` as a quoted JSON string: `"` and `\` escaped, control characters as `\uXXXX` (or their short
     /// forms), everything else as its UTF-8 bytes.
-    static func appendString(_ string: String, to output: inout [UInt8]) {
+    public static func appendString(_ string: String, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
         for byte in string.utf8 {
             switch byte {

@@ -6,9 +6,9 @@ let usage = """
     usage: fanout <command> [options]
 
     commands:
+      send      send every job of a job file, with results, summary and resume (fanout send --help)
+      validate  check a job file line by line; nothing is sent (fanout validate --help)
       push      send one notification and print APNs's answer (fanout push --help)
-
-    The job-file driver (fanout send, fanout validate) arrives with the fan-out engine.
     """
 
 signal(SIGPIPE, SIG_IGN)
@@ -16,6 +16,10 @@ var arguments = Array(CommandLine.arguments.dropFirst())
 let command = arguments.isEmpty ? "--help" : arguments.removeFirst()
 let status: Int32
 switch command {
+case "send":
+    status = await SendCommand.run(arguments)
+case "validate":
+    status = ValidateCommand.run(arguments)
 case "push":
     status = await PushCommand.run(arguments)
 case "--help", "-h", "help":

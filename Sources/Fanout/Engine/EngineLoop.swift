@@ -12,6 +12,8 @@ final class PendingNotification: @unchecked Sendable {
     let token: String
     let path: String
     let apnsID: String
+    /// Position of the recipient in its job.
+    let position: Int
     var attempts = 0
     /// Loop clock (ms) of the first send, for latency.
     var firstSentAt: UInt64 = 0
@@ -20,9 +22,10 @@ final class PendingNotification: @unchecked Sendable {
     /// Loop clock (ms) before which a retry must not be sent.
     var notBefore: UInt64 = 0
 
-    init(job: PreparedJob, token: String, apnsID: String) {
+    init(job: PreparedJob, token: String, apnsID: String, position: Int) {
         self.job = job
         self.token = token
+        self.position = position
         path = "/3/device/" + token
         self.apnsID = apnsID
     }
@@ -264,13 +267,14 @@ final class EngineLoop: @unchecked Sendable {
         status: Int? = nil, apnsUniqueID: String? = nil
     ) {
         let latency = pending.firstSentAt == 0 ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt)
-        let result = NotificationResult(
+        var result = NotificationResult(
             jobID: pending.job.id, token: pending.token, outcome: outcome,
             status: status ?? response?.status ?? pending.lastStatus,
             reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
             apnsID: response?.apnsID ?? pending.apnsID, apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID,
             attempts: pending.attempts,
             latencyMilliseconds: latency, timestamp: response?.timestamp)
+        result.position = pending.position
         pending.job.run.record(result)
         if outcome == .unregistered {
             shared.invalidTokens.yield(

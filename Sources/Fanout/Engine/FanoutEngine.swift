@@ -130,20 +130,29 @@ public final class FanoutEngine: Sendable {
         }
         let batchSize =
             countsNotifications ? min(Self.batchSize, maximumRateCost(for: job) ?? Self.batchSize) : Self.batchSize
-        var batch: [String] = []
+        var batch: [(token: String, position: Int)] = []
         batch.reserveCapacity(batchSize)
         var random = FastRandomGenerator()
         var stopped = false
+        var position = -1
+        var resume = job.alreadyDone
+        func result(_ token: String, _ position: Int, _ outcome: NotificationOutcome, _ reason: String)
+            -> NotificationResult
+        {
+            var result = NotificationResult(jobID: job.id, token: token, outcome: outcome, reason: reason)
+            result.position = position
+            return result
+        }
         while true {
             batch.removeAll(keepingCapacity: true)
             while batch.count < batchSize, let token = nextToken() {
+                position += 1
+                if resume != nil && Self.isDone(token: token, position: position, in: &resume!) { continue }
                 if let valid = DeviceToken(token) {
-                    batch.append(valid.hex)
+                    batch.append((valid.hex, position))
                 } else {
                     run.didSubmit(1)
-                    run.record(
-                        NotificationResult(
-                            jobID: job.id, token: token, outcome: .rejected, status: nil, reason: "BadDeviceToken"))
+                    run.record(result(token, position, .rejected, "BadDeviceToken"))
                 }
             }
             if batch.isEmpty { break }
@@ -154,11 +163,10 @@ public final class FanoutEngine: Sendable {
                     job, prepared: prepared, demoted: &demoted, cost: batch.count, isShuttingDown: isShuttingDown)
             }
             if case .rateLimited(let retryAfter) = admission {
-                for token in batch {
-                    run.record(
-                        NotificationResult(
-                            jobID: job.id, token: token, outcome: .rateLimited, reason: "RateLimited",
-                            retryAfterSeconds: retryAfter))
+                for (token, position) in batch {
+                    var limited = result(token, position, .rateLimited, "RateLimited")
+                    limited.retryAfterSeconds = retryAfter
+                    run.record(limited)
                 }
                 continue
             }
@@ -172,21 +180,33 @@ public final class FanoutEngine: Sendable {
             }
             if stopped {
                 // Shut down while feeding: the rest of the job is reported, not sent.
-                for token in batch {
-                    run.record(NotificationResult(jobID: job.id, token: token, outcome: .failed, reason: "NotSent"))
-                }
+                for (token, position) in batch { run.record(result(token, position, .failed, "NotSent")) }
                 continue
             }
             guard case .send(let target) = admission else { continue }
             let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
             // The per-notification objects (path, apns-id) are made here, on the feeding task's
             // thread, so the loop thread only sends.
-            let notifications = batch.map { token in
-                PendingNotification(job: target, token: token, apnsID: APNsID.generate(using: &random))
+            let notifications = batch.map { entry in
+                PendingNotification(
+                    job: target, token: entry.token, apnsID: APNsID.generate(using: &random), position: entry.position)
             }
             engineLoop.loop.execute { engineLoop.enqueue(notifications) }
         }
         run.didFinishSubmitting()
+    }
+
+    /// Whether an earlier run already finished this recipient (and forgets a matched tail token).
+    private static func isDone(token: String, position: Int, in resume: inout ResumePoint) -> Bool {
+        if position < resume.prefix || resume.beyondPrefix.contains(position) { return true }
+        guard !resume.tokensDone.isEmpty else { return false }
+        let key = resume.tokensDone[token] != nil ? token : token.lowercased()
+        if let count = resume.tokensDone[key], count > 0 {
+            resume.tokensDone[key] = count - 1
+            resume.skippedByToken?(position)
+            return true
+        }
+        return false
     }
 
     /// Checks the job and encodes its payload: the one encoding every stream of the job shares.

@@ -10,6 +10,9 @@ public struct FanoutJob: Sendable {
     /// The payload, encoded once by the engine and shared read-only by every stream of the job.
     public var payload: JobPayload
     public var recipients: Recipients
+    /// Recipients already done in an earlier run (`fanout send --resume`): skipped, not sent, not
+    /// reported again.
+    public var alreadyDone: ResumePoint?
 
     public init(
         id: String, workspace: String = "default", headers: NotificationHeaders, payload: JobPayload,
@@ -51,5 +54,28 @@ public enum JobPayload: Sendable {
         case .alert(let alert): return try alert.encode()
         case .background(let background): return try background.encode()
         }
+    }
+}
+
+/// Which recipients of a job an earlier run finished, by their position in the job (0-based, in
+/// recipient order): every position below `prefix`, the positions in `beyondPrefix`, and tokens
+/// whose results were written after the last checkpoint (`tokensDone`, counted, since a token may
+/// appear twice in a job).
+public struct ResumePoint: Sendable {
+    public var prefix: Int
+    public var beyondPrefix: Set<Int>
+    public var tokensDone: [String: Int]
+    /// Told the position of each recipient skipped because of `tokensDone` (whose positions the
+    /// earlier run's checkpoint did not record yet).
+    public var skippedByToken: (@Sendable (Int) -> Void)?
+
+    public init(
+        prefix: Int = 0, beyondPrefix: Set<Int> = [], tokensDone: [String: Int] = [:],
+        skippedByToken: (@Sendable (Int) -> Void)? = nil
+    ) {
+        self.prefix = prefix
+        self.beyondPrefix = beyondPrefix
+        self.tokensDone = tokensDone
+        self.skippedByToken = skippedByToken
     }
 }

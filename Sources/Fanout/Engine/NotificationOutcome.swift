@@ -43,6 +43,8 @@ public struct NotificationResult: Sendable {
     public var timestamp: Int64?
     /// For `rate_limited`: seconds until the workspace budget would admit it.
     public var retryAfterSeconds: Double?
+    /// The recipient's position in its job (0-based, in recipient order); -1 for job-level results.
+    public var position: Int = -1
 
     public init(
         jobID: String, token: String?, outcome: NotificationOutcome, status: Int? = nil, reason: String? = nil,

@@ -1,0 +1,263 @@
+import FanoutCore
+
+/// A job line that parsed and validated: the job, ready for the engine, and where it came from.
+public struct ParsedJobLine: Sendable {
+    public var job: FanoutJob
+    /// The 1-based line number in the job file.
+    public var lineNumber: Int
+
+    public init(job: FanoutJob, lineNumber: Int) {
+        self.job = job
+        self.lineNumber = lineNumber
+    }
+}
+
+/// Turns one line of a job file (product.md, "Job file") into a validated `FanoutJob`.
+///
+/// ```json
+/// {"id": "match-7-update-12", "workspace": "acme", "topic": "com.acme.app.push-type.liveactivity",
+///  "push_type": "liveactivity", "priority": 10, "expiration": 0, "collapse_id": null,
+///  "live_activity": {…}, "payload": null, "tokens": ["<hex token>"], "tokens_file": null}
+/// ```
+///
+/// Null means absent. Unknown keys are refused, so a misspelt key is reported instead of silently ignored. Everything
+/// APNs would reject for the job as a whole is caught here, once, before any token is sent: the headers' rules, the
+/// Live Activity's rules, the payload size, each inline token, and whether `tokens_file` can be opened. A failure is a
+/// `JobLineError` whose message starts with the job-file field at fault.
+public struct JobLineParser: Sendable {
+    /// The keys of a job line.
+    public static let knownKeys = [
+        "id", "workspace", "topic", "push_type", "priority", "expiration", "collapse_id", "live_activity", "payload",
+        "tokens", "tokens_file",
+    ]
+
+    /// The workspace of a job that names none.
+    public static let defaultWorkspace = "default"
+
+    public init() {}
+
+    /// Parses and validates one line.
+    ///
+    /// - Parameters:
+    ///   - line: the line's bytes, without its line ending (whitespace around the object is allowed).
+    ///   - lineNumber: the 1-based line number, for the error.
+    ///   - jobFileDirectory: the directory a relative `tokens_file` is resolved against (`JobFileReader.directory`).
+    ///   - now: seconds since 1970; the Live Activity `timestamp` when the line gives none. One value for the whole
+    ///     job, so that its payload is encoded once.
+    /// - returns: the job, or why the line was refused.
+    public func parse(
+        line: some Collection<UInt8>, lineNumber: Int, jobFileDirectory: String, now: Int64
+    ) -> Result<ParsedJobLine, JobLineError> {
+        var reader = LineReader()
+        do throws(LineFailure) {
+            let job = try reader.read(line, jobFileDirectory: jobFileDirectory, now: now)
+            return .success(ParsedJobLine(job: job, lineNumber: lineNumber))
+        } catch {
+            return .failure(
+                JobLineError(lineNumber: lineNumber, jobID: reader.jobID, field: error.field, message: error.message))
+        }
+    }
+
+    /// `path` resolved against the job file's directory: unchanged when absolute, or when the directory is `.` or
+    /// empty (the current directory).
+    public static func resolve(tokensFile path: String, jobFileDirectory: String) -> String {
+        if path.hasPrefix("/") || jobFileDirectory.isEmpty || jobFileDirectory == "." { return path }
+        return jobFileDirectory.hasSuffix("/") ? jobFileDirectory + path : jobFileDirectory + "/" + path
+    }
+}
+
+/// A refusal inside the parser, before the line number and id are attached.
+private struct LineFailure: Error {
+    let field: String?
+    let message: String
+
+    init(_ field: String?, _ message: String) {
+        self.field = field
+        self.message = message
+    }
+}
+
+/// The state of parsing one line: the id, once known, goes into every error after it.
+private struct LineReader {
+    var jobID: String?
+    private var members: [String: RawJSON] = [:]
+
+    mutating func read(
+        _ line: some Collection<UInt8>, jobFileDirectory: String, now: Int64
+    ) throws(LineFailure) -> FanoutJob {
+        let root: RawJSON
+        do {
+            root = try RawJSON(validating: line)
+        } catch {
+            throw LineFailure(nil, "not valid JSON: \(error)")
+        }
+        guard root.kind == .object else { throw LineFailure(nil, "a job must be a JSON object, not \(root.kind)") }
+        // Duplicate keys were refused by the parser, so each key is here once. Null means absent.
+        var unknownKey: String?
+        for (key, value) in root.members() {
+            if !JobLineParser.knownKeys.contains(key) {
+                if unknownKey == nil { unknownKey = key }
+            } else if value.kind != .null {
+                members[key] = value
+            }
+        }
+        if let id = members["id"]?.value.stringValue, !id.isEmpty { jobID = id }
+        if let unknownKey {
+            throw LineFailure(
+                unknownKey,
+                "unknown key \(Self.quoted(unknownKey)) (known: \(JobLineParser.knownKeys.joined(separator: ", ")))")
+        }
+
+        guard let id = try string("id"), !id.isEmpty else { throw LineFailure("id", "id is required") }
+        let workspace = try string("workspace") ?? JobLineParser.defaultWorkspace
+        guard !workspace.isEmpty else { throw LineFailure("workspace", "workspace must not be empty") }
+        let headers = try readHeaders()
+        let payload = try readPayload(pushType: headers.pushType, now: now)
+        let recipients = try readRecipients(jobFileDirectory: jobFileDirectory)
+        return FanoutJob(id: id, workspace: workspace, headers: headers, payload: payload, recipients: recipients)
+    }
+
+    // MARK: Headers
+
+    private func readHeaders() throws(LineFailure) -> NotificationHeaders {
+        guard let pushTypeName = try string("push_type") else {
+            throw LineFailure("push_type", "push_type is required")
+        }
+        guard let pushType = PushType(rawValue: pushTypeName) else {
+            let known = PushType.allKnown.map(\.rawValue).joined(separator: ", ")
+            throw LineFailure(
+                "push_type", "push_type \(Self.quoted(pushTypeName)) is not an APNs push type (known: \(known))")
+        }
+        guard let topic = try string("topic") else { throw LineFailure("topic", "topic is required") }
+        let priority = try integer("priority", "an integer (1, 5 or 10)")
+        let expiration = try integer("expiration", "an integer (0, or UNIX seconds)")
+        let collapseID = try string("collapse_id")
+        let headers = NotificationHeaders(
+            pushType: pushType, topic: topic, priority: priority.map { Int($0) }, expiration: expiration,
+            collapseID: collapseID)
+        do {
+            try headers.validate()
+        } catch {
+            let field = Self.jobFieldNames[error.field] ?? error.field
+            throw LineFailure(field, "\(field) \(error.message)")
+        }
+        return headers
+    }
+
+    /// The job-file names of the headers `NotificationHeaders.validate()` can complain about.
+    private static let jobFieldNames = [
+        APNsHeaderName.topic: "topic", APNsHeaderName.priority: "priority", APNsHeaderName.expiration: "expiration",
+        APNsHeaderName.collapseID: "collapse_id", APNsHeaderName.pushType: "push_type",
+    ]
+
+    // MARK: Payload
+
+    private func readPayload(pushType: PushType, now: Int64) throws(LineFailure) -> JobPayload {
+        switch (members["payload"], members["live_activity"]) {
+        case (nil, nil):
+            throw LineFailure("payload", "one of payload and live_activity is required")
+        case (.some, .some):
+            throw LineFailure("payload", "payload and live_activity are both given; a job has exactly one")
+        case (let payload?, nil):
+            guard payload.kind == .object else {
+                throw LineFailure("payload", "payload must be a JSON object, not \(payload.kind)")
+            }
+            do {
+                try PayloadLimits.check(payload.bytes, pushType: pushType)
+            } catch {
+                throw LineFailure("payload", error.description)
+            }
+            return .raw(payload.bytes)
+        case (nil, let field?):
+            guard pushType == .liveactivity else {
+                throw LineFailure(
+                    "live_activity",
+                    #"live_activity needs push_type "liveactivity", not \#(Self.quoted(pushType.rawValue))"#)
+            }
+            let content: LiveActivityContent
+            do {
+                content = try LiveActivityContent(jobField: field, defaultTimestamp: now)
+                // Encoded once here only to check the size; the engine encodes it again when the job is sent.
+                _ = try content.encode()
+            } catch {
+                // The size check names the whole payload; here that is the live_activity the line gave.
+                guard error.field != "payload" else {
+                    throw LineFailure("live_activity", "live_activity: the encoded payload is \(error.message)")
+                }
+                throw LineFailure(error.field, error.description)
+            }
+            return .liveActivity(content)
+        }
+    }
+
+    // MARK: Recipients
+
+    private func readRecipients(jobFileDirectory: String) throws(LineFailure) -> Recipients {
+        let tokens = try readTokens()
+        let tokensFile = try string("tokens_file")
+        switch (tokens.isEmpty, tokensFile) {
+        case (true, nil):
+            throw LineFailure("tokens", "no recipients: tokens is empty or absent and tokens_file is absent")
+        case (false, .some):
+            throw LineFailure("tokens_file", "tokens and tokens_file are both given; a job has one of them")
+        case (false, nil):
+            return .tokens(tokens)
+        case (true, let path?):
+            guard !path.isEmpty else { throw LineFailure("tokens_file", "tokens_file must not be empty") }
+            let resolved = JobLineParser.resolve(tokensFile: path, jobFileDirectory: jobFileDirectory)
+            if let failure = JobFileIO.checkReadable(resolved) {
+                let problem = failure.isMissing ? "does not exist" : "cannot be read: \(failure.text)"
+                throw LineFailure("tokens_file", "tokens_file \(Self.quoted(resolved)) \(problem)")
+            }
+            return .file(path: resolved)
+        }
+    }
+
+    /// The inline tokens, validated and in lowercase hex; empty when absent.
+    private func readTokens() throws(LineFailure) -> [String] {
+        guard let raw = members["tokens"] else { return [] }
+        guard case .array(let elements) = raw.value else {
+            throw LineFailure("tokens", "tokens must be an array of hex token strings, not \(raw.kind)")
+        }
+        var tokens: [String] = []
+        tokens.reserveCapacity(elements.count)
+        for (index, element) in elements.enumerated() {
+            let field = "tokens[\(index)]"
+            guard case .string(let text) = element else {
+                throw LineFailure(field, "\(field) must be a string, not \(element.kind)")
+            }
+            guard let token = DeviceToken(text) else {
+                throw LineFailure(
+                    field, "\(field): \(Self.quoted(text, limit: 80)) is not a device token (64 to 200 hex digits)")
+            }
+            tokens.append(token.hex)
+        }
+        return tokens
+    }
+
+    // MARK: Typed members
+
+    private func string(_ key: String) throws(LineFailure) -> String? {
+        guard let raw = members[key] else { return nil }
+        guard case .string(let text) = raw.value else {
+            throw LineFailure(key, "\(key) must be a string, not \(raw.kind)")
+        }
+        return text
+    }
+
+    private func integer(_ key: String, _ expected: String) throws(LineFailure) -> Int64? {
+        guard let raw = members[key] else { return nil }
+        let value = raw.value
+        guard let integer = value.int64Value else {
+            let found = value.kind == .number ? raw.description : value.kind.description
+            throw LineFailure(key, "\(key) must be \(expected), not \(found)")
+        }
+        return integer
+    }
+
+    /// `text` as a JSON string literal, cut to `limit` characters so a huge bad value does not flood the report.
+    static func quoted(_ text: String, limit: Int = 200) -> String {
+        let shown = text.count > limit ? String(text.prefix(limit)) + "…" : text
+        return JSONValue.string(shown).description
+    }
+}

@@ -1,0 +1,69 @@
+/// The metrics Fanout publishes, registered in one `MetricsRegistry` under their product names:
+///
+/// - `fanout_notifications_total{outcome,reason}`: notifications by final outcome and APNs reason (`reason=""`
+///   when there is none, as for `delivered`).
+/// - `fanout_retries_total`: notifications sent again after a transient error.
+/// - `fanout_notifications_in_flight`: notifications sent and not yet answered.
+/// - `fanout_open_connections`: APNs connections open now.
+/// - `fanout_rate_limited_total{workspace,priority}`: requests a workspace budget refused or delayed.
+/// - `fanout_apns_round_trip_seconds`: time from writing a request to APNs's answer.
+///
+/// Every update is an atomic add; `record(_:reason:)` without a reason takes no lock.
+public final class FanoutMetrics: Sendable {
+    public let registry: MetricsRegistry
+    public let notifications: MetricFamily<MetricCounter>
+    public let retries: MetricCounter
+    public let inFlight: MetricGauge
+    public let openConnections: MetricGauge
+    public let rateLimited: MetricFamily<MetricCounter>
+    public let apnsRoundTrip: MetricHistogram
+    /// `fanout_notifications_total{outcome=..., reason=""}` for each outcome, looked up without a lock.
+    private let withoutReason: [String: MetricCounter]
+
+    /// The round-trip histogram's bounds, in seconds: 1 ms to 10 s.
+    public static let roundTripBuckets: [Double] = [
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+    ]
+
+    public init(registry: MetricsRegistry = MetricsRegistry()) {
+        self.registry = registry
+        notifications = registry.counter(
+            "fanout_notifications_total", help: "Notifications by final outcome and APNs reason.",
+            labelNames: ["outcome", "reason"])
+        retries = registry.counter("fanout_retries_total", help: "Notifications sent again after a transient error.")
+        inFlight = registry.gauge(
+            "fanout_notifications_in_flight", help: "Notifications sent to APNs and not yet answered.")
+        openConnections = registry.gauge("fanout_open_connections", help: "Connections to APNs open now.")
+        rateLimited = registry.counter(
+            "fanout_rate_limited_total", help: "Requests refused or delayed by a workspace rate budget.",
+            labelNames: ["workspace", "priority"])
+        apnsRoundTrip = registry.histogram(
+            "fanout_apns_round_trip_seconds", help: "Time from sending a request to APNs's answer.",
+            buckets: Self.roundTripBuckets)
+        // Every outcome is scraped (at zero) from the start, so that rates over it are defined.
+        var withoutReason: [String: MetricCounter] = [:]
+        for outcome in NotificationOutcome.all {
+            withoutReason[outcome.name] = notifications.labels(outcome.name, "")
+        }
+        self.withoutReason = withoutReason
+    }
+
+    /// Counts one notification that ended with `outcome`, and APNs's (or Fanout's) reason if any.
+    public func record(_ outcome: NotificationOutcome, reason: String? = nil) {
+        if reason == nil || reason == "", let counter = withoutReason[outcome.name] {
+            counter.increment()
+        } else {
+            notifications.labels(outcome.name, reason ?? "").increment()
+        }
+    }
+
+    /// Counts one request that a workspace budget refused or delayed.
+    public func recordRateLimited(workspace: String, priority: Int) {
+        rateLimited.labels(workspace, String(priority)).increment()
+    }
+
+    /// Records one APNs round trip.
+    public func observeRoundTrip(seconds: Double) {
+        apnsRoundTrip.observe(seconds)
+    }
+}

@@ -1,0 +1,59 @@
+import FanoutTransport
+
+/// Serves a registry at `GET /metrics` in the Prometheus text format (`--metrics-listen HOST:PORT`), on its own
+/// loop thread. Other paths get 404, other methods 405.
+public final class MetricsEndpoint: Sendable {
+    /// The Prometheus text format's media type.
+    public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+
+    public let host: String
+    /// The port bound (the real one when 0 was asked).
+    public let port: Int
+    private let server: PlainHTTPServer
+
+    /// Binds `host:port` (a numeric IP address, or `localhost`; port 0 picks a free one) and starts serving.
+    public init(registry: MetricsRegistry, host: String, port: Int) throws(TransportError) {
+        let host = host == "localhost" ? "127.0.0.1" : host
+        self.host = host
+        server = try PlainHTTPServer(host: host, port: port) { method, target in
+            Self.respond(registry: registry, method: method, target: target)
+        }
+        self.port = server.port
+    }
+
+    /// Binds `HOST:PORT` as given to `--metrics-listen` (`[::1]:9100` for IPv6).
+    public convenience init(registry: MetricsRegistry, listen: String) throws(TransportError) {
+        guard let (host, port) = Self.parseListenAddress(listen) else {
+            throw TransportError(.connectFailed, "--metrics-listen: expected HOST:PORT, got \"\(listen)\"")
+        }
+        try self.init(registry: registry, host: host, port: port)
+    }
+
+    /// `HOST:PORT` or `[IPV6]:PORT` split, with the port in 0...65535; nil otherwise.
+    public static func parseListenAddress(_ text: String) -> (host: String, port: Int)? {
+        guard let colon = text.lastIndex(of: ":") else { return nil }
+        var host = String(text[..<colon])
+        guard let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else { return nil }
+        if host.hasPrefix("[") && host.hasSuffix("]") {
+            host = String(host.dropFirst().dropLast())
+        } else if host.contains(":") {
+            return nil  // IPv6 needs brackets
+        }
+        guard !host.isEmpty else { return nil }
+        return (host, port)
+    }
+
+    /// Stops serving. Blocks until the loop thread exits. Idempotent.
+    public func shutdown() {
+        server.shutdown()
+    }
+
+    static func respond(registry: MetricsRegistry, method: String, target: String) -> (Int, String, [UInt8]) {
+        let path = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        guard path == "/metrics" else { return (404, "text/plain; charset=utf-8", Array("not found\n".utf8)) }
+        guard method == "GET" || method == "HEAD" else {
+            return (405, "text/plain; charset=utf-8", Array("method not allowed\n".utf8))
+        }
+        return (200, contentType, Array(registry.exposition().utf8))
+    }
+}

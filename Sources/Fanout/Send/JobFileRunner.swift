@@ -1,0 +1,229 @@
+import FanoutCore
+import Foundation
+import Synchronization
+
+/// What `fanout send` was asked to do.
+public struct SendOptions: Sendable {
+    public var jobsPath: String
+    /// Results file; nil writes results to standard output (then the summary goes to stderr).
+    public var resultsPath: String?
+    public var summaryPath: String?
+    public var invalidTokensPath: String?
+    /// Continue the run recorded in the results file's journal.
+    public var resume = false
+    /// Jobs sent at the same time (each is spread over all loops and connections anyway).
+    public var concurrentJobs = 16
+    public var progress: ProgressReporter.Mode = .auto
+
+    public init(jobsPath: String) {
+        self.jobsPath = jobsPath
+    }
+}
+
+/// The run's totals: the summary line of product.md.
+public struct SendSummary: Sendable {
+    public var counts: SendCounts
+    public var seconds: Double
+    /// Notifications finished by this process per second.
+    public var rate: Double
+
+    /// `{"jobs": 3, "notifications": 250000, "delivered": …, "rate": 85910.0}` on one line.
+    public var jsonLine: String {
+        let fields: [(String, String)] = [
+            ("jobs", "\(counts.jobs)"), ("notifications", "\(counts.notifications)"),
+            ("delivered", "\(counts.delivered)"),
+            ("rejected", "\(counts.rejected)"), ("unregistered", "\(counts.unregistered)"),
+            ("failed", "\(counts.failed)"),
+            ("expired", "\(counts.expired)"), ("rate_limited", "\(counts.rateLimited)"),
+            ("invalid", "\(counts.invalid)"),
+            ("retries", "\(counts.retries)"), ("payload_encodings", "\(counts.payloadEncodings)"),
+            ("seconds", String(format: "%.2f", seconds)), ("rate", String(format: "%.1f", rate)),
+        ]
+        return "{" + fields.map { "\"\($0.0)\": \($0.1)" }.joined(separator: ", ") + "}"
+    }
+
+    /// Whether every notification ended `delivered`.
+    public var allDelivered: Bool { counts.delivered == counts.notifications }
+}
+
+/// Drives the engine from a job file: one job line at a time (several in flight), one results line
+/// per (job, token), a journal for `--resume`, the invalid-tokens file and progress.
+public final class JobFileRunner: Sendable {
+    private let engine: FanoutEngine
+    private let options: SendOptions
+
+    public init(engine: FanoutEngine, options: SendOptions) {
+        self.engine = engine
+        self.options = options
+    }
+
+    /// Runs every job of the file. Throws `SendError` (nothing sent) when the job file or results
+    /// file cannot be used, or the journal does not match.
+    public func run() async throws -> SendSummary {
+        let started = DispatchTime.now()
+        let jobsSize = try fileSize(options.jobsPath)
+        var reader: JobFileReader
+        do {
+            reader = try JobFileReader(path: options.jobsPath)
+        } catch {
+            throw SendError(error.description)
+        }
+        let resume = try prepareResume(jobsSize: jobsSize)
+        let writer = try ResultsWriter(
+            path: options.resultsPath, journal: options.resultsPath != nil, jobsFile: options.jobsPath,
+            jobsFileSize: jobsSize, resumeFrom: resume.journal, fileLength: resume.fileLength)
+        let countsAtStart = writer.counts.notifications
+        let flusher = DispatchSource.makeTimerSource(queue: .global())
+        flusher.schedule(deadline: .now() + .milliseconds(200), repeating: .milliseconds(200))
+        flusher.setEventHandler { try? writer.flush() }
+        flusher.resume()
+        let invalidTokens = startInvalidTokensWriter()
+        let progress = ProgressReporter(mode: options.progress) { writer.counts }
+        progress.start()
+        defer { progress.stop() }
+
+        let parser = JobLineParser()
+        let now = Int64(Date().timeIntervalSince1970)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            var running = 0
+            while true {
+                let next: JobFileReader.Line?
+                do {
+                    next = try reader.nextLine()
+                } catch {
+                    throw SendError("\(error)")
+                }
+                guard let line = next else { break }
+                if resume.journal?.isFinished(line: line.number) == true { continue }
+                switch parser.parse(
+                    line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: now)
+                {
+                case .failure(let error):
+                    let id = error.jobID ?? "line-\(line.number)"
+                    if resume.finishedJobIDs.contains(id) { continue }
+                    writer.record(
+                        NotificationResult(jobID: id, token: nil, outcome: .invalid, reason: error.description),
+                        line: line.number)
+                    writer.finishJob(line: line.number, payloadEncodings: 0)
+                case .success(let parsed):
+                    var job = parsed.job
+                    if resume.finishedJobIDs.contains(job.id) { continue }
+                    if resume.journal != nil {
+                        let partial = resume.journal?.partial[String(line.number)]
+                        let number = line.number
+                        let id = job.id
+                        job.alreadyDone = ResumePoint(
+                            prefix: partial?.prefix ?? 0, beyondPrefix: Set(partial?.beyond ?? []),
+                            tokensDone: resume.tailTokens[job.id] ?? [:],
+                            skippedByToken: { writer.markDone(positions: [$0], line: number, job: id) })
+                    }
+                    if running >= options.concurrentJobs {
+                        try await group.next()
+                        running -= 1
+                    }
+                    running += 1
+                    let engine = self.engine
+                    let number = line.number
+                    group.addTask {
+                        do {
+                            let summary = try await engine.run(job) { result in writer.record(result, line: number) }
+                            writer.finishJob(line: number, payloadEncodings: summary.payloadEncodings)
+                        } catch {
+                            // The engine recorded the job's one `invalid` result through onResult.
+                            writer.finishJob(line: number, payloadEncodings: 0)
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        flusher.cancel()
+        try writer.flush()
+        await engine.shutdown()
+        await invalidTokens?.value
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        let counts = writer.counts
+        return SendSummary(
+            counts: counts, seconds: seconds, rate: Double(counts.notifications - countsAtStart) / max(seconds, 1e-9))
+    }
+
+    /// What an earlier run left: its journal, and the results written after the journal's last
+    /// checkpoint (read from the file's tail only), with a half-written last line cut off.
+    private struct ResumeState {
+        var journal: SendJournal?
+        var fileLength = 0
+        var tailTokens: [String: [String: Int]] = [:]
+        var finishedJobIDs: Set<String> = []
+    }
+
+    private func prepareResume(jobsSize: Int) throws -> ResumeState {
+        guard options.resume else {
+            if let results = options.resultsPath {
+                try? FileManager.default.removeItem(atPath: SendJournal.path(forResults: results))
+            }
+            return ResumeState()
+        }
+        guard let results = options.resultsPath else {
+            throw SendError("--resume needs --results FILE (its journal holds the progress)")
+        }
+        guard var journal = try? SendJournal.load(from: SendJournal.path(forResults: results)) else {
+            throw SendError(
+                "--resume: no usable journal at \(SendJournal.path(forResults: results)); run without --resume to start over"
+            )
+        }
+        guard journal.jobsFile == options.jobsPath, journal.jobsFileSize == jobsSize else {
+            throw SendError(
+                "--resume: the journal belongs to \(journal.jobsFile) (\(journal.jobsFileSize) bytes), not this job file"
+            )
+        }
+        var state = ResumeState()
+        let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: results))
+        defer { try? handle.close() }
+        try handle.seek(toOffset: UInt64(journal.resultsOffset))
+        let tail = [UInt8](handle.readDataToEndOfFile())
+        var lineStart = 0
+        var complete = 0
+        for index in tail.indices where tail[index] == UInt8(ascii: "\n") {
+            defer { lineStart = index + 1 }
+            guard let parsed = ResultLine.parse(tail[lineStart..<index]) else { continue }
+            complete = index + 1
+            journal.counts.add(outcome: parsed.outcome)
+            if let token = parsed.token {
+                state.tailTokens[parsed.job, default: [:]][token, default: 0] += 1
+            } else {
+                state.finishedJobIDs.insert(parsed.job)
+            }
+        }
+        state.fileLength = journal.resultsOffset + complete
+        state.journal = journal
+        return state
+    }
+
+    private func startInvalidTokensWriter() -> Task<Void, Never>? {
+        guard let path = options.invalidTokensPath else { return nil }
+        let stream = engine.invalidTokens
+        return Task.detached {
+            guard FileManager.default.createFile(atPath: path, contents: nil),
+                let handle = FileHandle(forWritingAtPath: path)
+            else { return }
+            defer { try? handle.close() }
+            for await token in stream {
+                var line: [UInt8] = Array("{\"token\":".utf8)
+                JSONStringEscaping.appendString(token.token, to: &line)
+                line += Array(",\"reason\":".utf8)
+                JSONStringEscaping.appendString(token.reason, to: &line)
+                line += Array(",\"timestamp\":\(token.timestamp.map(String.init) ?? "null"),\"job\":".utf8)
+                JSONStringEscaping.appendString(token.jobID, to: &line)
+                line += Array("}\n".utf8)
+                handle.write(Data(line))
+            }
+        }
+    }
+
+    private func fileSize(_ path: String) throws -> Int {
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+            let size = attributes[.size] as? NSNumber
+        else { throw SendError("job file \(path) cannot be read") }
+        return size.intValue
+    }
+}

@@ -1,0 +1,58 @@
+import Foundation
+
+/// Progress of a long run on stderr: on a terminal, one line redrawn four times a second
+/// (notifications done, rate, outcomes so far); otherwise a plain line every five seconds.
+///
+/// `@unchecked Sendable`: the timer source is set in `start()` and taken in `stop()` under `lock`.
+public final class ProgressReporter: @unchecked Sendable {
+    public enum Mode: String, Sendable {
+        case auto, always, never
+    }
+
+    private let mode: Mode
+    private let counts: @Sendable () -> SendCounts
+    private let lock = NSLock()
+    private var timer: DispatchSourceTimer?
+    private let started = DispatchTime.now()
+    private let interactive: Bool
+
+    public init(mode: Mode, counts: @escaping @Sendable () -> SendCounts) {
+        self.mode = mode
+        self.counts = counts
+        interactive = isatty(STDERR_FILENO) == 1
+    }
+
+    public func start() {
+        guard mode == .always || (mode == .auto) else { return }
+        let source = DispatchSource.makeTimerSource(queue: .global())
+        let interval: DispatchTimeInterval = interactive ? .milliseconds(250) : .seconds(5)
+        source.schedule(deadline: .now() + interval, repeating: interval)
+        source.setEventHandler { [self] in report(final: false) }
+        source.resume()
+        lock.withLock { timer = source }
+    }
+
+    public func stop() {
+        let source = lock.withLock { () -> DispatchSourceTimer? in
+            defer { timer = nil }
+            return timer
+        }
+        guard let source else { return }
+        source.cancel()
+        report(final: true)
+    }
+
+    private func report(final: Bool) {
+        let counts = counts()
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        let rate = Double(counts.notifications) / max(seconds, 1e-3)
+        let text = String(
+            format:
+                "%d jobs, %d notifications (%.0f/s): %d delivered, %d rejected, %d unregistered, %d failed, %d expired, %d rate_limited, %d invalid, %d retries, %.0f s",
+            counts.jobs, counts.notifications, rate, counts.delivered, counts.rejected, counts.unregistered,
+            counts.failed,
+            counts.expired, counts.rateLimited, counts.invalid, counts.retries, seconds)
+        let line = interactive ? "\r\u{1B}[2K" + text + (final ? "\n" : "") : "fanout: " + text + "\n"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+}

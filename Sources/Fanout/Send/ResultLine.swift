@@ -1,0 +1,52 @@
+import FanoutCore
+import Foundation
+
+/// The results file's line for one notification, as product.md gives it:
+/// `{"job":…,"token":…,"outcome":…,"status":…,"reason":…,"apns_id":…,"apns_unique_id":…,"attempts":…,
+/// "latency_ms":…,"timestamp":…}`, written straight into a byte buffer (no JSONSerialization per line).
+enum ResultLine {
+    static func append(_ result: NotificationResult, to output: inout [UInt8]) {
+        func key(_ name: StaticString) {
+            output.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+        }
+        func string(_ value: String?) {
+            if let value { JSONStringEscaping.appendString(value, to: &output) } else { key("null") }
+        }
+        func integer(_ value: Int64?) {
+            if let value { output.append(contentsOf: String(value).utf8) } else { key("null") }
+        }
+        key("{\"job\":")
+        string(result.jobID)
+        key(",\"token\":")
+        string(result.token)
+        key(",\"outcome\":")
+        string(result.outcome.name)
+        key(",\"status\":")
+        integer(result.status.map(Int64.init))
+        key(",\"reason\":")
+        string(result.reason)
+        key(",\"apns_id\":")
+        string(result.apnsID)
+        key(",\"apns_unique_id\":")
+        string(result.apnsUniqueID)
+        key(",\"attempts\":")
+        integer(Int64(result.attempts))
+        key(",\"latency_ms\":")
+        output.append(contentsOf: String(format: "%.1f", result.latencyMilliseconds).utf8)
+        key(",\"timestamp\":")
+        integer(result.timestamp)
+        if let retryAfter = result.retryAfterSeconds {
+            key(",\"retry_after_s\":")
+            output.append(contentsOf: String(format: "%.3f", retryAfter).utf8)
+        }
+        key("}\n")
+    }
+
+    /// The job, token and outcome of a results line (for resuming from the results file's tail).
+    static func parse(_ line: some Collection<UInt8>) -> (job: String, token: String?, outcome: String)? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any],
+            let job = object["job"] as? String, let outcome = object["outcome"] as? String
+        else { return nil }
+        return (job, object["token"] as? String, outcome)
+    }
+}

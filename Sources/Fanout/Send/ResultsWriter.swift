@@ -1,0 +1,145 @@
+import Foundation
+import Synchronization
+
+/// Appends results lines (from any thread), keeps the counts and each running job's progress,
+/// and at every flush writes the buffered lines, syncs them, then rewrites the journal that
+/// describes them. Memory is bounded: the buffer is flushed past 1 MiB, and a job's progress is a
+/// prefix plus the few positions finished out of order.
+final class ResultsWriter: Sendable {
+    private struct Progress {
+        var job: String
+        var prefix = 0
+        var beyond = Set<Int>()
+
+        mutating func done(_ position: Int) {
+            guard position >= prefix else { return }
+            if position == prefix {
+                prefix += 1
+                while beyond.remove(prefix) != nil { prefix += 1 }
+            } else {
+                beyond.insert(position)
+            }
+        }
+    }
+
+    private struct State {
+        var buffer: [UInt8] = []
+        var progress: [Int: Progress] = [:]
+        var finished = LineRanges()
+        var counts = SendCounts()
+    }
+
+    private let state: Mutex<State>
+    /// Serialises flushes (file writes happen outside the state lock).
+    private let flushLock = Mutex(())
+    private let descriptor: Int32
+    private let journalPath: String?
+    private let jobsFile: String
+    private let jobsFileSize: Int
+    private let offset: Mutex<Int>
+
+    static let flushThreshold = 1 << 20
+
+    /// Opens (appending) the results file at `path`, or standard output when nil.
+    /// - Parameter resumeFrom: the journal state to continue (its counts and progress), already
+    ///   reconciled with the results file's tail by the caller; the file is truncated to `fileLength`.
+    init(
+        path: String?, journal: Bool, jobsFile: String, jobsFileSize: Int, resumeFrom: SendJournal?, fileLength: Int
+    ) throws {
+        if let path {
+            descriptor = open(path, O_WRONLY | O_CREAT, 0o644)
+            guard descriptor >= 0 else { throw SendError("cannot open the results file \(path) for writing") }
+            guard ftruncate(descriptor, off_t(fileLength)) == 0, lseek(descriptor, off_t(fileLength), SEEK_SET) >= 0
+            else {
+                throw SendError("cannot position the results file \(path)")
+            }
+            journalPath = journal ? SendJournal.path(forResults: path) : nil
+        } else {
+            descriptor = STDOUT_FILENO
+            journalPath = nil
+        }
+        self.jobsFile = jobsFile
+        self.jobsFileSize = jobsFileSize
+        offset = Mutex(fileLength)
+        var initial = State()
+        if let resumeFrom {
+            initial.counts = resumeFrom.counts
+            initial.finished = LineRanges(resumeFrom.finishedLines)
+            for (line, partial) in resumeFrom.partial {
+                guard let number = Int(line) else { continue }
+                initial.progress[number] = Progress(
+                    job: partial.job, prefix: partial.prefix, beyond: Set(partial.beyond))
+            }
+        }
+        state = Mutex(initial)
+    }
+
+    deinit {
+        if descriptor != STDOUT_FILENO { close(descriptor) }
+    }
+
+    /// Records one result of the job on `line`.
+    func record(_ result: NotificationResult, line: Int) {
+        let mustFlush = state.withLock { state -> Bool in
+            ResultLine.append(result, to: &state.buffer)
+            state.counts.add(outcome: result.outcome.name, retries: max(0, result.attempts - 1))
+            if result.position >= 0 {
+                state.progress[line, default: Progress(job: result.jobID)].done(result.position)
+            }
+            return state.buffer.count >= Self.flushThreshold
+        }
+        if mustFlush { try? flush() }
+    }
+
+    /// Marks recipients that an earlier run finished (found in the results file's tail) as done.
+    func markDone(positions: [Int], line: Int, job: String) {
+        state.withLock { state in
+            for position in positions { state.progress[line, default: Progress(job: job)].done(position) }
+        }
+    }
+
+    /// The job on `line` has all its results.
+    func finishJob(line: Int, payloadEncodings: Int) {
+        state.withLock { state in
+            state.progress[line] = nil
+            state.finished.insert(line)
+            state.counts.jobs += 1
+            state.counts.payloadEncodings += payloadEncodings
+        }
+    }
+
+    var counts: SendCounts { state.withLock { $0.counts } }
+
+    /// Writes what is buffered, syncs it, then records the journal describing it.
+    func flush() throws {
+        try flushLock.withLock { _ in
+            let (bytes, journal) = state.withLock { state -> ([UInt8], SendJournal?) in
+                let bytes = state.buffer
+                state.buffer.removeAll(keepingCapacity: true)
+                guard journalPath != nil else { return (bytes, nil) }
+                let end = offset.withLock { $0 } + bytes.count
+                var partial: [String: SendJournal.PartialJob] = [:]
+                for (line, progress) in state.progress {
+                    partial[String(line)] = SendJournal.PartialJob(
+                        job: progress.job, prefix: progress.prefix, beyond: progress.beyond.sorted())
+                }
+                let journal = SendJournal(
+                    jobsFile: jobsFile, jobsFileSize: jobsFileSize, resultsOffset: end,
+                    finishedLines: state.finished.ranges, partial: partial, counts: state.counts)
+                return (bytes, journal)
+            }
+            var written = 0
+            while written < bytes.count {
+                let count = bytes.withUnsafeBytes {
+                    Foundation.write(descriptor, $0.baseAddress! + written, bytes.count - written)
+                }
+                guard count > 0 else { throw SendError("cannot write the results file") }
+                written += count
+            }
+            offset.withLock { $0 += bytes.count }
+            guard let journal, let journalPath else { return }
+            fsync(descriptor)
+            try journal.write(to: journalPath)
+        }
+    }
+}

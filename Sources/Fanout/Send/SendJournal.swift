@@ -1,0 +1,115 @@
+import Foundation
+
+/// The checkpoint that makes `fanout send --resume` possible without reading the whole results
+/// file: rewritten (atomically, after the results it describes are on disk) at every flush.
+///
+/// It says how many bytes of the results file are covered, which job lines are finished (as
+/// ranges, so a file of many jobs stays small), and for each job in progress how far its
+/// recipients are done: every position below `prefix`, plus the few finished out of order. On
+/// resume only the results written after `resultsOffset` (at most one flush's worth) are read.
+struct SendJournal: Codable, Equatable {
+    struct PartialJob: Codable, Equatable {
+        var job: String
+        var prefix: Int
+        var beyond: [Int]
+    }
+
+    var version = 1
+    /// Identity of the job file this journal belongs to (resuming another file is refused).
+    var jobsFile: String
+    var jobsFileSize: Int
+    /// Bytes of the results file that the state below accounts for.
+    var resultsOffset: Int
+    /// Finished job lines, as inclusive ranges `[first, last]`.
+    var finishedLines: [[Int]]
+    /// Jobs in progress, by line number.
+    var partial: [String: PartialJob]
+    var counts: SendCounts
+
+    static func path(forResults results: String) -> String { results + ".journal" }
+
+    static func load(from path: String) throws -> SendJournal? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        return try JSONDecoder().decode(SendJournal.self, from: data)
+    }
+
+    /// Writes to a temporary file, syncs it, and renames it over the journal.
+    func write(to path: String) throws {
+        let data = try JSONEncoder().encode(self)
+        let temporary = path + ".tmp"
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard descriptor >= 0 else { throw SendError("cannot write the journal \(temporary)") }
+        defer { close(descriptor) }
+        let written = data.withUnsafeBytes { Foundation.write(descriptor, $0.baseAddress, $0.count) }
+        guard written == data.count, fsync(descriptor) == 0, rename(temporary, path) == 0 else {
+            throw SendError("cannot write the journal \(path)")
+        }
+    }
+
+    func isFinished(line: Int) -> Bool {
+        finishedLines.contains { $0[0] <= line && line <= $0[1] }
+    }
+}
+
+/// Finished job lines as sorted, merged inclusive ranges.
+struct LineRanges: Equatable {
+    private(set) var ranges: [[Int]] = []
+
+    init(_ ranges: [[Int]] = []) {
+        self.ranges = ranges
+    }
+
+    mutating func insert(_ line: Int) {
+        // Lines mostly finish in order: look from the end.
+        var index = ranges.count
+        while index > 0 && ranges[index - 1][0] > line { index -= 1 }
+        if index > 0 && ranges[index - 1][1] >= line { return }
+        let joinsLeft = index > 0 && ranges[index - 1][1] == line - 1
+        let joinsRight = index < ranges.count && ranges[index][0] == line + 1
+        switch (joinsLeft, joinsRight) {
+        case (true, true):
+            ranges[index - 1][1] = ranges[index][1]
+            ranges.remove(at: index)
+        case (true, false): ranges[index - 1][1] = line
+        case (false, true): ranges[index][0] = line
+        case (false, false): ranges.insert([line, line], at: index)
+        }
+    }
+}
+
+/// A `fanout send` failure with its one-line message.
+public struct SendError: Error, CustomStringConvertible, Sendable {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Totals of a `fanout send` run (cumulative across `--resume`).
+public struct SendCounts: Codable, Equatable, Sendable {
+    public var jobs = 0
+    public var notifications = 0
+    public var delivered = 0
+    public var rejected = 0
+    public var unregistered = 0
+    public var failed = 0
+    public var expired = 0
+    public var rateLimited = 0
+    public var invalid = 0
+    public var retries = 0
+    public var payloadEncodings = 0
+
+    public init() {}
+
+    mutating func add(outcome: String, retries extra: Int = 0) {
+        notifications += 1
+        switch outcome {
+        case "delivered": delivered += 1
+        case "rejected": rejected += 1
+        case "unregistered": unregistered += 1
+        case "failed": failed += 1
+        case "expired": expired += 1
+        case "rate_limited": rateLimited += 1
+        default: invalid += 1
+        }
+        retries += extra
+    }
+}

@@ -1,0 +1,222 @@
+import CommandLineSupport
+import Fanout
+import FanoutCore
+import FanoutPolicy
+import Foundation
+
+/// `fanout send`: every job of a job file, with results, summary, progress and crash-safe resume.
+enum SendCommand {
+    static let usage = """
+        fanout send: send every job of a JSON Lines job file and record one result per notification.
+
+        usage: fanout send --jobs FILE [--results FILE] [--summary FILE] [--config FILE]
+                           [--endpoint HOST:PORT | --sandbox | --production] [--ca-file PEM]
+                           [--key P8 --key-id ID --team-id ID]
+                           [--connections N] [--loops N] [--resume] [--progress auto|always|never]
+                           [--invalid-tokens FILE] [--concurrent-jobs N]
+
+          --jobs FILE           the job file (JSON Lines, one job per line; see the README)
+          --results FILE        one JSON line per (job, token); default: standard output
+          --summary FILE        also write the final summary line there
+          --config FILE         JSON: endpoint, ca_file, key_path, key_id, team_id, loops, connections,
+                                max_attempts, rate_limits (see the README); flags override it
+          --resume              continue the run recorded in --results FILE's journal after a crash:
+                                finished notifications are not sent again
+          --invalid-tokens FILE tokens APNs invalidated, as JSON lines (token, reason, timestamp, job)
+          --progress MODE       auto (default: a progress line on a terminal, plain lines otherwise),
+                                always, never
+
+        Credentials may also come from APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID.
+        Exit status: 0 when every notification was delivered; 1 when some were not; 2 for bad
+        arguments, unreadable files or configuration errors (nothing sent).
+        """
+
+    struct Options {
+        var send: SendOptions?
+        var configPath: String?
+        var endpoint: APNsEndpoint?
+        var caFile: String?
+        var keyPath: String?
+        var keyID: String?
+        var teamID: String?
+        var loops: Int?
+        var connections: Int?
+    }
+
+    static func parse(_ arguments: [String]) throws(UsageError) -> Options? {
+        var options = Options()
+        var jobs: String?
+        var results: String?
+        var summary: String?
+        var invalidTokens: String?
+        var resume = false
+        var progress = ProgressReporter.Mode.auto
+        var concurrentJobs = 16
+        var cursor = ArgumentCursor(arguments)
+        while let flag = try cursor.nextFlag() {
+            switch flag {
+            case "--help", "-h": return nil
+            case "--jobs": jobs = try cursor.string()
+            case "--results": results = try cursor.string()
+            case "--summary": summary = try cursor.string()
+            case "--config": options.configPath = try cursor.string()
+            case "--endpoint":
+                let (host, port) = try cursor.hostPort()
+                options.endpoint = APNsEndpoint(host: host, port: port)
+            case "--sandbox": options.endpoint = .sandbox
+            case "--production": options.endpoint = .production
+            case "--ca-file": options.caFile = try cursor.string()
+            case "--key": options.keyPath = try cursor.string()
+            case "--key-id": options.keyID = try cursor.string()
+            case "--team-id": options.teamID = try cursor.string()
+            case "--loops": options.loops = try cursor.int(in: 1...256)
+            case "--connections": options.connections = try cursor.int(in: 1...256)
+            case "--concurrent-jobs": concurrentJobs = try cursor.int(in: 1...10_000)
+            case "--resume": resume = true
+            case "--invalid-tokens": invalidTokens = try cursor.string()
+            case "--progress":
+                let text = try cursor.string()
+                guard let mode = ProgressReporter.Mode(rawValue: text) else {
+                    throw UsageError("--progress takes auto, always or never, not '\(text)'")
+                }
+                progress = mode
+            default: throw UsageError("unknown option \(flag) (see fanout send --help)")
+            }
+        }
+        guard let jobs else { throw UsageError("--jobs FILE is required (see fanout send --help)") }
+        var send = SendOptions(jobsPath: jobs)
+        send.resultsPath = results
+        send.summaryPath = summary
+        send.invalidTokensPath = invalidTokens
+        send.resume = resume
+        send.progress = progress
+        send.concurrentJobs = concurrentJobs
+        options.send = send
+        return options
+    }
+
+    /// Flags over the config file over the environment over defaults.
+    static func engineConfiguration(_ options: Options, environment: [String: String]) throws(UsageError)
+        -> FanoutEngineConfiguration
+    {
+        let config = try SendConfigFile.load(options.configPath)
+        let endpoint = options.endpoint ?? config.endpoint ?? .production
+        let keyPath = options.keyPath ?? config.keyPath ?? environment["APNS_KEY_PATH"]
+        let keyID = options.keyID ?? config.keyID ?? environment["APNS_KEY_ID"]
+        let teamID = options.teamID ?? config.teamID ?? environment["APNS_TEAM_ID"]
+        guard let keyPath, let keyID, let teamID else {
+            throw UsageError(
+                "provider-token auth needs --key, --key-id and --team-id (or the config file, or APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID)"
+            )
+        }
+        var configuration = FanoutEngineConfiguration(
+            endpoint: endpoint, credentials: ProviderCredentials(keyPath: keyPath, keyID: keyID, teamID: teamID),
+            caFile: options.caFile ?? config.caFile)
+        if let loops = options.loops ?? config.loops { configuration.loops = loops }
+        if let connections = options.connections ?? config.connections {
+            configuration.connectionsPerLoop = connections
+        }
+        if let attempts = config.maxAttempts { configuration.maxAttempts = attempts }
+        // The job-file driver waits for budget rather than refusing (RateBudget.jobFileDefault).
+        configuration.rateLimits = try config.rateLimits()
+        return configuration
+    }
+
+    static func run(_ arguments: [String]) async -> Int32 {
+        let options: Options
+        let configuration: FanoutEngineConfiguration
+        do {
+            guard let parsed = try parse(arguments) else {
+                print(usage)
+                return 0
+            }
+            options = parsed
+            configuration = try engineConfiguration(options, environment: ProcessInfo.processInfo.environment)
+        } catch {
+            return fail(error.message)
+        }
+        guard let send = options.send, FileManager.default.isReadableFile(atPath: send.jobsPath) else {
+            return fail("job file \(options.send?.jobsPath ?? "") cannot be read")
+        }
+        let engine: FanoutEngine
+        do {
+            engine = try FanoutEngine(configuration: configuration)
+        } catch {
+            return fail(error.message)
+        }
+        do {
+            let summary = try await JobFileRunner(engine: engine, options: send).run()
+            let line = summary.jsonLine
+            if let path = send.summaryPath {
+                guard FileManager.default.createFile(atPath: path, contents: Data((line + "\n").utf8)) else {
+                    return fail("cannot write the summary file \(path)")
+                }
+            }
+            if send.resultsPath == nil {
+                FileHandle.standardError.write(Data((line + "\n").utf8))
+            } else {
+                print(line)
+            }
+            return summary.allDelivered ? 0 : 1
+        } catch {
+            await engine.shutdown(gracePeriod: .zero)
+            return fail("\(error)")
+        }
+    }
+
+    static func fail(_ message: String) -> Int32 {
+        FileHandle.standardError.write(Data("fanout send: \(message)\n".utf8))
+        return 2
+    }
+}
+
+/// `fanout validate --jobs FILE`: checks every line, sends nothing.
+enum ValidateCommand {
+    static let usage = """
+        fanout validate: check every line of a job file and print the errors; nothing is sent.
+
+        usage: fanout validate --jobs FILE
+
+        Exit status: 0 when every line is valid; 1 when some are not; 2 when the file cannot be read.
+        """
+
+    static func run(_ arguments: [String]) -> Int32 {
+        var cursor = ArgumentCursor(arguments)
+        var jobs: String?
+        do {
+            while let flag = try cursor.nextFlag() {
+                switch flag {
+                case "--help", "-h":
+                    print(usage)
+                    return 0
+                case "--jobs": jobs = try cursor.string()
+                default: throw UsageError("unknown option \(flag) (see fanout validate --help)")
+                }
+            }
+            guard let jobs else { throw UsageError("--jobs FILE is required") }
+            let reader = try JobFileReader(path: jobs)
+            let parser = JobLineParser()
+            let now = Int64(Date().timeIntervalSince1970)
+            var valid = 0
+            var invalid = 0
+            while let line = try reader.nextLine() {
+                switch parser.parse(
+                    line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: now)
+                {
+                case .success: valid += 1
+                case .failure(let error):
+                    invalid += 1
+                    print(error.description)
+                }
+            }
+            print("\(valid) valid, \(invalid) invalid")
+            return invalid == 0 ? 0 : 1
+        } catch let error as UsageError {
+            FileHandle.standardError.write(Data("fanout validate: \(error.message)\n".utf8))
+            return 2
+        } catch {
+            FileHandle.standardError.write(Data("fanout validate: \(error)\n".utf8))
+            return 2
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import CommandLineSupport
+import Fanout
+import FanoutPolicy
+import Foundation
+
+/// `fanout send --config FILE`: a JSON object such as
+/// `{"endpoint": "localhost:8443" | "sandbox" | "production", "ca_file": "...", "key_path": "...",
+///   "key_id": "...", "team_id": "...", "loops": 2, "connections": 2, "max_attempts": 8,
+///   "rate_limits": {"default": {"requests_per_hour": 250000, "burst_seconds": 60,
+///                   "counting": "job" | "notification", "policy": "wait" | "reject" | "demote"},
+///                   "workspaces": {"acme": {...}}}}`.
+/// Every key is optional; an unknown key is an error (a typo must not be ignored).
+struct SendConfigFile {
+    var endpoint: APNsEndpoint?
+    var caFile: String?
+    var keyPath: String?
+    var keyID: String?
+    var teamID: String?
+    var loops: Int?
+    var connections: Int?
+    var maxAttempts: Int?
+    var defaultBudget = RateBudget.jobFileDefault
+    var workspaceBudgets: [String: RateBudget] = [:]
+
+    static let keys: Set<String> = [
+        "endpoint", "ca_file", "key_path", "key_id", "team_id", "loops", "connections", "max_attempts", "rate_limits",
+    ]
+
+    static func load(_ path: String?) throws(UsageError) -> SendConfigFile {
+        var config = SendConfigFile()
+        guard let path else { return config }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw UsageError("config file \(path) cannot be read")
+        }
+        guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
+            throw UsageError("config file \(path) is not a JSON object")
+        }
+        if let unknown = object.keys.first(where: { !keys.contains($0) }) {
+            throw UsageError("config file \(path): unknown key \"\(unknown)\"")
+        }
+        func string(_ key: String) throws(UsageError) -> String? {
+            guard let value = object[key] else { return nil }
+            guard let text = value as? String else { throw UsageError("config file \(path): \(key) must be a string") }
+            return text
+        }
+        func integer(_ key: String) throws(UsageError) -> Int? {
+            guard let value = object[key] else { return nil }
+            guard let number = value as? Int, number > 0 else {
+                throw UsageError("config file \(path): \(key) must be a positive whole number")
+            }
+            return number
+        }
+        switch try string("endpoint") {
+        case nil: break
+        case "sandbox": config.endpoint = .sandbox
+        case "production": config.endpoint = .production
+        case let text?:
+            guard let (host, port) = ArgumentCursor.parseHostPort(text) else {
+                throw UsageError("config file \(path): endpoint must be HOST:PORT, sandbox or production")
+            }
+            config.endpoint = APNsEndpoint(host: host, port: port)
+        }
+        config.caFile = try string("ca_file")
+        config.keyPath = try string("key_path")
+        config.keyID = try string("key_id")
+        config.teamID = try string("team_id")
+        config.loops = try integer("loops")
+        config.connections = try integer("connections")
+        config.maxAttempts = try integer("max_attempts")
+        if let limits = object["rate_limits"] {
+            guard let limits = limits as? [String: Any] else {
+                throw UsageError("config file \(path): rate_limits must be an object")
+            }
+            if let base = limits["default"] {
+                config.defaultBudget = try budget(base, field: "rate_limits.default", path: path)
+            }
+            if let workspaces = limits["workspaces"] as? [String: Any] {
+                for (name, value) in workspaces {
+                    config.workspaceBudgets[name] = try budget(
+                        value, field: "rate_limits.workspaces.\(name)", path: path)
+                }
+            }
+        }
+        return config
+    }
+
+    private static func budget(_ value: Any, field: String, path: String) throws(UsageError) -> RateBudget {
+        guard let object = value as? [String: Any] else {
+            throw UsageError("config file \(path): \(field) must be an object")
+        }
+        let perHour = object["requests_per_hour"] as? Int ?? 250_000
+        let burst = object["burst_seconds"] as? Int ?? 60
+        let counting: RateCountingUnit
+        switch object["counting"] as? String ?? "job" {
+        case "job": counting = .job
+        case "notification": counting = .notification
+        default: throw UsageError("config file \(path): \(field).counting must be job or notification")
+        }
+        guard let policy = RateLimitPolicy(rawValue: object["policy"] as? String ?? "wait") else {
+            throw UsageError("config file \(path): \(field).policy must be wait, reject or demote")
+        }
+        guard perHour > 0, burst > 0 else {
+            throw UsageError("config file \(path): \(field) needs positive requests_per_hour and burst_seconds")
+        }
+        return RateBudget(requestsPerHour: perHour, burstSeconds: burst, countingUnit: counting, policy: policy)
+    }
+
+    func rateLimits() throws(UsageError) -> RateLimiterRegistry {
+        do {
+            return try RateLimiterRegistry(defaultBudget: defaultBudget, overrides: workspaceBudgets)
+        } catch {
+            throw UsageError("rate limits: \(error.message)")
+        }
+    }
+}
