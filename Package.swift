@@ -36,7 +36,8 @@ let package = Package(
         .target(name: "Fanout", dependencies: ["FanoutCore", "FanoutPolicy", "FanoutTransport"]),
         // The `fanout` command.
         .executableTarget(
-            name: "fanout", dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "CommandLineSupport"]),
+            name: "fanout",
+            dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "CommandLineSupport"]),
 
         // mock-apns: an APNs look-alike (HTTP/2 over TLS, JWT checks, fault injection).
         .target(name: "MockAPNsKit", dependencies: ["FanoutCore", "FanoutTransport"], path: "Tools/MockAPNsKit"),

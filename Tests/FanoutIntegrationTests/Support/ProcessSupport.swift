@@ -219,7 +219,7 @@ enum ProcessSupport {
             failures.append(
                 "port \(port): \(child.isRunning ? "not listening after \(readyTimeout) s" : "exited") \(child.stderrText())"
             )
-            try? child.stop(timeout: 5)
+            _ = try? child.stop(timeout: 5)
             child.discardFiles()
         }
         throw ProcessSupportError(
@@ -381,14 +381,14 @@ final class MockAPNsProcess: @unchecked Sendable {
         do {
             line = try child.firstStdoutLine(timeout: timeout)
         } catch {
-            try? child.stop()
+            _ = try? child.stop()
             throw error
         }
         let prefix = "listening on "
         guard line.hasPrefix(prefix), let colon = line.lastIndex(of: ":"),
             let port = Int(line[line.index(after: colon)...]), port > 0
         else {
-            try? child.stop()
+            _ = try? child.stop()
             throw ProcessSupportError("mock-apns's first line is not `listening on HOST:PORT`: \(line)")
         }
         self.port = port
