@@ -1,0 +1,213 @@
+import Foundation
+import XCTest
+
+/// `fanout send` as users run it: the real binary against a mock-apns subprocess.
+final class SendCommandTests: XCTestCase {
+    private struct Setup {
+        let directory: String
+        let mock: MockAPNsProcess
+        let tls: String
+        let stats: String
+        let record: String
+        let fanout: String
+
+        func sendArguments(jobs: String, results: String, extra: [String] = []) -> [String] {
+            [
+                "send", "--jobs", jobs, "--results", results, "--endpoint", "localhost:\(mock.port)",
+                "--ca-file", "\(tls)/ca.pem", "--key", "\(tls)/auth-key.p8", "--key-id", "KEYID12345",
+                "--team-id", "TEAMID1234", "--progress", "never",
+            ] + extra
+        }
+    }
+
+    private func start(_ extraMockArguments: [String] = []) throws -> Setup {
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "send")
+        let tls = "\(directory)/tls"
+        let stats = "\(directory)/stats.json"
+        let record = "\(directory)/record.txt"
+        let mock = try MockAPNsProcess(
+            arguments: [
+                "--listen", "127.0.0.1:0", "--tls-dir", tls, "--threads", "2", "--stats", stats, "--record", record,
+            ]
+                + extraMockArguments)
+        addTeardownBlock { _ = try? mock.stop() }
+        return Setup(
+            directory: directory, mock: mock, tls: tls, stats: stats, record: record,
+            fanout: try ProcessSupport.builtExecutable("fanout"))
+    }
+
+    private func token(_ index: Int) -> String {
+        let hex = String(index, radix: 16)
+        return "e" + String(repeating: "0", count: 63 - hex.count) + hex
+    }
+
+    private func writeLines(_ lines: [String], to path: String) throws {
+        try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+    }
+
+    /// The results file's lines as (job, token, outcome).
+    private func readResults(_ path: String) throws -> [(job: String, token: String?, outcome: String, reason: String?)]
+    {
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        return try text.split(separator: "\n").map { line in
+            let object = try XCTUnwrap(
+                try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], String(line))
+            return (
+                object["job"] as! String, object["token"] as? String, object["outcome"] as! String,
+                object["reason"] as? String
+            )
+        }
+    }
+
+    private func summary(_ result: ProcessResult) throws -> [String: Any] {
+        let line = try XCTUnwrap(result.stdoutLines.last, result.summary)
+        return try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], line)
+    }
+
+    func testThreeJobsGiveOneResultLinePerJobAndTokenMatchingSummaryAndMock() throws {
+        let setup = try start()
+        let tokensFile = "\(setup.directory)/tokens.txt"
+        try writeLines((0..<50_000).map { token(10_000 + $0) }, to: tokensFile)
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        try writeLines(
+            [
+                #"{"id": "inline", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", "live_activity": {"event": "update", "content_state": {"home": 1, "away": 0}}, "tokens": ["\#(token(1))", "\#(token(2))", "\#(token(3))"]}"#,
+                #"{"id": "file", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", "live_activity": {"event": "update", "content_state": {"home": 2, "away": 0}}, "tokens_file": "tokens.txt"}"#,
+                #"{"id": "raw", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(token(4))", "\#(token(5))"]}"#,
+            ], to: jobs)
+        let results = "\(setup.directory)/results.jsonl"
+        let summaryFile = "\(setup.directory)/summary.json"
+        let run = try ProcessSupport.run(
+            setup.fanout, setup.sendArguments(jobs: jobs, results: results, extra: ["--summary", summaryFile]),
+            timeout: 120)
+        XCTAssertEqual(run.exitCode, 0, run.summary)
+        let lines = try readResults(results)
+        XCTAssertEqual(lines.count, 50_005)
+        let keys = Set(lines.map { "\($0.job)/\($0.token ?? "")" })
+        XCTAssertEqual(keys.count, 50_005, "exactly one line per (job, token)")
+        XCTAssertEqual(lines.filter { $0.job == "file" }.count, 50_000)
+        let summary = try summary(run)
+        XCTAssertEqual(summary["jobs"] as? Int, 3)
+        XCTAssertEqual(summary["notifications"] as? Int, 50_005)
+        XCTAssertEqual(summary["delivered"] as? Int, lines.filter { $0.outcome == "delivered" }.count)
+        XCTAssertEqual(summary["payload_encodings"] as? Int, 3)
+        let fileSummary = try String(contentsOfFile: summaryFile, encoding: .utf8)
+        XCTAssertEqual(fileSummary.trimmingCharacters(in: .newlines), run.stdoutLines.last)
+        try setup.mock.stop()
+        let stats = try MockAPNsProcess.readStats(setup.stats)
+        XCTAssertEqual(stats["accepted"] as? Int, 50_005)
+        XCTAssertEqual(stats["duplicate_apns_ids"] as? Int, 0)
+    }
+
+    func testBadLinesAreReportedWithLineNumberAndReasonWhileTheRestIsSent() throws {
+        let setup = try start()
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        let good =
+            #"{"id": "good", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(token(1))"]}"#
+        let big = String(repeating: "x", count: 5000)
+        let lines = [
+            good,
+            #"{"id": "broken", "topic": "#,
+            #"{"id": "odd-type", "topic": "com.example.app", "push_type": "carrier-pigeon", "payload": {"aps": {}}, "tokens": ["\#(token(2))"]}"#,
+            #"{"id": "nobody", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}}"#,
+            #"{"id": "both", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", "payload": {"aps": {}}, "live_activity": {"event": "update", "content_state": {}}, "tokens": ["\#(token(3))"]}"#,
+            #"{"id": "huge", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "\#(big)"}}, "tokens": ["\#(token(4))"]}"#,
+            #"{"id": "not-hex", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["zz-not-a-token"]}"#,
+            #"{"id": "no-file", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "missing.txt"}"#,
+            good.replacingOccurrences(of: "\"good\"", with: "\"good-too\"").replacingOccurrences(
+                of: token(1), with: token(9)),
+        ]
+        try writeLines(lines, to: jobs)
+        let results = "\(setup.directory)/results.jsonl"
+        let run = try ProcessSupport.run(setup.fanout, setup.sendArguments(jobs: jobs, results: results), timeout: 60)
+        XCTAssertEqual(run.exitCode, 1, "some notifications did not end delivered: \(run.summary)")
+        let recorded = try readResults(results)
+        let invalid = recorded.filter { $0.outcome == "invalid" }
+        XCTAssertEqual(invalid.count, 7, "\(invalid)")
+        let expectations: [(line: Int, mention: String)] = [
+            (2, "JSON"), (3, "push_type"), (4, "recipients"), (5, "payload"), (6, "4096"), (7, "tokens[0]"),
+            (8, "missing.txt"),
+        ]
+        for expectation in expectations {
+            XCTAssertTrue(
+                invalid.contains {
+                    ($0.reason ?? "").hasPrefix("line \(expectation.line): ")
+                        && ($0.reason ?? "").contains(expectation.mention)
+                },
+                "line \(expectation.line) should be reported mentioning \(expectation.mention): \(invalid.map { $0.reason ?? "" })"
+            )
+        }
+        XCTAssertEqual(recorded.filter { $0.outcome == "delivered" }.map(\.job).sorted(), ["good", "good-too"])
+        let summary = try summary(run)
+        XCTAssertEqual(summary["invalid"] as? Int, 7)
+        XCTAssertEqual(summary["delivered"] as? Int, 2)
+    }
+
+    func testUnreadableKeyExitsTwoAndSendsNothing() throws {
+        let setup = try start()
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        try writeLines(
+            [
+                #"{"id": "a", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(token(1))"]}"#
+            ],
+            to: jobs)
+        var arguments = setup.sendArguments(jobs: jobs, results: "\(setup.directory)/results.jsonl")
+        arguments[arguments.firstIndex(of: "--key")! + 1] = "\(setup.directory)/no-such-key.p8"
+        let run = try ProcessSupport.run(setup.fanout, arguments, timeout: 30)
+        XCTAssertEqual(run.exitCode, 2, run.summary)
+        XCTAssertEqual(run.stderrLines.count, 1, run.summary)
+        XCTAssertTrue(run.stderr.contains("no-such-key.p8"), run.summary)
+        XCTAssertTrue(run.stdout.isEmpty, run.summary)
+        try setup.mock.stop()
+        XCTAssertEqual(try MockAPNsProcess.readStats(setup.stats)["requests"] as? Int, 0, "nothing was sent")
+    }
+
+    func testKilledRunResumesWithCompleteUniqueResultsAndBoundedResends() throws {
+        let setup = try start(["--latency-ms", "1"])
+        let total = 200_000
+        let tokensFile = "\(setup.directory)/tokens.txt"
+        try writeLines((0..<total).map { token($0) }, to: tokensFile)
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        try writeLines(
+            [
+                #"{"id": "a", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "a"}}, "tokens_file": "tokens.txt"}"#,
+                #"{"id": "b", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "b"}}, "tokens": ["\#(token(total + 1))"]}"#,
+            ], to: jobs)
+        let results = "\(setup.directory)/results.jsonl"
+        let arguments = setup.sendArguments(
+            jobs: jobs, results: results, extra: ["--loops", "1", "--connections", "2"])
+
+        let first = try RunningProcess(setup.fanout, arguments, environment: ProcessSupport.cleanEnvironment())
+        // Kill it once it has made real progress, well before the end.
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            let size = (try? FileManager.default.attributesOfItem(atPath: results)[.size] as? Int) ?? 0
+            if size > 2_000_000 { break }
+            usleep(20_000)
+        }
+        first.kill(SIGKILL)
+        XCTAssertTrue(first.waitForExit(timeout: 10))
+        let beforeResume = try readResults(results).count
+        XCTAssertGreaterThan(beforeResume, 0)
+        XCTAssertLessThan(beforeResume, total, "killed before the end")
+
+        let second = try ProcessSupport.run(setup.fanout, arguments + ["--resume"], timeout: 180)
+        XCTAssertEqual(second.exitCode, 0, second.summary)
+        let lines = try readResults(results)
+        let keys = Set(lines.map { "\($0.job)/\($0.token ?? "")" })
+        XCTAssertEqual(lines.count, total + 1, "one line per (job, token) across both runs")
+        XCTAssertEqual(keys.count, total + 1, "no (job, token) twice")
+        XCTAssertTrue(lines.allSatisfy { $0.outcome == "delivered" })
+        let summary = try summary(second)
+        XCTAssertEqual(summary["notifications"] as? Int, total + 1, "the summary covers both runs")
+
+        try setup.mock.stop()
+        let record = try String(contentsOfFile: setup.record, encoding: .utf8).split(separator: "\n")
+        var perToken: [Substring: Int] = [:]
+        for line in record { perToken[line.split(separator: " ")[0], default: 0] += 1 }
+        let resent = perToken.values.reduce(0) { $0 + ($1 - 1) }
+        // In flight at the kill: at most the engine's in-flight limit (2 x 1 loop x 2 connections x 1000).
+        XCTAssertLessThanOrEqual(resent, 4000, "only notifications in flight at the kill may be sent twice")
+        XCTAssertEqual(perToken.count, total + 1)
+    }
+}
