@@ -14,6 +14,7 @@ enum SendCommand {
                            [--key P8 --key-id ID --team-id ID]
                            [--connections N] [--loops N] [--resume] [--progress auto|always|never]
                            [--invalid-tokens FILE] [--concurrent-jobs N]
+                           [--metrics-listen HOST:PORT] [--log-format text|json]
 
           --jobs FILE           the job file (JSON Lines, one job per line; see the README)
           --results FILE        one JSON line per (job, token); default: standard output
@@ -23,6 +24,9 @@ enum SendCommand {
           --resume              continue the run recorded in --results FILE's journal after a crash:
                                 finished notifications are not sent again
           --invalid-tokens FILE tokens APNs invalidated, as JSON lines (token, reason, timestamp, job)
+          --metrics-listen HOST:PORT
+                                serve Prometheus metrics at http://HOST:PORT/metrics while running
+          --log-format FORMAT   text (default) or json: structured logs on stderr
           --progress MODE       auto (default: a progress line on a terminal, plain lines otherwise),
                                 always, never
 
@@ -41,6 +45,8 @@ enum SendCommand {
         var teamID: String?
         var loops: Int?
         var connections: Int?
+        var metricsListen: String?
+        var logFormat = FanoutLogger.Format.text
     }
 
     static func parse(_ arguments: [String]) throws(UsageError) -> Options? {
@@ -73,6 +79,18 @@ enum SendCommand {
             case "--connections": options.connections = try cursor.int(in: 1...256)
             case "--concurrent-jobs": concurrentJobs = try cursor.int(in: 1...10_000)
             case "--resume": resume = true
+            case "--metrics-listen":
+                let text = try cursor.string()
+                guard MetricsEndpoint.parseListenAddress(text) != nil else {
+                    throw UsageError("--metrics-listen takes HOST:PORT, not '\(text)'")
+                }
+                options.metricsListen = text
+            case "--log-format":
+                let text = try cursor.string()
+                guard let format = FanoutLogger.Format(text) else {
+                    throw UsageError("--log-format takes text or json, not '\(text)'")
+                }
+                options.logFormat = format
             case "--invalid-tokens": invalidTokens = try cursor.string()
             case "--progress":
                 let text = try cursor.string()
@@ -124,7 +142,7 @@ enum SendCommand {
 
     static func run(_ arguments: [String]) async -> Int32 {
         let options: Options
-        let configuration: FanoutEngineConfiguration
+        var configuration: FanoutEngineConfiguration
         do {
             guard let parsed = try parse(arguments) else {
                 print(usage)
@@ -138,15 +156,41 @@ enum SendCommand {
         guard let send = options.send, FileManager.default.isReadableFile(atPath: send.jobsPath) else {
             return fail("job file \(options.send?.jobsPath ?? "") cannot be read")
         }
+        let logger = FanoutLogger(format: options.logFormat)
+        var endpoint: MetricsEndpoint?
+        if let listen = options.metricsListen {
+            let metrics = FanoutMetrics()
+            configuration.metrics = metrics
+            do {
+                endpoint = try MetricsEndpoint(registry: metrics.registry, listen: listen)
+            } catch {
+                return fail("--metrics-listen \(listen): \(error.message)")
+            }
+        }
+        defer { endpoint?.shutdown() }
         let engine: FanoutEngine
         do {
             engine = try FanoutEngine(configuration: configuration)
         } catch {
             return fail(error.message)
         }
+        logger.info(
+            "send started",
+            fields: [
+                "jobs": send.jobsPath, "endpoint": configuration.endpoint.description,
+                "loops": String(configuration.loops), "connections_per_loop": String(configuration.connectionsPerLoop),
+                "metrics": endpoint.map { "127.0.0.1:\($0.port)" } ?? "off",
+            ])
         do {
             let summary = try await JobFileRunner(engine: engine, options: send).run()
             let line = summary.jsonLine
+            logger.info(
+                "send finished",
+                fields: [
+                    "notifications": String(summary.counts.notifications),
+                    "delivered": String(summary.counts.delivered),
+                    "seconds": String(format: "%.2f", summary.seconds),
+                ])
             if let path = send.summaryPath {
                 guard FileManager.default.createFile(atPath: path, contents: Data((line + "\n").utf8)) else {
                     return fail("cannot write the summary file \(path)")

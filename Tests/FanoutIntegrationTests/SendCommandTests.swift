@@ -210,4 +210,49 @@ final class SendCommandTests: XCTestCase {
         XCTAssertLessThanOrEqual(resent, 4000, "only notifications in flight at the kill may be sent twice")
         XCTAssertEqual(perToken.count, total + 1)
     }
+
+    func testMetricsListenServesAPrometheusExpositionDuringTheRun() throws {
+        let setup = try start(["--latency-ms", "20"])
+        let tokensFile = "\(setup.directory)/tokens.txt"
+        try writeLines((0..<40_000).map { token($0) }, to: tokensFile)
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        try writeLines(
+            [
+                #"{"id": "m", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "m"}}, "tokens_file": "tokens.txt"}"#
+            ],
+            to: jobs)
+        let port = try ProcessSupport.freeLoopbackPort()
+        let arguments =
+            setup.sendArguments(jobs: jobs, results: "\(setup.directory)/results.jsonl")
+            + ["--metrics-listen", "127.0.0.1:\(port)", "--loops", "1", "--connections", "1", "--log-format", "json"]
+        let run = try RunningProcess(setup.fanout, arguments, environment: ProcessSupport.cleanEnvironment())
+        // Scrape once some notifications are done (bounded wait), while the run goes on.
+        var exposition: ParsedExposition?
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if let response = try? HTTPTestClient.exchange(port: port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+                let parsed = response.parsed, parsed.status == 200
+            {
+                let scraped = try ParsedExposition(String(decoding: parsed.body, as: UTF8.self))
+                if (scraped.value("fanout_notifications_total", ["outcome": "delivered", "reason": ""]) ?? 0) > 0 {
+                    exposition = scraped
+                    break
+                }
+            }
+            usleep(50_000)
+        }
+        XCTAssertTrue(run.waitForExit(timeout: 120))
+        let result = run.result()
+        XCTAssertEqual(result.exitCode, 0, result.summary)
+        let scraped = try XCTUnwrap(exposition, "no scrape showed delivered notifications")
+        XCTAssertEqual(scraped.types["fanout_notifications_total"], "counter")
+        XCTAssertEqual(scraped.types["fanout_apns_round_trip_seconds"], "histogram")
+        XCTAssertEqual(scraped.value("fanout_open_connections"), 1)
+        XCTAssertNotNil(scraped.value("fanout_notifications_in_flight"))
+        XCTAssertGreaterThan(scraped.value("fanout_apns_round_trip_seconds_count") ?? 0, 0)
+        // Structured logs: JSON lines on stderr, with no secret in them.
+        let logs = result.stderrLines.filter { $0.hasPrefix("{") }
+        XCTAssertTrue(logs.contains { $0.contains("\"msg\":\"send started\"") }, result.stderr)
+        XCTAssertFalse(result.stderr.contains("eyJ"), "no provider token in the logs")
+    }
 }

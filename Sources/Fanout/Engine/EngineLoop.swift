@@ -73,6 +73,8 @@ final class EngineLoop: @unchecked Sendable {
     private var random = FastRandomGenerator()
     private var consecutiveConnectFailures = 0
     private var retryBudget: RetryBudget
+    /// Connections that became ready and have not closed (for the open-connections gauge).
+    private var readyConnections = Set<ObjectIdentifier>()
     private var lastConnectError: TransportError?
     private(set) var isStopping = false
 
@@ -216,6 +218,7 @@ final class EngineLoop: @unchecked Sendable {
             finish(pending, outcome: .failed, reason: pending.lastReason)
             return
         }
+        configuration.metrics?.retries.increment()
         if immediately {
             waiting.prepend(pending)
             return
@@ -276,6 +279,10 @@ final class EngineLoop: @unchecked Sendable {
             latencyMilliseconds: latency, timestamp: response?.timestamp)
         result.position = pending.position
         pending.job.run.record(result)
+        if let metrics = configuration.metrics {
+            metrics.record(outcome, reason: result.reason)
+            if result.status != nil { metrics.apnsRoundTrip.observe(latency / 1000) }
+        }
         if outcome == .unregistered {
             shared.invalidTokens.yield(
                 InvalidatedToken(
@@ -283,6 +290,7 @@ final class EngineLoop: @unchecked Sendable {
                     jobID: pending.job.id))
         }
         shared.limiter.release(1)
+        configuration.metrics?.inFlight.set(shared.limiter.inFlight)
     }
 
     private func failAllWaiting(reason: String) {
@@ -328,6 +336,9 @@ final class EngineLoop: @unchecked Sendable {
     {
         switch event {
         case .ready:
+            if readyConnections.insert(ObjectIdentifier(connection)).inserted {
+                configuration.metrics?.openConnections.increment()
+            }
             slot.failures = 0
             consecutiveConnectFailures = 0
             pump()
@@ -342,6 +353,9 @@ final class EngineLoop: @unchecked Sendable {
             }
         case .closed(let error):
             draining[ObjectIdentifier(connection)] = nil
+            if readyConnections.remove(ObjectIdentifier(connection)) != nil {
+                configuration.metrics?.openConnections.decrement()
+            }
             guard slot.connection === connection else { return }
             slot.connection = nil
             let neverReady = connection.responsesReceived == 0 && error != nil

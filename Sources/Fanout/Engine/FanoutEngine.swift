@@ -163,6 +163,10 @@ public final class FanoutEngine: Sendable {
                     job, prepared: prepared, demoted: &demoted, cost: batch.count, isShuttingDown: isShuttingDown)
             }
             if case .rateLimited(let retryAfter) = admission {
+                for _ in batch {
+                    configuration.metrics?.recordRateLimited(
+                        workspace: job.workspace, priority: job.headers.effectivePriority)
+                }
                 for (token, position) in batch {
                     var limited = result(token, position, .rateLimited, "RateLimited")
                     limited.retryAfterSeconds = retryAfter

@@ -22,6 +22,9 @@ public struct FanoutEngineConfiguration: Sendable {
     /// Workspace rate budgets (250,000 requests/hour per workspace by default, counted per job,
     /// refused with `rate_limited` when out). Nil: no limit.
     public var rateLimits: RateLimiterRegistry?
+    /// Where the engine counts outcomes, retries, in-flight work, connections and round trips
+    /// (served by `MetricsEndpoint`); nil: not counted.
+    public var metrics: FanoutMetrics?
     /// Attempts per notification for errors that may have reached APNs (5xx, 429, lost connections).
     public var maxAttempts: Int
     /// Retries allowed per first attempt over a 10-second window, per loop; past it, transient
@@ -47,6 +50,7 @@ public struct FanoutEngineConfiguration: Sendable {
         connectionsPerLoop = 1
         maxConcurrentStreams = 1000
         maxInFlight = nil
+        metrics = nil
         rateLimits = try! RateLimiterRegistry()  // the default budget is valid
         maxAttempts = 8
         retryBudgetRatio = 0.2

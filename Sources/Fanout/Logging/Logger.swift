@@ -251,7 +251,13 @@ public enum LogRedaction {
         var end = index + word.count
         while end < bytes.count && bytes[end] == 0x20 { end += 1 }
         let credentialStart = end
-        while end < bytes.count && bytes[end] > 0x20 && bytes[end] != UInt8(ascii: "\"") { end += 1 }
+        // The credential is a token68 (RFC 9110 section 11.2): base64url or base64 characters, `.`, `~`, then `=`.
+        while end < bytes.count
+            && (isBase64URL(bytes[end]) || bytes[end] == UInt8(ascii: ".") || bytes[end] == UInt8(ascii: "~")
+                || bytes[end] == UInt8(ascii: "="))
+        {
+            end += 1
+        }
         return end > credentialStart ? end - index : nil
     }
 

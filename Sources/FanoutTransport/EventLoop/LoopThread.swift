@@ -61,10 +61,16 @@ public final class LoopThread: @unchecked Sendable {
         thread.stackSize = 1 << 20
         self.thread = thread
         thread.start()
+        // Wait until the thread has recorded its id: `inLoop` reads it from any thread, and the
+        // semaphore orders that write before every such read (no data race).
+        started.wait()
     }
+
+    private let started = DispatchSemaphore(value: 0)
 
     private func run() {
         threadID = pthread_self()
+        started.signal()
         uv_run(loop, UV_RUN_DEFAULT)
         // Every handle is closed by now; release the loop.
         let rc = uv_loop_close(loop)
