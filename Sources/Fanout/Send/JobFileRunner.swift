@@ -81,6 +81,10 @@ public final class JobFileRunner: Sendable {
         let progress = ProgressReporter(mode: options.progress) { writer.counts }
         progress.start()
         defer { progress.stop() }
+        let counting = Task.detached { [options] in
+            if let total = Self.countNotifications(jobsPath: options.jobsPath) { progress.setTotal(total) }
+        }
+        defer { counting.cancel() }
 
         let parser = JobLineParser()
         let now = Int64(Date().timeIntervalSince1970)
@@ -197,6 +201,47 @@ public final class JobFileRunner: Sendable {
         state.fileLength = journal.resultsOffset + complete
         state.journal = journal
         return state
+    }
+
+    /// How many notifications the job file names (inline tokens, lines of token files, one per
+    /// invalid line), counted in the background for the progress line's total and ETA.
+    static func countNotifications(jobsPath: String) -> Int? {
+        guard let reader = try? JobFileReader(path: jobsPath) else { return nil }
+        let parser = JobLineParser()
+        var total = 0
+        while let line = try? reader.nextLine() {
+            if Task.isCancelled { return nil }
+            switch parser.parse(line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: 0) {
+            case .failure: total += 1
+            case .success(let parsed):
+                switch parsed.job.recipients {
+                case .tokens(let tokens): total += tokens.count
+                case .file(let path): total += countLines(path)
+                }
+            }
+        }
+        return total
+    }
+
+    /// Non-blank lines of a file, counted over 1 MiB chunks.
+    private static func countLines(_ path: String) -> Int {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return 0 }
+        defer { try? handle.close() }
+        var count = 0
+        var lineHasText = false
+        while true {
+            let chunk = handle.readData(ofLength: 1 << 20)
+            if chunk.isEmpty { break }
+            for byte in chunk {
+                if byte == UInt8(ascii: "\n") {
+                    if lineHasText { count += 1 }
+                    lineHasText = false
+                } else if byte != 32 && byte != 9 && byte != 13 {
+                    lineHasText = true
+                }
+            }
+        }
+        return count + (lineHasText ? 1 : 0)
     }
 
     private func startInvalidTokensWriter() -> Task<Void, Never>? {

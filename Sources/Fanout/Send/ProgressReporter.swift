@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Progress of a long run on stderr: on a terminal, one line redrawn four times a second
 /// (notifications done, rate, outcomes so far); otherwise a plain line every five seconds.
@@ -15,11 +16,19 @@ public final class ProgressReporter: @unchecked Sendable {
     private var timer: DispatchSourceTimer?
     private let started = DispatchTime.now()
     private let interactive: Bool
+    /// Notifications the whole run will have, once a background count of the job file is done
+    /// (-1 until then).
+    private let total = Atomic<Int>(-1)
 
     public init(mode: Mode, counts: @escaping @Sendable () -> SendCounts) {
         self.mode = mode
         self.counts = counts
         interactive = isatty(STDERR_FILENO) == 1
+    }
+
+    /// Sets the run's total, enabling the done/total fraction and the ETA.
+    public func setTotal(_ value: Int) {
+        total.store(value, ordering: .relaxed)
     }
 
     public func start() {
@@ -46,12 +55,22 @@ public final class ProgressReporter: @unchecked Sendable {
         let counts = counts()
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
         let rate = Double(counts.notifications) / max(seconds, 1e-3)
+        let known = total.load(ordering: .relaxed)
+        var done = "\(counts.notifications)"
+        if known > 0 {
+            let remaining = max(0, known - counts.notifications)
+            let eta = rate > 0 ? Double(remaining) / rate : 0
+            done = String(
+                format: "%d/%d (%.0f%%, ETA %.0f s)", counts.notifications, known,
+                100 * Double(counts.notifications) / Double(known), eta)
+        }
+        let outcomes = String(
+            format: "%d delivered, %d rejected, %d unregistered, %d failed, %d expired, %d rate_limited, %d invalid",
+            counts.delivered, counts.rejected, counts.unregistered, counts.failed, counts.expired, counts.rateLimited,
+            counts.invalid)
         let text = String(
-            format:
-                "%d jobs, %d notifications (%.0f/s): %d delivered, %d rejected, %d unregistered, %d failed, %d expired, %d rate_limited, %d invalid, %d retries, %.0f s",
-            counts.jobs, counts.notifications, rate, counts.delivered, counts.rejected, counts.unregistered,
-            counts.failed,
-            counts.expired, counts.rateLimited, counts.invalid, counts.retries, seconds)
+            format: "%d jobs, %@ notifications (%.0f/s): %@, %d retries, %.0f s", counts.jobs, done, rate, outcomes,
+            counts.retries, seconds)
         let line = interactive ? "\r\u{1B}[2K" + text + (final ? "\n" : "") : "fanout: " + text + "\n"
         FileHandle.standardError.write(Data(line.utf8))
     }
