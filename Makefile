@@ -7,7 +7,7 @@ TEST_TOOLS := nghttp2-client nghttp2-server curl openssl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR := .demo
 
-.PHONY: deps deps-build deps-test build release test demo lint format clean
+.PHONY: deps deps-build deps-test build release test demo soak fuzz sanitize lint format clean
 
 ## deps: install the C libraries and the interop tools (h2load, nghttpd, curl) when missing.
 deps: deps-build deps-test
@@ -45,6 +45,18 @@ test: deps
 ## demo: mock-apns with fresh TLS material on a free port, examples/jobs.jsonl through `fanout send`.
 demo: release
 	@bash scripts/demo.sh
+
+## soak: the long fault matrix (1,000,000+ notifications under mixed faults), with its reliability table.
+soak: deps release
+	@bash scripts/soak.sh
+
+## fuzz: libFuzzer targets for the job-line parser, the APNs response parser and mock-apns's validator.
+fuzz: deps-build
+	@bash scripts/fuzz.sh
+
+## sanitize: the test suite under ThreadSanitizer and AddressSanitizer.
+sanitize: deps
+	@bash scripts/sanitize.sh
 
 lint:
 	$(SWIFT) format lint --strict --recursive Sources Tools Benchmarks Tests Package.swift
