@@ -1,4 +1,5 @@
 import FanoutTransport
+import Foundation
 
 /// An APNs signing key (.p8) and its ids: what provider tokens (JWTs) are made from.
 public struct ProviderCredentials: Sendable {
@@ -10,6 +11,16 @@ public struct ProviderCredentials: Sendable {
         self.keyPath = keyPath
         self.keyID = keyID
         self.teamID = teamID
+    }
+
+    /// A warning when the key file can be read by its group or by others (a signing key should be
+    /// mode 0600), or nil. The commands print it; nothing is refused.
+    public func permissionWarning() -> String? {
+        var status = stat()
+        guard stat(keyPath, &status) == 0 else { return nil }
+        let mode = status.st_mode & 0o777
+        guard mode & 0o077 != 0 else { return nil }
+        return "key file \(keyPath) is readable by group or others (mode \(String(mode, radix: 8))); chmod 600 it"
     }
 
     /// Loads the key and makes the shared token cache. Errors name the file, never its contents.

@@ -137,6 +137,10 @@ enum PushCommand {
         } catch {
             return fail(error.message)
         }
+        // Only once the key has loaded: an unusable key gets its one error line, nothing else.
+        if let warning = configuration.credentials?.permissionWarning() {
+            FileHandle.standardError.write(Data("fanout push: warning: \(warning)\n".utf8))
+        }
         do {
             let response = try await client.send(
                 PushNotification(deviceToken: options.token!, headers: headers, payload: options.payload!))

@@ -174,6 +174,7 @@ enum SendCommand {
         } catch {
             return fail(error.message)
         }
+        if let warning = configuration.credentials?.permissionWarning() { logger.warning(warning) }
         logger.info(
             "send started",
             fields: [
