@@ -1,0 +1,336 @@
+import CommandLineSupport
+import Fanout
+import FanoutCore
+import FanoutPolicy
+import Foundation
+import Synchronization
+
+// MARK: Child mode: one measured run in a clean process
+
+/// What one child run does: `fanout-bench --child MODE --port N ...`. Modes:
+/// - `job`: one job to `tokens` tokens (or the tokens file).
+/// - `many-jobs`: `jobs` jobs of `tokens` tokens each, distinct payloads, `inFlightJobs` at a time.
+/// - `load`: open loop at `rate` notifications per second for `duration` seconds.
+///
+/// The child prints one JSON line with its figures, CPU seconds and peak RSS.
+struct ChildOptions {
+    var mode = "job"
+    var port = 0
+    var caFile = ""
+    var keyFile = ""
+    var tokens = 0
+    var tokensFile: String?
+    var loops = 1
+    var connections = 1
+    var streams = 1000
+    var payloadBytes = 1024
+    var jobs = 0
+    var inFlightJobs = 64
+    var rate = 0.0
+    var duration = 0.0
+    /// Exit 0 even when some notifications did not end `delivered` (the faults scenario).
+    var allowFailures = false
+
+    func arguments() -> [String] {
+        var arguments = [
+            mode, "--port", String(port), "--ca", caFile, "--key", keyFile, "--tokens", String(tokens), "--loops",
+            String(loops), "--connections", String(connections), "--streams", String(streams), "--payload-bytes",
+            String(payloadBytes), "--jobs", String(jobs), "--in-flight-jobs", String(inFlightJobs), "--rate",
+            String(rate), "--duration", String(duration),
+        ]
+        if let tokensFile { arguments += ["--tokens-file", tokensFile] }
+        if allowFailures { arguments.append("--allow-failures") }
+        return arguments
+    }
+
+    static func parse(_ arguments: [String]) throws(UsageError) -> ChildOptions {
+        var options = ChildOptions()
+        guard let mode = arguments.first else { throw UsageError("--child needs a mode") }
+        options.mode = mode
+        var cursor = ArgumentCursor(Array(arguments.dropFirst()))
+        while let flag = try cursor.nextFlag() {
+            switch flag {
+            case "--port": options.port = try cursor.int(in: 1...65535)
+            case "--ca": options.caFile = try cursor.string()
+            case "--key": options.keyFile = try cursor.string()
+            case "--tokens": options.tokens = try cursor.int(in: 0...Int.max)
+            case "--tokens-file": options.tokensFile = try cursor.string()
+            case "--loops": options.loops = try cursor.int(in: 1...64)
+            case "--connections": options.connections = try cursor.int(in: 1...64)
+            case "--streams": options.streams = try cursor.int(in: 1...100_000)
+            case "--payload-bytes": options.payloadBytes = try cursor.int(in: 0...4096)
+            case "--jobs": options.jobs = try cursor.int(in: 0...Int.max)
+            case "--in-flight-jobs": options.inFlightJobs = try cursor.int(in: 1...100_000)
+            case "--rate": options.rate = try cursor.double(in: 0...1e9)
+            case "--duration": options.duration = try cursor.double(in: 0...1e6)
+            case "--allow-failures": options.allowFailures = true
+            default: throw UsageError("--child: unknown option \(flag)")
+            }
+        }
+        return options
+    }
+
+    /// The engine configuration every mode shares. `unlimitedJobs` swaps the default workspace budget
+    /// (250,000 jobs an hour, a 60-second burst) for one no bench run reaches, so the limiter still
+    /// decides every job but never refuses one.
+    func engineConfiguration(unlimitedJobs: Bool) throws -> FanoutEngineConfiguration {
+        var configuration = FanoutEngineConfiguration(
+            endpoint: APNsEndpoint(host: "localhost", port: port),
+            credentials: ProviderCredentials(keyPath: keyFile, keyID: MockProcess.keyID, teamID: MockProcess.teamID),
+            caFile: caFile)
+        configuration.loops = loops
+        configuration.connectionsPerLoop = connections
+        configuration.maxConcurrentStreams = streams
+        if unlimitedJobs {
+            configuration.rateLimits = try RateLimiterRegistry(
+                defaultBudget: RateBudget(requestsPerHour: 1_000_000_000))
+        }
+        return configuration
+    }
+}
+
+let benchTopic = "com.example.bench.push-type.liveactivity"
+let benchHeaders = NotificationHeaders(pushType: .liveactivity, topic: benchTopic, priority: 10)
+
+func runChild(_ arguments: [String]) async -> Int32 {
+    do {
+        let options = try ChildOptions.parse(arguments)
+        let line: [String: Any]
+        var ok: Bool
+        switch options.mode {
+        case "job": (line, ok) = try await childJob(options)
+        case "many-jobs": (line, ok) = try await childManyJobs(options)
+        case "load": (line, ok) = try await childLoad(options)
+        default: throw UsageError("--child: unknown mode \(options.mode)")
+        }
+        if options.allowFailures { ok = true }
+        print(String(decoding: try JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]), as: UTF8.self))
+        return ok ? 0 : 1
+    } catch {
+        FileHandle.standardError.write(Data("fanout-bench --child: \(error)\n".utf8))
+        return 1
+    }
+}
+
+/// Outcome counts as JSON fields.
+func countFields(_ counts: OutcomeCounts) -> [String: Any] {
+    [
+        "delivered": counts.delivered, "rejected": counts.rejected, "unregistered": counts.unregistered,
+        "failed": counts.failed, "expired": counts.expired, "rate_limited": counts.rateLimited,
+        "invalid": counts.invalid, "retries": counts.retries,
+    ]
+}
+
+func addCounts(_ total: inout OutcomeCounts, _ counts: OutcomeCounts) {
+    total.delivered += counts.delivered
+    total.rejected += counts.rejected
+    total.unregistered += counts.unregistered
+    total.failed += counts.failed
+    total.expired += counts.expired
+    total.rateLimited += counts.rateLimited
+    total.invalid += counts.invalid
+    total.retries += counts.retries
+}
+
+func seconds(since start: DispatchTime) -> Double {
+    Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
+}
+
+/// One job to all its tokens (throughput, scaling, faults, the Fanout side of peer-aioapns).
+func childJob(_ options: ChildOptions) async throws -> ([String: Any], Bool) {
+    let recipients: Recipients =
+        options.tokensFile.map { .file(path: $0) } ?? .tokens((0..<options.tokens).map(benchToken))
+    let job = FanoutJob(
+        id: "bench", headers: benchHeaders, payload: .raw(liveActivityPayload(size: options.payloadBytes)),
+        recipients: recipients)
+    let engine = try FanoutEngine(configuration: options.engineConfiguration(unlimitedJobs: false))
+    let before = processUsage()
+    let start = DispatchTime.now()
+    let summary = try await engine.run(job) { _ in }
+    let elapsed = seconds(since: start)
+    let after = processUsage()
+    await engine.shutdown()
+    var line: [String: Any] = [
+        "notifications": summary.notifications, "seconds": elapsed,
+        "rate": Double(summary.counts.delivered) / elapsed, "cpu_seconds": after.cpuSeconds - before.cpuSeconds,
+        "peak_rss_mb": after.peakRSSMegabytes, "payload_encodings": summary.payloadEncodings,
+    ]
+    line.merge(countFields(summary.counts)) { $1 }
+    return (line, summary.counts.delivered == summary.notifications)
+}
+
+/// A Live Activity update whose content state makes the encoded payload about `size` bytes, distinct per `index`.
+func liveActivityContent(index: Int, size: Int) throws -> LiveActivityContent {
+    let head = #"{"score":"\#(index)-\#(index % 7)","note":""#
+    // The aps wrapper, timestamp, event and alert take about 150 bytes.
+    let padding = String(repeating: "x", count: max(0, size - 150 - head.utf8.count - 2))
+    return LiveActivityContent(
+        event: .update, timestamp: 1_764_460_800 + Int64(index),
+        contentState: try RawJSON(validating: head + padding + #""}"#),
+        alert: LiveActivityAlert(title: "Goal!", body: .plain("update \(index)"), sound: "default"))
+}
+
+/// Many small jobs with distinct payloads, a bounded number in flight.
+func childManyJobs(_ options: ChildOptions) async throws -> ([String: Any], Bool) {
+    let engine = try FanoutEngine(configuration: options.engineConfiguration(unlimitedJobs: true))
+    let pool = (0..<10_000).map(benchToken)
+    let perJob = options.tokens
+    let jobCount = options.jobs
+    let payloadBytes = options.payloadBytes
+    @Sendable func makeJob(_ index: Int) throws -> FanoutJob {
+        let first = (index * perJob) % pool.count
+        let tokens = (0..<perJob).map { pool[(first + $0) % pool.count] }
+        return FanoutJob(
+            id: "job-\(index)", headers: benchHeaders,
+            payload: .liveActivity(try liveActivityContent(index: index, size: payloadBytes)),
+            recipients: .tokens(tokens))
+    }
+    let before = processUsage()
+    let start = DispatchTime.now()
+    var counts = OutcomeCounts()
+    var notifications = 0
+    var encodings = 0
+    var errors = 0
+    await withTaskGroup(of: JobSummary?.self) { group in
+        var next = 0
+        while next < min(options.inFlightJobs, jobCount) {
+            let index = next
+            group.addTask { try? await engine.run(makeJob(index)) { _ in } }
+            next += 1
+        }
+        while let summary = await group.next() {
+            if let summary {
+                addCounts(&counts, summary.counts)
+                notifications += summary.notifications
+                encodings += summary.payloadEncodings
+            } else {
+                errors += 1
+            }
+            if next < jobCount {
+                let index = next
+                group.addTask { try? await engine.run(makeJob(index)) { _ in } }
+                next += 1
+            }
+        }
+    }
+    let elapsed = seconds(since: start)
+    let after = processUsage()
+    let engineEncodings = engine.payloadEncodings
+    await engine.shutdown()
+    let cpu = after.cpuSeconds - before.cpuSeconds
+    var line: [String: Any] = [
+        "jobs": jobCount, "tokens_per_job": perJob, "notifications": notifications, "seconds": elapsed,
+        "rate": Double(counts.delivered) / elapsed, "jobs_per_second": Double(jobCount) / elapsed,
+        "cpu_seconds": cpu, "cpu_us_per_notification": cpu / Double(max(notifications, 1)) * 1e6,
+        "peak_rss_mb": after.peakRSSMegabytes, "payload_encodings": engineEncodings,
+        "job_payload_encodings": encodings, "job_errors": errors,
+    ]
+    line.merge(countFields(counts)) { $1 }
+    // A wrong encoding count is reported (the parent says so), not fatal.
+    return (line, errors == 0 && counts.delivered == jobCount * perJob)
+}
+
+/// When each notification of the load run finished, by its index in the schedule. Each slot is
+/// written once, by the loop thread that finished it, and read after every job has returned.
+final class CompletionLog: @unchecked Sendable {
+    let slots: UnsafeMutableBufferPointer<UInt64>
+
+    init(count: Int) {
+        slots = .allocate(capacity: max(count, 1))
+        slots.initialize(repeating: 0)
+    }
+
+    deinit { slots.deallocate() }
+
+    func finished(_ index: Int) {
+        if index >= 0 && index < slots.count { slots[index] = DispatchTime.now().uptimeNanoseconds }
+    }
+}
+
+/// Open-loop load: notification `k` is due at `start + k / rate`. A scheduler thread wakes every
+/// half millisecond and submits everything due as one small job, whatever the earlier jobs are
+/// doing; latency is each notification's completion minus its due time, so a stall shows up in
+/// the percentiles instead of slowing the schedule (no coordinated omission).
+func childLoad(_ options: ChildOptions) async throws -> ([String: Any], Bool) {
+    let engine = try FanoutEngine(configuration: options.engineConfiguration(unlimitedJobs: true))
+    let total = max(1, Int(options.rate * options.duration))
+    let rate = options.rate
+    let pool = (0..<65_536).map(benchToken)
+    let payload = liveActivityPayload(size: options.payloadBytes)
+    let log = CompletionLog(count: total)
+    let tick: UInt64 = 500_000
+    let before = processUsage()
+    let start = DispatchTime.now().uptimeNanoseconds
+    @Sendable func due(_ index: Int) -> UInt64 { start + UInt64(Double(index) * 1e9 / rate) }
+    // Each job's summary comes back through this stream (holding the Task handles instead would keep
+    // every finished task's memory until the end).
+    let (summaries, summaryInput) = AsyncStream<JobSummary?>.makeStream(bufferingPolicy: .unbounded)
+    let (jobs, maxLag) = await withCheckedContinuation {
+        (continuation: CheckedContinuation<(Int, UInt64), Never>) in
+        Thread.detachNewThread {
+            var jobs = 0
+            var sent = 0
+            var maxLag: UInt64 = 0
+            var wake = start
+            while sent < total {
+                let now = DispatchTime.now().uptimeNanoseconds
+                let dueNow = min(total, Int(Double(now - start) * rate / 1e9) + 1)
+                if dueNow > sent {
+                    let scheduled = due(sent)
+                    if now > scheduled { maxLag = max(maxLag, now - scheduled) }
+                    let base = sent
+                    let job = FanoutJob(
+                        id: "load-\(base)", headers: benchHeaders, payload: .raw(payload),
+                        recipients: .tokens((base..<dueNow).map { pool[$0 & 0xFFFF] }))
+                    Task { summaryInput.yield(try? await engine.run(job) { log.finished(base + $0.position) }) }
+                    jobs += 1
+                    sent = dueNow
+                }
+                wake += tick
+                let after = DispatchTime.now().uptimeNanoseconds
+                if wake > after { usleep(UInt32((wake - after) / 1000)) } else { wake = after }
+            }
+            continuation.resume(returning: (jobs, maxLag))
+        }
+    }
+    var counts = OutcomeCounts()
+    var notifications = 0
+    var received = 0
+    for await summary in summaries {
+        if let summary {
+            addCounts(&counts, summary.counts)
+            notifications += summary.notifications
+        }
+        received += 1
+        if received == jobs { break }
+    }
+    let after = processUsage()
+    await engine.shutdown()
+    var latencies: [Double] = []
+    latencies.reserveCapacity(total)
+    var last = start
+    for index in 0..<total where log.slots[index] != 0 {
+        let finished = log.slots[index]
+        last = max(last, finished)
+        latencies.append(Double(Int64(bitPattern: finished &- due(index))) / 1e6)
+    }
+    latencies.sort()
+    func percentile(_ p: Double) -> Double {
+        latencies.isEmpty
+            ? 0 : latencies[min(latencies.count - 1, Int((p / 100 * Double(latencies.count)).rounded(.up)) - 1)]
+    }
+    let elapsed = Double(last - start) / 1e9
+    // The schedule spans (total - 1) / rate seconds; achieved rate counts completions over the time
+    // from the first due time to the last completion.
+    let achieved = Double(counts.delivered) / max(elapsed, 1e-9)
+    var line: [String: Any] = [
+        "target_rate": rate, "duration": options.duration, "notifications": notifications, "seconds": elapsed,
+        "rate": achieved, "shortfall_percent": max(0, (1 - achieved / rate) * 100),
+        "cpu_seconds": after.cpuSeconds - before.cpuSeconds, "peak_rss_mb": after.peakRSSMegabytes,
+        "latency_ms_p50": percentile(50), "latency_ms_p90": percentile(90), "latency_ms_p99": percentile(99),
+        "latency_ms_p999": percentile(99.9), "latency_ms_max": latencies.last ?? 0,
+        "generator_max_lag_ms": Double(maxLag) / 1e6, "jobs": jobs, "completed": latencies.count,
+    ]
+    line.merge(countFields(counts)) { $1 }
+    return (line, counts.delivered == total)
+}
