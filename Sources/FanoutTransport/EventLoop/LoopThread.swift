@@ -39,6 +39,7 @@ public final class LoopThread: @unchecked Sendable {
 
     /// Creates the loop and starts its thread.
     public init(name: String = "fanout-loop") {
+        _ = Self.ignoreSIGPIPE
         // (Handles opened on this loop register a stop action, so `shutdown()` can close them all.)
         self.name = name
         loop = .allocate(capacity: 1)
@@ -67,6 +68,14 @@ public final class LoopThread: @unchecked Sendable {
     }
 
     private let started = DispatchSemaphore(value: 0)
+
+    /// libuv writes to sockets with write(2), which raises SIGPIPE when the peer has gone, and
+    /// SIGPIPE's default action ends the process: a library must not let a dropped connection kill
+    /// its host. Ignored once, process-wide, before the first loop exists (node does the same);
+    /// the write then fails with EPIPE, which the socket reports as a lost connection.
+    private static let ignoreSIGPIPE: Void = {
+        signal(SIGPIPE, SIG_IGN)
+    }()
 
     private func run() {
         threadID = pthread_self()
