@@ -72,6 +72,9 @@ final class EngineLoop: @unchecked Sendable {
     private var delayTimerDue: UInt64 = .max
     private var random = FastRandomGenerator()
     private var consecutiveConnectFailures = 0
+    /// Set when connecting keeps failing (or TLS verification fails): new work fails fast while a
+    /// reconnect probes the endpoint in the background; cleared when a connection is ready.
+    private var endpointDown: TransportError?
     private var retryBudget: RetryBudget
     /// Connections that became ready and have not closed (for the open-connections gauge).
     private var readyConnections = Set<ObjectIdentifier>()
@@ -97,6 +100,11 @@ final class EngineLoop: @unchecked Sendable {
     /// Queues notifications (made by the feeding task, off this thread) and sends them. Loop thread.
     func enqueue(_ batch: [PendingNotification]) {
         loop.assertInLoop()
+        if let down = endpointDown, !slots.contains(where: { $0.connection?.isReady == true }) {
+            for pending in batch { finish(pending, outcome: .failed, reason: "ConnectionFailed: \(down.message)") }
+            probeEndpoint()
+            return
+        }
         for pending in batch {
             if isStopping {
                 finish(pending, outcome: .failed, reason: "NotSent")
@@ -336,6 +344,7 @@ final class EngineLoop: @unchecked Sendable {
     {
         switch event {
         case .ready:
+            endpointDown = nil
             if readyConnections.insert(ObjectIdentifier(connection)).inserted {
                 configuration.metrics?.openConnections.increment()
             }
@@ -375,6 +384,9 @@ final class EngineLoop: @unchecked Sendable {
         let permanent = [.tlsUnknownCA, .tlsHostnameMismatch, .tlsCertificateInvalid, .tlsNoH2, .tlsConfiguration]
             .contains(error.kind)
         if permanent || consecutiveConnectFailures >= configuration.maxConnectAttempts * slots.count {
+            // Circuit open: fail what waits and, until a connection succeeds again, fail new work at
+            // once instead of letting each batch wait out its own round of connect attempts.
+            endpointDown = error
             failAllWaiting(reason: "ConnectionFailed: \(error.message)")
             consecutiveConnectFailures = 0
         }
@@ -388,8 +400,15 @@ final class EngineLoop: @unchecked Sendable {
         timer.schedule(milliseconds: delay) { [self, unowned slot] in
             slot.reconnectTimer?.close()
             slot.reconnectTimer = nil
-            if !waiting.isEmpty && !isStopping { connect(slot) }
+            if (!waiting.isEmpty || endpointDown != nil) && !isStopping && slot.connection == nil { connect(slot) }
         }
+    }
+
+    /// While the endpoint is down, keeps one connection attempt going (none when one is already
+    /// in progress or waiting out its backoff), so that the circuit closes once it is back.
+    private func probeEndpoint() {
+        guard !isStopping, let slot = slots.first, slot.connection == nil, slot.reconnectTimer == nil else { return }
+        connect(slot)
     }
 
     // MARK: Stop

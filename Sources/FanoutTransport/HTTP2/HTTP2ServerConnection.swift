@@ -43,6 +43,9 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     private var insideSession = 0
     private var pendingClose = false
     private var goawaySent = false
+    /// The last stream a sent GOAWAY promised to process; later ones are refused, never processed
+    /// (nghttp2 keeps accepting streams until the GOAWAY has actually gone out).
+    private var goawayLastStreamID: Int32 = .max
     /// Owned: freed in deinit. Scratch where response header names and values are laid out for
     /// nghttp2 (which copies them on submit), so answering allocates nothing.
     private let scratchBytes = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 8)
@@ -161,6 +164,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
         guard let session, !isClosed, !goawaySent else { return }
         goawaySent = true
         let lastStreamID = nghttp2_session_get_last_proc_stream_id(session)
+        goawayLastStreamID = lastStreamID
         let debug = Array("{\"reason\":\"\(reason)\"}".utf8)
         nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), lastStreamID, errorCode, debug, debug.count)
         channel.scheduleFlush()
@@ -297,6 +301,10 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     fileprivate func requestComplete(_ streamID: Int32) {
         guard let stream = stream(streamID), !stream.delivered else { return }
         stream.delivered = true
+        if goawaySent && streamID > goawayLastStreamID {
+            refuse(streamID: streamID)
+            return
+        }
         let request = HTTP2ServerRequest(
             streamID: streamID, method: stream.method, path: stream.path, headers: stream.headers, body: stream.body,
             bodyTruncated: stream.overflow)
