@@ -128,8 +128,9 @@ public final class FanoutEngine: Sendable {
             jobAdmission = await admit(
                 job, prepared: prepared, demoted: &demoted, cost: 1, isShuttingDown: isShuttingDown)
         }
-        let batchSize =
-            countsNotifications ? min(Self.batchSize, maximumRateCost(for: job) ?? Self.batchSize) : Self.batchSize
+        // A batch takes one in-flight permit per notification, so it can never be larger than the limit.
+        var batchSize = min(Self.batchSize, shared.limiter.capacity)
+        if countsNotifications { batchSize = min(batchSize, maximumRateCost(for: job) ?? batchSize) }
         var batch: [(token: String, position: Int)] = []
         batch.reserveCapacity(batchSize)
         var random = FastRandomGenerator()

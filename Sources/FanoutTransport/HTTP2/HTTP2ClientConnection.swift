@@ -242,7 +242,14 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
         let lost = openContexts
         openContexts = [:]
         openStreams = 0
-        for context in lost.values { context.complete(.failure(.connectionLost(cause))) }
+        for context in lost.values {
+            // Above a GOAWAY's last stream id the server promised not to process it: safe to resend.
+            if goawayReceived && context.streamID > goawayLastStreamID {
+                context.complete(.failure(.notProcessed(goawayErrorCode: goawayErrorCode)))
+            } else {
+                context.complete(.failure(.connectionLost(cause)))
+            }
+        }
         failWaiting(cause)
         if let channel, !channel.isClosed {
             channel.delegate = nil
