@@ -1,0 +1,117 @@
+// libFuzzer target `request-validator`: mock-apns's check of a device-push request
+// (`APNsRequestValidator.check(method:path:headers:body:)`).
+//
+// Input framing (so the seed corpus stays readable):
+//
+//     POST                                  <- :method (first line)
+//     /3/device/<hex token>                 <- :path (second line)
+//     apns-topic: com.acme.app              <- one header per line, `name: value` (split at the first ':',
+//     apns-push-type: alert                    one space after it dropped; a line without ':' is a name with an
+//                                              empty value)
+//                                           <- a blank line, then the body, byte for byte, to the end
+//     {"aps":{"alert":"hi"}}
+//
+// Properties, beyond not crashing:
+// - `validate` is `check`'s failure; a rejection carries the status APNs uses for its reason.
+// - An accepted request's parsed fields match what was sent (token lowercased, priority 1/5/10 and allowed for the
+//   push type, body within the size limit and a JSON object).
+// - The sender and the validator agree: the accepted request's fields, rebuilt as `NotificationHeaders` and laid out
+//   by `headerFields(deviceToken:authority:)` (what Fanout sends), are accepted again with the same fields.
+@testable import FanoutCore
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzRequestValidator(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
+    let request = FramedRequest(UnsafeBufferPointer(start: data, count: size))
+    let validator = APNsRequestValidator()
+    let result = validator.check(
+        method: request.method, path: request.path, headers: request.headers, body: request.body)
+    let rejection = validator.validate(
+        method: request.method, path: request.path, headers: request.headers, body: request.body)
+    _ = APNsRequestValidator.bearerToken(in: request.headers)
+
+    switch result {
+    case .failure(let failure):
+        require(rejection == failure, "validate \(String(describing: rejection)) differs from check \(failure)")
+        require(
+            failure.status == (APNsReason.statusFor(failure.reason) ?? 400),
+            "\(failure): the status is not the reason's")
+        require([400, 404, 405, 413].contains(failure.status), "unexpected status \(failure.status)")
+    case .success(let accepted):
+        require(rejection == nil, "validate rejects what check accepts: \(String(describing: rejection))")
+        let pathToken = request.path.utf8.dropFirst("/3/device/".utf8.count)
+        require(
+            accepted.deviceToken.hex.utf8.elementsEqual(pathToken.map { $0 | 0x20 }),
+            "token \(accepted.deviceToken.hex) is not the path's, lowercased")
+        require([1, 5, 10].contains(accepted.priority), "priority \(accepted.priority)")
+        require(accepted.pushType.allowsPriority(accepted.priority), "priority not allowed for the push type")
+        require(accepted.pushType.acceptsTopic(accepted.topic) && !accepted.topic.isEmpty, "topic accepted wrongly")
+        require(!request.body.isEmpty && request.body.count <= accepted.pushType.payloadSizeLimit, "body size")
+        require(PayloadShape.inspect(request.body) != nil, "an accepted body is not a JSON object")
+        if let expiration = accepted.expiration { require(expiration >= 0, "negative expiration") }
+        if let apnsID = accepted.apnsID { require(APNsID.isValid(apnsID), "invalid apns-id accepted") }
+        resend(accepted, body: request.body)
+    }
+    return 0
+}
+
+/// Lays out an accepted request the way Fanout sends one and checks the validator accepts it again, unchanged.
+private func resend(_ accepted: ValidatedDeviceRequest, body: [UInt8]) {
+    let headers = NotificationHeaders(
+        pushType: accepted.pushType, topic: accepted.topic, priority: accepted.priority,
+        expiration: accepted.expiration, collapseID: accepted.collapseID, apnsID: accepted.apnsID,
+        bearerToken: accepted.bearerToken)
+    // The sender is stricter (no control characters in header values); only what it would send is compared.
+    guard let fields = try? headers.headerFields(deviceToken: accepted.deviceToken, authority: "api.push.apple.com")
+    else { return }
+    let method = fields.first { $0.name == ":method" }?.value ?? ""
+    let path = fields.first { $0.name == ":path" }?.value ?? ""
+    let result = APNsRequestValidator().check(
+        method: method, path: path, headers: fields.map { (name: $0.name, value: $0.value) }, body: body)
+    switch result {
+    case .failure(let rejection):
+        require(false, "the validator rejects what Fanout sends for an accepted request: \(rejection), \(fields)")
+    case .success(let again):
+        require(again == accepted, "fields changed on the way through the sender: \(again) vs \(accepted)")
+    }
+}
+
+/// The decoded framing (see the top of the file).
+struct FramedRequest {
+    var method = ""
+    var path = ""
+    var headers: [(name: String, value: String)] = []
+    var body: [UInt8] = []
+
+    init(_ input: UnsafeBufferPointer<UInt8>) {
+        let newline = UInt8(ascii: "\n")
+        var headEnd = input.count
+        var bodyStart = input.count
+        var index = 0
+        while index + 1 < input.count {
+            if input[index] == newline, input[index + 1] == newline {
+                headEnd = index
+                bodyStart = index + 2
+                break
+            }
+            index += 1
+        }
+        body = Array(input[bodyStart...])
+        let lines = input[..<headEnd].split(separator: newline, omittingEmptySubsequences: false)
+        for (number, line) in lines.enumerated() {
+            let text = String(decoding: line, as: UTF8.self)
+            switch number {
+            case 0: method = text
+            case 1: path = text
+            default:
+                guard let colon = line.dropFirst().firstIndex(of: UInt8(ascii: ":")) else {
+                    headers.append((name: text, value: ""))
+                    continue
+                }
+                var value = line[(colon + 1)...]
+                if value.first == UInt8(ascii: " ") { value = value.dropFirst() }
+                headers.append(
+                    (name: String(decoding: line[..<colon], as: UTF8.self), value: String(decoding: value, as: UTF8.self)))
+            }
+        }
+    }
+}
