@@ -59,10 +59,10 @@ sanitize: deps
 	@bash scripts/sanitize.sh
 
 lint:
-	$(SWIFT) format lint --strict --recursive Sources Tools Benchmarks Tests Package.swift
+	$(SWIFT) format lint --strict --recursive Sources Tools Benchmarks Tests Fuzz Package.swift
 
 format:
-	$(SWIFT) format --in-place --recursive Sources Tools Benchmarks Tests Package.swift
+	$(SWIFT) format --in-place --recursive Sources Tools Benchmarks Tests Fuzz Package.swift
 
 clean:
 	rm -rf .build $(DEMO_DIR)

@@ -8,7 +8,8 @@
 /// A property every input must keep. A violation prints what broke and aborts, which libFuzzer records as a crash
 /// (with the input saved under .build/fuzz/crashes/<target>/), exactly like a trap inside the code under test.
 @inline(__always)
-func require(_ condition: Bool, _ message: @autoclosure () -> String, file: StaticString = #fileID, line: UInt = #line) {
+func require(_ condition: Bool, _ message: @autoclosure () -> String, file: StaticString = #fileID, line: UInt = #line)
+{
     if !condition { violated(message(), file: file, line: line) }
 }
 

@@ -110,7 +110,10 @@ struct FramedRequest {
                 var value = line[(colon + 1)...]
                 if value.first == UInt8(ascii: " ") { value = value.dropFirst() }
                 headers.append(
-                    (name: String(decoding: line[..<colon], as: UTF8.self), value: String(decoding: value, as: UTF8.self)))
+                    (
+                        name: String(decoding: line[..<colon], as: UTF8.self),
+                        value: String(decoding: value, as: UTF8.self)
+                    ))
             }
         }
     }

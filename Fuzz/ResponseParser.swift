@@ -63,8 +63,11 @@ public func fuzzResponseParser(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int
             }
         }
         // Keys are compared by their bytes in the scanner and as Swift strings here; they agree for the ASCII keys.
-        require(reason == expectedReason, "reason \(String(describing: reason)) vs \(String(describing: expectedReason))")
-        require(timestamp == expectedTimestamp, "timestamp \(String(describing: timestamp)) vs \(String(describing: expectedTimestamp))")
+        require(
+            reason == expectedReason, "reason \(String(describing: reason)) vs \(String(describing: expectedReason))")
+        require(
+            timestamp == expectedTimestamp,
+            "timestamp \(String(describing: timestamp)) vs \(String(describing: expectedTimestamp))")
     }
 
     // What the mock writes, the engine reads back.
