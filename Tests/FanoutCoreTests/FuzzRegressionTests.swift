@@ -192,7 +192,8 @@ private struct FramedRequest {
             index += 1
         }
         body = Array(input[bodyStart...])
-        for (number, line) in input[..<headEnd].split(separator: newline, omittingEmptySubsequences: false).enumerated() {
+        for (number, line) in input[..<headEnd].split(separator: newline, omittingEmptySubsequences: false).enumerated()
+        {
             let text = String(decoding: line, as: UTF8.self)
             switch number {
             case 0: method = text
@@ -205,7 +206,10 @@ private struct FramedRequest {
                 var value = line[(colon + 1)...]
                 if value.first == UInt8(ascii: " ") { value = value.dropFirst() }
                 headers.append(
-                    (name: String(decoding: line[..<colon], as: UTF8.self), value: String(decoding: value, as: UTF8.self)))
+                    (
+                        name: String(decoding: line[..<colon], as: UTF8.self),
+                        value: String(decoding: value, as: UTF8.self)
+                    ))
             }
         }
     }

@@ -37,7 +37,9 @@ final class JobLineFuzzRegressionTests: XCTestCase {
         "invalid-priority-fraction": ("priority", "priority must be an integer (1, 5 or 10), not 1e1"),
         "invalid-expiration-negative": ("expiration", "expiration -1 is negative"),
         "invalid-collapse-id-too-long": ("collapse_id", "collapse_id is 65 bytes; APNs allows at most 64"),
-        "invalid-topic-suffix": ("topic", #"topic "com.acme.app" is not a bundle ID followed by ".push-type.liveactivity""#),
+        "invalid-topic-suffix": (
+            "topic", #"topic "com.acme.app" is not a bundle ID followed by ".push-type.liveactivity""#
+        ),
         "invalid-both-payloads": ("payload", "payload and live_activity are both given"),
         "invalid-attributes-on-update": (
             "live_activity.attributes_type", #"live_activity.attributes_type: only allowed with event "start""#
@@ -45,7 +47,9 @@ final class JobLineFuzzRegressionTests: XCTestCase {
         "invalid-input-push-channel-on-end": (
             "live_activity.input_push_channel", #"live_activity.input_push_channel: only allowed with event "start""#
         ),
-        "invalid-relevance-infinite": ("live_activity.relevance_score", "live_activity.relevance_score: must be a finite number"),
+        "invalid-relevance-infinite": (
+            "live_activity.relevance_score", "live_activity.relevance_score: must be a finite number"
+        ),
         "invalid-payload-too-large": ("payload", "payload: 4122 bytes, over the 4096-byte limit for alert"),
         "invalid-token": ("tokens[1]", #"tokens[1]: "xyz" is not a device token"#),
         "invalid-tokens-and-file": ("tokens_file", "tokens and tokens_file are both given"),
@@ -79,7 +83,8 @@ final class JobLineFuzzRegressionTests: XCTestCase {
                 XCTAssertEqual(error.lineNumber, 7, name)
                 XCTAssertEqual(error.field, expected.field, name)
                 XCTAssertTrue(
-                    error.message.hasPrefix(expected.message), "\(name): \(error.message) (expected \(expected.message))")
+                    error.message.hasPrefix(expected.message),
+                    "\(name): \(error.message) (expected \(expected.message))")
                 XCTAssertEqual(error.description, "line 7: " + error.message, name)
             }
         }
