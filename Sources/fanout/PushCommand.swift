@@ -38,11 +38,9 @@ enum PushCommand {
         var expiration: Int64?
         var collapseID: String?
         var apnsID: String?
-        var endpoint = APNsEndpoint.production
-        var caFile: String?
-        var keyPath: String?
-        var keyID: String?
-        var teamID: String?
+        var connection = ConnectionFlags()
+        /// Set by `parse` once the key path and both ids are known.
+        var credentials: ProviderCredentials?
     }
 
     static func parse(_ arguments: [String], environment: [String: String]) throws(UsageError) -> Options? {
@@ -65,21 +63,13 @@ enum PushCommand {
             case "--expiration": options.expiration = Int64(try cursor.int(in: 0...Int(Int64.max)))
             case "--collapse-id": options.collapseID = try cursor.string()
             case "--apns-id": options.apnsID = try cursor.string()
-            case "--endpoint":
-                let (host, port) = try cursor.hostPort()
-                options.endpoint = APNsEndpoint(host: host, port: port)
-            case "--sandbox": options.endpoint = .sandbox
-            case "--production": options.endpoint = .production
-            case "--ca-file": options.caFile = try cursor.string()
-            case "--key": options.keyPath = try cursor.string()
-            case "--key-id": options.keyID = try cursor.string()
-            case "--team-id": options.teamID = try cursor.string()
-            default: throw UsageError("unknown option \(flag) (see fanout push --help)")
+            default:
+                guard try options.connection.take(flag, from: &cursor) else {
+                    throw UsageError("unknown option \(flag) (see fanout push --help)")
+                }
             }
         }
-        options.keyPath = options.keyPath ?? environment["APNS_KEY_PATH"]
-        options.keyID = options.keyID ?? environment["APNS_KEY_ID"]
-        options.teamID = options.teamID ?? environment["APNS_TEAM_ID"]
+        options.connection.fill(environment: environment)
         guard let token = options.token else { throw UsageError("--token HEX is required") }
         guard DeviceToken.isValid(token) else {
             throw UsageError("--token must be an even number (64 to 200) of hex digits")
@@ -89,10 +79,7 @@ enum PushCommand {
         guard (try? JSONSerialization.jsonObject(with: Data(payload))) is [String: Any] else {
             throw UsageError("--payload is not a JSON object")
         }
-        guard options.keyPath != nil, options.keyID != nil, options.teamID != nil else {
-            throw UsageError(
-                "provider-token auth needs --key, --key-id and --team-id (or APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID)")
-        }
+        options.credentials = try options.connection.credentials()
         return options
     }
 
@@ -127,9 +114,8 @@ enum PushCommand {
             return fail(error.description)
         }
         var configuration = APNsClientConfiguration(
-            endpoint: options.endpoint,
-            credentials: ProviderCredentials(keyPath: options.keyPath!, keyID: options.keyID!, teamID: options.teamID!),
-            caFile: options.caFile)
+            endpoint: options.connection.endpoint ?? .production,
+            credentials: options.credentials, caFile: options.connection.caFile)
         configuration.connectTimeoutMilliseconds = 5000
         let client: APNsClient
         do {

@@ -38,11 +38,7 @@ enum SendCommand {
     struct Options {
         var send: SendOptions?
         var configPath: String?
-        var endpoint: APNsEndpoint?
-        var caFile: String?
-        var keyPath: String?
-        var keyID: String?
-        var teamID: String?
+        var connection = ConnectionFlags()
         var loops: Int?
         var connections: Int?
         var metricsListen: String?
@@ -66,15 +62,6 @@ enum SendCommand {
             case "--results": results = try cursor.string()
             case "--summary": summary = try cursor.string()
             case "--config": options.configPath = try cursor.string()
-            case "--endpoint":
-                let (host, port) = try cursor.hostPort()
-                options.endpoint = APNsEndpoint(host: host, port: port)
-            case "--sandbox": options.endpoint = .sandbox
-            case "--production": options.endpoint = .production
-            case "--ca-file": options.caFile = try cursor.string()
-            case "--key": options.keyPath = try cursor.string()
-            case "--key-id": options.keyID = try cursor.string()
-            case "--team-id": options.teamID = try cursor.string()
             case "--loops": options.loops = try cursor.int(in: 1...256)
             case "--connections": options.connections = try cursor.int(in: 1...256)
             case "--concurrent-jobs": concurrentJobs = try cursor.int(in: 1...10_000)
@@ -98,7 +85,10 @@ enum SendCommand {
                     throw UsageError("--progress takes auto, always or never, not '\(text)'")
                 }
                 progress = mode
-            default: throw UsageError("unknown option \(flag) (see fanout send --help)")
+            default:
+                guard try options.connection.take(flag, from: &cursor) else {
+                    throw UsageError("unknown option \(flag) (see fanout send --help)")
+                }
             }
         }
         guard let jobs else { throw UsageError("--jobs FILE is required (see fanout send --help)") }
@@ -118,18 +108,11 @@ enum SendCommand {
         -> FanoutEngineConfiguration
     {
         let config = try SendConfigFile.load(options.configPath)
-        let endpoint = options.endpoint ?? config.endpoint ?? .production
-        let keyPath = options.keyPath ?? config.keyPath ?? environment["APNS_KEY_PATH"]
-        let keyID = options.keyID ?? config.keyID ?? environment["APNS_KEY_ID"]
-        let teamID = options.teamID ?? config.teamID ?? environment["APNS_TEAM_ID"]
-        guard let keyPath, let keyID, let teamID else {
-            throw UsageError(
-                "provider-token auth needs --key, --key-id and --team-id (or the config file, or APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID)"
-            )
-        }
+        var connection = options.connection
+        connection.fill(from: config.connection, environment: environment)
         var configuration = FanoutEngineConfiguration(
-            endpoint: endpoint, credentials: ProviderCredentials(keyPath: keyPath, keyID: keyID, teamID: teamID),
-            caFile: options.caFile ?? config.caFile)
+            endpoint: connection.endpoint ?? .production, credentials: try connection.credentials(configFile: true),
+            caFile: connection.caFile)
         if let loops = options.loops ?? config.loops { configuration.loops = loops }
         if let connections = options.connections ?? config.connections {
             configuration.connectionsPerLoop = connections
@@ -189,7 +172,7 @@ enum SendCommand {
                 "send finished",
                 fields: [
                     "notifications": String(summary.counts.notifications),
-                    "delivered": String(summary.counts.delivered),
+                    "delivered": String(summary.counts.outcomes.delivered),
                     "seconds": String(format: "%.2f", summary.seconds),
                 ])
             if let path = send.summaryPath {

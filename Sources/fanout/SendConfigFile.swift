@@ -11,11 +11,8 @@ import Foundation
 ///                   "workspaces": {"acme": {...}}}}`.
 /// Every key is optional; an unknown key is an error (a typo must not be ignored).
 struct SendConfigFile {
-    var endpoint: APNsEndpoint?
-    var caFile: String?
-    var keyPath: String?
-    var keyID: String?
-    var teamID: String?
+    /// Endpoint, CA file and credentials, the same settings the flags give.
+    var connection = ConnectionFlags()
     var loops: Int?
     var connections: Int?
     var maxAttempts: Int?
@@ -52,18 +49,18 @@ struct SendConfigFile {
         }
         switch try string("endpoint") {
         case nil: break
-        case "sandbox": config.endpoint = .sandbox
-        case "production": config.endpoint = .production
+        case "sandbox": config.connection.endpoint = .sandbox
+        case "production": config.connection.endpoint = .production
         case let text?:
             guard let (host, port) = ArgumentCursor.parseHostPort(text) else {
                 throw UsageError("config file \(path): endpoint must be HOST:PORT, sandbox or production")
             }
-            config.endpoint = APNsEndpoint(host: host, port: port)
+            config.connection.endpoint = APNsEndpoint(host: host, port: port)
         }
-        config.caFile = try string("ca_file")
-        config.keyPath = try string("key_path")
-        config.keyID = try string("key_id")
-        config.teamID = try string("team_id")
+        config.connection.caFile = try string("ca_file")
+        config.connection.keyPath = try string("key_path")
+        config.connection.keyID = try string("key_id")
+        config.connection.teamID = try string("team_id")
         config.loops = try integer("loops")
         config.connections = try integer("connections")
         config.maxAttempts = try integer("max_attempts")

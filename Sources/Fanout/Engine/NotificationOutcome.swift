@@ -21,6 +21,15 @@ public struct NotificationOutcome: Hashable, Sendable, CustomStringConvertible {
     public static let all: [NotificationOutcome] = [
         delivered, rejected, unregistered, failed, expired, rateLimited, invalid,
     ]
+
+    /// The outcome a results line names (`"rate_limited"`, ...); an unknown name reads as `invalid`.
+    public init(named name: String) {
+        self = NotificationOutcome.all.first { $0.name == name } ?? .invalid
+    }
+
+    private init(name: String) {
+        self.name = name
+    }
 }
 
 /// The result of one notification, as the results file records it.
@@ -66,7 +75,7 @@ public struct NotificationResult: Sendable {
 }
 
 /// Counts of one job's (or a whole run's) outcomes.
-public struct OutcomeCounts: Sendable, Equatable {
+public struct OutcomeCounts: Codable, Sendable, Equatable {
     public var delivered = 0
     public var rejected = 0
     public var unregistered = 0
@@ -82,7 +91,12 @@ public struct OutcomeCounts: Sendable, Equatable {
     public var total: Int { delivered + rejected + unregistered + failed + expired + rateLimited + invalid }
 
     public mutating func add(_ result: NotificationResult) {
-        switch result.outcome {
+        add(result.outcome, retries: max(0, result.attempts - 1))
+    }
+
+    /// Counts one notification that ended with `outcome` after `retries` attempts beyond the first.
+    public mutating func add(_ outcome: NotificationOutcome, retries extra: Int = 0) {
+        switch outcome {
         case .delivered: delivered += 1
         case .rejected: rejected += 1
         case .unregistered: unregistered += 1
@@ -91,18 +105,7 @@ public struct OutcomeCounts: Sendable, Equatable {
         case .rateLimited: rateLimited += 1
         default: invalid += 1
         }
-        retries += max(0, result.attempts - 1)
-    }
-
-    public mutating func add(_ other: OutcomeCounts) {
-        delivered += other.delivered
-        rejected += other.rejected
-        unregistered += other.unregistered
-        failed += other.failed
-        expired += other.expired
-        rateLimited += other.rateLimited
-        invalid += other.invalid
-        retries += other.retries
+        retries += extra
     }
 }
 

@@ -31,19 +31,19 @@ public struct SendSummary: Sendable {
     public var jsonLine: String {
         let fields: [(String, String)] = [
             ("jobs", "\(counts.jobs)"), ("notifications", "\(counts.notifications)"),
-            ("delivered", "\(counts.delivered)"),
-            ("rejected", "\(counts.rejected)"), ("unregistered", "\(counts.unregistered)"),
-            ("failed", "\(counts.failed)"),
-            ("expired", "\(counts.expired)"), ("rate_limited", "\(counts.rateLimited)"),
-            ("invalid", "\(counts.invalid)"),
-            ("retries", "\(counts.retries)"), ("payload_encodings", "\(counts.payloadEncodings)"),
+            ("delivered", "\(counts.outcomes.delivered)"),
+            ("rejected", "\(counts.outcomes.rejected)"), ("unregistered", "\(counts.outcomes.unregistered)"),
+            ("failed", "\(counts.outcomes.failed)"),
+            ("expired", "\(counts.outcomes.expired)"), ("rate_limited", "\(counts.outcomes.rateLimited)"),
+            ("invalid", "\(counts.outcomes.invalid)"),
+            ("retries", "\(counts.outcomes.retries)"), ("payload_encodings", "\(counts.payloadEncodings)"),
             ("seconds", String(format: "%.2f", seconds)), ("rate", String(format: "%.1f", rate)),
         ]
         return "{" + fields.map { "\"\($0.0)\": \($0.1)" }.joined(separator: ", ") + "}"
     }
 
     /// Whether every notification ended `delivered`.
-    public var allDelivered: Bool { counts.delivered == counts.notifications }
+    public var allDelivered: Bool { counts.outcomes.delivered == counts.notifications }
 }
 
 /// Drives the engine from a job file: one job line at a time (several in flight), one results line
@@ -191,7 +191,7 @@ public final class JobFileRunner: Sendable {
             defer { lineStart = index + 1 }
             guard let parsed = ResultLine.parse(tail[lineStart..<index]) else { continue }
             complete = index + 1
-            journal.counts.add(outcome: parsed.outcome)
+            journal.counts.outcomes.add(NotificationOutcome(named: parsed.outcome))
             if let token = parsed.token {
                 state.tailTokens[parsed.job, default: [:]][token, default: 0] += 1
             } else {

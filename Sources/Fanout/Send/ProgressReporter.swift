@@ -66,11 +66,12 @@ public final class ProgressReporter: @unchecked Sendable {
         }
         let outcomes = String(
             format: "%d delivered, %d rejected, %d unregistered, %d failed, %d expired, %d rate_limited, %d invalid",
-            counts.delivered, counts.rejected, counts.unregistered, counts.failed, counts.expired, counts.rateLimited,
-            counts.invalid)
+            counts.outcomes.delivered, counts.outcomes.rejected, counts.outcomes.unregistered, counts.outcomes.failed,
+            counts.outcomes.expired, counts.outcomes.rateLimited,
+            counts.outcomes.invalid)
         let text = String(
             format: "%d jobs, %@ notifications (%.0f/s): %@, %d retries, %.0f s", counts.jobs, done, rate, outcomes,
-            counts.retries, seconds)
+            counts.outcomes.retries, seconds)
         let line = interactive ? "\r\u{1B}[2K" + text + (final ? "\n" : "") : "fanout: " + text + "\n"
         FileHandle.standardError.write(Data(line.utf8))
     }

@@ -82,7 +82,7 @@ final class ResultsWriter: Sendable {
     func record(_ result: NotificationResult, line: Int) {
         let mustFlush = state.withLock { state -> Bool in
             ResultLine.append(result, to: &state.buffer)
-            state.counts.add(outcome: result.outcome.name, retries: max(0, result.attempts - 1))
+            state.counts.outcomes.add(result)
             if result.position >= 0 {
                 state.progress[line, default: Progress(job: result.jobID)].done(result.position)
             }

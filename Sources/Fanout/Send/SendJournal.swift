@@ -86,30 +86,11 @@ public struct SendError: Error, CustomStringConvertible, Sendable {
 /// Totals of a `fanout send` run (cumulative across `--resume`).
 public struct SendCounts: Codable, Equatable, Sendable {
     public var jobs = 0
-    public var notifications = 0
-    public var delivered = 0
-    public var rejected = 0
-    public var unregistered = 0
-    public var failed = 0
-    public var expired = 0
-    public var rateLimited = 0
-    public var invalid = 0
-    public var retries = 0
     public var payloadEncodings = 0
+    /// Notifications by outcome, and retries.
+    public var outcomes = OutcomeCounts()
 
     public init() {}
 
-    mutating func add(outcome: String, retries extra: Int = 0) {
-        notifications += 1
-        switch outcome {
-        case "delivered": delivered += 1
-        case "rejected": rejected += 1
-        case "unregistered": unregistered += 1
-        case "failed": failed += 1
-        case "expired": expired += 1
-        case "rate_limited": rateLimited += 1
-        default: invalid += 1
-        }
-        retries += extra
-    }
+    public var notifications: Int { outcomes.total }
 }
