@@ -21,6 +21,14 @@ public enum JSONStringEscaping {
         output.append(UInt8(ascii: "\""))
     }
 
+    /// `string` as a quoted JSON string literal.
+    public static func quoted(_ string: String) -> String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(string.utf8.count + 2)
+        appendString(string, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// The UTF-8 value of string contents (between the quotes) with their escapes resolved; a lone
     /// surrogate becomes U+FFFD. Shared by the request validator's scanner and the payload parser.
     static func unescape(_ raw: UnsafeBufferPointer<UInt8>) -> [UInt8] {

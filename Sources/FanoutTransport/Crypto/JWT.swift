@@ -26,9 +26,9 @@ public struct ProviderTokenSigner: Sendable {
         self.key = key
         self.keyID = keyID
         self.teamID = teamID
-        let header = "{\"alg\":\"ES256\",\"kid\":\(JSONText.quoted(keyID))}"
+        let header = "{\"alg\":\"ES256\",\"kid\":\(JSONStringEscaping.quoted(keyID))}"
         self.headerPrefix = Base64URL.encode(Array(header.utf8)) + "."
-        self.claimsPrefix = "{\"iss\":\(JSONText.quoted(teamID)),\"iat\":"
+        self.claimsPrefix = "{\"iss\":\(JSONStringEscaping.quoted(teamID)),\"iat\":"
     }
 
     /// Returns a signed token with `iat` = `issuedAt` (seconds since 1970).
@@ -272,26 +272,5 @@ public final class ProviderTokenVerifierCache: Sendable {
     /// Forgets every token (counters are kept).
     public func removeAll() {
         state.withLock { $0.entries.removeAll() }
-    }
-}
-
-/// Minimal JSON string quoting for the token header and claims.
-enum JSONText {
-    static func quoted(_ text: String) -> String {
-        var output = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": output += "\\\""
-            case "\\": output += "\\\\"
-            case "\n": output += "\\n"
-            case "\r": output += "\\r"
-            case "\t": output += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                output += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: output.unicodeScalars.append(scalar)
-            }
-        }
-        return output + "\""
     }
 }
