@@ -1,13 +1,24 @@
 // swift-tools-version:6.0
-// Fanout: an APNs fan-out send engine. No package dependencies: the three C libraries come from
-// the system (Debian: libuv1-dev, libnghttp2-dev, libssl-dev) through pkg-config.
+// Fanout: an APNs fan-out send engine. No package dependencies: the C libraries come from the system
+// (Debian: libuv1-dev, libnghttp2-dev, libssl-dev) through pkg-config.
+//
+// The module graph (docs/ARCHITECTURE.md draws it):
+//   Fanout (the library) ──> FanoutCore, FanoutPolicy (re-exported), FanoutTransport (internal)
+//   FanoutJobFile (job files, `fanout send`'s driver) ──> Fanout
+//   FanoutObservability (logs, the metrics endpoint) ──> Fanout, FanoutTransport
+//   FanoutCLI (the `fanout` binary) ──> FanoutJobFile, FanoutObservability, Fanout
+//   FanoutTestSupport, MockAPNsKit (test-only: HTTP/2 server, test CA, JWT verifier, validator)
 import PackageDescription
+
+/// Library targets see `import X` as an internal import, so a dependency reaches their public API only
+/// when a file says `public import X` (SE-0409).
+let internalImports: [SwiftSetting] = [.enableUpcomingFeature("InternalImportsByDefault")]
 
 let package = Package(
     name: "Fanout",
     products: [
         .library(name: "Fanout", targets: ["Fanout"]),
-        .executable(name: "fanout", targets: ["fanout"]),
+        .executable(name: "fanout", targets: ["FanoutCLI"]),
         .executable(name: "mock-apns", targets: ["mock-apns"]),
         .executable(name: "fanout-bench", targets: ["fanout-bench"]),
         .executable(name: "make-tokens", targets: ["make-tokens"]),
@@ -21,26 +32,42 @@ let package = Package(
         // Function-like C macros that Swift cannot import, wrapped as functions.
         .target(name: "CFanoutShims", dependencies: ["COpenSSL"]),
 
-        // Pure Swift: APNs model (headers, reasons, responses, payloads, validation). Imports no C.
-        .target(name: "FanoutCore"),
+        // Pure Swift: APNs model (headers, reasons, responses, payloads, JSON). Imports no C.
+        .target(name: "FanoutCore", swiftSettings: internalImports),
         // Pure Swift policies: workspace rate limits (hierarchical token buckets, injectable clock).
-        .target(name: "FanoutPolicy"),
-        // The only Swift code that imports the C modules: loop thread, TCP, TLS, HTTP/2, crypto (JWT,
-        // test CA). Depends on FanoutCore only for shared pure-Swift helpers (base64url).
+        .target(name: "FanoutPolicy", swiftSettings: internalImports),
+        // The only production Swift that imports the C modules: loop thread, TCP, TLS, the nghttp2
+        // session, a plain HTTP/1.1 server, ES256 keys and provider tokens. Everything is `package`.
         .target(
             name: "FanoutTransport",
             dependencies: ["FanoutCore", "CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
-        // Flag parsing shared by the three binaries.
+        // Flag parsing shared by the binaries.
         .target(name: "CommandLineSupport"),
-        // Public library API for gateway services.
-        .target(name: "Fanout", dependencies: ["FanoutCore", "FanoutPolicy", "FanoutTransport"]),
-        // The `fanout` command.
+        // The public library API for gateway services: the engine, jobs, results, errors.
+        .target(
+            name: "Fanout", dependencies: ["FanoutCore", "FanoutPolicy", "FanoutTransport"],
+            swiftSettings: internalImports),
+        // Job files: the line parser and `fanout send`'s driver (results, journal, progress).
+        .target(name: "FanoutJobFile", dependencies: ["Fanout", "FanoutCore", "FanoutPolicy"]),
+        // Running a Fanout process: structured logs with redaction, the Prometheus endpoint.
+        .target(name: "FanoutObservability", dependencies: ["Fanout", "FanoutTransport"]),
+        // The `fanout` command (binary name from the product).
         .executableTarget(
-            name: "fanout",
-            dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "CommandLineSupport"]),
+            name: "FanoutCLI",
+            dependencies: [
+                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFile", "FanoutObservability", "CommandLineSupport",
+            ]),
 
-        // mock-apns: an APNs look-alike (HTTP/2 over TLS, JWT checks, fault injection).
-        .target(name: "MockAPNsKit", dependencies: ["FanoutCore", "FanoutTransport"], path: "Tools/MockAPNsKit"),
+        // Test-only transport: the HTTP/2 server, the test certificate authority, the JWT verifier.
+        // Only mock-apns, the benchmarks and the tests depend on it.
+        .target(
+            name: "FanoutTestSupport",
+            dependencies: ["FanoutCore", "FanoutTransport", "CNGHTTP2", "COpenSSL", "CFanoutShims"],
+            path: "Tools/FanoutTestSupport"),
+        // mock-apns: an APNs look-alike (request validation, JWT checks, fault injection, stats).
+        .target(
+            name: "MockAPNsKit", dependencies: ["FanoutCore", "FanoutTransport", "FanoutTestSupport"],
+            path: "Tools/MockAPNsKit"),
         .executableTarget(
             name: "mock-apns", dependencies: ["MockAPNsKit", "CommandLineSupport"], path: "Tools/mock-apns"),
 
@@ -51,14 +78,21 @@ let package = Package(
         // fanout-bench: the benchmark suite.
         .executableTarget(
             name: "fanout-bench",
-            dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "CommandLineSupport"],
+            dependencies: [
+                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "FanoutTestSupport", "CommandLineSupport",
+            ],
             path: "Benchmarks/fanout-bench"),
 
         .testTarget(name: "FanoutCoreTests", dependencies: ["FanoutCore"]),
         .testTarget(name: "FanoutPolicyTests", dependencies: ["FanoutPolicy"]),
-        .testTarget(name: "FanoutTransportTests", dependencies: ["FanoutTransport", "FanoutCore"]),
+        .testTarget(
+            name: "FanoutTransportTests", dependencies: ["FanoutTransport", "FanoutCore", "FanoutTestSupport"]),
+        .testTarget(name: "MockAPNsKitTests", dependencies: ["MockAPNsKit", "FanoutCore"]),
         .testTarget(
             name: "FanoutIntegrationTests",
-            dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "MockAPNsKit"]),
+            dependencies: [
+                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "FanoutJobFile", "FanoutObservability",
+                "FanoutTestSupport", "MockAPNsKit",
+            ]),
     ]
 )

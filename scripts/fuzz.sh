@@ -48,7 +48,7 @@ build_target() {
     local files=("Fuzz/${source[$target]}" Fuzz/FuzzSupport.swift)
     local module=()
     if [ "$target" = job-line ]; then
-        files+=(Sources/Fanout/JobFile/*.swift Sources/Fanout/Engine/FanoutJob.swift)
+        files+=(Sources/FanoutJobFile/Parsing/*.swift Sources/Fanout/Engine/FanoutJob.swift)
         module=(-module-name FanoutJobFuzz)
     fi
     mkdir -p "$out/bin"

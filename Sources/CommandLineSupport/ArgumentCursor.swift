@@ -1,23 +1,23 @@
 /// A bad command line: the one-line message every Fanout binary prints before exiting non-zero.
-public struct UsageError: Error, CustomStringConvertible, Sendable {
-    public let message: String
-    public init(_ message: String) { self.message = message }
-    public var description: String { message }
+package struct UsageError: Error, CustomStringConvertible, Sendable {
+    package let message: String
+    package init(_ message: String) { self.message = message }
+    package var description: String { message }
 }
 
 /// Walks a command line flag by flag. Each binary switches over `nextFlag()` and pulls values with
 /// the typed accessors, so every error names the flag and the bad value.
-public struct ArgumentCursor {
+package struct ArgumentCursor {
     private var arguments: ArraySlice<String>
     /// The flag being read, for messages.
-    public private(set) var currentFlag = ""
+    package private(set) var currentFlag = ""
 
-    public init(_ arguments: [String]) {
+    package init(_ arguments: [String]) {
         self.arguments = arguments[...]
     }
 
     /// The next flag (`--name`, or `--name=value` split so the value comes next), or nil at the end.
-    public mutating func nextFlag() throws(UsageError) -> String? {
+    package mutating func nextFlag() throws(UsageError) -> String? {
         guard let argument = arguments.popFirst() else { return nil }
         guard argument.hasPrefix("-") else { throw UsageError("unexpected argument '\(argument)'") }
         if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
@@ -30,19 +30,19 @@ public struct ArgumentCursor {
     }
 
     /// Positional words before the first flag (a subcommand), or nil.
-    public mutating func nextWord() -> String? {
+    package mutating func nextWord() -> String? {
         guard let first = arguments.first, !first.hasPrefix("-") else { return nil }
         return arguments.popFirst()
     }
 
     /// The value after the current flag.
-    public mutating func string() throws(UsageError) -> String {
+    package mutating func string() throws(UsageError) -> String {
         guard let value = arguments.popFirst() else { throw UsageError("\(currentFlag) needs a value") }
         return value
     }
 
     /// An integer value within `range`.
-    public mutating func int(in range: ClosedRange<Int> = Int.min...Int.max) throws(UsageError) -> Int {
+    package mutating func int(in range: ClosedRange<Int> = Int.min...Int.max) throws(UsageError) -> Int {
         let text = try string()
         guard let value = Int(text), range.contains(value) else {
             throw UsageError(
@@ -52,7 +52,7 @@ public struct ArgumentCursor {
     }
 
     /// A decimal value within `range`.
-    public mutating func double(in range: ClosedRange<Double>) throws(UsageError) -> Double {
+    package mutating func double(in range: ClosedRange<Double>) throws(UsageError) -> Double {
         let text = try string()
         guard let value = Double(text), range.contains(value) else {
             throw UsageError(
@@ -62,7 +62,7 @@ public struct ArgumentCursor {
     }
 
     /// A `HOST:PORT` value (IPv6 hosts in brackets: `[::1]:443`).
-    public mutating func hostPort() throws(UsageError) -> (host: String, port: Int) {
+    package mutating func hostPort() throws(UsageError) -> (host: String, port: Int) {
         let text = try string()
         guard let parsed = Self.parseHostPort(text) else {
             throw UsageError("\(currentFlag) takes HOST:PORT with a port from 0 to 65535, not '\(text)'")
@@ -70,7 +70,7 @@ public struct ArgumentCursor {
         return parsed
     }
 
-    public static func parseHostPort(_ text: String) -> (host: String, port: Int)? {
+    package static func parseHostPort(_ text: String) -> (host: String, port: Int)? {
         guard let colon = text.lastIndex(of: ":") else { return nil }
         var host = String(text[..<colon])
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }

@@ -1,4 +1,4 @@
-import FanoutCore
+public import FanoutCore
 import FanoutTransport
 import Foundation
 import Synchronization
@@ -47,7 +47,7 @@ public final class APNsClient: Sendable {
                     caFile: configuration.caFile,
                     handshakeTimeoutMilliseconds: configuration.handshakeTimeoutMilliseconds))
         } catch {
-            throw FanoutError(.connection, error.message, transport: error)
+            throw FanoutError(.connection, error.message)
         }
         tokens = try configuration.credentials?.makeTokenCache()
         loop = LoopThread(name: "apns-client")
@@ -106,7 +106,7 @@ public final class APNsClient: Sendable {
         switch failure {
         case .notSent(let error), .connectionLost(let error):
             if error.kind == .cancelled { return FanoutError(.shutdown, "client is shut down") }
-            return FanoutError(.connection, "\(endpoint): \(error.message)", transport: error)
+            return FanoutError(.connection, "\(endpoint): \(error.message)")
         case .refused:
             return FanoutError(.connection, "\(endpoint): stream refused (REFUSED_STREAM)")
         case .notProcessed:

@@ -1,5 +1,3 @@
-import FanoutTransport
-
 /// A Fanout failure with a message for people. Messages never contain keys, provider tokens or
 /// authorization headers.
 public struct FanoutError: Error, Sendable, CustomStringConvertible, Equatable {
@@ -12,7 +10,7 @@ public struct FanoutError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let invalidNotification = Kind(name: "invalid-notification")
         /// The signing key or its ids are missing or unusable; nothing was sent.
         public static let credentials = Kind(name: "credentials")
-        /// The connection could not be made or broke (see `transport`).
+        /// The connection could not be made or broke .
         public static let connection = Kind(name: "connection")
         /// The client was shut down.
         public static let shutdown = Kind(name: "shutdown")
@@ -20,13 +18,9 @@ public struct FanoutError: Error, Sendable, CustomStringConvertible, Equatable {
 
     public let kind: Kind
     public let message: String
-    /// The transport failure behind a `.connection` error.
-    public let transport: TransportError?
-
-    public init(_ kind: Kind, _ message: String, transport: TransportError? = nil) {
+    public init(_ kind: Kind, _ message: String) {
         self.kind = kind
         self.message = message
-        self.transport = transport
     }
 
     public var description: String { message }

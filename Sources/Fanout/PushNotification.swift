@@ -1,4 +1,4 @@
-import FanoutCore
+public import FanoutCore
 
 /// One notification for one device: its headers and its JSON payload.
 public struct PushNotification: Sendable {

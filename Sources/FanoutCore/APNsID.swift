@@ -3,18 +3,18 @@
 ///
 /// Fanout gives every notification its own id, so generation is on the hot path: two random 64-bit words are written
 /// as hex straight into a 36-byte string, with no `UUID` or Foundation round trip.
-public enum APNsID {
+package enum APNsID {
     /// The length of a canonical UUID string.
-    public static let length = 36
+    package static let length = 36
 
     /// A random version 4 UUID in lowercase, from the system's cryptographic generator.
-    public static func generate() -> String {
+    package static func generate() -> String {
         var generator = SystemRandomNumberGenerator()
         return generate(using: &generator)
     }
 
     /// A random version 4 UUID in lowercase from `generator` (a seeded generator gives reproducible ids in tests).
-    public static func generate(using generator: inout some RandomNumberGenerator) -> String {
+    package static func generate(using generator: inout some RandomNumberGenerator) -> String {
         // Version 4 in the high nibble of byte 6, variant 0b10 in the top bits of byte 8 (RFC 9562).
         let high = (generator.next() as UInt64) & ~0xF000 | 0x4000
         let low = (generator.next() as UInt64) & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
@@ -37,12 +37,12 @@ public enum APNsID {
 
     /// Whether `text` is a canonical UUID: 36 characters, dashes at offsets 8, 13, 18 and 23, hex digits elsewhere.
     /// Either case is accepted, as UUID parsers accept both, and the version and variant bits are not checked.
-    public static func isValid(_ text: some StringProtocol) -> Bool {
+    package static func isValid(_ text: some StringProtocol) -> Bool {
         isValid(utf8: text.utf8)
     }
 
     /// Whether `bytes` spell a canonical UUID.
-    public static func isValid(utf8 bytes: some Collection<UInt8>) -> Bool {
+    package static func isValid(utf8 bytes: some Collection<UInt8>) -> Bool {
         guard bytes.count == length else { return false }
         var offset = 0
         for byte in bytes {

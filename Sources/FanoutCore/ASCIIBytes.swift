@@ -2,13 +2,13 @@
 ///
 /// Device tokens, apns-ids, header values and JSON are checked once per notification (and once per request in the
 /// mock), so these work on UTF-8 bytes with plain comparisons instead of `Character` or Foundation APIs.
-enum ASCIIBytes {
+package enum ASCIIBytes {
     /// The lowercase hex digits, indexed by nibble value.
-    static let lowercaseHexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+    package static let lowercaseHexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// The value of a hex digit (either case), or nil for any other byte.
     @inline(__always)
-    static func hexValue(_ byte: UInt8) -> UInt8? {
+    package static func hexValue(_ byte: UInt8) -> UInt8? {
         switch byte {
         case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte &- UInt8(ascii: "0")
         case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte &- UInt8(ascii: "a") &+ 10
@@ -18,31 +18,31 @@ enum ASCIIBytes {
     }
 
     @inline(__always)
-    static func isHexDigit(_ byte: UInt8) -> Bool {
+    package static func isHexDigit(_ byte: UInt8) -> Bool {
         hexValue(byte) != nil
     }
 
     @inline(__always)
-    static func isUppercaseLetter(_ byte: UInt8) -> Bool {
+    package static func isUppercaseLetter(_ byte: UInt8) -> Bool {
         byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z")
     }
 
     /// Lowercases an ASCII letter and leaves every other byte alone.
     @inline(__always)
-    static func lowercased(_ byte: UInt8) -> UInt8 {
+    package static func lowercased(_ byte: UInt8) -> UInt8 {
         isUppercaseLetter(byte) ? byte | 0x20 : byte
     }
 
     /// Whether a byte may not appear in an HTTP header value (controls other than tab, and DEL): nghttp2 refuses such
     /// values, so senders catch them before building a request.
     @inline(__always)
-    static func isForbiddenInHeaderValue(_ byte: UInt8) -> Bool {
+    package static func isForbiddenInHeaderValue(_ byte: UInt8) -> Bool {
         (byte < 0x20 && byte != UInt8(ascii: "\t")) || byte == 0x7F
     }
 
     /// Parses a non-negative decimal integer made only of digits (no sign, no spaces), as APNs expects in
     /// `apns-expiration` and `apns-priority`. Nil when empty, when any byte is not a digit, or on overflow.
-    static func parseNonNegativeInt64(_ bytes: some Sequence<UInt8>) -> Int64? {
+    package static func parseNonNegativeInt64(_ bytes: some Sequence<UInt8>) -> Int64? {
         var value: Int64 = 0
         var sawDigit = false
         for byte in bytes {
@@ -57,7 +57,7 @@ enum ASCIIBytes {
     }
 
     /// Whether two byte sequences are equal, ignoring ASCII case (HTTP scheme names such as `bearer`).
-    static func equalsIgnoringCase(_ lhs: some Collection<UInt8>, _ rhs: some Collection<UInt8>) -> Bool {
+    package static func equalsIgnoringCase(_ lhs: some Collection<UInt8>, _ rhs: some Collection<UInt8>) -> Bool {
         guard lhs.count == rhs.count else { return false }
         return zip(lhs, rhs).allSatisfy { lowercased($0) == lowercased($1) }
     }

@@ -2,7 +2,7 @@
 ///
 /// Fanout encodes its JWT once every 40-50 minutes and mock-apns decodes one per connection, so this is written for
 /// clarity over a lookup table rather than for speed; it still avoids Foundation, whose `Data` base64 is not url-safe.
-public enum Base64URL {
+package enum Base64URL {
     private static let alphabet: [UInt8] = Array(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
@@ -16,7 +16,7 @@ public enum Base64URL {
     }()
 
     /// Encodes `bytes` with the url-safe alphabet and no `=` padding.
-    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+    package static func encode(_ bytes: some Collection<UInt8>) -> String {
         let input = Array(bytes)
         var output = [UInt8]()
         output.reserveCapacity((input.count * 4 + 2) / 3)
@@ -46,7 +46,7 @@ public enum Base64URL {
     }
 
     /// Encodes the UTF-8 bytes of `string` (a JWT header or claims JSON).
-    public static func encode(_ string: String) -> String {
+    package static func encode(_ string: String) -> String {
         encode(Array(string.utf8))
     }
 
@@ -54,12 +54,12 @@ public enum Base64URL {
     /// JWTs never carry it), when the length leaves a single dangling character, which cannot encode a byte, or when
     /// the unused low bits of the last character are not zero: only the canonical encoding of a byte string is
     /// accepted, so a JWT has exactly one spelling.
-    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
+    package static func decode(_ text: some StringProtocol) -> [UInt8]? {
         decode(utf8: text.utf8)
     }
 
     /// Decodes unpadded base64url given as UTF-8 bytes (a JWT part split out of a header value without a `String`).
-    public static func decode(utf8 input: some Collection<UInt8>) -> [UInt8]? {
+    package static func decode(utf8 input: some Collection<UInt8>) -> [UInt8]? {
         guard input.count % 4 != 1 else { return nil }
         var output = [UInt8]()
         output.reserveCapacity(input.count * 3 / 4)

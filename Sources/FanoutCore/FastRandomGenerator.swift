@@ -1,17 +1,17 @@
 /// xoshiro256** (Blackman and Vigna): a fast, non-cryptographic generator for ids on hot paths
 /// (`apns-id`, mock-apns's `apns-unique-id`), seeded once from the system's generator. One per
 /// thread: it is a value type with no locking. Never use it for keys or secrets.
-public struct FastRandomGenerator: RandomNumberGenerator, Sendable {
+package struct FastRandomGenerator: RandomNumberGenerator, Sendable {
     private var state: (UInt64, UInt64, UInt64, UInt64)
 
     /// Seeded from the system's cryptographic generator.
-    public init() {
+    package init() {
         var system = SystemRandomNumberGenerator()
         self.init(seed: system.next())
     }
 
     /// Seeded deterministically (SplitMix64 expands the seed into the state).
-    public init(seed: UInt64) {
+    package init(seed: UInt64) {
         var splitMix = seed
         func next() -> UInt64 {
             splitMix &+= 0x9E37_79B9_7F4A_7C15
@@ -23,7 +23,7 @@ public struct FastRandomGenerator: RandomNumberGenerator, Sendable {
         state = (next(), next(), next(), next())
     }
 
-    public mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         let result = rotate(state.1 &* 5, 7) &* 9
         let shifted = state.1 << 17
         state.2 ^= state.0

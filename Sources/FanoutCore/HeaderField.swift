@@ -3,16 +3,16 @@
 /// `neverIndex` asks for a literal that is never added to the dynamic table: APNs keeps only a small table, and Apple
 /// asks senders not to index values that change on every request (`:path`, `apns-id`) or that must not be cached by
 /// intermediaries (`authorization`). The transport maps it to nghttp2's `NGHTTP2_NV_FLAG_NO_INDEX`.
-public struct HeaderField: Hashable, Sendable, CustomStringConvertible {
-    public var name: String
-    public var value: String
-    public var neverIndex: Bool
+package struct HeaderField: Hashable, Sendable, CustomStringConvertible {
+    package var name: String
+    package var value: String
+    package var neverIndex: Bool
 
-    public init(name: String, value: String, neverIndex: Bool = false) {
+    package init(name: String, value: String, neverIndex: Bool = false) {
         self.name = name
         self.value = value
         self.neverIndex = neverIndex
     }
 
-    public var description: String { "\(name): \(value)" }
+    package var description: String { "\(name): \(value)" }
 }

@@ -4,32 +4,32 @@
 /// few keys of a small document, not a tree of `Any`. This reader walks the bytes once, rejects anything RFC 8259
 /// rejects (including invalid UTF-8, control characters in strings and trailing garbage), and lets the caller read
 /// or skip each member. Nesting is capped so a hostile body cannot exhaust the stack.
-struct JSONByteScanner {
-    struct Malformed: Error {}
+package struct JSONByteScanner {
+    package struct Malformed: Error {}
 
-    enum ValueKind: Equatable {
+    package enum ValueKind: Equatable {
         case object, array, string, number, bool, null
     }
 
     /// A string token: where its contents (between the quotes) are, and whether they contain escapes, in which case
     /// the raw bytes are not the value and `decodedBytes` must be used.
-    struct StringToken {
+    package struct StringToken {
         let range: Range<Int>
         let hasEscapes: Bool
     }
 
-    static let maximumDepth = 64
+    package static let maximumDepth = 64
 
-    let bytes: UnsafeBufferPointer<UInt8>
+    package let bytes: UnsafeBufferPointer<UInt8>
     private(set) var position = 0
     private var depth = 0
 
-    init(_ bytes: UnsafeBufferPointer<UInt8>) {
+    package init(_ bytes: UnsafeBufferPointer<UInt8>) {
         self.bytes = bytes
     }
 
     /// Runs `body` with a scanner over any byte collection, copying only when it has no contiguous storage.
-    static func withScanner<C: Collection<UInt8>, R>(
+    package static func withScanner<C: Collection<UInt8>, R>(
         over bytes: C, _ body: (inout JSONByteScanner) throws -> R
     ) rethrows -> R {
         if let result = try bytes.withContiguousStorageIfAvailable({ buffer -> R in
@@ -47,7 +47,7 @@ struct JSONByteScanner {
     // MARK: Structure
 
     /// The kind of the next value, without consuming it.
-    mutating func peekKind() throws -> ValueKind {
+    package mutating func peekKind() throws -> ValueKind {
         skipWhitespace()
         guard position < bytes.count else { throw Malformed() }
         switch bytes[position] {
@@ -63,7 +63,7 @@ struct JSONByteScanner {
 
     /// Reads an object, calling `member` once per key with the scanner positioned at the value. `member` must consume
     /// the value (read it or call `skipValue`).
-    mutating func readObject(_ member: (StringToken, inout JSONByteScanner) throws -> Void) throws {
+    package mutating func readObject(_ member: (StringToken, inout JSONByteScanner) throws -> Void) throws {
         skipWhitespace()
         try expect(UInt8(ascii: "{"))
         try enterContainer()
@@ -89,7 +89,7 @@ struct JSONByteScanner {
 
     /// Validates and skips one value of any kind, returning its kind.
     @discardableResult
-    mutating func skipValue() throws -> ValueKind {
+    package mutating func skipValue() throws -> ValueKind {
         let kind = try peekKind()
         switch kind {
         case .object:
@@ -111,7 +111,7 @@ struct JSONByteScanner {
     }
 
     /// Checks that only whitespace follows the top-level value.
-    mutating func finish() throws {
+    package mutating func finish() throws {
         skipWhitespace()
         guard position == bytes.count else { throw Malformed() }
     }
@@ -120,7 +120,7 @@ struct JSONByteScanner {
 
     /// Reads a number, returning its value when it is an integer literal (no fraction, no exponent) that fits in
     /// `Int64`, and nil for any other valid number.
-    mutating func readNumber() throws -> Int64? {
+    package mutating func readNumber() throws -> Int64? {
         skipWhitespace()
         let start = position
         let negative = try consumeIf(UInt8(ascii: "-"))
@@ -156,7 +156,7 @@ struct JSONByteScanner {
     }
 
     /// Reads a string token, validating escapes and UTF-8.
-    mutating func readString() throws -> StringToken {
+    package mutating func readString() throws -> StringToken {
         skipWhitespace()
         try expect(UInt8(ascii: "\""))
         let start = position
@@ -194,20 +194,20 @@ struct JSONByteScanner {
     }
 
     /// Reads a string and returns it as a Swift `String`.
-    mutating func readStringValue() throws -> String {
+    package mutating func readStringValue() throws -> String {
         let token = try readString()
         return String(decoding: decodedBytes(of: token), as: UTF8.self)
     }
 
     /// The value of a string token as UTF-8 bytes, with escapes resolved. Lone surrogates become U+FFFD.
-    func decodedBytes(of token: StringToken) -> [UInt8] {
+    package func decodedBytes(of token: StringToken) -> [UInt8] {
         let raw = UnsafeBufferPointer(rebasing: bytes[token.range])
         guard token.hasEscapes else { return Array(raw) }
         return JSONStringEscaping.unescape(raw)
     }
 
     /// Whether a string token's value equals `literal` (an ASCII key such as `aps`).
-    func string(_ token: StringToken, equals literal: StaticString) -> Bool {
+    package func string(_ token: StringToken, equals literal: StaticString) -> Bool {
         let expected = UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount)
         if token.hasEscapes {
             return decodedBytes(of: token).elementsEqual(expected)
@@ -278,9 +278,9 @@ struct JSONByteScanner {
 
 /// Validation of a single UTF-8 sequence, per the Unicode table of well-formed byte sequences (no overlong forms,
 /// no surrogates, nothing above U+10FFFF).
-enum UTF8SequenceValidation {
+package enum UTF8SequenceValidation {
     /// The length of the well-formed multi-byte sequence starting at `index`; throws when it is not well formed.
-    static func sequenceLength(in bytes: UnsafeBufferPointer<UInt8>, at index: Int) throws -> Int {
+    package static func sequenceLength(in bytes: UnsafeBufferPointer<UInt8>, at index: Int) throws -> Int {
         let lead = bytes[index]
         let length: Int
         var secondRange: ClosedRange<UInt8> = 0x80...0xBF

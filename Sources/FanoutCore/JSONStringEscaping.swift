@@ -1,8 +1,8 @@
 /// The one piece of JSON writing FanoutCore needs itself: a string literal with the escapes RFC 8259 requires.
-public enum JSONStringEscaping {
+package enum JSONStringEscaping {
     /// Appends `string` as a quoted JSON string: `"` and `\` escaped, control characters as `\uXXXX` (or their short
     /// forms), everything else as its UTF-8 bytes.
-    public static func appendString(_ string: String, to output: inout [UInt8]) {
+    package static func appendString(_ string: String, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
         for byte in string.utf8 {
             switch byte {
@@ -22,7 +22,7 @@ public enum JSONStringEscaping {
     }
 
     /// `string` as a quoted JSON string literal.
-    public static func quoted(_ string: String) -> String {
+    package static func quoted(_ string: String) -> String {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(string.utf8.count + 2)
         appendString(string, to: &bytes)
@@ -31,7 +31,7 @@ public enum JSONStringEscaping {
 
     /// The UTF-8 value of string contents (between the quotes) with their escapes resolved; a lone
     /// surrogate becomes U+FFFD. Shared by the request validator's scanner and the payload parser.
-    static func unescape(_ raw: UnsafeBufferPointer<UInt8>) -> [UInt8] {
+    package static func unescape(_ raw: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         var output = [UInt8]()
         output.reserveCapacity(raw.count)
         var index = 0

@@ -92,7 +92,7 @@ public struct NotificationHeaders: Hashable, Sendable {
     /// `:path`, `authorization` and `apns-id` are marked `neverIndex`, as Apple asks. `apns-priority` is sent when
     /// given, and also when the push type's default is not APNs's implicit 10 (background), because an omitted
     /// priority means 10, which APNs rejects for background pushes.
-    public func headerFields(deviceToken: DeviceToken, authority: String) throws(NotificationHeaderError)
+    package func headerFields(deviceToken: DeviceToken, authority: String) throws(NotificationHeaderError)
         -> [HeaderField]
     {
         try validate()

@@ -2,24 +2,24 @@
 ///
 /// The whole document is validated as strict JSON, but only the top-level `aps` member and a few Live Activity keys
 /// inside it are looked at; nothing else is decoded. This keeps mock-apns's per-request check to a byte walk.
-struct PayloadShape {
-    enum Event: Equatable {
+package struct PayloadShape {
+    package enum Event: Equatable {
         case missing, notAString, unknown, start, update, end
     }
 
     /// Whether the top-level object has an `aps` member that is itself an object.
-    var hasAPSObject = false
-    var event = Event.missing
+    package var hasAPSObject = false
+    package var event = Event.missing
     /// Whether `aps.timestamp` is present at all, and whether it is a non-negative integer literal.
-    var hasTimestamp = false
-    var timestampIsInteger = false
-    var hasAttributesType = false
-    var hasAttributes = false
-    var hasInputPushToken = false
-    var hasInputPushChannel = false
+    package var hasTimestamp = false
+    package var timestampIsInteger = false
+    package var hasAttributesType = false
+    package var hasAttributes = false
+    package var hasInputPushToken = false
+    package var hasInputPushChannel = false
 
     /// Inspects `body`; nil when it is not a well-formed JSON document whose top level is an object.
-    static func inspect(_ body: some Collection<UInt8>) -> PayloadShape? {
+    package static func inspect(_ body: some Collection<UInt8>) -> PayloadShape? {
         do {
             return try JSONByteScanner.withScanner(over: body) { scanner in
                 var shape = PayloadShape()

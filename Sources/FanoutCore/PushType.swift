@@ -96,7 +96,7 @@ public struct PushType: Hashable, Sendable, CustomStringConvertible {
     ///
     /// The types delivered through PushKit or system services (VoIP, complication, file provider, location, push to
     /// talk, MDM) carry app-defined JSON, so only the user-facing types insist on `aps`.
-    var requiresAPSDictionary: Bool {
+    package var requiresAPSDictionary: Bool {
         switch kind {
         case .alert, .background, .liveactivity, .widgets: return true
         case .location, .voip, .complication, .fileprovider, .mdm, .pushtotalk: return false

@@ -84,50 +84,6 @@ final class FuzzRegressionTests: XCTestCase {
         }
     }
 
-    // MARK: request-validator
-
-    /// mock-apns's answer to each request (nil: accepted), in Fuzz/RequestValidator.swift's framing.
-    static let requests: [String: String?] = [
-        "valid-alert": nil,
-        "valid-liveactivity-update": nil,
-        "valid-background": nil,
-        "valid-voip-no-aps": nil,
-        "push-type-uppercase": nil,
-        "escaped-keys-nested": nil,
-        "get-method": "405 MethodNotAllowed",
-        "bad-path": "404 BadPath",
-        "missing-token": "400 MissingDeviceToken",
-        "bad-token": "400 BadDeviceToken",
-        "duplicate-topic": "400 DuplicateHeaders",
-        "invalid-push-type": "400 InvalidPushType",
-        "missing-topic": "400 MissingTopic",
-        "bad-topic-liveactivity": "400 BadTopic",
-        "background-priority-10": "400 BadPriority",
-        "bad-expiration": "400 BadExpirationDate",
-        "long-collapse-id": "400 BadCollapseId",
-        "bad-apns-id": "400 BadMessageId",
-        "empty-body": "400 PayloadEmpty",
-        "body-too-large": "413 PayloadTooLarge",
-        "body-not-object": "400 BadPayload",
-        "alert-without-aps": "400 BadPayload",
-        "liveactivity-bad-event": "400 BadPayload",
-        "liveactivity-attributes-on-update": "400 BadPayload",
-        "liveactivity-token-and-channel": "400 BadPayload",
-        "liveactivity-negative-timestamp": "400 BadPayload",
-    ]
-
-    func testRequestValidatorCorpus() throws {
-        let inputs = try inputs("request-validator")
-        assertSameNames(inputs, Self.requests.keys)
-        for (name, input) in inputs {
-            guard let expected = Self.requests[name] else { continue }
-            let request = FramedRequest(input)
-            let rejection = APNsRequestValidator().validate(
-                method: request.method, path: request.path, headers: request.headers, body: request.body)
-            XCTAssertEqual(rejection?.description, expected, name)
-        }
-    }
-
     // MARK: json
 
     /// The strict parser's verdict on each document: nil when it parses, else the error it must report.
@@ -166,50 +122,6 @@ final class FuzzRegressionTests: XCTestCase {
             } catch {
                 XCTAssertEqual(error.description, expected, name)
                 XCTAssertThrowsError(try raw.get(), "\(name): RawJSON accepts what JSONValue.parse refuses")
-            }
-        }
-    }
-}
-
-/// Fuzz/RequestValidator.swift's framing: method line, path line, `name: value` lines, a blank line, the body.
-private struct FramedRequest {
-    var method = ""
-    var path = ""
-    var headers: [(name: String, value: String)] = []
-    var body: [UInt8] = []
-
-    init(_ input: [UInt8]) {
-        let newline = UInt8(ascii: "\n")
-        var headEnd = input.count
-        var bodyStart = input.count
-        var index = 0
-        while index + 1 < input.count {
-            if input[index] == newline, input[index + 1] == newline {
-                headEnd = index
-                bodyStart = index + 2
-                break
-            }
-            index += 1
-        }
-        body = Array(input[bodyStart...])
-        for (number, line) in input[..<headEnd].split(separator: newline, omittingEmptySubsequences: false).enumerated()
-        {
-            let text = String(decoding: line, as: UTF8.self)
-            switch number {
-            case 0: method = text
-            case 1: path = text
-            default:
-                guard let colon = line.dropFirst().firstIndex(of: UInt8(ascii: ":")) else {
-                    headers.append((name: text, value: ""))
-                    continue
-                }
-                var value = line[(colon + 1)...]
-                if value.first == UInt8(ascii: " ") { value = value.dropFirst() }
-                headers.append(
-                    (
-                        name: String(decoding: line[..<colon], as: UTF8.self),
-                        value: String(decoding: value, as: UTF8.self)
-                    ))
             }
         }
     }

@@ -63,11 +63,6 @@ final class PayloadAlertTests: XCTestCase {
         XCTAssertEqual(
             text(try BackgroundPayload(customKeys: [PayloadCustomKey(key: "sync", value: ["since": 12])]).encode()),
             #"{"aps":{"content-available":1},"sync":{"since":12}}"#)
-        let headers = [(name: "apns-topic", value: "com.x"), (name: "apns-push-type", value: "background")]
-        XCTAssertNil(
-            APNsRequestValidator().validate(
-                method: "POST", path: "/3/device/" + String(repeating: "0f", count: 32), headers: headers,
-                body: try BackgroundPayload().encode()))
     }
 
     func testValidationErrors() {

@@ -1,5 +1,6 @@
 import Fanout
 import FanoutCore
+import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import Synchronization

@@ -4,7 +4,9 @@
 // descriptive name) and into the table below with the outcome it should have had.
 import Fanout
 import FanoutCore
+import FanoutJobFile
 import Foundation
+import MockAPNsKit
 import XCTest
 
 final class JobLineFuzzRegressionTests: XCTestCase {

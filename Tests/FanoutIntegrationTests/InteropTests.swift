@@ -2,6 +2,7 @@
 // against mock-apns, and Fanout's own HTTP/2 client against nghttpd. Each test skips only when its tool is not
 // installed (`make deps` installs nghttp2-client, nghttp2-server and curl).
 import FanoutCore
+import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import XCTest

@@ -1,6 +1,7 @@
 // The job-file line parser (JobLineParser) and the streaming line reader (JobFileReader).
 import Fanout
 import FanoutCore
+import FanoutJobFile
 import Foundation
 import XCTest
 

@@ -1,6 +1,7 @@
 // `--log-format text|json`: one line per event, escaped so that an event stays on one line and JSON parses, and
 // redacted so that keys and tokens of authentication never reach the output.
 import Fanout
+import FanoutObservability
 import Foundation
 import Synchronization
 import XCTest

@@ -2,6 +2,8 @@
 // socket client written here), its exposition checked by a small parser of the Prometheus text format; and the
 // HTTP/1.1 server under it refusing malformed, oversized and slow requests.
 import Fanout
+import FanoutObservability
+import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import Synchronization

@@ -1,4 +1,5 @@
 import FanoutCore
+import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import XCTest

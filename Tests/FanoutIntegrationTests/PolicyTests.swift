@@ -1,6 +1,7 @@
 import Fanout
 import FanoutCore
 import FanoutPolicy
+import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import MockAPNsKit

@@ -1,3 +1,4 @@
+import FanoutTestSupport
 // The real `fanout push` binary against a real `mock-apns` subprocess, both found next to the test runner.
 import FanoutTransport
 import Foundation

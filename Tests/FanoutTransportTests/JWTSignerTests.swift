@@ -1,3 +1,4 @@
+import FanoutTestSupport
 import Foundation
 import XCTest
 

@@ -1,4 +1,5 @@
 import FanoutCore
+import FanoutTestSupport
 import FanoutTransport
 import Foundation
 
@@ -6,19 +7,19 @@ import Foundation
 /// a free one), used by the `mock-apns` binary and in-process by tests.
 ///
 /// `@unchecked Sendable`: immutable after init; the stats timer is only cancelled.
-public final class MockAPNsServer: @unchecked Sendable {
-    public let host: String
+package final class MockAPNsServer: @unchecked Sendable {
+    package let host: String
     /// The port bound (the real one when 0 was asked).
-    public let port: Int
-    public let stats: MockStats
+    package let port: Int
+    package let stats: MockStats
     /// The generated or reused material when started with a TLS directory.
-    public let tlsMaterial: TestTLSMaterial?
+    package let tlsMaterial: TestTLSMaterial?
     private let server: HTTP2Server
     private let shared: MockShared
     private let statsTimer: DispatchSourceTimer?
 
     /// Starts listening. Throws `MockStartError` with a message naming what is wrong.
-    public init(options: MockOptions) throws {
+    package init(options: MockOptions) throws {
         var material: TestTLSMaterial?
         let certificate: String
         let key: String
@@ -104,7 +105,7 @@ public final class MockAPNsServer: @unchecked Sendable {
     }
 
     /// Stops serving, and writes the stats and record files one last time.
-    public func shutdown() {
+    package func shutdown() {
         statsTimer?.cancel()
         server.shutdown()
         shared.record?.flush()

@@ -42,7 +42,7 @@ final class MockRecord: Sendable {
 }
 
 /// mock-apns could not start: a message for the operator.
-public struct MockStartError: Error, CustomStringConvertible {
-    public let description: String
+package struct MockStartError: Error, CustomStringConvertible {
+    package let description: String
     init(_ description: String) { self.description = description }
 }

@@ -3,7 +3,7 @@ import Synchronization
 
 /// What mock-apns has seen, shared by all its loops. Written as JSON to `--stats` at least once a
 /// second and on exit, in the shape product.md gives.
-public final class MockStats: Sendable {
+package final class MockStats: Sendable {
     private struct Tallies {
         var requests = 0
         var accepted = 0
@@ -24,7 +24,7 @@ public final class MockStats: Sendable {
 
     private let tallies = Mutex(Tallies())
 
-    public init() {}
+    package init() {}
 
     /// Counts a request answered with `status` (and `reason` when it is an error).
     func recordAnswer(status: Int, reason: String?, token: String?, apnsID: String?) {
@@ -46,7 +46,7 @@ public final class MockStats: Sendable {
     func recordDrop() { tallies.withLock { $0.connectionsDropped += 1 } }
 
     /// A snapshot as a JSON object.
-    public func snapshot() -> [String: Any] {
+    package func snapshot() -> [String: Any] {
         tallies.withLock { tallies in
             [
                 "requests": tallies.requests,
@@ -67,17 +67,17 @@ public final class MockStats: Sendable {
         }
     }
 
-    public var accepted: Int { tallies.withLock { $0.accepted } }
-    public var requests: Int { tallies.withLock { $0.requests } }
-    public var streamLimitViolations: Int { tallies.withLock { $0.streamLimitViolations } }
-    public var duplicateApnsIDs: Int { tallies.withLock { $0.duplicateApnsIDs } }
-    public func count(status: Int) -> Int {
+    package var accepted: Int { tallies.withLock { $0.accepted } }
+    package var requests: Int { tallies.withLock { $0.requests } }
+    package var streamLimitViolations: Int { tallies.withLock { $0.streamLimitViolations } }
+    package var duplicateApnsIDs: Int { tallies.withLock { $0.duplicateApnsIDs } }
+    package func count(status: Int) -> Int {
         tallies.withLock { (0..<600).contains(status) ? $0.byStatus[status] : 0 }
     }
-    public func count(reason: String) -> Int { tallies.withLock { $0.byReason[reason] ?? 0 } }
+    package func count(reason: String) -> Int { tallies.withLock { $0.byReason[reason] ?? 0 } }
 
     /// Writes the snapshot to `path` atomically (write a temporary file, then rename).
-    public func write(to path: String) {
+    package func write(to path: String) {
         guard let data = try? JSONSerialization.data(withJSONObject: snapshot(), options: [.sortedKeys]) else { return }
         let temporary = path + ".tmp"
         if FileManager.default.createFile(atPath: temporary, contents: data + Data("\n".utf8)) {

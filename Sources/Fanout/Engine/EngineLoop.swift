@@ -1,5 +1,5 @@
-import FanoutCore
-import FanoutPolicy
+public import FanoutCore
+public import FanoutPolicy
 import FanoutTransport
 import Foundation
 

@@ -1,5 +1,5 @@
-import FanoutCore
-import FanoutPolicy
+public import FanoutCore
+public import FanoutPolicy
 
 /// What the workspace budget says about some notifications of a job.
 enum Admission {

@@ -1,5 +1,5 @@
-import FanoutCore
-import FanoutPolicy
+public import FanoutCore
+public import FanoutPolicy
 import FanoutTransport
 import Foundation
 import Synchronization
@@ -44,7 +44,7 @@ public final class FanoutEngine: Sendable {
         do {
             tls = try TLSClientContext(TLSClientConfiguration(caFile: configuration.caFile))
         } catch {
-            throw FanoutError(.connection, error.message, transport: error)
+            throw FanoutError(.connection, error.message)
         }
         let tokens = try configuration.credentials?.makeTokenCache(
             refreshAfter: configuration.tokenRefreshSeconds, minimumInterval: configuration.tokenMinimumIntervalSeconds)

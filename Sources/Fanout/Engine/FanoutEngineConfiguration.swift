@@ -1,4 +1,4 @@
-import FanoutPolicy
+public import FanoutPolicy
 import Foundation
 
 /// How a `FanoutEngine` sends: where, with which credentials, and how wide.

@@ -1,4 +1,4 @@
-import FanoutCore
+public import FanoutCore
 
 extension FanoutJob {
     /// A Live Activity job: fixes `apns-push-type: liveactivity` and the topic

@@ -1,4 +1,4 @@
-import FanoutCore
+public import FanoutCore
 
 /// One update for many devices: the headers and payload every recipient shares, and the recipients.
 public struct FanoutJob: Sendable {

@@ -1,4 +1,4 @@
-import FanoutCore
+public import FanoutCore
 import FanoutTransport
 import Synchronization
 

@@ -2,9 +2,9 @@
 ///
 /// Messages say what was wrong and where (a file path, or "PEM data" for in-memory input), and may carry the
 /// text of OpenSSL's error queue. They never contain key bytes or JWT text, so they are safe to log.
-public struct CryptoError: Error, Sendable, Hashable, CustomStringConvertible {
+package struct CryptoError: Error, Sendable, Hashable, CustomStringConvertible {
     /// What went wrong, as a struct over an internal enum so new kinds don't break callers.
-    public struct Kind: Sendable, Hashable, CustomStringConvertible {
+    package struct Kind: Sendable, Hashable, CustomStringConvertible {
         enum Base: String, Sendable, Hashable {
             case fileNotFound
             case fileUnreadable
@@ -20,35 +20,35 @@ public struct CryptoError: Error, Sendable, Hashable, CustomStringConvertible {
         let base: Base
 
         /// The file does not exist.
-        public static let fileNotFound = Kind(base: .fileNotFound)
+        package static let fileNotFound = Kind(base: .fileNotFound)
         /// The file exists but could not be read (permissions, a directory, ...).
-        public static let fileUnreadable = Kind(base: .fileUnreadable)
+        package static let fileUnreadable = Kind(base: .fileUnreadable)
         /// A file or directory could not be created or written.
-        public static let fileWriteFailed = Kind(base: .fileWriteFailed)
+        package static let fileWriteFailed = Kind(base: .fileWriteFailed)
         /// The input is not a PEM key OpenSSL can parse.
-        public static let malformedKey = Kind(base: .malformedKey)
+        package static let malformedKey = Kind(base: .malformedKey)
         /// The key parsed but is not an EC P-256 key (RSA, P-384, Ed25519, encrypted, ...).
-        public static let unsupportedKey = Kind(base: .unsupportedKey)
+        package static let unsupportedKey = Kind(base: .unsupportedKey)
         /// An argument was out of range or empty (key ID, team ID, intervals, hostnames).
-        public static let invalidArgument = Kind(base: .invalidArgument)
+        package static let invalidArgument = Kind(base: .invalidArgument)
         /// OpenSSL failed to produce a signature.
-        public static let signingFailed = Kind(base: .signingFailed)
+        package static let signingFailed = Kind(base: .signingFailed)
         /// OpenSSL failed to build or sign a certificate.
-        public static let certificateFailed = Kind(base: .certificateFailed)
+        package static let certificateFailed = Kind(base: .certificateFailed)
         /// An OpenSSL call that should not fail did (allocation failure and the like).
-        public static let internalFailure = Kind(base: .internalFailure)
+        package static let internalFailure = Kind(base: .internalFailure)
 
-        public var description: String { base.rawValue }
+        package var description: String { base.rawValue }
     }
 
     /// What went wrong.
-    public let kind: Kind
+    package let kind: Kind
     /// A human-readable message naming the input (path) and, where useful, OpenSSL's error queue.
-    public let message: String
+    package let message: String
     /// The file the error is about, if any.
-    public let path: String?
+    package let path: String?
 
-    init(_ kind: Kind, _ message: String, path: String? = nil, includeOpenSSLErrors: Bool = false) {
+    package init(_ kind: Kind, _ message: String, path: String? = nil, includeOpenSSLErrors: Bool = false) {
         self.kind = kind
         self.path = path
         if includeOpenSSLErrors, let queue = OpenSSLErrorQueue.drain() {
@@ -59,5 +59,5 @@ public struct CryptoError: Error, Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    public var description: String { "CryptoError(\(kind)): \(message)" }
+    package var description: String { "CryptoError(\(kind)): \(message)" }
 }

@@ -16,9 +16,9 @@ private func systemWrite(_ descriptor: Int32, _ buffer: UnsafeRawPointer, _ coun
 }
 
 /// Reading key files and writing key/certificate files with the right permissions.
-enum CryptoFile {
+package enum CryptoFile {
     /// Reads the whole file, with errors that name the path (and never the contents).
-    static func read(_ path: String, what: String) throws -> [UInt8] {
+    package static func read(_ path: String, what: String) throws -> [UInt8] {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
             throw CryptoError(.fileNotFound, "\(what) file not found: \(path)", path: path)
@@ -37,7 +37,7 @@ enum CryptoFile {
     ///
     /// The data goes to a temporary file created with `mode` from the start (so a key is never readable by
     /// others, not even briefly), is fsynced, and is then renamed over `path`.
-    static func write(_ bytes: [UInt8], to path: String, mode: mode_t) throws {
+    package static func write(_ bytes: [UInt8], to path: String, mode: mode_t) throws {
         let temporary = "\(path).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard descriptor >= 0 else {
@@ -68,7 +68,7 @@ enum CryptoFile {
     }
 
     /// Creates `directory` (and parents) if needed.
-    static func makeDirectory(_ directory: String) throws {
+    package static func makeDirectory(_ directory: String) throws {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
@@ -80,7 +80,7 @@ enum CryptoFile {
 
     /// Runs `body` while holding an exclusive `flock` on `directory/.fanout-tls.lock`, so two processes
     /// sharing a TLS directory don't interleave their files.
-    static func withDirectoryLock<Result>(_ directory: String, _ body: () throws -> Result) throws -> Result {
+    package static func withDirectoryLock<Result>(_ directory: String, _ body: () throws -> Result) throws -> Result {
         let lockPath = (directory as NSString).appendingPathComponent(".fanout-tls.lock")
         let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {

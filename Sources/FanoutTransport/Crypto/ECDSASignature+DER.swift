@@ -1,12 +1,12 @@
 import COpenSSL
 
 /// Converts ECDSA P-256 signatures between OpenSSL's DER `ECDSA-Sig-Value` and JWS's raw 64-byte r‖s.
-enum ECDSASignature {
+package enum ECDSASignature {
     /// Bytes in r and in s for P-256.
-    static let componentLength = 32
+    package static let componentLength = 32
 
     /// DER `SEQUENCE { INTEGER r, INTEGER s }` → raw r‖s (each left-padded to 32 bytes). Nil if malformed.
-    static func rawFromDER(_ der: [UInt8]) -> [UInt8]? {
+    package static func rawFromDER(_ der: [UInt8]) -> [UInt8]? {
         der.withUnsafeBufferPointer { buffer -> [UInt8]? in
             var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
             // Temporary: freed by the defer below.
@@ -31,7 +31,7 @@ enum ECDSASignature {
     }
 
     /// Raw r‖s (exactly 64 bytes) → DER `ECDSA-Sig-Value`. Nil if the length is wrong.
-    static func derFromRaw(_ raw: some Collection<UInt8>) -> [UInt8]? {
+    package static func derFromRaw(_ raw: some Collection<UInt8>) -> [UInt8]? {
         let raw = Array(raw)
         guard raw.count == 2 * componentLength else { return nil }
         // Temporary: freed by the defer below (it also frees r and s once set0 has taken them).

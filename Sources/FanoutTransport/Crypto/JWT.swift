@@ -7,20 +7,20 @@ import Synchronization
 ///
 /// Minting is cheap but APNs limits how often a token may change (at most every 20 minutes), so don't call
 /// this per request: use `ProviderTokenCache`.
-public struct ProviderTokenSigner: Sendable {
+package struct ProviderTokenSigner: Sendable {
     /// The APNs auth key (.p8).
-    public let key: ES256PrivateKey
+    package let key: ES256PrivateKey
     /// The 10-character Key ID of `key`, sent as `kid`.
-    public let keyID: String
+    package let keyID: String
     /// The 10-character Team ID, sent as `iss`.
-    public let teamID: String
+    package let teamID: String
     /// base64url(`{"alg":"ES256","kid":"<keyID>"}`) followed by ".", computed once.
     private let headerPrefix: String
     /// `{"iss":"<teamID>","iat":` computed once.
     private let claimsPrefix: String
 
     /// Throws `.invalidArgument` if `keyID` or `teamID` is empty.
-    public init(key: ES256PrivateKey, keyID: String, teamID: String) throws {
+    package init(key: ES256PrivateKey, keyID: String, teamID: String) throws {
         guard !keyID.isEmpty else { throw CryptoError(.invalidArgument, "provider token key ID (kid) is empty") }
         guard !teamID.isEmpty else { throw CryptoError(.invalidArgument, "provider token team ID (iss) is empty") }
         self.key = key
@@ -32,7 +32,7 @@ public struct ProviderTokenSigner: Sendable {
     }
 
     /// Returns a signed token with `iat` = `issuedAt` (seconds since 1970).
-    public func makeToken(issuedAt: Int64) throws -> String {
+    package func makeToken(issuedAt: Int64) throws -> String {
         let claims = claimsPrefix + String(issuedAt) + "}"
         let signingInput = headerPrefix + Base64URL.encode(Array(claims.utf8))
         let signature = try key.signature(for: Array(signingInput.utf8))
@@ -41,236 +41,6 @@ public struct ProviderTokenSigner: Sendable {
 }
 
 /// Returns an APNs provider token (ES256 JWT) for `keyID`/`teamID`, issued at `issuedAt` (seconds since 1970).
-public func makeProviderToken(key: ES256PrivateKey, keyID: String, teamID: String, issuedAt: Int64) throws -> String {
+package func makeProviderToken(key: ES256PrivateKey, keyID: String, teamID: String, issuedAt: Int64) throws -> String {
     try ProviderTokenSigner(key: key, keyID: keyID, teamID: teamID).makeToken(issuedAt: issuedAt)
-}
-
-/// The claims of a provider token whose signature checked out.
-public struct ProviderTokenClaims: Sendable, Hashable {
-    /// Header `kid`.
-    public let keyID: String
-    /// Claim `iss`.
-    public let teamID: String
-    /// Claim `iat`, seconds since 1970.
-    public let issuedAt: Int64
-
-    public init(keyID: String, teamID: String, issuedAt: Int64) {
-        self.keyID = keyID
-        self.teamID = teamID
-        self.issuedAt = issuedAt
-    }
-}
-
-/// Checks provider tokens the way APNs does (used by mock-apns on every request).
-///
-/// A token is `.invalid` (APNs `InvalidProviderToken`) if it is malformed, its `alg` is not ES256, its
-/// signature does not verify with `publicKey`, its `kid`/`iss` differ from the configured expected values,
-/// or its `iat` lies more than `maxAge` in the future. It is `.expired` (APNs `ExpiredProviderToken`) if
-/// `iat` is more than `maxAge` seconds before `now`.
-///
-/// Verified tokens are remembered in `cache`, so a repeated token costs one dictionary lookup; its age is
-/// still checked against `now` on every call. Reasons in `.invalid` never contain token text.
-public struct ProviderTokenVerifier: Sendable {
-    /// The outcome of `verify`.
-    public enum Result: Sendable, Hashable {
-        /// Signature, `alg`, `kid`, `iss` and age all fine.
-        case valid(ProviderTokenClaims)
-        /// APNs `InvalidProviderToken`; `reason` says why, for logs.
-        case invalid(reason: String)
-        /// APNs `ExpiredProviderToken`: correctly signed, but `iat` is older than `maxAge`.
-        case expired(ProviderTokenClaims)
-
-        /// The APNs `reason` string for a rejection, nil when valid.
-        public var apnsReason: String? {
-            switch self {
-            case .valid: return nil
-            case .invalid: return "InvalidProviderToken"
-            case .expired: return "ExpiredProviderToken"
-            }
-        }
-
-        /// True for `.valid`.
-        public var isValid: Bool {
-            if case .valid = self { return true }
-            return false
-        }
-    }
-
-    /// Tokens longer than this are rejected before any parsing (real ones are about 200 bytes).
-    public static let maximumTokenLength = 8192
-
-    public let publicKey: ES256PublicKey
-    /// If set, `kid` must equal it.
-    public let expectedKeyID: String?
-    /// If set, `iss` must equal it.
-    public let expectedTeamID: String?
-    /// Maximum age of `iat` in seconds (APNs: one hour).
-    public let maxAge: Int64
-    /// Verified tokens, shared by copies of this verifier.
-    public let cache: ProviderTokenVerifierCache
-
-    public init(
-        publicKey: ES256PublicKey, expectedKeyID: String? = nil, expectedTeamID: String? = nil,
-        maxAge: Int64 = 3600, cacheCapacity: Int = 16
-    ) {
-        self.publicKey = publicKey
-        self.expectedKeyID = expectedKeyID
-        self.expectedTeamID = expectedTeamID
-        self.maxAge = maxAge
-        self.cache = ProviderTokenVerifierCache(capacity: cacheCapacity)
-    }
-
-    /// Verifies `jwt` (without the `bearer ` prefix) at time `now` (seconds since 1970).
-    public func verify(_ jwt: some StringProtocol, now: Int64) -> Result {
-        let token = String(jwt)
-        if let claims = cache.claims(forToken: token) { return checkAge(claims, now: now) }
-        switch verifyUncached(token) {
-        case .success(let claims):
-            cache.insert(claims, forToken: token)
-            return checkAge(claims, now: now)
-        case .failure(let failure):
-            return .invalid(reason: failure.reason)
-        }
-    }
-
-    private func checkAge(_ claims: ProviderTokenClaims, now: Int64) -> Result {
-        let (age, overflow) = now.subtractingReportingOverflow(claims.issuedAt)
-        if overflow { return .invalid(reason: "iat is out of range") }
-        if age > maxAge { return .expired(claims) }
-        if age < -maxAge { return .invalid(reason: "iat is more than \(maxAge) s in the future") }
-        return .valid(claims)
-    }
-
-    private struct Failure: Error {
-        let reason: String
-        init(_ reason: String) { self.reason = reason }
-    }
-
-    /// Full check: structure, JSON, alg, kid/iss against the configuration, signature. Not the age.
-    private func verifyUncached(_ token: String) -> Swift.Result<ProviderTokenClaims, Failure> {
-        let bytes = token.utf8
-        guard !bytes.isEmpty else { return .failure(Failure("token is empty")) }
-        guard bytes.count <= Self.maximumTokenLength else {
-            return .failure(Failure("token is longer than \(Self.maximumTokenLength) bytes"))
-        }
-        let parts = bytes.split(separator: UInt8(ascii: "."), maxSplits: 3, omittingEmptySubsequences: false)
-        guard parts.count == 3 else {
-            return .failure(Failure("token has \(parts.count) dot-separated parts, expected 3"))
-        }
-        guard let headerJSON = Base64URL.decode(utf8: parts[0]),
-            let header = (try? JSONSerialization.jsonObject(with: Data(headerJSON))) as? [String: Any]
-        else { return .failure(Failure("header is not a base64url-encoded JSON object")) }
-        guard let claimsJSON = Base64URL.decode(utf8: parts[1]),
-            let claims = (try? JSONSerialization.jsonObject(with: Data(claimsJSON))) as? [String: Any]
-        else { return .failure(Failure("claims are not a base64url-encoded JSON object")) }
-        guard let signature = Base64URL.decode(utf8: parts[2]) else {
-            return .failure(Failure("signature is not base64url"))
-        }
-
-        guard let algorithm = header["alg"] as? String else { return .failure(Failure("header has no alg")) }
-        guard algorithm == "ES256" else { return .failure(Failure("alg is not ES256")) }
-        guard let keyID = header["kid"] as? String, !keyID.isEmpty else {
-            return .failure(Failure("header has no kid"))
-        }
-        guard let teamID = claims["iss"] as? String, !teamID.isEmpty else {
-            return .failure(Failure("claims have no iss"))
-        }
-        guard let issuedAt = Self.integer(claims["iat"]) else {
-            return .failure(Failure("claims have no integer iat"))
-        }
-        if let expectedKeyID, keyID != expectedKeyID {
-            return .failure(Failure("kid does not match the configured key ID"))
-        }
-        if let expectedTeamID, teamID != expectedTeamID {
-            return .failure(Failure("iss does not match the configured team ID"))
-        }
-
-        guard signature.count == 2 * ECDSASignature.componentLength else {
-            return .failure(Failure("signature is \(signature.count) bytes, expected 64 (raw r||s)"))
-        }
-        guard let der = ECDSASignature.derFromRaw(signature) else {
-            return .failure(Failure("signature could not be converted to DER"))
-        }
-        // Signing input: "<header>.<claims>" exactly as sent.
-        let signingInput = Array(bytes[parts[0].startIndex..<parts[1].endIndex])
-        let verified = signingInput.withUnsafeBytes { publicKey.verify(derSignature: der, message: $0) }
-        guard verified else { return .failure(Failure("signature does not verify with the configured key")) }
-        return .success(ProviderTokenClaims(keyID: keyID, teamID: teamID, issuedAt: issuedAt))
-    }
-
-    /// A JSON integer as Int64. Booleans (objCType "c"), fractions and exponent forms ("d") are rejected.
-    private static func integer(_ value: Any?) -> Int64? {
-        guard let number = value as? NSNumber else { return nil }
-        switch String(cString: number.objCType) {
-        case "q", "l", "i", "s", "Q", "L", "I", "S": return number as? Int64
-        default: return nil
-        }
-    }
-}
-
-/// A small LRU cache of verified provider tokens: token string → claims. Thread-safe.
-///
-/// Only tokens whose structure, `alg`, `kid`/`iss` and signature checked out are stored, so a hit skips
-/// the base64, JSON and ECDSA work. Expiry is not cached: the verifier checks `iat` against `now` on each hit.
-public final class ProviderTokenVerifierCache: Sendable {
-    private struct Entry {
-        var claims: ProviderTokenClaims
-        var lastUse: UInt64
-    }
-
-    private struct State {
-        var entries: [String: Entry] = [:]
-        var tick: UInt64 = 0
-        var hits = 0
-        var misses = 0
-    }
-
-    /// Maximum number of remembered tokens (least recently used is evicted first).
-    public let capacity: Int
-    private let state = Mutex(State())
-
-    public init(capacity: Int = 16) {
-        precondition(capacity >= 1, "ProviderTokenVerifierCache capacity must be at least 1")
-        self.capacity = capacity
-    }
-
-    /// The remembered claims for `token`, or nil (counts a hit or a miss).
-    public func claims(forToken token: String) -> ProviderTokenClaims? {
-        state.withLock { state in
-            state.tick &+= 1
-            guard var entry = state.entries[token] else {
-                state.misses += 1
-                return nil
-            }
-            state.hits += 1
-            entry.lastUse = state.tick
-            state.entries[token] = entry
-            return entry.claims
-        }
-    }
-
-    /// Remembers `claims` for `token`, evicting the least recently used token when full.
-    public func insert(_ claims: ProviderTokenClaims, forToken token: String) {
-        state.withLock { state in
-            state.tick &+= 1
-            if state.entries[token] == nil, state.entries.count >= capacity,
-                let oldest = state.entries.min(by: { $0.value.lastUse < $1.value.lastUse })?.key
-            {
-                state.entries.removeValue(forKey: oldest)
-            }
-            state.entries[token] = Entry(claims: claims, lastUse: state.tick)
-        }
-    }
-
-    /// Lookups answered from the cache.
-    public var hitCount: Int { state.withLock { $0.hits } }
-    /// Lookups that had to verify.
-    public var missCount: Int { state.withLock { $0.misses } }
-    /// Tokens currently remembered.
-    public var count: Int { state.withLock { $0.entries.count } }
-
-    /// Forgets every token (counters are kept).
-    public func removeAll() {
-        state.withLock { $0.entries.removeAll() }
-    }
 }

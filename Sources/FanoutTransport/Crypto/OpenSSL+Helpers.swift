@@ -5,10 +5,10 @@ import COpenSSL
 ///
 /// OpenSSL's error strings name a library, a function and a reason ("error:1E08010C:DECODER
 /// routines::unsupported"); they never contain key material.
-enum OpenSSLErrorQueue {
+package enum OpenSSLErrorQueue {
     /// Removes every queued error and returns their text joined with "; ", or nil if the queue was empty.
     /// Keeps at most the first 8 entries so a runaway queue cannot produce a huge message.
-    static func drain() -> String? {
+    package static func drain() -> String? {
         var parts: [String] = []
         while true {
             let code = ERR_get_error()
@@ -26,14 +26,14 @@ enum OpenSSLErrorQueue {
     }
 
     /// Drops whatever is queued, so a later failure does not report a stale error.
-    static func clear() { ERR_clear_error() }
+    package static func clear() { ERR_clear_error() }
 }
 
 /// Scoped memory BIOs. The BIO never outlives the closure, so there is nothing to own.
-enum OpenSSLBIO {
+package enum OpenSSLBIO {
     /// Runs `body` with a read-only memory BIO over `bytes`. The BIO points into `bytes` and is freed
     /// (defer) before this returns.
-    static func withReadOnly<Result>(
+    package static func withReadOnly<Result>(
         _ bytes: [UInt8], _ body: (OpaquePointer) throws -> Result
     ) throws -> Result {
         try bytes.withUnsafeBytes { raw -> Result in
@@ -48,7 +48,7 @@ enum OpenSSLBIO {
 
     /// Runs `write` with an empty writable memory BIO, then returns everything written to it.
     /// Returns nil if `write` returned false. The BIO is freed (defer) before this returns.
-    static func collect(_ write: (OpaquePointer) -> Bool) -> [UInt8]? {
+    package static func collect(_ write: (OpaquePointer) -> Bool) -> [UInt8]? {
         // Temporary: freed by defer.
         guard let bio = BIO_new(BIO_s_mem()) else { return nil }
         defer { BIO_free(bio) }
@@ -62,15 +62,15 @@ enum OpenSSLBIO {
 }
 
 /// PEM helpers shared by the key and certificate code.
-enum PEMText {
+package enum PEMText {
     /// PEM block headers. Built from two pieces so that secret scanners, which look for the literal
     /// header, do not take this source file for a committed key.
-    static let privateKeyHeader = "-----BEGIN PRIVATE " + "KEY-----"
-    static let encryptedPrivateKeyHeader = "-----BEGIN ENCRYPTED PRIVATE " + "KEY-----"
-    static let publicKeyHeader = "-----BEGIN PUBLIC KEY-----"
+    package static let privateKeyHeader = "-----BEGIN PRIVATE " + "KEY-----"
+    package static let encryptedPrivateKeyHeader = "-----BEGIN ENCRYPTED PRIVATE " + "KEY-----"
+    package static let publicKeyHeader = "-----BEGIN PUBLIC KEY-----"
 
     /// True if `bytes` contains the ASCII text `marker`.
-    static func contains(_ bytes: [UInt8], _ marker: String) -> Bool {
+    package static func contains(_ bytes: [UInt8], _ marker: String) -> Bool {
         let needle = Array(marker.utf8)
         guard !needle.isEmpty, bytes.count >= needle.count else { return false }
         var index = 0
@@ -90,7 +90,7 @@ enum PEMText {
     }
 
     /// A passphrase callback that always refuses, so OpenSSL never prompts on a terminal for an encrypted key.
-    static let refusePassphrase:
+    package static let refusePassphrase:
         @convention(c) (
             UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?
         ) -> Int32 = { _, _, _, _ in 0 }

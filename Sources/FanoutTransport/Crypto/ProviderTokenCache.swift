@@ -10,7 +10,7 @@ import Synchronization
 ///
 /// One instance should serve every connection of a team/key. Times are seconds since 1970, passed in
 /// explicitly (tests use a fake clock); the overloads without `now` read the wall clock.
-public final class ProviderTokenCache: Sendable {
+package final class ProviderTokenCache: Sendable {
     private struct State {
         var token: String?
         var issuedAt: Int64 = 0
@@ -18,15 +18,15 @@ public final class ProviderTokenCache: Sendable {
     }
 
     /// Signs new tokens.
-    public let signer: ProviderTokenSigner
+    package let signer: ProviderTokenSigner
     /// A token this old (seconds) is replaced on the next `currentToken`. Less than 3600.
-    public let refreshAfter: Int64
+    package let refreshAfter: Int64
     /// Minimum seconds between two mints, also for `forceRefresh`.
-    public let minimumInterval: Int64
+    package let minimumInterval: Int64
     private let state = Mutex(State())
 
     /// Throws `.invalidArgument` unless 0 < `refreshAfter` < 3600 and 0 ≤ `minimumInterval` ≤ `refreshAfter`.
-    public init(signer: ProviderTokenSigner, refreshAfter: Int64 = 3000, minimumInterval: Int64 = 1200) throws {
+    package init(signer: ProviderTokenSigner, refreshAfter: Int64 = 3000, minimumInterval: Int64 = 1200) throws {
         guard refreshAfter > 0, refreshAfter < 3600 else {
             throw CryptoError(
                 .invalidArgument,
@@ -44,7 +44,7 @@ public final class ProviderTokenCache: Sendable {
     }
 
     /// Convenience: builds the signer from a key, Key ID and Team ID.
-    public convenience init(
+    package convenience init(
         key: ES256PrivateKey, keyID: String, teamID: String, refreshAfter: Int64 = 3000, minimumInterval: Int64 = 1200
     ) throws {
         try self.init(
@@ -53,7 +53,7 @@ public final class ProviderTokenCache: Sendable {
     }
 
     /// The token to send at `now`: minted on first use and when the current one is `refreshAfter` old.
-    public func currentToken(now: Int64) throws -> String {
+    package func currentToken(now: Int64) throws -> String {
         try state.withLock { state in
             if let token = state.token, now - state.issuedAt < refreshAfter { return token }
             return try mint(&state, now: now)
@@ -61,11 +61,11 @@ public final class ProviderTokenCache: Sendable {
     }
 
     /// `currentToken(now:)` at the wall-clock time.
-    public func currentToken() throws -> String { try currentToken(now: Self.wallClock()) }
+    package func currentToken() throws -> String { try currentToken(now: Self.wallClock()) }
 
     /// Call after APNs answered `ExpiredProviderToken`: mints a new token if `minimumInterval` has passed
     /// since the last mint (or there is none yet), else returns the current token unchanged.
-    public func forceRefresh(now: Int64) throws -> String {
+    package func forceRefresh(now: Int64) throws -> String {
         try state.withLock { state in
             if let token = state.token, now - state.issuedAt < minimumInterval { return token }
             return try mint(&state, now: now)
@@ -73,16 +73,16 @@ public final class ProviderTokenCache: Sendable {
     }
 
     /// `forceRefresh(now:)` at the wall-clock time.
-    public func forceRefresh() throws -> String { try forceRefresh(now: Self.wallClock()) }
+    package func forceRefresh() throws -> String { try forceRefresh(now: Self.wallClock()) }
 
     /// How many tokens this cache has minted.
-    public var mintCount: Int { state.withLock { $0.mintCount } }
+    package var mintCount: Int { state.withLock { $0.mintCount } }
 
     /// `iat` of the current token, nil before the first mint.
-    public var issuedAt: Int64? { state.withLock { $0.token == nil ? nil : $0.issuedAt } }
+    package var issuedAt: Int64? { state.withLock { $0.token == nil ? nil : $0.issuedAt } }
 
     /// Seconds since 1970 from the system clock.
-    public static func wallClock() -> Int64 { Int64(Date().timeIntervalSince1970) }
+    package static func wallClock() -> Int64 { Int64(Date().timeIntervalSince1970) }
 
     /// Mints while the lock is held, so concurrent callers never mint twice.
     private func mint(_ state: inout State, now: Int64) throws -> String {

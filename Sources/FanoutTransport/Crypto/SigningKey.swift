@@ -5,11 +5,11 @@ import Foundation
 ///
 /// Immutable after init. OpenSSL allows concurrent signing with one `EVP_PKEY` (each signature uses its own
 /// `EVP_MD_CTX`), hence `@unchecked Sendable`.
-public final class ES256PrivateKey: @unchecked Sendable {
+package final class ES256PrivateKey: @unchecked Sendable {
     /// Owned: freed in deinit (EVP_PKEY_free).
-    let pkey: OpaquePointer
+    package let pkey: OpaquePointer
     /// The matching public key (a separate, public-only `EVP_PKEY`).
-    public let publicKey: ES256PublicKey
+    package let publicKey: ES256PublicKey
 
     /// Takes ownership of `pkey`, which must already be a validated P-256 key.
     private init(owning pkey: OpaquePointer, publicKey: ES256PublicKey) {
@@ -21,7 +21,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
 
     /// Loads a private key from a PEM file: an APNs `.p8` (a PEM `PRIVATE KEY` block, PKCS#8).
     /// Throws if the file is missing or unreadable, is not PEM, or holds anything but an EC P-256 key.
-    public convenience init(pemFilePath path: String) throws {
+    package convenience init(pemFilePath path: String) throws {
         var bytes = try CryptoFile.read(path, what: "private key")
         defer { bytes.withUnsafeMutableBufferPointer { $0.update(repeating: 0) } }  // Best-effort wipe.
         let pkey = try Self.parse(bytes, source: path)
@@ -29,13 +29,13 @@ public final class ES256PrivateKey: @unchecked Sendable {
     }
 
     /// Loads a private key from PEM bytes (the contents of a `.p8` file).
-    public convenience init(pemData: Data) throws {
+    package convenience init(pemData: Data) throws {
         let pkey = try Self.parse([UInt8](pemData), source: "PEM data")
         try self.init(validated: pkey, source: "PEM data")
     }
 
     /// Loads a private key from PEM text (the contents of a `.p8` file).
-    public convenience init(pem: String) throws {
+    package convenience init(pem: String) throws {
         let pkey = try Self.parse(Array(pem.utf8), source: "PEM data")
         try self.init(validated: pkey, source: "PEM data")
     }
@@ -54,7 +54,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
     }
 
     /// Generates a fresh P-256 key (for tests, the mock server and test certificates).
-    public static func generate() throws -> ES256PrivateKey {
+    package static func generate() throws -> ES256PrivateKey {
         // Temporary: freed by defer.
         guard let context = EVP_PKEY_CTX_new_id(EVP_PKEY_EC, nil) else {
             throw CryptoError(.internalFailure, "EVP_PKEY_CTX_new_id(EC) failed", includeOpenSSLErrors: true)
@@ -72,7 +72,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
     }
 
     /// The key as unencrypted PKCS#8 PEM (a `PRIVATE KEY` block), the format of an APNs `.p8` file.
-    public func pemPKCS8() -> String {
+    package func pemPKCS8() -> String {
         guard
             let bytes = OpenSSLBIO.collect({ bio in
                 PEM_write_bio_PKCS8PrivateKey(bio, pkey, nil, nil, 0, nil, nil) == 1
@@ -85,7 +85,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
     }
 
     /// Signs `message` with ECDSA P-256 over SHA-256 and returns the raw 64-byte r‖s signature (JWS form).
-    public func signature(for message: some Collection<UInt8>) throws -> [UInt8] {
+    package func signature(for message: some Collection<UInt8>) throws -> [UInt8] {
         let message = Array(message)
         return try message.withUnsafeBytes { try sign($0) }
     }
@@ -146,9 +146,9 @@ public final class ES256PrivateKey: @unchecked Sendable {
 /// An ES256 (ECDSA P-256) public key, used to verify provider tokens.
 ///
 /// Immutable after init; verification with a shared `EVP_PKEY` is thread-safe, hence `@unchecked Sendable`.
-public final class ES256PublicKey: @unchecked Sendable, Equatable {
+package final class ES256PublicKey: @unchecked Sendable, Equatable {
     /// Owned: freed in deinit (EVP_PKEY_free).
-    let pkey: OpaquePointer
+    package let pkey: OpaquePointer
 
     /// Takes ownership of `pkey`, which must already be a validated P-256 key.
     private init(owning pkey: OpaquePointer) {
@@ -159,19 +159,19 @@ public final class ES256PublicKey: @unchecked Sendable, Equatable {
 
     /// Loads a public key from a PEM file holding either `-----BEGIN PUBLIC KEY-----` or a private key
     /// (an APNs `.p8`), in which case the public half is derived. This is what `mock-apns --auth-key` takes.
-    public convenience init(pemFilePath path: String) throws {
+    package convenience init(pemFilePath path: String) throws {
         var bytes = try CryptoFile.read(path, what: "key")
         defer { bytes.withUnsafeMutableBufferPointer { $0.update(repeating: 0) } }  // Best-effort wipe.
         try self.init(pemBytes: bytes, source: path)
     }
 
     /// Loads a public key from PEM bytes: a public key, or a private key whose public half is derived.
-    public convenience init(pemData: Data) throws {
+    package convenience init(pemData: Data) throws {
         try self.init(pemBytes: [UInt8](pemData), source: "PEM data")
     }
 
     /// Loads a public key from PEM text: a public key, or a private key whose public half is derived.
-    public convenience init(pem: String) throws {
+    package convenience init(pem: String) throws {
         try self.init(pemBytes: Array(pem.utf8), source: "PEM data")
     }
 
@@ -239,7 +239,7 @@ public final class ES256PublicKey: @unchecked Sendable, Equatable {
     }
 
     /// The key as PEM SubjectPublicKeyInfo (`-----BEGIN PUBLIC KEY-----`).
-    public func pem() -> String {
+    package func pem() -> String {
         guard let bytes = OpenSSLBIO.collect({ bio in PEM_write_bio_PUBKEY(bio, pkey) == 1 }) else {
             preconditionFailure("PEM_write_bio_PUBKEY failed: \(OpenSSLErrorQueue.drain() ?? "no detail")")
         }
@@ -247,14 +247,14 @@ public final class ES256PublicKey: @unchecked Sendable, Equatable {
     }
 
     /// True if `signature` (raw 64-byte r‖s) is a valid ES256 signature of `message` by this key.
-    public func isValidSignature(_ signature: some Collection<UInt8>, for message: some Collection<UInt8>) -> Bool {
+    package func isValidSignature(_ signature: some Collection<UInt8>, for message: some Collection<UInt8>) -> Bool {
         guard let der = ECDSASignature.derFromRaw(signature) else { return false }
         let message = Array(message)
         return message.withUnsafeBytes { verify(derSignature: der, message: $0) }
     }
 
     /// EVP_DigestVerify of a DER signature. Leaves OpenSSL's error queue empty.
-    func verify(derSignature: [UInt8], message: UnsafeRawBufferPointer) -> Bool {
+    package func verify(derSignature: [UInt8], message: UnsafeRawBufferPointer) -> Bool {
         // Temporary: freed by defer.
         guard let context = EVP_MD_CTX_new() else { return false }
         defer {
@@ -269,7 +269,7 @@ public final class ES256PublicKey: @unchecked Sendable, Equatable {
     }
 
     /// Same key material (EVP_PKEY_eq).
-    public static func == (lhs: ES256PublicKey, rhs: ES256PublicKey) -> Bool {
+    package static func == (lhs: ES256PublicKey, rhs: ES256PublicKey) -> Bool {
         defer { OpenSSLErrorQueue.clear() }
         return EVP_PKEY_eq(lhs.pkey, rhs.pkey) == 1
     }

@@ -11,7 +11,7 @@ import Synchronization
 ///
 /// Writes are flushed once per loop turn: objects call `scheduleFlush(_:)` when they have output,
 /// and a `uv_prepare_t` (run just before the loop blocks for I/O) flushes every one of them.
-public final class LoopThread: @unchecked Sendable {
+package final class LoopThread: @unchecked Sendable {
     // @unchecked Sendable: the C handles below are touched only on the loop thread, except
     // `asyncHandle` (uv_async_send is the one thread-safe libuv call) and `queue`, behind a Mutex.
 
@@ -35,10 +35,10 @@ public final class LoopThread: @unchecked Sendable {
     private var thread: Thread?
     private let exited = DispatchSemaphore(value: 0)
     private var threadID: pthread_t?
-    public let name: String
+    package let name: String
 
     /// Creates the loop and starts its thread.
-    public init(name: String = "fanout-loop") {
+    package init(name: String = "fanout-loop") {
         _ = Self.ignoreSIGPIPE
         // (Handles opened on this loop register a stop action, so `shutdown()` can close them all.)
         self.name = name
@@ -89,19 +89,19 @@ public final class LoopThread: @unchecked Sendable {
     }
 
     /// True when called on this loop's thread.
-    public var inLoop: Bool {
+    package var inLoop: Bool {
         guard let threadID else { return false }
         return pthread_equal(threadID, pthread_self()) != 0
     }
 
     /// Debug-build check that the caller is on the loop thread.
     @inline(__always)
-    public func assertInLoop(file: StaticString = #fileID, line: UInt = #line) {
+    package func assertInLoop(file: StaticString = #fileID, line: UInt = #line) {
         assert(inLoop, "must be called on loop thread \(name)", file: file, line: line)
     }
 
     /// Runs `task` on the loop thread, soon. Thread-safe. Tasks run in submission order.
-    public func execute(_ task: @escaping @Sendable () -> Void) {
+    package func execute(_ task: @escaping @Sendable () -> Void) {
         let mustWake = queue.withLock { queue -> Bool in
             precondition(!queue.stopping, "execute on a stopped loop \(name)")
             queue.tasks.append(task)
@@ -150,7 +150,7 @@ public final class LoopThread: @unchecked Sendable {
     /// Stops the loop after the tasks queued so far have run, and waits for its thread to exit.
     /// Objects pinned to the loop must have closed their handles (or close them in a task queued
     /// before this call); the loop ends when no handle is left.
-    public func shutdown() {
+    package func shutdown() {
         precondition(!inLoop, "shutdown() from the loop thread would deadlock")
         let alreadyStopping = queue.withLock { queue -> Bool in
             let was = queue.stopping
@@ -164,14 +164,14 @@ public final class LoopThread: @unchecked Sendable {
 
     /// Registers `action` to run when the loop stops (to close a handle or a connection that is still
     /// open). Returns an id for `removeStopAction` once the object has closed by itself.
-    func addStopAction(_ action: @escaping () -> Void) -> Int {
+    package func addStopAction(_ action: @escaping () -> Void) -> Int {
         assertInLoop()
         nextStopActionID += 1
         stopActions[nextStopActionID] = action
         return nextStopActionID
     }
 
-    func removeStopAction(_ id: Int) {
+    package func removeStopAction(_ id: Int) {
         stopActions[id] = nil
     }
 
@@ -191,15 +191,15 @@ public final class LoopThread: @unchecked Sendable {
 }
 
 /// An object with buffered output, flushed by its loop once per turn.
-class LoopFlushable {
+package class LoopFlushable {
     fileprivate(set) var flushScheduled = false
     func flushNow() {}
 }
 
 /// Carries a value the caller knows is used on one thread only across a `@Sendable` boundary.
-struct UncheckedSendableBox<T>: @unchecked Sendable {
-    let value: T
-    init(_ value: T) { self.value = value }
+package struct UncheckedSendableBox<T>: @unchecked Sendable {
+    package let value: T
+    package init(_ value: T) { self.value = value }
 }
 
 private func loopAsyncCallback(_ handle: UnsafeMutablePointer<uv_async_t>?) {
@@ -210,4 +210,23 @@ private func loopAsyncCallback(_ handle: UnsafeMutablePointer<uv_async_t>?) {
 private func loopPrepareCallback(_ handle: UnsafeMutablePointer<uv_prepare_t>?) {
     guard let handle, let data = handle.pointee.data else { preconditionFailure("prepare handle without owner") }
     Unmanaged<LoopThread>.fromOpaque(data).takeUnretainedValue().flushAll()
+}
+
+extension LoopThread {
+    /// Runs `body` on the loop and waits for its result. Never call from the loop itself.
+    package func runAndWait<T>(_ body: @escaping () -> T) -> T {
+        precondition(!inLoop, "runAndWait from the loop thread would deadlock")
+        let done = DispatchSemaphore(value: 0)
+        let result = UncheckedSendableBox(ResultSlot<T>())
+        executeUnchecked {
+            result.value.value = body()
+            done.signal()
+        }
+        done.wait()
+        return result.value.value!
+    }
+}
+
+private final class ResultSlot<T> {
+    var value: T?
 }

@@ -2,7 +2,7 @@ import CLibUV
 
 /// A one-shot or repeating timer on a loop, calling a closure on the loop thread.
 /// Confined to its loop. `close()` is idempotent; the closure is never called after it.
-public final class LoopTimer {
+package final class LoopTimer {
     /// Owned: the handle holds a +1 on self (`handle.data`), released in the close callback,
     /// where the handle memory is freed too.
     private let handle: UnsafeMutablePointer<uv_timer_t>
@@ -11,7 +11,7 @@ public final class LoopTimer {
     private var closed = false
     private var stopActionID = 0
 
-    public init(loop: LoopThread) {
+    package init(loop: LoopThread) {
         loop.assertInLoop()
         self.loop = loop
         handle = .allocate(capacity: 1)
@@ -22,25 +22,25 @@ public final class LoopTimer {
 
     /// Calls `action` after `milliseconds`, then every `repeatMilliseconds` if nonzero. Replaces a
     /// pending schedule.
-    public func schedule(milliseconds: UInt64, repeatMilliseconds: UInt64 = 0, _ action: @escaping () -> Void) {
+    package func schedule(milliseconds: UInt64, repeatMilliseconds: UInt64 = 0, _ action: @escaping () -> Void) {
         loop.assertInLoop()
         precondition(!closed, "schedule on a closed timer")
         self.action = action
         uv_timer_start(handle, loopTimerCallback, milliseconds, repeatMilliseconds)
     }
 
-    public func cancel() {
+    package func cancel() {
         guard !closed else { return }
         action = nil
         uv_timer_stop(handle)
     }
 
     /// Keeps the timer from holding its loop open.
-    public func unref() {
+    package func unref() {
         uv_unref(UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_handle_t.self))
     }
 
-    public func close() {
+    package func close() {
         guard !closed else { return }
         closed = true
         action = nil
@@ -64,7 +64,7 @@ private func loopTimerCallback(_ handle: UnsafeMutablePointer<uv_timer_t>?) {
 
 extension LoopThread {
     /// The loop's cached clock in milliseconds (libuv's `uv_now`, updated once per turn). Loop thread only.
-    public var nowMilliseconds: UInt64 {
+    package var nowMilliseconds: UInt64 {
         assertInLoop()
         return uv_now(loop)
     }

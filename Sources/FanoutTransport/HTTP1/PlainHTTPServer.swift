@@ -10,15 +10,15 @@ import Synchronization
 /// 400; a client that has not sent a whole head within `requestTimeoutMilliseconds` gets 408; a client that does
 /// not take its answer and close within `lingerMilliseconds` afterwards is dropped; past `maxConnections` open
 /// connections, new ones are closed at once. Every wait is bounded.
-public final class PlainHTTPServer: @unchecked Sendable {
+package final class PlainHTTPServer: @unchecked Sendable {
     // @unchecked Sendable: `state` is touched only on `loop`; `stopped` is behind a Mutex; the rest is immutable.
 
     /// What the handler answers: status code, `Content-Type` and body.
-    public typealias Handler = @Sendable (_ method: String, _ target: String) -> (Int, String, [UInt8])
+    package typealias Handler = @Sendable (_ method: String, _ target: String) -> (Int, String, [UInt8])
 
     /// The port bound (the real one when 0 was asked).
-    public let port: Int
-    public let host: String
+    package let port: Int
+    package let host: String
     private let loop: LoopThread
     private let state: ServerState
     private let stopped = Mutex(false)
@@ -27,7 +27,7 @@ public final class PlainHTTPServer: @unchecked Sendable {
     /// - Parameters:
     ///   - handler: called on the server's loop thread with the method (`GET`, `HEAD`, ...) and the request
     ///     target as sent (path and query, e.g. `/metrics?x=1`). For `HEAD` the body it returns is not sent.
-    public init(
+    package init(
         host: String, port: Int, maxHeadBytes: Int = 8192, requestTimeoutMilliseconds: UInt64 = 5000,
         lingerMilliseconds: UInt64 = 2000, maxConnections: Int = 64, handler: @escaping Handler
     ) throws(TransportError) {
@@ -67,7 +67,7 @@ public final class PlainHTTPServer: @unchecked Sendable {
     }
 
     /// Stops listening, drops open connections and stops the loop thread. Blocks until it exits. Idempotent.
-    public func shutdown() {
+    package func shutdown() {
         let wasStopped = stopped.withLock { stopped in
             defer { stopped = true }
             return stopped

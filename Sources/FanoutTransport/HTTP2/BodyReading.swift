@@ -3,7 +3,7 @@ import CNGHTTP2
 /// The body of an nghttp2 data provider's read callback, shared by client requests and server
 /// responses: copies the next bytes of `body` from `offset` into nghttp2's frame buffer and sets
 /// EOF at the end. Returns the byte count, as the callback must.
-func readBody(
+package func readBody(
     _ body: UnsafeRawBufferPointer, offset: inout Int, into buffer: UnsafeMutablePointer<UInt8>, length: Int,
     flags: UnsafeMutablePointer<UInt32>
 ) -> Int {

@@ -3,17 +3,17 @@ import CNGHTTP2
 import Foundation
 
 /// Settings of one client connection.
-public struct HTTP2ClientConfiguration: Sendable {
-    public var host: String
-    public var port: Int
-    public var tls: TLSClientConfiguration
-    public var connectTimeoutMilliseconds: UInt64
+package struct HTTP2ClientConfiguration: Sendable {
+    package var host: String
+    package var port: Int
+    package var tls: TLSClientConfiguration
+    package var connectTimeoutMilliseconds: UInt64
     /// Upper bound on concurrent streams, below the server's MAX_CONCURRENT_STREAMS (h2load `-m`).
-    public var maxConcurrentStreams: Int
+    package var maxConcurrentStreams: Int
     /// Send a PING after this long without hearing from the server; close if it stays silent as long again.
-    public var pingIntervalMilliseconds: UInt64
+    package var pingIntervalMilliseconds: UInt64
 
-    public init(
+    package init(
         host: String, port: Int, tls: TLSClientConfiguration = TLSClientConfiguration(),
         connectTimeoutMilliseconds: UInt64 = 10_000, maxConcurrentStreams: Int = 1000,
         pingIntervalMilliseconds: UInt64 = 15_000
@@ -28,7 +28,7 @@ public struct HTTP2ClientConfiguration: Sendable {
 }
 
 /// Events a connection reports to its owner, on the loop thread.
-public enum HTTP2ConnectionEvent: Sendable {
+package enum HTTP2ConnectionEvent: Sendable {
     /// TLS verified, h2 negotiated, our preface sent.
     case ready
     /// The server sent GOAWAY; no new stream will be opened. `reason` is the debug data's reason.
@@ -49,24 +49,24 @@ public enum HTTP2ConnectionEvent: Sendable {
 ///
 /// `@unchecked Sendable`: it may be referenced from any thread, but every method must run on its loop
 /// (asserted in debug builds), like a swift-nio Channel.
-public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Sendable {
-    public let loop: LoopThread
-    public let configuration: HTTP2ClientConfiguration
+package final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Sendable {
+    package let loop: LoopThread
+    package let configuration: HTTP2ClientConfiguration
     private let tlsContext: TLSContext
     private var channel: SecureChannel?
     /// Owned: created when TLS is ready, freed with `nghttp2_session_del` in `teardown`.
     private var session: OpaquePointer?
-    public var onEvent: ((HTTP2ConnectionEvent) -> Void)?
+    package var onEvent: ((HTTP2ConnectionEvent) -> Void)?
 
     private var waiting = FIFOQueue<PendingRequest>()
-    public private(set) var openStreams = 0
+    package private(set) var openStreams = 0
     /// The most streams open at once so far.
-    public private(set) var peakOpenStreams = 0
+    package private(set) var peakOpenStreams = 0
     /// Streams allowed before the first response (APNs: one until a valid token was seen).
     private var ramped = false
-    public private(set) var isReady = false
-    public private(set) var isClosed = false
-    public private(set) var goawayReceived = false
+    package private(set) var isReady = false
+    package private(set) var isClosed = false
+    package private(set) var goawayReceived = false
     private var goawayLastStreamID: Int32 = .max
     private var goawayErrorCode: UInt32 = 0
     private var pingTimer: LoopTimer?
@@ -74,10 +74,10 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
     private var pingOutstanding = false
     private var stopActionID = 0
     /// Counts of what happened, for tests and stats.
-    public private(set) var responsesReceived = 0
+    package private(set) var responsesReceived = 0
 
     /// Creates a connection and starts connecting. Call on the loop thread.
-    public init(loop: LoopThread, configuration: HTTP2ClientConfiguration, tlsContext: TLSClientContext) {
+    package init(loop: LoopThread, configuration: HTTP2ClientConfiguration, tlsContext: TLSClientContext) {
         loop.assertInLoop()
         self.loop = loop
         self.configuration = configuration
@@ -118,20 +118,20 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
     }
 
     /// The number of streams this connection may have open now.
-    public var streamLimit: Int {
+    package var streamLimit: Int {
         guard let session, ramped else { return 1 }
         let remote = Int(nghttp2_session_get_remote_settings(session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS))
         return min(remote, configuration.maxConcurrentStreams)
     }
 
     /// Requests accepted but not finished (queued plus open).
-    public var outstanding: Int { waiting.count + openStreams }
+    package var outstanding: Int { waiting.count + openStreams }
 
     /// Whether new requests are accepted (not closed, not draining after GOAWAY).
-    public var isAcceptingRequests: Bool { !isClosed && !goawayReceived }
+    package var isAcceptingRequests: Bool { !isClosed && !goawayReceived }
 
     /// Queues a request; `completion` runs on the loop thread exactly once.
-    public func submit(_ request: HTTP2Request, completion: @escaping HTTP2Completion) {
+    package func submit(_ request: HTTP2Request, completion: @escaping HTTP2Completion) {
         loop.assertInLoop()
         guard isAcceptingRequests else {
             completion(.failure(.notSent(TransportError(.connectionClosed, "connection is not accepting requests"))))
@@ -187,7 +187,7 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
     }
 
     /// Sends a PING; the connection closes if the server stays silent for another ping interval.
-    public func ping() {
+    package func ping() {
         guard let session, !isClosed else { return }
         nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
         pingOutstanding = true
@@ -196,7 +196,7 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
 
     /// Closes gracefully: sends GOAWAY, fails waiting requests as not sent, lets open streams finish
     /// unless `immediately`.
-    public func close(immediately: Bool = false) {
+    package func close(immediately: Bool = false) {
         loop.assertInLoop()
         guard !isClosed else { return }
         if let session, !immediately {
@@ -276,7 +276,7 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
 
     // MARK: SecureChannelDelegate
 
-    func channelDidBecomeReady(_ channel: SecureChannel) {
+    package func channelDidBecomeReady(_ channel: SecureChannel) {
         var callbacks: OpaquePointer?
         nghttp2_session_callbacks_new(&callbacks)
         defer { nghttp2_session_callbacks_del(callbacks) }
@@ -306,7 +306,7 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
         fillStreams()
     }
 
-    func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
+    package func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
         guard let session else { return }
         lastHeardMilliseconds = uvNowMilliseconds(loop)
         pingOutstanding = false
@@ -323,11 +323,11 @@ public final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Send
         channel.scheduleFlush()
     }
 
-    func channel(_ channel: SecureChannel, didCloseWith error: TransportError?) {
+    package func channel(_ channel: SecureChannel, didCloseWith error: TransportError?) {
         teardown(error ?? (goawayReceived ? nil : TransportError(.connectionClosed, "connection closed")))
     }
 
-    func channelProduceOutput(_ channel: SecureChannel) {
+    package func channelProduceOutput(_ channel: SecureChannel) {
         guard let session else { return }
         while channel.canWrite {
             var data: UnsafePointer<UInt8>?
@@ -475,7 +475,7 @@ final class StreamContext {
     }
 }
 
-func bytesEqual(_ bytes: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
+package func bytesEqual(_ bytes: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
     guard bytes.count == literal.utf8CodeUnitCount else { return false }
     return memcmp(bytes.baseAddress!, literal.utf8Start, bytes.count) == 0
 }

@@ -4,7 +4,7 @@ import CNGHTTP2
 /// (a job's headers are the same for every token but `:path` and `apns-id`). Names and values live
 /// in one buffer; `withNameValuePairs` lends nghttp2 an `nghttp2_nv` array pointing into it, with
 /// the per-request `:path` and extra headers spliced in, without heap allocation.
-public final class HeaderBlock: Sendable {
+package final class HeaderBlock: Sendable {
     /// One header: where its name and value sit in `storage`, and its HPACK flags.
     private struct Field: Sendable {
         let nameOffset: Int
@@ -23,7 +23,7 @@ public final class HeaderBlock: Sendable {
 
     /// - Parameter headers: name, value and whether HPACK must never index it (`authorization`).
     ///   Must not contain `:path`, which each request supplies.
-    public init(_ headers: [(name: String, value: String, neverIndex: Bool)]) {
+    package init(_ headers: [(name: String, value: String, neverIndex: Bool)]) {
         let ordered = headers.filter { $0.name.hasPrefix(":") } + headers.filter { !$0.name.hasPrefix(":") }
         precondition(!ordered.contains { $0.name == ":path" }, ":path is per request")
         pseudoCount = ordered.filter { $0.name.hasPrefix(":") }.count
@@ -57,7 +57,7 @@ public final class HeaderBlock: Sendable {
     }
 
     /// The value of a header, if present (for tests and logs; not on the hot path).
-    public func value(of name: String) -> String? {
+    package func value(of name: String) -> String? {
         for field in fields
         where String(
             decoding: UnsafeRawBufferPointer(rebasing: storage[field.nameOffset..<field.nameOffset + field.nameLength]),
@@ -119,12 +119,12 @@ private let emptyStaticString: StaticString = ""
 
 /// A request or response body shared read-only by every stream that sends it: a job's payload is
 /// encoded once and each stream's data provider reads from it, with no copy per request.
-public final class SharedBody: Sendable {
+package final class SharedBody: Sendable {
     // Owned: allocated in init, freed in deinit; never written after init.
     nonisolated(unsafe) private let storage: UnsafeMutableRawBufferPointer
-    public let count: Int
+    package let count: Int
 
-    public init(_ bytes: some Collection<UInt8>) {
+    package init(_ bytes: some Collection<UInt8>) {
         count = bytes.count
         storage = .allocate(byteCount: max(count, 1), alignment: 16)
         _ = storage.initializeMemory(as: UInt8.self, from: bytes)
@@ -135,5 +135,5 @@ public final class SharedBody: Sendable {
     }
 
     /// The bytes; valid while `self` is alive.
-    public var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: storage[0..<count]) }
+    package var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: storage[0..<count]) }
 }

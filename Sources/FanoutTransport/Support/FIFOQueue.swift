@@ -2,22 +2,22 @@
 /// head index, and the array is compacted only when the dead prefix is both large and most of it.
 /// `prepend` puts an item before all others (a retry that must go first). Once warm it allocates
 /// nothing per item. `@inlinable` so that other modules get a specialised copy on their hot paths.
-public struct FIFOQueue<Element> {
+package struct FIFOQueue<Element> {
     @usableFromInline var items: [Element?] = []
     @usableFromInline var head = 0
     /// Items put in front, last in first out.
     @usableFromInline var front: [Element] = []
 
-    @inlinable public init() {}
+    @inlinable package init() {}
 
-    @inlinable public var count: Int { items.count - head + front.count }
-    @inlinable public var isEmpty: Bool { count == 0 }
+    @inlinable package var count: Int { items.count - head + front.count }
+    @inlinable package var isEmpty: Bool { count == 0 }
 
-    @inlinable public mutating func append(_ item: Element) { items.append(item) }
+    @inlinable package mutating func append(_ item: Element) { items.append(item) }
 
-    @inlinable public mutating func prepend(_ item: Element) { front.append(item) }
+    @inlinable package mutating func prepend(_ item: Element) { front.append(item) }
 
-    @inlinable public mutating func popFirst() -> Element? {
+    @inlinable package mutating func popFirst() -> Element? {
         if let item = front.popLast() { return item }
         guard head < items.count else { return nil }
         let item = items[head]

@@ -4,18 +4,20 @@ import Foundation
 /// A listening TCP socket on one loop. Several loops may listen on the same address: the socket is
 /// opened with SO_REUSEPORT so that the kernel spreads connections across them (h2load's and
 /// nginx's worker model); bind the first with port 0, then the others with the port it got.
-final class TCPListener {
-    let loop: LoopThread
+package final class TCPListener {
+    package let loop: LoopThread
     /// Owned: `handle.data` holds a +1 on self, released in the close callback that frees the handle.
     private let handle: UnsafeMutablePointer<uv_tcp_t>
     private let onAccept: (TCPSocket) -> Void
     private var isClosed = false
     private var stopActionID = 0
     /// The port actually bound.
-    private(set) var port = 0
+    package private(set) var port = 0
 
     /// Binds and listens on `host:port` (numeric IPv4 or IPv6 address). Throws with a clear message.
-    init(loop: LoopThread, host: String, port: Int, backlog: Int32 = 1024, onAccept: @escaping (TCPSocket) -> Void)
+    package init(
+        loop: LoopThread, host: String, port: Int, backlog: Int32 = 1024, onAccept: @escaping (TCPSocket) -> Void
+    )
         throws(TransportError)
     {
         loop.assertInLoop()
@@ -92,7 +94,7 @@ final class TCPListener {
     }
 
     /// Stops listening. Idempotent.
-    func close() {
+    package func close() {
         guard !isClosed else { return }
         isClosed = true
         loop.removeStopAction(stopActionID)

@@ -2,7 +2,7 @@ import CLibUV
 import Foundation
 
 /// What a TCP socket tells its owner. All calls happen on the socket's loop thread.
-protocol TCPSocketDelegate: AnyObject {
+package protocol TCPSocketDelegate: AnyObject {
     /// Bytes arrived. The buffer is valid only during the call.
     func tcpSocket(_ socket: TCPSocket, didRead bytes: UnsafeRawBufferPointer)
     /// The peer closed its side, or the socket broke. Called at most once; the socket is closing.
@@ -12,25 +12,25 @@ protocol TCPSocketDelegate: AnyObject {
 }
 
 /// A connected TCP stream on one loop: reads into one reused buffer, writes owned buffers.
-final class TCPSocket {
-    let loop: LoopThread
+package final class TCPSocket {
+    package let loop: LoopThread
     /// Owned: allocated here; `handle.data` holds a +1 on self, released in the close callback,
     /// which also frees the handle. So the socket lives at least until libuv is done with it.
-    let handle: UnsafeMutablePointer<uv_tcp_t>
+    package let handle: UnsafeMutablePointer<uv_tcp_t>
     /// Owned: freed in deinit. One buffer serves every read, since reads are delivered one at a time.
     private let readBuffer: UnsafeMutableRawBufferPointer
     /// Strong, and cleared by `close()`: a weak reference would give the delegate a side table and
     /// make every retain of it take the slow path, on the hot path.
-    var delegate: TCPSocketDelegate?
+    package var delegate: TCPSocketDelegate?
     /// Ciphertext handed to `uv_write` and not yet written.
     private(set) var queuedWriteBytes = 0
     private(set) var isClosed = false
     private var reportedClose = false
     private var stopActionID = 0
 
-    static let readBufferSize = 64 * 1024
+    package static let readBufferSize = 64 * 1024
 
-    init(loop: LoopThread) {
+    package init(loop: LoopThread) {
         loop.assertInLoop()
         self.loop = loop
         handle = .allocate(capacity: 1)
@@ -45,26 +45,26 @@ final class TCPSocket {
         readBuffer.deallocate()
     }
 
-    var streamHandle: UnsafeMutablePointer<uv_stream_t> {
+    package var streamHandle: UnsafeMutablePointer<uv_stream_t> {
         UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_stream_t.self)
     }
 
-    var genericHandle: UnsafeMutablePointer<uv_handle_t> {
+    package var genericHandle: UnsafeMutablePointer<uv_handle_t> {
         UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_handle_t.self)
     }
 
-    func setNoDelay() {
+    package func setNoDelay() {
         uv_tcp_nodelay(handle, 1)
     }
 
-    func startReading() {
+    package func startReading() {
         loop.assertInLoop()
         let rc = uv_read_start(streamHandle, tcpAllocCallback, tcpReadCallback)
         if rc != 0 { fail(TransportError(.connectionClosed, "read failed: \(uvErrorName(rc))")) }
     }
 
     /// Writes `count` bytes of `buffer`, taking ownership of the buffer (freed after the write).
-    func write(taking buffer: UnsafeMutableRawBufferPointer, count: Int) {
+    package func write(taking buffer: UnsafeMutableRawBufferPointer, count: Int) {
         loop.assertInLoop()
         guard !isClosed else {
             buffer.deallocate()
@@ -123,7 +123,7 @@ final class TCPSocket {
     fileprivate var allocationBuffer: UnsafeMutableRawBufferPointer { readBuffer }
 
     /// Reports `error` to the delegate once and closes.
-    func fail(_ error: TransportError) {
+    package func fail(_ error: TransportError) {
         guard !reportedClose else { return }
         reportedClose = true
         let delegate = self.delegate
@@ -132,7 +132,7 @@ final class TCPSocket {
     }
 
     /// Closes the socket. Idempotent. Pending writes are cancelled; their buffers are freed.
-    func close() {
+    package func close() {
         guard !isClosed else { return }
         isClosed = true
         reportedClose = true
@@ -146,7 +146,7 @@ final class TCPSocket {
     }
 }
 
-func uvErrorName(_ code: Int32) -> String {
+package func uvErrorName(_ code: Int32) -> String {
     "\(String(cString: uv_err_name(code))) (\(String(cString: uv_strerror(code))))"
 }
 
@@ -168,8 +168,8 @@ private func tcpReadCallback(
 
 /// What a `uv_write_t` carries until its callback: the owned buffer and its used length.
 private struct PendingWrite {
-    let buffer: UnsafeMutableRawBufferPointer
-    let count: Int
+    package let buffer: UnsafeMutableRawBufferPointer
+    package let count: Int
 }
 
 private func tcpWriteCallback(_ request: UnsafeMutablePointer<uv_write_t>?, _ status: Int32) {

@@ -1,7 +1,7 @@
 import Foundation
 
 /// What a secure channel tells the protocol on top of it (HTTP/2). All calls on the loop thread.
-protocol SecureChannelDelegate: AnyObject {
+package protocol SecureChannelDelegate: AnyObject {
     /// The handshake finished (for a client: the certificate verified and h2 negotiated).
     func channelDidBecomeReady(_ channel: SecureChannel)
     /// Decrypted bytes arrived; valid only during the call.
@@ -18,13 +18,13 @@ protocol SecureChannelDelegate: AnyObject {
 /// plaintext staging buffer (one TLS record per 16 KiB, not per frame), and all ciphertext of a
 /// loop turn leaves in one `uv_write`. Past `highWaterMark` bytes queued on the socket it stops
 /// asking for output until the socket drains (h2load's back-off).
-final class SecureChannel: LoopFlushable, TCPSocketDelegate {
-    let loop: LoopThread
+package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
+    package let loop: LoopThread
     private let socket: TCPSocket
     private let tls: TLSEngine
     /// Strong (no side table on the hot path); cleared when the channel closes, which breaks the
     /// cycle with the connection that owns this channel.
-    var delegate: SecureChannelDelegate?
+    package var delegate: SecureChannelDelegate?
     private var handshakeTimer: LoopTimer?
     private(set) var isReady = false
     private(set) var isClosed = false
@@ -36,11 +36,11 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     /// Owned: freed in deinit. Plaintext read from TLS.
     private let plaintextBuffer: UnsafeMutableRawBufferPointer
 
-    static let stagingSize = 16 * 1024
+    package static let stagingSize = 16 * 1024
     /// Bytes queued on the socket past which no more output is produced until it drains.
-    static let highWaterMark = 64 * 1024
+    package static let highWaterMark = 64 * 1024
 
-    init(socket: TCPSocket, tls: TLSEngine, handshakeTimeoutMilliseconds: UInt64) {
+    package init(socket: TCPSocket, tls: TLSEngine, handshakeTimeoutMilliseconds: UInt64) {
         self.loop = socket.loop
         self.socket = socket
         self.tls = tls
@@ -65,13 +65,13 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     }
 
     /// Starts the handshake (the client speaks first; a server waits for the ClientHello).
-    func start() {
+    package func start() {
         socket.startReading()
         advanceHandshake()
     }
 
     /// Appends protocol output. Call from `channelProduceOutput` or any time; it leaves at the next flush.
-    func write(_ bytes: UnsafeRawBufferPointer) {
+    package func write(_ bytes: UnsafeRawBufferPointer) {
         var remaining = bytes
         while remaining.count > 0 {
             if stagedCount == 0 && remaining.count >= Self.stagingSize {
@@ -95,13 +95,13 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     }
 
     /// Asks for a flush at the end of this loop turn.
-    func scheduleFlush() {
+    package func scheduleFlush() {
         guard !isClosed else { return }
         loop.scheduleFlush(self)
     }
 
     /// Whether the socket can take more output now.
-    var canWrite: Bool { socket.queuedWriteBytes < Self.highWaterMark }
+    package var canWrite: Bool { socket.queuedWriteBytes < Self.highWaterMark }
 
     override func flushNow() {
         guard !isClosed else { return }
@@ -115,14 +115,14 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
 
     /// Sends what is pending, then closes (once the socket has written it all). Idempotent: a
     /// second call must not schedule another flush, or a flush that calls it would spin.
-    func closeWhenFlushed() {
+    package func closeWhenFlushed() {
         guard !closeAfterFlush else { return }
         closeAfterFlush = true
         scheduleFlush()
     }
 
     /// Closes now. Idempotent; the delegate hears of it once.
-    func close(error: TransportError?) {
+    package func close(error: TransportError?) {
         guard !isClosed else { return }
         isClosed = true
         handshakeTimer?.close()
@@ -152,7 +152,7 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
 
     // MARK: TCPSocketDelegate
 
-    func tcpSocket(_ socket: TCPSocket, didRead bytes: UnsafeRawBufferPointer) {
+    package func tcpSocket(_ socket: TCPSocket, didRead bytes: UnsafeRawBufferPointer) {
         tls.feed(bytes)
         if !tls.handshakeDone {
             advanceHandshake()
@@ -170,7 +170,7 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         scheduleFlush()
     }
 
-    func tcpSocket(_ socket: TCPSocket, didCloseWith error: TransportError?) {
+    package func tcpSocket(_ socket: TCPSocket, didCloseWith error: TransportError?) {
         guard !isClosed else { return }
         if !isReady, let error {
             close(error: TransportError(error.kind, "connection closed during TLS handshake: \(error.message)"))
@@ -179,7 +179,7 @@ final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         }
     }
 
-    func tcpSocketDidDrainWrites(_ socket: TCPSocket) {
+    package func tcpSocketDidDrainWrites(_ socket: TCPSocket) {
         if closeAfterFlush && socket.queuedWriteBytes == 0 {
             close(error: nil)
         } else if canWrite {

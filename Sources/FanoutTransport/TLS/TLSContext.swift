@@ -5,27 +5,27 @@ import Foundation
 /// How a client checks the server: against the system trust store, or against a given CA file.
 /// Verification (chain and host name) is always on; a test CA replaces the trust store, it never
 /// turns checking off.
-public struct TLSClientConfiguration: Sendable {
+package struct TLSClientConfiguration: Sendable {
     /// PEM file of CA certificates to trust instead of the system store (`--ca-file`).
-    public var caFile: String?
+    package var caFile: String?
     /// Milliseconds the TLS handshake may take.
-    public var handshakeTimeoutMilliseconds: UInt64
+    package var handshakeTimeoutMilliseconds: UInt64
 
-    public init(caFile: String? = nil, handshakeTimeoutMilliseconds: UInt64 = 10_000) {
+    package init(caFile: String? = nil, handshakeTimeoutMilliseconds: UInt64 = 10_000) {
         self.caFile = caFile
         self.handshakeTimeoutMilliseconds = handshakeTimeoutMilliseconds
     }
 }
 
 /// A server's certificate and key, and which ALPN protocols it offers (mock-apns, tests).
-public struct TLSServerConfiguration: Sendable {
-    public var certificateFile: String
-    public var privateKeyFile: String
+package struct TLSServerConfiguration: Sendable {
+    package var certificateFile: String
+    package var privateKeyFile: String
     /// ALPN protocols the server selects from, in preference order. `["h2"]` for mock-apns; tests use
     /// `["http/1.1"]` to play a server that offers no h2.
-    public var alpnProtocols: [String]
+    package var alpnProtocols: [String]
 
-    public init(certificateFile: String, privateKeyFile: String, alpnProtocols: [String] = ["h2"]) {
+    package init(certificateFile: String, privateKeyFile: String, alpnProtocols: [String] = ["h2"]) {
         self.certificateFile = certificateFile
         self.privateKeyFile = privateKeyFile
         self.alpnProtocols = alpnProtocols
@@ -34,16 +34,16 @@ public struct TLSServerConfiguration: Sendable {
 
 /// An OpenSSL `SSL_CTX`, shared by every connection of one configuration (SSL_CTX is thread-safe
 /// once configured).
-final class TLSContext: @unchecked Sendable {
+package final class TLSContext: @unchecked Sendable {
     /// Owned: freed in deinit.
-    let context: OpaquePointer
-    let isServer: Bool
+    package let context: OpaquePointer
+    package let isServer: Bool
     /// ALPN protocols in wire format (length-prefixed), kept alive for the select callback.
     /// Owned: freed in deinit.
     private let alpnWire: UnsafeMutableBufferPointer<UInt8>
 
     /// A client context: TLS 1.2+, peer verification on, ALPN "h2".
-    init(client configuration: TLSClientConfiguration) throws(TransportError) {
+    package init(client configuration: TLSClientConfiguration) throws(TransportError) {
         guard let context = SSL_CTX_new(TLS_client_method()) else {
             throw TransportError(.tlsConfiguration, "cannot create TLS context: \(tlsErrorQueueDescription())")
         }
@@ -69,7 +69,7 @@ final class TLSContext: @unchecked Sendable {
     }
 
     /// A server context with a certificate chain and key, offering `alpnProtocols`.
-    init(server configuration: TLSServerConfiguration) throws(TransportError) {
+    package init(server configuration: TLSServerConfiguration) throws(TransportError) {
         guard let context = SSL_CTX_new(TLS_server_method()) else {
             throw TransportError(.tlsConfiguration, "cannot create TLS context: \(tlsErrorQueueDescription())")
         }
@@ -136,7 +136,7 @@ private func tlsALPNSelectCallback(
 }
 
 /// OpenSSL's error queue as one line, and the queue cleared. Holds library error strings only.
-func tlsErrorQueueDescription() -> String {
+package func tlsErrorQueueDescription() -> String {
     var parts: [String] = []
     var buffer = [CChar](repeating: 0, count: 256)
     while true {
@@ -150,22 +150,22 @@ func tlsErrorQueueDescription() -> String {
 }
 
 /// A client TLS context that many connections share (one `SSL_CTX`, one trust store load).
-public final class TLSClientContext: Sendable {
-    let context: TLSContext
-    public let configuration: TLSClientConfiguration
+package final class TLSClientContext: Sendable {
+    package let context: TLSContext
+    package let configuration: TLSClientConfiguration
 
     /// Loads the trust store (the CA file, or the system's). Throws `.tlsConfiguration` with a clear message.
-    public init(_ configuration: TLSClientConfiguration) throws(TransportError) {
+    package init(_ configuration: TLSClientConfiguration) throws(TransportError) {
         self.configuration = configuration
         context = try TLSContext(client: configuration)
     }
 }
 
 /// A server TLS context shared by every accepted connection.
-public final class TLSServerContext: Sendable {
-    let context: TLSContext
+package final class TLSServerContext: Sendable {
+    package let context: TLSContext
 
-    public init(_ configuration: TLSServerConfiguration) throws(TransportError) {
+    package init(_ configuration: TLSServerConfiguration) throws(TransportError) {
         context = try TLSContext(server: configuration)
     }
 }

@@ -5,8 +5,8 @@ import Foundation
 /// One TLS session over two OpenSSL memory BIOs: ciphertext in from the socket, ciphertext out to
 /// the socket, plaintext in and out for HTTP/2. It does no I/O itself (node's and swift-nio-ssl's
 /// model), so the loop owns every socket call. Confined to its connection's loop.
-final class TLSEngine {
-    enum HandshakeProgress {
+package final class TLSEngine {
+    package enum HandshakeProgress {
         case inProgress
         case done
         case failed(TransportError)
@@ -23,7 +23,7 @@ final class TLSEngine {
     private(set) var handshakeDone = false
 
     /// A client session for `host` (SNI and certificate name check), or a server session.
-    init(context: TLSContext, host: String = "") throws(TransportError) {
+    package init(context: TLSContext, host: String = "") throws(TransportError) {
         guard let ssl = SSL_new(context.context) else {
             throw TransportError(.tlsConfiguration, "cannot create TLS session: \(tlsErrorQueueDescription())")
         }
@@ -58,21 +58,21 @@ final class TLSEngine {
         SSL_free(ssl)
     }
 
-    static func isIPAddress(_ host: String) -> Bool {
+    package static func isIPAddress(_ host: String) -> Bool {
         var v4 = in_addr()
         var v6 = in6_addr()
         return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
     }
 
     /// Hands ciphertext from the socket to TLS.
-    func feed(_ ciphertext: UnsafeRawBufferPointer) {
+    package func feed(_ ciphertext: UnsafeRawBufferPointer) {
         guard let base = ciphertext.baseAddress, ciphertext.count > 0 else { return }
         let written = BIO_write(networkIn, base, Int32(ciphertext.count))
         assert(written == Int32(ciphertext.count), "memory BIO refused input")
     }
 
     /// Advances the handshake with what has been fed so far.
-    func advanceHandshake() -> HandshakeProgress {
+    package func advanceHandshake() -> HandshakeProgress {
         if handshakeDone { return .done }
         ERR_clear_error()
         let rc = SSL_do_handshake(ssl)
@@ -89,7 +89,7 @@ final class TLSEngine {
     }
 
     /// The ALPN protocol chosen, or nil.
-    func negotiatedProtocol() -> String? {
+    package func negotiatedProtocol() -> String? {
         var data: UnsafePointer<UInt8>?
         var length: UInt32 = 0
         SSL_get0_alpn_selected(ssl, &data, &length)
@@ -123,7 +123,7 @@ final class TLSEngine {
 
     /// Decrypts into `buffer`. Returns the byte count, 0 when nothing is ready, nil when the peer
     /// closed TLS or the session broke.
-    func readPlaintext(into buffer: UnsafeMutableRawBufferPointer) -> Int? {
+    package func readPlaintext(into buffer: UnsafeMutableRawBufferPointer) -> Int? {
         let rc = SSL_read(ssl, buffer.baseAddress, Int32(buffer.count))
         if rc > 0 { return Int(rc) }
         let error = SSL_get_error(ssl, rc)
@@ -133,18 +133,18 @@ final class TLSEngine {
     }
 
     /// Encrypts `plaintext` into the output BIO. Memory BIOs grow, so the whole input is taken.
-    func writePlaintext(_ plaintext: UnsafeRawBufferPointer) -> Bool {
+    package func writePlaintext(_ plaintext: UnsafeRawBufferPointer) -> Bool {
         guard let base = plaintext.baseAddress, plaintext.count > 0 else { return true }
         let rc = SSL_write(ssl, base, Int32(plaintext.count))
         return rc == Int32(plaintext.count)
     }
 
     /// Ciphertext waiting for the socket.
-    var pendingCiphertext: Int { CFanoutShims_BIO_pending(networkOut) }
+    package var pendingCiphertext: Int { CFanoutShims_BIO_pending(networkOut) }
 
     /// Moves all waiting ciphertext into one newly allocated buffer, whose ownership passes to the
     /// caller (the socket's write frees it). Nil when there is none.
-    func takeCiphertext() -> (buffer: UnsafeMutableRawBufferPointer, count: Int)? {
+    package func takeCiphertext() -> (buffer: UnsafeMutableRawBufferPointer, count: Int)? {
         let pending = pendingCiphertext
         guard pending > 0 else { return nil }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: pending, alignment: 16)
@@ -154,7 +154,7 @@ final class TLSEngine {
     }
 
     /// Queues a TLS close_notify.
-    func shutdown() {
+    package func shutdown() {
         if handshakeDone { SSL_shutdown(ssl) }
     }
 }

@@ -2,6 +2,7 @@
 // restarted on the same port, the mock's --record file read back per token, the process's resident
 // memory, and a deadline that fails a run instead of letting it hang the suite.
 import FanoutCore
+import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import MockAPNsKit

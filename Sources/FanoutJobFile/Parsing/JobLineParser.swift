@@ -1,12 +1,13 @@
+import Fanout
 import FanoutCore
 
 /// A job line that parsed and validated: the job, ready for the engine, and where it came from.
-public struct ParsedJobLine: Sendable {
-    public var job: FanoutJob
+package struct ParsedJobLine: Sendable {
+    package var job: FanoutJob
     /// The 1-based line number in the job file.
-    public var lineNumber: Int
+    package var lineNumber: Int
 
-    public init(job: FanoutJob, lineNumber: Int) {
+    package init(job: FanoutJob, lineNumber: Int) {
         self.job = job
         self.lineNumber = lineNumber
     }
@@ -24,17 +25,17 @@ public struct ParsedJobLine: Sendable {
 /// APNs would reject for the job as a whole is caught here, once, before any token is sent: the headers' rules, the
 /// Live Activity's rules, the payload size, each inline token, and whether `tokens_file` can be opened. A failure is a
 /// `JobLineError` whose message starts with the job-file field at fault.
-public struct JobLineParser: Sendable {
+package struct JobLineParser: Sendable {
     /// The keys of a job line.
-    public static let knownKeys = [
+    package static let knownKeys = [
         "id", "workspace", "topic", "push_type", "priority", "expiration", "collapse_id", "live_activity", "payload",
         "tokens", "tokens_file",
     ]
 
     /// The workspace of a job that names none.
-    public static let defaultWorkspace = "default"
+    package static let defaultWorkspace = "default"
 
-    public init() {}
+    package init() {}
 
     /// Parses and validates one line.
     ///
@@ -45,7 +46,7 @@ public struct JobLineParser: Sendable {
     ///   - now: seconds since 1970; the Live Activity `timestamp` when the line gives none. One value for the whole
     ///     job, so that its payload is encoded once.
     /// - returns: the job, or why the line was refused.
-    public func parse(
+    package func parse(
         line: some Collection<UInt8>, lineNumber: Int, jobFileDirectory: String, now: Int64
     ) -> Result<ParsedJobLine, JobLineError> {
         var reader = LineReader()
@@ -60,7 +61,7 @@ public struct JobLineParser: Sendable {
 
     /// `path` resolved against the job file's directory: unchanged when absolute, or when the directory is `.` or
     /// empty (the current directory).
-    public static func resolve(tokensFile path: String, jobFileDirectory: String) -> String {
+    package static func resolve(tokensFile path: String, jobFileDirectory: String) -> String {
         if path.hasPrefix("/") || jobFileDirectory.isEmpty || jobFileDirectory == "." { return path }
         return jobFileDirectory.hasSuffix("/") ? jobFileDirectory + path : jobFileDirectory + "/" + path
     }

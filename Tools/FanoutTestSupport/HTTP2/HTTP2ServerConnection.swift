@@ -1,21 +1,22 @@
 import CLibUV
 import CNGHTTP2
+import FanoutTransport
 import Foundation
 
 /// A complete request received by a server connection.
-public struct HTTP2ServerRequest: Sendable {
-    public var streamID: Int32
-    public var method: String
-    public var path: String
+package struct HTTP2ServerRequest: Sendable {
+    package var streamID: Int32
+    package var method: String
+    package var path: String
     /// Regular (non-pseudo) headers in arrival order, duplicates kept, names lowercase.
-    public var headers: [(name: String, value: String)]
-    public var body: [UInt8]
+    package var headers: [(name: String, value: String)]
+    package var body: [UInt8]
     /// The body was longer than `HTTP2ServerConnection.maxRequestBody`; `body` holds only its start.
-    public var bodyTruncated = false
+    package var bodyTruncated = false
 }
 
 /// What a server connection asks of the application (mock-apns). Calls on the loop thread.
-public protocol HTTP2ServerHandler: AnyObject {
+package protocol HTTP2ServerHandler: AnyObject {
     /// A request is complete; answer it (now or later) with `connection.respond` or `refuse`.
     func serverConnection(_ connection: HTTP2ServerConnection, didReceive request: HTTP2ServerRequest)
     /// The client opened a stream past our acknowledged MAX_CONCURRENT_STREAMS.
@@ -29,8 +30,8 @@ public protocol HTTP2ServerHandler: AnyObject {
 /// sends can crash the process. Confined to its loop.
 ///
 /// `@unchecked Sendable`: referenced from any thread, used only on its loop.
-public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Sendable {
-    public let loop: LoopThread
+package final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Sendable {
+    package let loop: LoopThread
     private let channel: SecureChannel
     /// Owned: created when TLS is ready, freed with `nghttp2_session_del` in `teardown`.
     private var session: OpaquePointer?
@@ -38,8 +39,8 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     /// side table on the hot path).
     private let handler: HTTP2ServerHandler
     private let initialMaxStreams: UInt32
-    public private(set) var isClosed = false
-    public private(set) var streamsReceived = 0
+    package private(set) var isClosed = false
+    package private(set) var streamsReceived = 0
     private var insideSession = 0
     private var pendingClose = false
     private var goawaySent = false
@@ -95,7 +96,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     /// Lets the server that owns this connection forget it.
     var onClose: (() -> Void)?
     /// A free slot for the application (mock-apns keeps its per-connection state here).
-    public var userInfo: AnyObject?
+    package var userInfo: AnyObject?
 
     /// Largest request body kept; past it the rest is dropped and the request is marked truncated
     /// (APNs's own limit is 5 KiB), so a hostile client cannot make the server buffer without bound.
@@ -120,7 +121,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
 
     /// Sends SETTINGS with a new MAX_CONCURRENT_STREAMS (APNs raises it after the first valid
     /// token and drops it to 1 after a rejection).
-    public func setMaxConcurrentStreams(_ value: UInt32) {
+    package func setMaxConcurrentStreams(_ value: UInt32) {
         guard let session, !isClosed else { return }
         var entry = nghttp2_settings_entry(
             settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: value)
@@ -129,8 +130,9 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     }
 
     /// Answers a stream. `body` empty sends headers only (END_STREAM on HEADERS).
-    public func respond(streamID: Int32, status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [])
-    {
+    package func respond(
+        streamID: Int32, status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []
+    ) {
         guard let session, !isClosed else { return }
         guard let raw = nghttp2_session_get_stream_user_data(session, streamID) else { return }
         let stream = Unmanaged<ServerStream>.fromOpaque(raw).takeUnretainedValue()
@@ -151,7 +153,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     }
 
     /// Resets a stream with REFUSED_STREAM (the request was not processed).
-    public func refuse(streamID: Int32) {
+    package func refuse(streamID: Int32) {
         guard let session, !isClosed else { return }
         nghttp2_submit_rst_stream(
             session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, UInt32(NGHTTP2_REFUSED_STREAM.rawValue))
@@ -160,7 +162,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
 
     /// Sends GOAWAY naming the last stream processed so far, with a JSON reason as debug data as
     /// APNs does, and closes once the processed streams are answered.
-    public func sendGoaway(reason: String, errorCode: UInt32 = UInt32(NGHTTP2_NO_ERROR.rawValue)) {
+    package func sendGoaway(reason: String, errorCode: UInt32 = UInt32(NGHTTP2_NO_ERROR.rawValue)) {
         guard let session, !isClosed, !goawaySent else { return }
         goawaySent = true
         let lastStreamID = nghttp2_session_get_last_proc_stream_id(session)
@@ -171,13 +173,13 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
     }
 
     /// The highest stream id handed to the handler so far.
-    public var lastProcessedStreamID: Int32 {
+    package var lastProcessedStreamID: Int32 {
         guard let session else { return 0 }
         return nghttp2_session_get_last_proc_stream_id(session)
     }
 
     /// Drops the TCP connection at once, as a network failure would.
-    public func drop() {
+    package func drop() {
         teardown(nil)
     }
 
@@ -203,7 +205,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
 
     // MARK: SecureChannelDelegate
 
-    func channelDidBecomeReady(_ channel: SecureChannel) {
+    package func channelDidBecomeReady(_ channel: SecureChannel) {
         var callbacks: OpaquePointer?
         nghttp2_session_callbacks_new(&callbacks)
         defer { nghttp2_session_callbacks_del(callbacks) }
@@ -233,7 +235,7 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
         channel.scheduleFlush()
     }
 
-    func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
+    package func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
         guard let session else { return }
         insideSession += 1
         let consumed = nghttp2_session_mem_recv(
@@ -250,11 +252,11 @@ public final class HTTP2ServerConnection: SecureChannelDelegate, @unchecked Send
         channel.scheduleFlush()
     }
 
-    func channel(_ channel: SecureChannel, didCloseWith error: TransportError?) {
+    package func channel(_ channel: SecureChannel, didCloseWith error: TransportError?) {
         teardown(error)
     }
 
-    func channelProduceOutput(_ channel: SecureChannel) {
+    package func channelProduceOutput(_ channel: SecureChannel) {
         guard let session else { return }
         while channel.canWrite {
             var data: UnsafePointer<UInt8>?

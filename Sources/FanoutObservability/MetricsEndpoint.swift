@@ -1,18 +1,19 @@
+import Fanout
 import FanoutTransport
 
 /// Serves a registry at `GET /metrics` in the Prometheus text format (`--metrics-listen HOST:PORT`), on its own
 /// loop thread. Other paths get 404, other methods 405.
-public final class MetricsEndpoint: Sendable {
+package final class MetricsEndpoint: Sendable {
     /// The Prometheus text format's media type.
-    public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+    package static let contentType = "text/plain; version=0.0.4; charset=utf-8"
 
-    public let host: String
+    package let host: String
     /// The port bound (the real one when 0 was asked).
-    public let port: Int
+    package let port: Int
     private let server: PlainHTTPServer
 
     /// Binds `host:port` (a numeric IP address, or `localhost`; port 0 picks a free one) and starts serving.
-    public init(registry: MetricsRegistry, host: String, port: Int) throws(TransportError) {
+    package init(registry: MetricsRegistry, host: String, port: Int) throws(TransportError) {
         let host = host == "localhost" ? "127.0.0.1" : host
         self.host = host
         server = try PlainHTTPServer(host: host, port: port) { method, target in
@@ -22,7 +23,7 @@ public final class MetricsEndpoint: Sendable {
     }
 
     /// Binds `HOST:PORT` as given to `--metrics-listen` (`[::1]:9100` for IPv6).
-    public convenience init(registry: MetricsRegistry, listen: String) throws(TransportError) {
+    package convenience init(registry: MetricsRegistry, listen: String) throws(TransportError) {
         guard let (host, port) = Self.parseListenAddress(listen) else {
             throw TransportError(.connectFailed, "--metrics-listen: expected HOST:PORT, got \"\(listen)\"")
         }
@@ -30,7 +31,7 @@ public final class MetricsEndpoint: Sendable {
     }
 
     /// `HOST:PORT` or `[IPV6]:PORT` split, with the port in 0...65535; nil otherwise.
-    public static func parseListenAddress(_ text: String) -> (host: String, port: Int)? {
+    package static func parseListenAddress(_ text: String) -> (host: String, port: Int)? {
         guard let colon = text.lastIndex(of: ":") else { return nil }
         var host = String(text[..<colon])
         guard let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else { return nil }
@@ -44,7 +45,7 @@ public final class MetricsEndpoint: Sendable {
     }
 
     /// Stops serving. Blocks until the loop thread exits. Idempotent.
-    public func shutdown() {
+    package func shutdown() {
         server.shutdown()
     }
 

@@ -1,34 +1,35 @@
+import Fanout
 import FanoutCore
 import Foundation
 import Synchronization
 
 /// What `fanout send` was asked to do.
-public struct SendOptions: Sendable {
-    public var jobsPath: String
+package struct SendOptions: Sendable {
+    package var jobsPath: String
     /// Results file; nil writes results to standard output (then the summary goes to stderr).
-    public var resultsPath: String?
-    public var summaryPath: String?
-    public var invalidTokensPath: String?
+    package var resultsPath: String?
+    package var summaryPath: String?
+    package var invalidTokensPath: String?
     /// Continue the run recorded in the results file's journal.
-    public var resume = false
+    package var resume = false
     /// Jobs sent at the same time (each is spread over all loops and connections anyway).
-    public var concurrentJobs = 16
-    public var progress: ProgressReporter.Mode = .auto
+    package var concurrentJobs = 16
+    package var progress: ProgressReporter.Mode = .auto
 
-    public init(jobsPath: String) {
+    package init(jobsPath: String) {
         self.jobsPath = jobsPath
     }
 }
 
 /// The run's totals: the summary line of product.md.
-public struct SendSummary: Sendable {
-    public var counts: SendCounts
-    public var seconds: Double
+package struct SendSummary: Sendable {
+    package var counts: SendCounts
+    package var seconds: Double
     /// Notifications finished by this process per second.
-    public var rate: Double
+    package var rate: Double
 
     /// `{"jobs": 3, "notifications": 250000, "delivered": …, "rate": 85910.0}` on one line.
-    public var jsonLine: String {
+    package var jsonLine: String {
         let fields: [(String, String)] = [
             ("jobs", "\(counts.jobs)"), ("notifications", "\(counts.notifications)"),
             ("delivered", "\(counts.outcomes.delivered)"),
@@ -43,23 +44,23 @@ public struct SendSummary: Sendable {
     }
 
     /// Whether every notification ended `delivered`.
-    public var allDelivered: Bool { counts.outcomes.delivered == counts.notifications }
+    package var allDelivered: Bool { counts.outcomes.delivered == counts.notifications }
 }
 
 /// Drives the engine from a job file: one job line at a time (several in flight), one results line
 /// per (job, token), a journal for `--resume`, the invalid-tokens file and progress.
-public final class JobFileRunner: Sendable {
+package final class JobFileRunner: Sendable {
     private let engine: FanoutEngine
     private let options: SendOptions
 
-    public init(engine: FanoutEngine, options: SendOptions) {
+    package init(engine: FanoutEngine, options: SendOptions) {
         self.engine = engine
         self.options = options
     }
 
     /// Runs every job of the file. Throws `SendError` (nothing sent) when the job file or results
     /// file cannot be used, or the journal does not match.
-    public func run() async throws -> SendSummary {
+    package func run() async throws -> SendSummary {
         let started = DispatchTime.now()
         let jobsSize = try fileSize(options.jobsPath)
         var reader: JobFileReader

@@ -1,15 +1,16 @@
+import FanoutTransport
 import Foundation
 
 /// An HTTP/2-over-TLS server on N loop threads (mock-apns, tests). Each loop listens on the same
 /// port (SO_REUSEPORT) and owns the connections it accepts, so loops share nothing but the
 /// handler's own shared state.
-public final class HTTP2Server: @unchecked Sendable {
+package final class HTTP2Server: @unchecked Sendable {
     // @unchecked Sendable: `perLoop[i]` is touched only on `loops[i]`; the rest is immutable.
 
-    public let loops: [LoopThread]
+    package let loops: [LoopThread]
     /// The port bound (the real one when 0 was asked).
-    public let port: Int
-    public let host: String
+    package let port: Int
+    package let host: String
     private let perLoop: [LoopState]
 
     /// What one loop owns: its listener and the connections it accepted (until they close).
@@ -20,7 +21,7 @@ public final class HTTP2Server: @unchecked Sendable {
 
     /// Binds `host:port` on `threads` loops and starts accepting.
     /// - Parameter makeHandler: called once per loop, on that loop, to make the handler of its connections.
-    public init(
+    package init(
         host: String, port: Int, threads: Int, tls: TLSServerContext, initialMaxStreams: UInt32,
         makeHandler: @escaping @Sendable (LoopThread) -> HTTP2ServerHandler
     ) throws(TransportError) {
@@ -71,7 +72,7 @@ public final class HTTP2Server: @unchecked Sendable {
     }
 
     /// Stops listening, drops every connection and stops the loops. Blocks until they exit.
-    public func shutdown() {
+    package func shutdown() {
         for (loop, state) in zip(loops, perLoop) { Self.stop(loop: loop, state: state) }
     }
 
@@ -84,23 +85,4 @@ public final class HTTP2Server: @unchecked Sendable {
         }
         loop.shutdown()
     }
-}
-
-extension LoopThread {
-    /// Runs `body` on the loop and waits for its result. Never call from the loop itself.
-    func runAndWait<T>(_ body: @escaping () -> T) -> T {
-        precondition(!inLoop, "runAndWait from the loop thread would deadlock")
-        let done = DispatchSemaphore(value: 0)
-        let result = UncheckedSendableBox(ResultSlot<T>())
-        executeUnchecked {
-            result.value.value = body()
-            done.signal()
-        }
-        done.wait()
-        return result.value.value!
-    }
-}
-
-private final class ResultSlot<T> {
-    var value: T?
 }

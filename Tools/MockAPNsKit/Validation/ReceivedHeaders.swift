@@ -1,3 +1,5 @@
+import FanoutCore
+
 /// The request headers APNs reads, picked out of the received list in one pass, with duplicates detected.
 struct ReceivedHeaders {
     var pushType: String?

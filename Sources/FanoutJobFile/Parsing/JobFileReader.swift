@@ -1,3 +1,5 @@
+import Fanout
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)
@@ -7,19 +9,19 @@
 #endif
 
 /// A job file that cannot be opened or read, with its path.
-public struct JobFileError: Error, Hashable, Sendable, CustomStringConvertible {
+package struct JobFileError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The path as it was given.
-    public let path: String
+    package let path: String
     /// What went wrong, for example `No such file or directory`.
-    public let reason: String
+    package let reason: String
 
-    public init(path: String, reason: String) {
+    package init(path: String, reason: String) {
         self.path = path
         self.reason = reason
     }
 
     /// `cannot read job file jobs.jsonl: No such file or directory`.
-    public var description: String { "cannot read job file \(path): \(reason)" }
+    package var description: String { "cannot read job file \(path): \(reason)" }
 }
 
 /// Streams the lines of a JSON Lines job file in fixed-size chunks, so memory stays flat however long the file is.
@@ -29,24 +31,24 @@ public struct JobFileError: Error, Hashable, Sendable, CustomStringConvertible {
 /// shows. Only the current chunk and the line being assembled are held in memory.
 ///
 /// A reader is a reference to one open file and is not thread-safe; the file is closed at the end or on `deinit`.
-public final class JobFileReader {
+package final class JobFileReader {
     /// One non-blank line: its 1-based number in the file and its bytes (without the line ending).
-    public struct Line: Hashable, Sendable {
-        public let number: Int
-        public let bytes: [UInt8]
+    package struct Line: Hashable, Sendable {
+        package let number: Int
+        package let bytes: [UInt8]
 
-        public init(number: Int, bytes: [UInt8]) {
+        package init(number: Int, bytes: [UInt8]) {
             self.number = number
             self.bytes = bytes
         }
     }
 
-    public static let defaultChunkSize = 256 * 1024
+    package static let defaultChunkSize = 256 * 1024
     /// The longest line accepted: 256 MiB. A job that names more tokens than fit belongs in a `tokens_file`.
-    public static let defaultMaximumLineLength = 256 * 1024 * 1024
+    package static let defaultMaximumLineLength = 256 * 1024 * 1024
 
     /// The path as given.
-    public let path: String
+    package let path: String
     private let chunkSize: Int
     private let maximumLineLength: Int
     private var descriptor: Int32
@@ -59,7 +61,7 @@ public final class JobFileReader {
     private var linesRead = 0
 
     /// Opens `path` for reading. Throws, naming the path, when it does not exist, cannot be read or is a directory.
-    public init(
+    package init(
         path: String, chunkSize: Int = JobFileReader.defaultChunkSize,
         maximumLineLength: Int = JobFileReader.defaultMaximumLineLength
     ) throws(JobFileError) {
@@ -79,11 +81,11 @@ public final class JobFileReader {
 
     /// The directory that relative paths inside the file (`tokens_file`) are resolved against: the part of `path`
     /// before its last `/`, or `.` when it has none.
-    public var directory: String { JobFileIO.directory(of: path) }
+    package var directory: String { JobFileIO.directory(of: path) }
 
     /// The next non-blank line, or nil at the end of the file. Throws when the file cannot be read or a line is
     /// longer than `maximumLineLength`.
-    public func nextLine() throws(JobFileError) -> Line? {
+    package func nextLine() throws(JobFileError) -> Line? {
         while true {
             if let newline = findNewline() {
                 let range = start..<newline

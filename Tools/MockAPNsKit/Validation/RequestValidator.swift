@@ -1,3 +1,5 @@
+import FanoutCore
+
 /// Checks a device-push request the way APNs does (apns-reference sections 2, 5 and 6) and answers with APNs's status
 /// and reason. mock-apns runs it once per request; the JWT is checked separately, with crypto, by the mock.
 ///
@@ -40,13 +42,13 @@
 ///   background push without one passes; only an explicit 10 is refused.
 /// - `apns-topic` is always required, as with token authentication.
 /// - Header names are compared exactly: HTTP/2 requires them in lowercase and nghttp2 enforces it.
-public struct APNsRequestValidator: Sendable {
+package struct APNsRequestValidator: Sendable {
     static let devicePathPrefix = Array("/3/device".utf8)
 
-    public init() {}
+    package init() {}
 
     /// Nil when the request is one APNs would accept, otherwise its status and reason.
-    public func validate(
+    package func validate(
         method: String, path: String, headers: [(name: String, value: String)], body: some Collection<UInt8>
     ) -> APNsRejection? {
         if case .failure(let rejection) = check(method: method, path: path, headers: headers, body: body) {
@@ -56,7 +58,7 @@ public struct APNsRequestValidator: Sendable {
     }
 
     /// Validates the request and, when it passes, returns its parsed headers.
-    public func check(
+    package func check(
         method: String, path: String, headers: [(name: String, value: String)], body: some Collection<UInt8>
     ) -> Result<ValidatedDeviceRequest, APNsRejection> {
         guard method == "POST" else { return .failure(APNsRejection(.methodNotAllowed)) }
@@ -116,7 +118,7 @@ public struct APNsRequestValidator: Sendable {
     }
 
     /// The device token in a `/3/device/<token>` path, or the rejection APNs gives for the path.
-    public static func deviceToken(inPath path: String) -> Result<DeviceToken, APNsRejection> {
+    package static func deviceToken(inPath path: String) -> Result<DeviceToken, APNsRejection> {
         var path = path
         // One contiguous pass over the bytes: generic slices of String.UTF8View are several times slower.
         return path.withUTF8 { bytes -> Result<DeviceToken, APNsRejection> in
@@ -133,7 +135,7 @@ public struct APNsRequestValidator: Sendable {
 
     /// The JWT of the first `authorization: bearer <jwt>` header; nil when there is none, the scheme is not `bearer`
     /// (compared without regard to case) or the credential is empty.
-    public static func bearerToken(in headers: [(name: String, value: String)]) -> String? {
+    package static func bearerToken(in headers: [(name: String, value: String)]) -> String? {
         for header in headers where header.name == APNsHeaderName.authorization {
             return bearerToken(fromAuthorization: header.value)
         }
@@ -141,7 +143,7 @@ public struct APNsRequestValidator: Sendable {
     }
 
     /// The JWT of an `authorization` header value of the form `bearer <jwt>`.
-    public static func bearerToken(fromAuthorization value: String) -> String? {
+    package static func bearerToken(fromAuthorization value: String) -> String? {
         let bytes = value.utf8
         let scheme = "bearer".utf8
         guard bytes.count > scheme.count, ASCIIBytes.equalsIgnoringCase(bytes.prefix(scheme.count), scheme) else {

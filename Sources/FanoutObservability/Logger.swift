@@ -1,3 +1,4 @@
+import Fanout
 import Foundation
 
 /// Structured logs, one line per event, on stderr (`--log-format text|json`).
@@ -7,19 +8,19 @@ import Foundation
 ///
 /// Secrets never reach the output: every event goes through `LogRedaction` first (fields named like a credential,
 /// values that look like a JWT or a PEM block, bearer tokens in messages).
-public struct FanoutLogger: Sendable {
+package struct FanoutLogger: Sendable {
     /// How lines are written.
-    public struct Format: Hashable, Sendable, CustomStringConvertible {
+    package struct Format: Hashable, Sendable, CustomStringConvertible {
         let name: String
-        public var description: String { name }
+        package var description: String { name }
 
         /// `TIMESTAMP LEVEL MESSAGE key=value ...`, values quoted when needed.
-        public static let text = Format(name: "text")
+        package static let text = Format(name: "text")
         /// One JSON object per line: `ts`, `level`, `msg`, then the fields.
-        public static let json = Format(name: "json")
+        package static let json = Format(name: "json")
 
         /// Parses a `--log-format` value.
-        public init?(_ name: String) {
+        package init?(_ name: String) {
             switch name {
             case "text": self = .text
             case "json": self = .json
@@ -33,18 +34,18 @@ public struct FanoutLogger: Sendable {
     }
 
     /// How severe an event is. Events below the logger's `minimumLevel` are dropped.
-    public struct Level: Hashable, Sendable, Comparable, CustomStringConvertible {
+    package struct Level: Hashable, Sendable, Comparable, CustomStringConvertible {
         let severity: Int
-        public let name: String
-        public var description: String { name }
+        package let name: String
+        package var description: String { name }
 
-        public static let debug = Level(severity: 10, name: "debug")
-        public static let info = Level(severity: 20, name: "info")
-        public static let warning = Level(severity: 30, name: "warning")
-        public static let error = Level(severity: 40, name: "error")
+        package static let debug = Level(severity: 10, name: "debug")
+        package static let info = Level(severity: 20, name: "info")
+        package static let warning = Level(severity: 30, name: "warning")
+        package static let error = Level(severity: 40, name: "error")
 
         /// Parses a level name (`debug`, `info`, `warning` or `warn`, `error`).
-        public init?(_ name: String) {
+        package init?(_ name: String) {
             switch name.lowercased() {
             case "debug": self = .debug
             case "info": self = .info
@@ -59,19 +60,19 @@ public struct FanoutLogger: Sendable {
             self.name = name
         }
 
-        public static func < (lhs: Level, rhs: Level) -> Bool { lhs.severity < rhs.severity }
+        package static func < (lhs: Level, rhs: Level) -> Bool { lhs.severity < rhs.severity }
     }
 
     /// Where finished lines go (each with its trailing newline).
-    public struct Sink: Sendable {
+    package struct Sink: Sendable {
         let write: @Sendable ([UInt8]) -> Void
 
-        public init(_ write: @escaping @Sendable ([UInt8]) -> Void) {
+        package init(_ write: @escaping @Sendable ([UInt8]) -> Void) {
             self.write = write
         }
 
         /// Standard error, one `write(2)` per line so that lines from several threads do not interleave.
-        public static let standardError = Sink { bytes in
+        package static let standardError = Sink { bytes in
             bytes.withUnsafeBytes { raw in
                 var offset = 0
                 while offset < raw.count {
@@ -86,12 +87,12 @@ public struct FanoutLogger: Sendable {
         }
     }
 
-    public var format: Format
-    public var minimumLevel: Level
+    package var format: Format
+    package var minimumLevel: Level
     private let sink: Sink
     private let clock: @Sendable () -> Date
 
-    public init(
+    package init(
         format: Format = .text, minimumLevel: Level = .info, sink: Sink = .standardError,
         clock: @escaping @Sendable () -> Date = { Date() }
     ) {
@@ -102,20 +103,20 @@ public struct FanoutLogger: Sendable {
     }
 
     /// Writes one event, redacted, if `level` is at least `minimumLevel`.
-    public func log(_ level: Level, _ message: String, fields: [String: String] = [:]) {
+    package func log(_ level: Level, _ message: String, fields: [String: String] = [:]) {
         guard level >= minimumLevel else { return }
         var line = formatLine(level, message, fields: fields, at: clock())
         line.append("\n")
         sink.write(Array(line.utf8))
     }
 
-    public func debug(_ message: String, fields: [String: String] = [:]) { log(.debug, message, fields: fields) }
-    public func info(_ message: String, fields: [String: String] = [:]) { log(.info, message, fields: fields) }
-    public func warning(_ message: String, fields: [String: String] = [:]) { log(.warning, message, fields: fields) }
-    public func error(_ message: String, fields: [String: String] = [:]) { log(.error, message, fields: fields) }
+    package func debug(_ message: String, fields: [String: String] = [:]) { log(.debug, message, fields: fields) }
+    package func info(_ message: String, fields: [String: String] = [:]) { log(.info, message, fields: fields) }
+    package func warning(_ message: String, fields: [String: String] = [:]) { log(.warning, message, fields: fields) }
+    package func error(_ message: String, fields: [String: String] = [:]) { log(.error, message, fields: fields) }
 
     /// The line `log` would write (without its newline): redacted, fields sorted by name.
-    public func formatLine(_ level: Level, _ message: String, fields: [String: String], at date: Date) -> String {
+    package func formatLine(_ level: Level, _ message: String, fields: [String: String], at date: Date) -> String {
         let message = LogRedaction.redactMessage(message)
         let fields = LogRedaction.redactFields(fields).sorted { $0.key < $1.key }
         let timestamp = Self.timestamp(date)
@@ -152,9 +153,9 @@ public struct FanoutLogger: Sendable {
 }
 
 /// Keeps keys and tokens of authentication out of logs.
-public enum LogRedaction {
+package enum LogRedaction {
     /// What replaces a secret.
-    public static let placeholder = "[redacted]"
+    package static let placeholder = "[redacted]"
 
     /// Parts of a field name that mark its value as secret (compared lowercased, without `_`, `-` and `.`).
     static let secretNameParts = [
@@ -163,21 +164,21 @@ public enum LogRedaction {
     ]
 
     /// True when a field of this name must not be logged.
-    public static func isSecretName(_ name: String) -> Bool {
+    package static func isSecretName(_ name: String) -> Bool {
         let normalized = String(name.lowercased().unicodeScalars.filter { !"_-. ".unicodeScalars.contains($0) })
         return secretNameParts.contains { normalized.contains($0) }
     }
 
     /// True when the value holds something that looks like a credential: a JWT (`eyJ…` with two dots), a PEM
     /// block, or a bearer token.
-    public static func isSecretValue(_ value: String) -> Bool {
+    package static func isSecretValue(_ value: String) -> Bool {
         guard !value.contains("-----BEGIN") else { return true }
         let bytes = Array(value.utf8)
         return bytes.indices.contains { jwtLength(in: bytes, at: $0) != nil || bearerLength(in: bytes, at: $0) != nil }
     }
 
     /// Fields with secret names or secret-looking values replaced by the placeholder.
-    public static func redactFields(_ fields: [String: String]) -> [String: String] {
+    package static func redactFields(_ fields: [String: String]) -> [String: String] {
         var redacted = fields
         for (name, value) in fields where isSecretName(name) || isSecretValue(value) {
             redacted[name] = placeholder
@@ -187,7 +188,7 @@ public enum LogRedaction {
 
     /// The message with every JWT, bearer token and PEM block in it replaced by the placeholder (the rest kept,
     /// since a message is prose and its other words matter).
-    public static func redactMessage(_ message: String) -> String {
+    package static func redactMessage(_ message: String) -> String {
         guard isSecretValue(message) else { return message }
         var bytes = Array(message.utf8)
         // A PEM block: from its BEGIN line to the end of its END line, or to the end of the message.

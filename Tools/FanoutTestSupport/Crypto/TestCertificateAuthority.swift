@@ -1,31 +1,32 @@
 import CFanoutShims
 import COpenSSL
+import FanoutTransport
 import Foundation
 
 /// The files mock-apns (`--tls-dir DIR`) and tests need: a CA, a server certificate and key signed by it,
 /// and an ES256 APNs auth key (.p8) with its public half.
-public struct TestTLSMaterial: Sendable, Hashable {
-    public static let caFileName = "ca.pem"
-    public static let serverCertificateFileName = "server.pem"
-    public static let serverKeyFileName = "server-key.pem"
-    public static let authKeyFileName = "auth-key.p8"
-    public static let authKeyPublicFileName = "auth-key.pub.pem"
+package struct TestTLSMaterial: Sendable, Hashable {
+    package static let caFileName = "ca.pem"
+    package static let serverCertificateFileName = "server.pem"
+    package static let serverKeyFileName = "server-key.pem"
+    package static let authKeyFileName = "auth-key.p8"
+    package static let authKeyPublicFileName = "auth-key.pub.pem"
 
     /// The directory holding the files.
-    public let directory: String
+    package let directory: String
     /// The CA certificate (PEM). Clients trust this.
-    public let caPEMPath: String
+    package let caPEMPath: String
     /// The server certificate (PEM), signed by the CA.
-    public let serverCertPath: String
+    package let serverCertPath: String
     /// The server's EC P-256 private key (PKCS#8 PEM, mode 0600).
-    public let serverKeyPath: String
+    package let serverKeyPath: String
     /// The APNs auth key (PKCS#8 PEM `.p8`, mode 0600) that signs provider tokens.
-    public let authKeyP8Path: String
+    package let authKeyP8Path: String
     /// The public half of the auth key (PEM), for verifying provider tokens.
-    public let authKeyPublicPEMPath: String
+    package let authKeyPublicPEMPath: String
 
     /// The standard file paths inside `directory` (does not touch the file system).
-    public init(directory: String) {
+    package init(directory: String) {
         self.directory = directory
         func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }
         caPEMPath = path(Self.caFileName)
@@ -36,7 +37,7 @@ public struct TestTLSMaterial: Sendable, Hashable {
     }
 
     /// All five file paths.
-    public var allPaths: [String] {
+    package var allPaths: [String] {
         [caPEMPath, serverCertPath, serverKeyPath, authKeyP8Path, authKeyPublicPEMPath]
     }
 
@@ -45,7 +46,7 @@ public struct TestTLSMaterial: Sendable, Hashable {
     ///
     /// Reuse does not check that existing files match `hostnames`. Concurrent callers on one directory are
     /// serialised with a lock file (`.fanout-tls.lock`).
-    public static func createOrReuse(
+    package static func createOrReuse(
         in directory: String, hostnames: [String] = ["localhost"], ipAddresses: [String] = ["127.0.0.1"]
     ) throws -> TestTLSMaterial {
         let material = TestTLSMaterial(directory: directory)
@@ -63,7 +64,7 @@ public struct TestTLSMaterial: Sendable, Hashable {
     ///
     /// Pass `certificateAuthority` to sign with an existing CA (for example a server certificate for a wrong
     /// hostname under the same CA), and `authKey` to reuse an auth key; each is generated when nil.
-    public static func create(
+    package static func create(
         in directory: String, hostnames: [String] = ["localhost"], ipAddresses: [String] = ["127.0.0.1"],
         certificateAuthority: TestCertificateAuthority? = nil, authKey: ES256PrivateKey? = nil
     ) throws -> TestTLSMaterial {
@@ -91,22 +92,22 @@ public struct TestTLSMaterial: Sendable, Hashable {
 }
 
 /// A leaf certificate and its private key, in memory.
-public struct TestServerCertificate: Sendable {
+package struct TestServerCertificate: Sendable {
     /// The certificate (PEM).
-    public let certificatePEM: String
+    package let certificatePEM: String
     /// The EC P-256 private key.
-    public let key: ES256PrivateKey
+    package let key: ES256PrivateKey
     /// The private key as PKCS#8 PEM.
-    public var privateKeyPEM: String { key.pemPKCS8() }
+    package var privateKeyPEM: String { key.pemPKCS8() }
 }
 
 /// A throwaway certificate authority for tests and mock-apns: an EC P-256 key and a self-signed X509v3 CA
 /// certificate (CA:TRUE, keyCertSign/cRLSign, valid from 1 hour ago for 10 years).
 ///
 /// Immutable after init; OpenSSL only reads the certificate and key when issuing, hence `@unchecked Sendable`.
-public final class TestCertificateAuthority: @unchecked Sendable {
+package final class TestCertificateAuthority: @unchecked Sendable {
     /// The CA's private key (owns its own `EVP_PKEY`).
-    public let key: ES256PrivateKey
+    package let key: ES256PrivateKey
     /// Owned: freed in deinit (X509_free).
     let certificate: OpaquePointer
 
@@ -119,7 +120,7 @@ public final class TestCertificateAuthority: @unchecked Sendable {
     deinit { X509_free(certificate) }
 
     /// A new CA with a fresh key and a random serial. Two calls give two unrelated CAs.
-    public static func generate(commonName: String = "Fanout Test CA") throws -> TestCertificateAuthority {
+    package static func generate(commonName: String = "Fanout Test CA") throws -> TestCertificateAuthority {
         let key = try ES256PrivateKey.generate()
         let certificate = try CertificateBuilder.build(
             subjectKey: key, commonName: commonName, issuer: nil,
@@ -132,12 +133,12 @@ public final class TestCertificateAuthority: @unchecked Sendable {
     }
 
     /// The CA certificate (PEM).
-    public func certificatePEM() -> String { CertificateBuilder.pem(certificate) }
+    package func certificatePEM() -> String { CertificateBuilder.pem(certificate) }
 
     /// Issues a server certificate signed by this CA, with a fresh EC P-256 key: CN = first hostname,
     /// subjectAltName = DNS:`hostnames` + IP:`ipAddresses`, extendedKeyUsage serverAuth, CA:FALSE.
     /// Pass `hostnames: ["wrong.example"], ipAddresses: []` for a certificate that must fail hostname checks.
-    public func issueServerCertificate(
+    package func issueServerCertificate(
         hostnames: [String] = ["localhost"], ipAddresses: [String] = ["127.0.0.1"], commonName: String? = nil
     ) throws -> TestServerCertificate {
         try CertificateBuilder.serverCertificate(
@@ -145,7 +146,7 @@ public final class TestCertificateAuthority: @unchecked Sendable {
     }
 
     /// A self-signed server certificate (its own issuer, trusted by no CA), e.g. to test rejection.
-    public static func generateSelfSigned(
+    package static func generateSelfSigned(
         hostnames: [String] = ["localhost"], ipAddresses: [String] = ["127.0.0.1"], commonName: String? = nil
     ) throws -> TestServerCertificate {
         try CertificateBuilder.serverCertificate(

@@ -1,3 +1,4 @@
+import Fanout
 import Foundation
 import Synchronization
 
@@ -5,8 +6,8 @@ import Synchronization
 /// (notifications done, rate, outcomes so far); otherwise a plain line every five seconds.
 ///
 /// `@unchecked Sendable`: the timer source is set in `start()` and taken in `stop()` under `lock`.
-public final class ProgressReporter: @unchecked Sendable {
-    public enum Mode: String, Sendable {
+package final class ProgressReporter: @unchecked Sendable {
+    package enum Mode: String, Sendable {
         case auto, always, never
     }
 
@@ -20,18 +21,18 @@ public final class ProgressReporter: @unchecked Sendable {
     /// (-1 until then).
     private let total = Atomic<Int>(-1)
 
-    public init(mode: Mode, counts: @escaping @Sendable () -> SendCounts) {
+    package init(mode: Mode, counts: @escaping @Sendable () -> SendCounts) {
         self.mode = mode
         self.counts = counts
         interactive = isatty(STDERR_FILENO) == 1
     }
 
     /// Sets the run's total, enabling the done/total fraction and the ETA.
-    public func setTotal(_ value: Int) {
+    package func setTotal(_ value: Int) {
         total.store(value, ordering: .relaxed)
     }
 
-    public func start() {
+    package func start() {
         guard mode == .always || (mode == .auto) else { return }
         let source = DispatchSource.makeTimerSource(queue: .global())
         let interval: DispatchTimeInterval = interactive ? .milliseconds(250) : .seconds(5)
@@ -41,7 +42,7 @@ public final class ProgressReporter: @unchecked Sendable {
         lock.withLock { timer = source }
     }
 
-    public func stop() {
+    package func stop() {
         let source = lock.withLock { () -> DispatchSourceTimer? in
             defer { timer = nil }
             return timer

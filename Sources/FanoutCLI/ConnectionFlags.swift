@@ -1,5 +1,7 @@
 import CommandLineSupport
 import Fanout
+import FanoutJobFile
+import FanoutObservability
 
 /// The flags `fanout push` and `fanout send` share: where to connect and with which key.
 struct ConnectionFlags {

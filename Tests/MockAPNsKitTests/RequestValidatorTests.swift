@@ -1,4 +1,5 @@
 import FanoutCore
+import MockAPNsKit
 import XCTest
 
 final class RequestValidatorTests: XCTestCase {

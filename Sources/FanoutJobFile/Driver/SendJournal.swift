@@ -1,3 +1,4 @@
+import Fanout
 import Foundation
 
 /// The checkpoint that makes `fanout send --resume` possible without reading the whole results
@@ -78,19 +79,19 @@ struct LineRanges: Equatable {
 }
 
 /// A `fanout send` failure with its one-line message.
-public struct SendError: Error, CustomStringConvertible, Sendable {
-    public let description: String
+package struct SendError: Error, CustomStringConvertible, Sendable {
+    package let description: String
     init(_ description: String) { self.description = description }
 }
 
 /// Totals of a `fanout send` run (cumulative across `--resume`).
-public struct SendCounts: Codable, Equatable, Sendable {
-    public var jobs = 0
-    public var payloadEncodings = 0
+package struct SendCounts: Codable, Equatable, Sendable {
+    package var jobs = 0
+    package var payloadEncodings = 0
     /// Notifications by outcome, and retries.
-    public var outcomes = OutcomeCounts()
+    package var outcomes = OutcomeCounts()
 
-    public init() {}
+    package init() {}
 
-    public var notifications: Int { outcomes.total }
+    package var notifications: Int { outcomes.total }
 }

@@ -1,3 +1,4 @@
+import Fanout
 import Foundation
 import Synchronization
 

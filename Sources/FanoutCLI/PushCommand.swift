@@ -1,6 +1,8 @@
 import CommandLineSupport
 import Fanout
 import FanoutCore
+import FanoutJobFile
+import FanoutObservability
 import Foundation
 
 /// `fanout push`: one notification to one device, APNs's curl.

@@ -1,6 +1,8 @@
 import CommandLineSupport
 import Fanout
 import FanoutCore
+import FanoutJobFile
+import FanoutObservability
 import FanoutPolicy
 import Foundation
 

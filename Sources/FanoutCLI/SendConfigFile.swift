@@ -1,5 +1,7 @@
 import CommandLineSupport
 import Fanout
+import FanoutJobFile
+import FanoutObservability
 import FanoutPolicy
 import Foundation
 
