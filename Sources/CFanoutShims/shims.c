@@ -1,3 +1,5 @@
+#define _GNU_SOURCE
+#include <pthread.h>
 #include "CFanoutShims.h"
 #include <openssl/err.h>
 #include <openssl/crypto.h>
@@ -13,3 +15,4 @@ void CFanoutShims_OPENSSL_free(void *pointer) { OPENSSL_free(pointer); }
 ASN1_TIME *CFanoutShims_X509_getm_notBefore(X509 *x509) { return X509_getm_notBefore(x509); }
 ASN1_TIME *CFanoutShims_X509_getm_notAfter(X509 *x509) { return X509_getm_notAfter(x509); }
 int CFanoutShims_ERR_GET_REASON(unsigned long error) { return ERR_GET_REASON(error); }
+int CFanoutShims_set_current_thread_name(const char *name) { return pthread_setname_np(pthread_self(), name); }

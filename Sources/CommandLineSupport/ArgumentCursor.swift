@@ -61,6 +61,12 @@ package struct ArgumentCursor {
         return value
     }
 
+    /// A positive number of seconds (fractions allowed, at most a day) as a `Duration`.
+    package mutating func seconds() throws(UsageError) -> Duration {
+        let value = try double(in: 0.001...86_400)
+        return .milliseconds(Int64((value * 1000).rounded()))
+    }
+
     /// A `HOST:PORT` value (IPv6 hosts in brackets: `[::1]:443`).
     package mutating func hostPort() throws(UsageError) -> (host: String, port: Int) {
         let text = try string()

@@ -24,14 +24,13 @@ public struct ProviderCredentials: Sendable {
     }
 
     /// Loads the key and makes the shared token cache. Errors name the file, never its contents.
-    func makeTokenCache(refreshAfter: Int64 = 3000, minimumInterval: Int64 = 1200) throws(FanoutError)
-        -> ProviderTokenCache
-    {
+    func makeTokenCache(refreshAfter: Duration, minimumInterval: Duration) throws(FanoutError) -> ProviderTokenCache {
         do {
             let key = try ES256PrivateKey(pemFilePath: keyPath)
             let signer = try ProviderTokenSigner(key: key, keyID: keyID, teamID: teamID)
             let cache = try ProviderTokenCache(
-                signer: signer, refreshAfter: refreshAfter, minimumInterval: minimumInterval)
+                signer: signer, refreshAfter: refreshAfter.components.seconds,
+                minimumInterval: minimumInterval.components.seconds)
             _ = try cache.currentToken()  // fail now, not at the first send
             return cache
         } catch {

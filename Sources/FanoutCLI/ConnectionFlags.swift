@@ -10,6 +10,8 @@ struct ConnectionFlags {
     var keyPath: String?
     var keyID: String?
     var teamID: String?
+    /// `--request-timeout SECONDS`: how long one request may wait for APNs's answer.
+    var requestTimeout: Duration?
 
     /// Takes `flag` (and its value) if it is one of these; returns false for any other flag.
     mutating func take(_ flag: String, from cursor: inout ArgumentCursor) throws(UsageError) -> Bool {
@@ -23,6 +25,7 @@ struct ConnectionFlags {
         case "--key": keyPath = try cursor.string()
         case "--key-id": keyID = try cursor.string()
         case "--team-id": teamID = try cursor.string()
+        case "--request-timeout": requestTimeout = try cursor.seconds()
         default: return false
         }
         return true
@@ -36,6 +39,7 @@ struct ConnectionFlags {
         keyPath = keyPath ?? fallback.keyPath ?? environment["APNS_KEY_PATH"]
         keyID = keyID ?? fallback.keyID ?? environment["APNS_KEY_ID"]
         teamID = teamID ?? fallback.teamID ?? environment["APNS_TEAM_ID"]
+        requestTimeout = requestTimeout ?? fallback.requestTimeout
     }
 
     /// The provider-token credentials, or the one-line error naming every way to give them.

@@ -13,7 +13,7 @@ enum PushCommand {
         usage: fanout push --token HEX --topic TOPIC --payload JSON|@FILE
                            [--push-type TYPE] [--priority 10|5|1] [--expiration UNIX] [--collapse-id ID]
                            [--apns-id UUID] [--endpoint HOST:PORT | --sandbox | --production] [--ca-file PEM]
-                           [--key P8 --key-id ID --team-id ID]
+                           [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS] [--attempts N]
 
           --token HEX           device token (64 to 200 hex digits)
           --topic TOPIC         apns-topic: the bundle id, with the push type's suffix
@@ -26,9 +26,14 @@ enum PushCommand {
           --key P8, --key-id ID, --team-id ID
                                 the APNs signing key and its ids; default from APNS_KEY_PATH,
                                 APNS_KEY_ID, APNS_TEAM_ID
+          --request-timeout SECONDS
+                                how long to wait for APNs's answer (default 30); past it the stream is
+                                reset, and the notification may or may not have been delivered
+          --attempts N          sends for an error that may be transient (5xx, 429, a lost connection,
+                                a timeout), default 1; refused or unprocessed streams are resent anyway
 
-        Exit status: 0 when APNs answered 200; 1 when it answered an error; 2 for bad arguments,
-        an unusable key, or an endpoint that cannot be reached (nothing delivered).
+        Exit status: 0 when APNs answered 200; 1 when it answered an error or did not answer in time;
+        2 for bad arguments, an unusable key, or an endpoint that cannot be reached (nothing delivered).
         """
 
     struct Options {
@@ -40,6 +45,7 @@ enum PushCommand {
         var expiration: Int64?
         var collapseID: String?
         var apnsID: String?
+        var attempts = 1
         var connection = ConnectionFlags()
         /// Set by `parse` once the key path and both ids are known.
         var credentials: ProviderCredentials?
@@ -65,6 +71,7 @@ enum PushCommand {
             case "--expiration": options.expiration = Int64(try cursor.int(in: 0...Int(Int64.max)))
             case "--collapse-id": options.collapseID = try cursor.string()
             case "--apns-id": options.apnsID = try cursor.string()
+            case "--attempts": options.attempts = try cursor.int(in: 1...100)
             default:
                 guard try options.connection.take(flag, from: &cursor) else {
                     throw UsageError("unknown option \(flag) (see fanout push --help)")
@@ -115,13 +122,21 @@ enum PushCommand {
         } catch {
             return fail(error.description)
         }
-        var configuration = APNsClientConfiguration(
-            endpoint: options.connection.endpoint ?? .production,
-            credentials: options.credentials, caFile: options.connection.caFile)
-        configuration.connectTimeoutMilliseconds = 5000
-        let client: APNsClient
+        let endpoint = options.connection.endpoint ?? .production
+        var configuration = FanoutEngineConfiguration(
+            endpoint: endpoint, credentials: options.credentials, caFile: options.connection.caFile)
+        // One notification: one loop, one connection, no workspace budget; connection failures end it
+        // at once instead of after a round of reconnects.
+        configuration.loops = 1
+        configuration.connectionsPerLoop = 1
+        configuration.rateLimits = nil
+        configuration.maxAttempts = options.attempts
+        configuration.maxConnectAttempts = 1
+        configuration.connectTimeout = .seconds(5)
+        configuration.requestTimeout = options.connection.requestTimeout ?? configuration.requestTimeout
+        let engine: FanoutEngine
         do {
-            client = try APNsClient(configuration: configuration)
+            engine = try FanoutEngine(configuration: configuration)
         } catch {
             return fail(error.message)
         }
@@ -129,21 +144,42 @@ enum PushCommand {
         if let warning = configuration.credentials?.permissionWarning() {
             FileHandle.standardError.write(Data("fanout push: warning: \(warning)\n".utf8))
         }
+        let result: NotificationResult
         do {
-            let response = try await client.send(
+            result = try await engine.send(
                 PushNotification(deviceToken: options.token!, headers: headers, payload: options.payload!))
-            var line = "status: \(response.status)"
-            if let reason = response.reason { line += "\nreason: \(reason)" }
-            if let timestamp = response.timestamp { line += "\ntimestamp: \(timestamp)" }
-            line += "\napns-id: \(response.apnsID ?? "-")"
-            if let unique = response.apnsUniqueID { line += "\napns-unique-id: \(unique)" }
-            print(line)
-            await client.shutdown()
-            return response.status == 200 ? 0 : 1
         } catch {
-            await client.shutdown()
+            await engine.shutdown(gracePeriod: .zero)
             return fail(error.message)
         }
+        await engine.shutdown(gracePeriod: .zero)
+        return report(result, endpoint: endpoint, requestTimeout: configuration.requestTimeout)
+    }
+
+    /// Prints APNs's answer (exit 0 for 200, else 1), or the one line saying why there was none.
+    private static func report(_ result: NotificationResult, endpoint: APNsEndpoint, requestTimeout: Duration?)
+        -> Int32
+    {
+        guard let status = result.status else {
+            let reason = result.reason ?? "NotSent"
+            if reason == "Timeout", let requestTimeout {
+                FileHandle.standardError.write(
+                    Data(
+                        ("fanout push: \(endpoint): no answer within \(requestTimeout) (Timeout); the notification "
+                            + "may or may not have been delivered\n").utf8))
+                return 1
+            }
+            let connectionFailed = "ConnectionFailed: "
+            let message = reason.hasPrefix(connectionFailed) ? String(reason.dropFirst(connectionFailed.count)) : reason
+            return fail("\(endpoint): \(message)")
+        }
+        var line = "status: \(status)"
+        if let reason = result.reason { line += "\nreason: \(reason)" }
+        if let timestamp = result.timestamp { line += "\ntimestamp: \(timestamp)" }
+        line += "\napns-id: \(result.apnsID ?? "-")"
+        if let unique = result.apnsUniqueID { line += "\napns-unique-id: \(unique)" }
+        print(line)
+        return status == 200 ? 0 : 1
     }
 
     private static func fail(_ message: String) -> Int32 {

@@ -13,7 +13,7 @@ enum SendCommand {
 
         usage: fanout send --jobs FILE [--results FILE] [--summary FILE] [--config FILE]
                            [--endpoint HOST:PORT | --sandbox | --production] [--ca-file PEM]
-                           [--key P8 --key-id ID --team-id ID]
+                           [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS]
                            [--connections N] [--loops N] [--resume] [--progress auto|always|never]
                            [--invalid-tokens FILE] [--concurrent-jobs N]
                            [--metrics-listen HOST:PORT] [--log-format text|json]
@@ -22,7 +22,12 @@ enum SendCommand {
           --results FILE        one JSON line per (job, token); default: standard output
           --summary FILE        also write the final summary line there
           --config FILE         JSON: endpoint, ca_file, key_path, key_id, team_id, loops, connections,
-                                max_attempts, rate_limits (see the README); flags override it
+                                max_attempts, request_timeout_seconds, rate_limits (see the README);
+                                flags override it
+          --request-timeout SECONDS
+                                how long one request may wait for APNs's answer (default 30); past it
+                                the stream is reset and retried, and after the last attempt it ends
+                                failed with reason Timeout
           --resume              continue the run recorded in --results FILE's journal after a crash:
                                 finished notifications are not sent again
           --invalid-tokens FILE tokens APNs invalidated, as JSON lines (token, reason, timestamp, job)
@@ -120,6 +125,7 @@ enum SendCommand {
             configuration.connectionsPerLoop = connections
         }
         if let attempts = config.maxAttempts { configuration.maxAttempts = attempts }
+        if let timeout = connection.requestTimeout { configuration.requestTimeout = timeout }
         // The job-file driver waits for budget rather than refusing (RateBudget.jobFileDefault).
         configuration.rateLimits = try config.rateLimits()
         return configuration

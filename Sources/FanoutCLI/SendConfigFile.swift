@@ -8,6 +8,7 @@ import Foundation
 /// `fanout send --config FILE`: a JSON object such as
 /// `{"endpoint": "localhost:8443" | "sandbox" | "production", "ca_file": "...", "key_path": "...",
 ///   "key_id": "...", "team_id": "...", "loops": 2, "connections": 2, "max_attempts": 8,
+///   "request_timeout_seconds": 30,
 ///   "rate_limits": {"default": {"requests_per_hour": 250000, "burst_seconds": 60,
 ///                   "counting": "job" | "notification", "policy": "wait" | "reject" | "demote"},
 ///                   "workspaces": {"acme": {...}}}}`.
@@ -22,7 +23,8 @@ struct SendConfigFile {
     var workspaceBudgets: [String: RateBudget] = [:]
 
     static let keys: Set<String> = [
-        "endpoint", "ca_file", "key_path", "key_id", "team_id", "loops", "connections", "max_attempts", "rate_limits",
+        "endpoint", "ca_file", "key_path", "key_id", "team_id", "loops", "connections", "max_attempts",
+        "request_timeout_seconds", "rate_limits",
     ]
 
     static func load(_ path: String?) throws(UsageError) -> SendConfigFile {
@@ -66,6 +68,14 @@ struct SendConfigFile {
         config.loops = try integer("loops")
         config.connections = try integer("connections")
         config.maxAttempts = try integer("max_attempts")
+        if let value = object["request_timeout_seconds"] {
+            guard let seconds = (value as? NSNumber)?.doubleValue, !(value is Bool), seconds > 0, seconds <= 86_400
+            else {
+                throw UsageError(
+                    "config file \(path): request_timeout_seconds must be a number of seconds from 0 to 86400")
+            }
+            config.connection.requestTimeout = .milliseconds(Int64((seconds * 1000).rounded()))
+        }
         if let limits = object["rate_limits"] {
             guard let limits = limits as? [String: Any] else {
                 throw UsageError("config file \(path): rate_limits must be an object")

@@ -34,6 +34,8 @@ package struct TransportError: Error, Sendable, CustomStringConvertible, Equatab
         package static let goaway = Kind(name: "goaway")
         /// The connection was closed by our side (shutdown).
         package static let cancelled = Kind(name: "cancelled")
+        /// The event loop has stopped (or is stopping) and refuses new work.
+        package static let loopStopped = Kind(name: "loop-stopped")
     }
 
     package let kind: Kind

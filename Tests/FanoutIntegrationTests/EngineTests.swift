@@ -137,7 +137,7 @@ final class EngineTests: XCTestCase {
         let engine = try makeEngine(mock, loops: 1, connections: 1) { $0.maxInFlight = 2000 }
         let total = 50_000
         let tokens = (0..<total).map { testDeviceToken($0) }
-        let run = engine.submit(liveActivityJob(id: "interrupted", tokens: tokens))
+        let run = try engine.submit(liveActivityJob(id: "interrupted", tokens: tokens))
         // Shut down once some notifications have been delivered, long before the job can finish.
         let deadline = ContinuousClock.now + .seconds(30)
         while run.countsSoFar.delivered < 100 && ContinuousClock.now < deadline {
@@ -208,7 +208,7 @@ final class EngineTests: XCTestCase {
             caFile: material.caPEMPath)
         configuration.loops = 1
         configuration.maxConnectAttempts = 2
-        configuration.retryBaseMilliseconds = 5
+        configuration.retryBase = .milliseconds(5)
         let engine = try FanoutEngine(configuration: configuration)
         let summary = try await engine.run(liveActivityJob(id: "nowhere", tokens: (0..<10).map { testDeviceToken($0) }))
         { result in

@@ -127,12 +127,12 @@ final class FaultMatrixTests: XCTestCase {
         configuration.loops = plan.loops
         configuration.connectionsPerLoop = plan.connectionsPerLoop
         configuration.maxConcurrentStreams = plan.streams
-        configuration.retryBaseMilliseconds = plan.retryBaseMilliseconds
-        configuration.retryCapMilliseconds = plan.retryCapMilliseconds
+        configuration.retryBase = .milliseconds(plan.retryBaseMilliseconds)
+        configuration.retryCap = .milliseconds(plan.retryCapMilliseconds)
         configuration.maxAttempts = plan.maxAttempts
         configuration.maxConnectAttempts = plan.maxConnectAttempts
-        configuration.connectTimeoutMilliseconds = plan.connectTimeoutMilliseconds
-        configuration.pingIntervalMilliseconds = plan.pingIntervalMilliseconds
+        configuration.connectTimeout = .milliseconds(plan.connectTimeoutMilliseconds)
+        configuration.pingInterval = .milliseconds(plan.pingIntervalMilliseconds)
         configuration.rateLimits = nil
         configuration.maxInFlight = plan.maxInFlight
         let engine = try FanoutEngine(configuration: configuration)

@@ -20,8 +20,8 @@ final class PolicyTests: XCTestCase {
             caFile: mock.material.caPEMPath)
         configuration.loops = loops
         configuration.connectionsPerLoop = 2
-        configuration.retryBaseMilliseconds = 5
-        configuration.retryCapMilliseconds = 50
+        configuration.retryBase = .milliseconds(5)
+        configuration.retryCap = .milliseconds(50)
         configure(&configuration)
         return try FanoutEngine(configuration: configuration)
     }
@@ -65,8 +65,8 @@ final class PolicyTests: XCTestCase {
         defer { mock.stop() }
         // The engine would keep its token for 100 s; the mock calls it expired after 2 s.
         let engine = try makeEngine(mock, loops: 1) {
-            $0.tokenRefreshSeconds = 100
-            $0.tokenMinimumIntervalSeconds = 1
+            $0.tokenRefresh = .seconds(100)
+            $0.tokenMinimumInterval = .seconds(1)
             $0.maxInFlight = 200
         }
         let total = 4000

@@ -100,7 +100,7 @@ final class HTTP2TransportTests: XCTestCase {
         ])
         let maxOpen = Atomic<Int>(0)
         let connectionBox = ConnectionBox()
-        loop.execute {
+        try loop.execute {
             let connection = HTTP2ClientConnection(
                 loop: loop,
                 configuration: HTTP2ClientConfiguration(host: "localhost", port: server.port, tls: tls.configuration),
@@ -129,7 +129,7 @@ final class HTTP2TransportTests: XCTestCase {
         XCTAssertEqual(handler.bodyBytes.load(ordering: .relaxed), total * 1024)
         XCTAssertEqual(handler.violations.load(ordering: .relaxed), 0)
         XCTAssertEqual(maxOpen.load(ordering: .relaxed), 100, "the stream window was kept full, never past the limit")
-        loop.execute { connectionBox.connection?.close(immediately: true) }
+        try loop.execute { connectionBox.connection?.close(immediately: true) }
     }
 }
 

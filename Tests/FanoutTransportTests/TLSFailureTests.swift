@@ -36,7 +36,7 @@ final class TLSFailureTests: XCTestCase {
         defer { loop.shutdown() }
         let collector = ResultCollector(expected: 1)
         let head = HeaderBlock([(":method", "GET", false), (":scheme", "https", false), (":authority", host, false)])
-        loop.execute {
+        try loop.execute {
             let connection = HTTP2ClientConnection(
                 loop: loop,
                 configuration: HTTP2ClientConfiguration(

@@ -8,6 +8,8 @@ final class FaultPlan: Sendable {
     struct Decision {
         /// Reset with REFUSED_STREAM, unprocessed.
         var refuse = false
+        /// Accepted and never answered.
+        var blackhole = false
         /// Drop the TCP connection without answering.
         var drop = false
         /// Answer, then send GOAWAY on this connection.
@@ -28,6 +30,12 @@ final class FaultPlan: Sendable {
         var decision = Decision()
         if options.refuseEvery > 0 && n % UInt64(options.refuseEvery) == 0 {
             decision.refuse = true
+            return decision
+        }
+        if (options.blackholeEvery > 0 && n % UInt64(options.blackholeEvery) == 0)
+            || (options.blackholeAfter > 0 && n > UInt64(options.blackholeAfter))
+        {
+            decision.blackhole = true
             return decision
         }
         if options.dropEvery > 0 && n % UInt64(options.dropEvery) == 0 {

@@ -47,6 +47,10 @@ package struct MockOptions: Sendable {
     package var goawayEvery = 0
     package var dropEvery = 0
     package var refuseEvery = 0
+    /// Every Nth stream is accepted and never answered (a server that hangs while PINGs still work).
+    package var blackholeEvery = 0
+    /// Every stream after the Nth is accepted and never answered (0: off): the server hangs mid-run.
+    package var blackholeAfter = 0
     package var throttleAfterReject = false
     package var tokenMaxAge: Int64 = 3600
     package var seed: UInt64 = 1

@@ -11,8 +11,10 @@ final class MockRecord: Sendable {
     private let state: Mutex<State>
 
     init(path: String) throws {
-        if !FileManager.default.fileExists(atPath: path) {
-            FileManager.default.createFile(atPath: path, contents: nil)
+        guard
+            FileManager.default.fileExists(atPath: path) || FileManager.default.createFile(atPath: path, contents: nil)
+        else {
+            throw MockStartError("cannot create --record file \(path)")
         }
         guard let handle = FileHandle(forWritingAtPath: path) else {
             throw MockStartError("cannot open --record file \(path) for writing")

@@ -67,6 +67,11 @@ final class MockRequestHandler: HTTP2ServerHandler {
             connection.refuse(streamID: request.streamID)
             return
         }
+        if decision.blackhole {
+            // Left open: the client's deadline resets it (or the connection's end closes it).
+            shared.stats.recordBlackholed()
+            return
+        }
         if decision.drop {
             shared.stats.recordDrop()
             connection.drop()

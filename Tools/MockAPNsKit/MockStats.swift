@@ -20,6 +20,7 @@ package final class MockStats: Sendable {
         var goawaysSent = 0
         var connectionsDropped = 0
         var streamsRefused = 0
+        var streamsBlackholed = 0
     }
 
     private let tallies = Mutex(Tallies())
@@ -40,6 +41,7 @@ package final class MockStats: Sendable {
     }
 
     func recordRefused() { tallies.withLock { $0.streamsRefused += 1 } }
+    func recordBlackholed() { tallies.withLock { $0.streamsBlackholed += 1 } }
     func recordConnection() { tallies.withLock { $0.connections += 1 } }
     func recordViolation() { tallies.withLock { $0.streamLimitViolations += 1 } }
     func recordGoaway() { tallies.withLock { $0.goawaysSent += 1 } }
@@ -63,6 +65,7 @@ package final class MockStats: Sendable {
                 "goaways_sent": tallies.goawaysSent,
                 "connections_dropped": tallies.connectionsDropped,
                 "streams_refused": tallies.streamsRefused,
+                "streams_blackholed": tallies.streamsBlackholed,
             ]
         }
     }

@@ -9,7 +9,7 @@ let usage = """
                      [--auth-key PEM_OR_P8 | --no-auth] [--key-id ID] [--team-id ID]
                      [--max-streams N] [--threads N] [--stats FILE] [--record FILE] [--unregistered FILE]
                      [--fail RATE:STATUS:REASON]... [--latency-ms N] [--goaway-every N] [--drop-every N]
-                     [--refuse-every N] [--throttle-after-reject] [--token-max-age SECONDS] [--seed N]
+                     [--refuse-every N] [--blackhole-every N] [--blackhole-after N] [--throttle-after-reject] [--token-max-age SECONDS] [--seed N]
 
       --listen HOST:PORT        address to listen on; port 0 picks a free one (printed on start)
       --tls-dir DIR             create or reuse ca.pem, server.pem, server-key.pem, auth-key.p8 and
@@ -28,6 +28,8 @@ let usage = """
       --goaway-every N          send GOAWAY after every Nth request
       --drop-every N            drop the TCP connection at every Nth request
       --refuse-every N          reset every Nth stream with REFUSED_STREAM
+      --blackhole-every N       accept every Nth stream and never answer it (the client must time out)
+      --blackhole-after N       answer the first N streams, then accept and never answer the rest
       --throttle-after-reject   drop the stream limit to 1 after a rejection, until the next accepted push
       --token-max-age SECONDS   oldest provider-token iat accepted (default 3600)
       --seed N                  seed of the fault draws (default 1)
@@ -70,6 +72,8 @@ func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
         case "--goaway-every": options.goawayEvery = try cursor.int(in: 0...Int(Int32.max))
         case "--drop-every": options.dropEvery = try cursor.int(in: 0...Int(Int32.max))
         case "--refuse-every": options.refuseEvery = try cursor.int(in: 0...Int(Int32.max))
+        case "--blackhole-every": options.blackholeEvery = try cursor.int(in: 0...Int(Int32.max))
+        case "--blackhole-after": options.blackholeAfter = try cursor.int(in: 0...Int(Int32.max))
         case "--throttle-after-reject": options.throttleAfterReject = true
         case "--token-max-age": options.tokenMaxAge = Int64(try cursor.int(in: 1...86_400 * 365))
         case "--seed": options.seed = UInt64(try cursor.int(in: 0...Int.max))

@@ -22,6 +22,9 @@ size_t CFanoutShims_BIO_pending(BIO *bio);
 long CFanoutShims_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long mode);
 // SSL_CTX_set1_groups_list is a macro over SSL_CTX_ctrl.
 int CFanoutShims_SSL_CTX_set1_groups_list(SSL_CTX *ctx, const char *list);
+// pthread_setname_np is a GNU extension that Glibc's Swift module does not expose: names the calling
+// thread (at most 15 bytes) for top -H and /proc/self/task/*/comm.
+int CFanoutShims_set_current_thread_name(const char *name);
 // OPENSSL_free is a macro over CRYPTO_free with file/line arguments.
 void CFanoutShims_OPENSSL_free(void *pointer);
 // X509_get_notBefore / X509_get_notAfter are macros (mutable accessors).

@@ -1,5 +1,5 @@
-public import FanoutCore
-public import FanoutPolicy
+import FanoutCore
+import FanoutPolicy
 import FanoutTransport
 import Foundation
 
@@ -108,6 +108,8 @@ final class EngineLoop: @unchecked Sendable {
         for pending in batch {
             if isStopping {
                 finish(pending, outcome: .failed, reason: "NotSent")
+            } else if pending.job.run.isCancelled {
+                finish(pending, outcome: .cancelled, reason: "Cancelled")
             } else {
                 waiting.append(pending)
             }
@@ -187,6 +189,8 @@ final class EngineLoop: @unchecked Sendable {
                 pending.attempts -= 1
                 if isStopping {
                     finish(pending, outcome: .failed, reason: "NotSent")
+                } else if pending.job.run.isCancelled {
+                    finish(pending, outcome: .cancelled, reason: "Cancelled")
                 } else {
                     waiting.prepend(pending)
                 }
@@ -222,6 +226,10 @@ final class EngineLoop: @unchecked Sendable {
 
     /// Sends again after a jittered backoff, or ends as `failed` when the attempts are used up.
     private func retryOrFail(_ pending: PendingNotification, immediately: Bool = false) {
+        if pending.job.run.isCancelled {
+            finish(pending, outcome: .cancelled, reason: "Cancelled")
+            return
+        }
         guard !isStopping, pending.attempts < configuration.maxAttempts else {
             finish(pending, outcome: .failed, reason: pending.lastReason)
             return
@@ -237,8 +245,8 @@ final class EngineLoop: @unchecked Sendable {
             return
         }
         let ceiling = min(
-            configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << UInt64(min(pending.attempts, 20))
-        )
+            configuration.retryCap.wholeMilliseconds,
+            configuration.retryBase.wholeMilliseconds << UInt64(min(pending.attempts, 20)))
         let delay = ceiling == 0 ? 0 : UInt64.random(in: 0...ceiling, using: &random)
         pending.notBefore = loop.nowMilliseconds + delay
         delayed.append(pending)
@@ -330,9 +338,9 @@ final class EngineLoop: @unchecked Sendable {
             loop: loop,
             configuration: HTTP2ClientConfiguration(
                 host: configuration.endpoint.host, port: configuration.endpoint.port, tls: shared.tls.configuration,
-                connectTimeoutMilliseconds: configuration.connectTimeoutMilliseconds,
+                connectTimeoutMilliseconds: configuration.connectTimeout.wholeMilliseconds,
                 maxConcurrentStreams: configuration.maxConcurrentStreams,
-                pingIntervalMilliseconds: configuration.pingIntervalMilliseconds),
+                pingIntervalMilliseconds: configuration.pingInterval.wholeMilliseconds),
             tlsContext: shared.tls)
         slot.connection = connection
         connection.onEvent = { [self, unowned slot, unowned connection] event in
@@ -393,7 +401,8 @@ final class EngineLoop: @unchecked Sendable {
         guard !isStopping else { return }
         slot.failures += 1
         let ceiling = min(
-            configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << UInt64(min(slot.failures, 20)))
+            configuration.retryCap.wholeMilliseconds,
+            configuration.retryBase.wholeMilliseconds << UInt64(min(slot.failures, 20)))
         let delay = UInt64.random(in: ceiling / 2...max(ceiling / 2, ceiling), using: &random)
         let timer = LoopTimer(loop: loop)
         slot.reconnectTimer = timer
@@ -409,6 +418,26 @@ final class EngineLoop: @unchecked Sendable {
     private func probeEndpoint() {
         guard !isStopping, let slot = slots.first, slot.connection == nil, slot.reconnectTimer == nil else { return }
         connect(slot)
+    }
+
+    // MARK: Cancel
+
+    /// Ends what this loop holds of a cancelled run: its waiting and delayed notifications end
+    /// `cancelled` now. Loop thread.
+    func cancel(_ run: FanoutRun) {
+        loop.assertInLoop()
+        for pending in waiting.removeAll(where: { $0.job.run === run }) {
+            finish(pending, outcome: .cancelled, reason: "Cancelled")
+        }
+        var kept: [PendingNotification] = []
+        for pending in delayed {
+            if pending.job.run === run {
+                finish(pending, outcome: .cancelled, reason: "Cancelled")
+            } else {
+                kept.append(pending)
+            }
+        }
+        delayed = kept
     }
 
     // MARK: Stop

@@ -1,5 +1,5 @@
-public import FanoutCore
-public import FanoutPolicy
+import FanoutCore
+import FanoutPolicy
 
 /// What the workspace budget says about some notifications of a job.
 enum Admission {
@@ -9,11 +9,14 @@ enum Admission {
     case rateLimited(retryAfterSeconds: Double)
     /// The engine shut down while waiting for budget.
     case notSent
+    /// The caller cancelled while waiting for budget.
+    case cancelled
 }
 
 extension FanoutEngine {
     /// Asks the job's workspace budget for `cost` requests at the job's priority. Under `wait` it
-    /// sleeps (in short slices, to notice a shutdown) until the budget admits them; under `demote`
+    /// sleeps (in short slices, to notice a shutdown; a cancelled task stops at once) until the budget
+    /// admits them; under `demote`
     /// a priority-10 job may be admitted at priority 5.
     func admit(
         _ job: FanoutJob, prepared: PreparedJob, demoted: inout PreparedJob?, cost: Int, isShuttingDown: () -> Bool
@@ -35,7 +38,11 @@ extension FanoutEngine {
             case .wait(let until):
                 if isShuttingDown() { return .notSent }
                 let pause = min(until > now ? until - now : 0, 100_000_000)
-                try? await Task.sleep(nanoseconds: max(pause, 1_000_000))
+                do {
+                    try await Task.sleep(nanoseconds: max(pause, 1_000_000))
+                } catch {
+                    return .cancelled  // Task.sleep throws only when the task is cancelled
+                }
             }
         }
     }

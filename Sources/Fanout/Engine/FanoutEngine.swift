@@ -1,5 +1,5 @@
-public import FanoutCore
-public import FanoutPolicy
+import FanoutCore
+import FanoutPolicy
 import FanoutTransport
 import Foundation
 import Synchronization
@@ -47,7 +47,7 @@ public final class FanoutEngine: Sendable {
             throw FanoutError(.connection, error.message)
         }
         let tokens = try configuration.credentials?.makeTokenCache(
-            refreshAfter: configuration.tokenRefreshSeconds, minimumInterval: configuration.tokenMinimumIntervalSeconds)
+            refreshAfter: configuration.tokenRefresh, minimumInterval: configuration.tokenMinimumInterval)
         let (invalidTokens, invalidTokensContinuation) = AsyncStream<InvalidatedToken>.makeStream(
             bufferingPolicy: .bufferingNewest(100_000))
         self.invalidTokens = invalidTokens
@@ -59,6 +59,17 @@ public final class FanoutEngine: Sendable {
         }
     }
 
+    /// An engine dropped without `shutdown()` stops its loop threads: what was still in flight ends
+    /// `failed` (NotSent) and the threads exit on their own (this does not wait for them).
+    deinit {
+        guard !state.withLock({ $0.shuttingDown }) else { return }
+        for engineLoop in loops {
+            try? engineLoop.loop.execute { engineLoop.stop() }
+            engineLoop.loop.requestStop()
+        }
+        shared.invalidTokens.finish()
+    }
+
     /// Payloads encoded by this engine so far: one per job with batch encoding.
     public var payloadEncodings: Int { state.withLock { $0.payloadEncodings } }
 
@@ -67,41 +78,97 @@ public final class FanoutEngine: Sendable {
 
     /// Sends `job` to all its recipients and returns when every notification has its outcome.
     /// `onResult` is called once per notification, on an engine thread; keep it short.
+    ///
+    /// Cancelling the calling task cancels the job (see `FanoutRun.cancel()`): it returns soon after,
+    /// with the notifications that were not answered counted as `cancelled`.
+    /// - Throws: `.shutdown` once `shutdown()` has begun; `.invalidNotification` for a job that fails
+    ///   validation (which also gets one `invalid` result).
     public func run(_ job: FanoutJob, onResult: @escaping @Sendable (NotificationResult) -> Void)
         async throws(FanoutError)
         -> JobSummary
     {
-        let run = FanoutRun(jobID: job.id, onResult: onResult)
-        try await feed(job, into: run)
-        return await run.summary()
+        try checkNotShutDown()
+        let run = makeRun(jobID: job.id, onResult: onResult)
+        let outcome = await withTaskCancellationHandler { () async -> Result<JobSummary, FanoutError> in
+            do throws(FanoutError) {
+                try await feed(job, into: run)
+            } catch {
+                return .failure(error)
+            }
+            return .success(await run.summary())
+        } onCancel: {
+            run.cancel()
+        }
+        return try outcome.get()
     }
 
     /// Starts `job` and returns at once; iterate `results` (or await `summary()`) on the returned run.
-    public func submit(_ job: FanoutJob) -> FanoutRun {
-        let run = FanoutRun(jobID: job.id, onResult: nil)
-        Task { try? await feed(job, into: run) }
+    /// Cancel it with `FanoutRun.cancel()`, or by cancelling the task that iterates `results`.
+    /// - Throws: `.shutdown` once `shutdown()` has begun. A job that fails validation ends with one
+    ///   `invalid` result.
+    public func submit(_ job: FanoutJob) throws(FanoutError) -> FanoutRun {
+        try checkNotShutDown()
+        let run = makeRun(jobID: job.id, onResult: nil)
+        // The feeding task's error is the job's one `invalid` result, already recorded.
+        run.setFeeder(Task { try? await feed(job, into: run) })
         return run
     }
 
-    /// Sends one notification and returns its result.
+    /// Sends one notification and returns its result (APNs's answer, or why there was none: a
+    /// connection failure, `Timeout` after the last attempt, `cancelled` when the calling task was
+    /// cancelled). An `apnsID` in the headers is used as the request's `apns-id`.
+    /// - Throws: `.shutdown` once `shutdown()` has begun; `.invalidNotification` for a bad token,
+    ///   header or payload (nothing is sent).
     public func send(_ notification: PushNotification) async throws(FanoutError) -> NotificationResult {
-        let job = FanoutJob(
+        guard DeviceToken(notification.deviceToken) != nil else {
+            throw FanoutError(.invalidNotification, "device token is not 64 to 200 hex digits")
+        }
+        var job = FanoutJob(
             id: notification.headers.apnsID ?? "single", headers: notification.headers,
             payload: .raw(notification.payload),
             recipients: .tokens([notification.deviceToken]))
+        job.singleNotificationID = notification.headers.apnsID
         let collected = Mutex<NotificationResult?>(nil)
         _ = try await run(job) { result in collected.withLock { $0 = result } }
-        return collected.withLock { $0 }!
+        guard let result = collected.withLock({ $0 }) else {
+            preconditionFailure("a finished job of one token has one result")
+        }
+        return result
+    }
+
+    private func checkNotShutDown() throws(FanoutError) {
+        guard !state.withLock({ $0.shuttingDown }) else { throw FanoutError(.shutdown, "engine is shut down") }
+    }
+
+    private func makeRun(jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?) -> FanoutRun {
+        let loops = self.loops
+        return FanoutRun(jobID: jobID, onResult: onResult) { run in
+            for engineLoop in loops {
+                // A stopped loop has already ended everything it held.
+                try? engineLoop.loop.execute { engineLoop.cancel(run) }
+            }
+        }
+    }
+
+    /// Why a job stopped feeding before its last recipient: the rest is reported, not sent.
+    private enum FeedStop {
+        case shutdown
+        case cancelled
+
+        var outcome: NotificationOutcome { self == .shutdown ? .failed : .cancelled }
+        var reason: String { self == .shutdown ? "NotSent" : "Cancelled" }
     }
 
     /// Streams the job's tokens to the loops in batches, waiting for room in flight. A job that fails
-    /// validation ends with one `invalid` result (and the error is thrown).
+    /// validation ends with one `invalid` result (and the error is thrown). Once the engine shuts down
+    /// or the job is cancelled, the recipients not yet handed to a loop end `failed` (NotSent) or
+    /// `cancelled` without being sent, so every recipient still gets exactly one result.
     private func feed(_ job: FanoutJob, into run: FanoutRun) async throws(FanoutError) {
-        let payload: [UInt8]
+        let prepared: PreparedJob
         var reader: TokenFileReader?
         var inline: IndexingIterator<[String]>?
         do {
-            payload = try validate(job, run: run)
+            prepared = try prepare(job, run: run)
             switch job.recipients {
             case .tokens(let tokens): inline = tokens.makeIterator()
             case .file(let path): reader = try TokenFileReader(path: path)
@@ -118,15 +185,31 @@ public final class FanoutEngine: Sendable {
         }
 
         state.withLock { $0.payloadEncodings += 1 }
-        let prepared = PreparedJob(job: job, payload: payload, run: run, authority: configuration.endpoint.authority)
         var demoted: PreparedJob?
         let isShuttingDown = { self.state.withLock { $0.shuttingDown } }
+        var stop: FeedStop?
+        func checkStop() {
+            guard stop == nil else { return }
+            if run.isCancelled || Task.isCancelled {
+                stop = .cancelled
+            } else if isShuttingDown() {
+                stop = .shutdown
+            }
+        }
+        func stopped(by admission: Admission) -> FeedStop? {
+            switch admission {
+            case .notSent: return .shutdown
+            case .cancelled: return .cancelled
+            default: return nil
+            }
+        }
         let countsNotifications = configuration.rateLimits?.budget(for: job.workspace).countingUnit == .notification
         // Counting per job: one decision for the whole job, before anything is sent.
         var jobAdmission: Admission = .send(prepared)
         if !countsNotifications {
             jobAdmission = await admit(
                 job, prepared: prepared, demoted: &demoted, cost: 1, isShuttingDown: isShuttingDown)
+            stop = stopped(by: jobAdmission)
         }
         // A batch takes one in-flight permit per notification, so it can never be larger than the limit.
         var batchSize = min(Self.batchSize, shared.limiter.capacity)
@@ -134,7 +217,6 @@ public final class FanoutEngine: Sendable {
         var batch: [(token: String, position: Int)] = []
         batch.reserveCapacity(batchSize)
         var random = FastRandomGenerator()
-        var stopped = false
         var position = -1
         var resume = job.alreadyDone
         func result(_ token: String, _ position: Int, _ outcome: NotificationOutcome, _ reason: String)
@@ -143,6 +225,9 @@ public final class FanoutEngine: Sendable {
             var result = NotificationResult(jobID: job.id, token: token, outcome: outcome, reason: reason)
             result.position = position
             return result
+        }
+        func recordStopped(_ stop: FeedStop) {
+            for (token, position) in batch { run.record(result(token, position, stop.outcome, stop.reason)) }
         }
         while true {
             batch.removeAll(keepingCapacity: true)
@@ -158,10 +243,16 @@ public final class FanoutEngine: Sendable {
             }
             if batch.isEmpty { break }
             run.didSubmit(batch.count)
+            checkStop()
             var admission = jobAdmission
-            if countsNotifications && !stopped {
+            if countsNotifications && stop == nil {
                 admission = await admit(
                     job, prepared: prepared, demoted: &demoted, cost: batch.count, isShuttingDown: isShuttingDown)
+                stop = stop ?? stopped(by: admission)
+            }
+            if let stop {
+                recordStopped(stop)
+                continue
             }
             if case .rateLimited(let retryAfter) = admission {
                 for _ in batch {
@@ -175,28 +266,34 @@ public final class FanoutEngine: Sendable {
                 }
                 continue
             }
-            if case .notSent = admission { stopped = true }
-            if !stopped {
-                await shared.limiter.acquire(batch.count)
-                if isShuttingDown() {
-                    stopped = true
-                    shared.limiter.release(batch.count)
-                }
-            }
-            if stopped {
-                // Shut down while feeding: the rest of the job is reported, not sent.
-                for (token, position) in batch { run.record(result(token, position, .failed, "NotSent")) }
+            guard case .send(let target) = admission else { continue }
+            guard await shared.limiter.acquire(batch.count) else {
+                stop = .cancelled
+                recordStopped(.cancelled)
                 continue
             }
-            guard case .send(let target) = admission else { continue }
+            checkStop()
+            if let stop {
+                shared.limiter.release(batch.count)
+                recordStopped(stop)
+                continue
+            }
             let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
             // The per-notification objects (path, apns-id) are made here, on the feeding task's
             // thread, so the loop thread only sends.
             let notifications = batch.map { entry in
                 PendingNotification(
-                    job: target, token: entry.token, apnsID: APNsID.generate(using: &random), position: entry.position)
+                    job: target, token: entry.token,
+                    apnsID: job.singleNotificationID ?? APNsID.generate(using: &random), position: entry.position)
             }
-            engineLoop.loop.execute { engineLoop.enqueue(notifications) }
+            do {
+                try engineLoop.loop.execute { engineLoop.enqueue(notifications) }
+            } catch {
+                // The loop stopped under us (shutdown, or the engine was dropped).
+                shared.limiter.release(batch.count)
+                stop = .shutdown
+                recordStopped(.shutdown)
+            }
         }
         run.didFinishSubmitting()
     }
@@ -214,48 +311,48 @@ public final class FanoutEngine: Sendable {
         return false
     }
 
-    /// Checks the job and encodes its payload: the one encoding every stream of the job shares.
-    private func validate(_ job: FanoutJob, run: FanoutRun) throws(FanoutError) -> [UInt8] {
-        guard !state.withLock({ $0.shuttingDown }) else { throw FanoutError(.shutdown, "engine is shut down") }
-        do {
-            try job.headers.validate()
-        } catch {
-            throw FanoutError(.invalidNotification, "job \(job.id): \(error.description)")
-        }
+    /// Checks the job and encodes its payload (the one encoding every stream of the job shares), and
+    /// builds its constant headers.
+    private func prepare(_ job: FanoutJob, run: FanoutRun) throws(FanoutError) -> PreparedJob {
+        try checkNotShutDown()
         do {
             let payload = try job.payload.encode()
             try PayloadLimits.check(payload, pushType: job.headers.pushType)
+            let prepared = try PreparedJob(
+                job: job, payload: payload, run: run, authority: configuration.endpoint.authority)
             run.countEncoding()
-            return payload
-        } catch {
+            return prepared
+        } catch let error as NotificationHeaderError {
             throw FanoutError(.invalidNotification, "job \(job.id): \(error.description)")
+        } catch {
+            throw FanoutError(.invalidNotification, "job \(job.id): \(error)")
         }
     }
 
-    /// Stops taking jobs, lets in-flight notifications finish for up to `gracePeriod`, then ends the
-    /// rest as `failed` (NotSent) and stops the loop threads. Idempotent.
+    /// Stops taking jobs (`run`, `submit` and `send` throw `.shutdown` from now on), lets in-flight
+    /// notifications finish for up to `gracePeriod`, then ends the rest as `failed` (NotSent) and stops
+    /// the loop threads. Idempotent.
     public func shutdown(gracePeriod: Duration = .seconds(30)) async {
         let already = state.withLock { state -> Bool in
             defer { state.shuttingDown = true }
             return state.shuttingDown
         }
         guard !already else { return }
-        let deadline = ContinuousClock.now + gracePeriod
-        while shared.limiter.inFlight > 0 && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
+        let limiter = shared.limiter
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await limiter.waitUntilEmpty() }
+            group.addTask { try? await Task.sleep(for: gracePeriod) }
+            await group.next()
+            group.cancelAll()
         }
         let loops = self.loops
         let shared = self.shared
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            // LoopThread.shutdown blocks: keep it off the cooperative pool.
+            // LoopThread.shutdown blocks until the thread exits: keep it off the cooperative pool.
             Thread.detachNewThread {
                 for engineLoop in loops {
-                    let done = DispatchSemaphore(value: 0)
-                    engineLoop.loop.execute {
-                        engineLoop.stop()
-                        done.signal()
-                    }
-                    done.wait()
+                    // Each loop ends what it holds, then closes its connections and exits.
+                    try? engineLoop.loop.execute { engineLoop.stop() }
                 }
                 for engineLoop in loops { engineLoop.loop.shutdown() }
                 shared.invalidTokens.finish()

@@ -25,22 +25,27 @@ public struct FanoutEngineConfiguration: Sendable {
     /// Where the engine counts outcomes, retries, in-flight work, connections and round trips
     /// (served by `MetricsEndpoint`); nil: not counted.
     public var metrics: FanoutMetrics?
-    /// Attempts per notification for errors that may have reached APNs (5xx, 429, lost connections).
+    /// Attempts per notification for errors that may have reached APNs (5xx, 429, lost connections,
+    /// timeouts).
     public var maxAttempts: Int
     /// Retries allowed per first attempt over a 10-second window, per loop; past it, transient
     /// errors fail fast (`failed`, RetryBudgetExhausted) instead of hammering a failing endpoint.
     public var retryBudgetRatio: Double
-    /// Backoff of those retries: full jitter over `min(cap, base * 2^attempt)`.
-    public var retryBaseMilliseconds: UInt64
-    public var retryCapMilliseconds: UInt64
+    /// Backoff of those retries: full jitter over `min(retryCap, retryBase * 2^attempt)`.
+    public var retryBase: Duration
+    public var retryCap: Duration
+    /// How long one request may wait for APNs's answer. A stream past it is reset (CANCEL) and treated
+    /// like a lost connection: retried with the same `apns-id` (it counts as an attempt), and after the
+    /// last attempt it ends `failed` with reason `Timeout`. Nil: wait as long as the connection lives.
+    public var requestTimeout: Duration?
     /// Connection attempts in a row that may fail before a loop fails its waiting notifications.
     public var maxConnectAttempts: Int
-    public var connectTimeoutMilliseconds: UInt64
+    public var connectTimeout: Duration
     /// PING a connection after this long without hearing from the server.
-    public var pingIntervalMilliseconds: UInt64
-    /// Provider-token refresh age and minimum minting interval, in seconds (APNs: 20 to 60 minutes).
-    public var tokenRefreshSeconds: Int64
-    public var tokenMinimumIntervalSeconds: Int64
+    public var pingInterval: Duration
+    /// Provider-token refresh age and minimum minting interval (APNs: 20 to 60 minutes).
+    public var tokenRefresh: Duration
+    public var tokenMinimumInterval: Duration
 
     public init(endpoint: APNsEndpoint, credentials: ProviderCredentials? = nil, caFile: String? = nil) {
         self.endpoint = endpoint
@@ -54,16 +59,26 @@ public struct FanoutEngineConfiguration: Sendable {
         rateLimits = try! RateLimiterRegistry()  // the default budget is valid
         maxAttempts = 8
         retryBudgetRatio = 0.2
-        retryBaseMilliseconds = 100
-        retryCapMilliseconds = 5_000
+        retryBase = .milliseconds(100)
+        retryCap = .seconds(5)
+        requestTimeout = .seconds(30)
         maxConnectAttempts = 5
-        connectTimeoutMilliseconds = 10_000
-        pingIntervalMilliseconds = 15_000
-        tokenRefreshSeconds = 3000
-        tokenMinimumIntervalSeconds = 1200
+        connectTimeout = .seconds(10)
+        pingInterval = .seconds(15)
+        tokenRefresh = .seconds(3000)
+        tokenMinimumInterval = .seconds(1200)
     }
 
     var effectiveMaxInFlight: Int {
         maxInFlight ?? max(1024, 2 * loops * connectionsPerLoop * maxConcurrentStreams)
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded down; what the loop's clock and timers count in.
+    var wholeMilliseconds: UInt64 {
+        let (seconds, attoseconds) = components
+        guard seconds >= 0 else { return 0 }
+        return UInt64(seconds) * 1000 + UInt64(attoseconds / 1_000_000_000_000_000)
     }
 }

@@ -13,6 +13,8 @@ public struct FanoutJob: Sendable {
     /// Recipients already done in an earlier run (`fanout send --resume`): skipped, not sent, not
     /// reported again.
     public var alreadyDone: ResumePoint?
+    /// The `apns-id` of the one notification of a `send` (the caller's own id); nil: one per token.
+    var singleNotificationID: String?
 
     public init(
         id: String, workspace: String = "default", headers: NotificationHeaders, payload: JobPayload,

@@ -14,6 +14,10 @@ public struct JobSummary: Sendable {
 
 /// One job in progress: results arrive from the loop threads, counts accumulate, and whoever
 /// awaits `summary()` is resumed when the last notification has its outcome.
+///
+/// `cancel()` (or cancelling the task that iterates `results`) ends the job early: what was not sent
+/// yet ends `cancelled`, open streams are reset and end `cancelled` unless their answer came first,
+/// and the summary still counts every notification once.
 public final class FanoutRun: Sendable {
     public let jobID: String
     /// Every notification's result, in completion order. Consume it, or start the job with
@@ -22,6 +26,11 @@ public final class FanoutRun: Sendable {
     private let continuation: AsyncStream<NotificationResult>.Continuation?
     private let onResult: (@Sendable (NotificationResult) -> Void)?
     private let started = DispatchTime.now()
+    private let cancelledFlag = Atomic<Bool>(false)
+    /// Tells the engine's loops to drop this run's queued notifications and reset its open streams.
+    private let cancelOnLoops: @Sendable (FanoutRun) -> Void
+    /// The task feeding a `submit`ted job, cancelled with the run.
+    private let feeder = Mutex<Task<Void, Never>?>(nil)
 
     private struct State {
         var counts = OutcomeCounts()
@@ -34,9 +43,13 @@ public final class FanoutRun: Sendable {
     }
     private let state = Mutex(State())
 
-    init(jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?) {
+    init(
+        jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?,
+        cancelOnLoops: @escaping @Sendable (FanoutRun) -> Void
+    ) {
         self.jobID = jobID
         self.onResult = onResult
+        self.cancelOnLoops = cancelOnLoops
         if onResult == nil {
             let (stream, continuation) = AsyncStream<NotificationResult>.makeStream(bufferingPolicy: .unbounded)
             results = stream
@@ -45,6 +58,27 @@ public final class FanoutRun: Sendable {
             results = AsyncStream { $0.finish() }
             continuation = nil
         }
+        // The consumer's task was cancelled while iterating: nobody wants the rest of this job.
+        continuation?.onTermination = { [weak self] termination in
+            if case .cancelled = termination { self?.cancel() }
+        }
+    }
+
+    /// Cancels the job: feeding stops at once, notifications not sent yet end `cancelled`, open streams
+    /// are reset (CANCEL) and end `cancelled` unless their answer arrives first. Idempotent.
+    public func cancel() {
+        guard cancelledFlag.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else { return }
+        feeder.withLock { $0 }?.cancel()
+        cancelOnLoops(self)
+    }
+
+    /// Whether `cancel()` was called.
+    public var isCancelled: Bool { cancelledFlag.load(ordering: .acquiring) }
+
+    func setFeeder(_ task: Task<Void, Never>) {
+        feeder.withLock { $0 = task }
+        if isCancelled { task.cancel() }
     }
 
     /// Waits for the job to finish and returns its counts.

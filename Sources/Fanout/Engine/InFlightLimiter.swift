@@ -1,13 +1,24 @@
+import FanoutTransport
 import Synchronization
 
 /// Bounds the notifications in flight in an engine: submission suspends while the engine is full,
 /// so a large job applies back-pressure instead of queueing without limit. Permits are released
 /// from loop threads as notifications finish.
+///
+/// Both waits (`acquire` and `waitUntilEmpty`) end when the waiting task is cancelled.
 final class InFlightLimiter: Sendable {
+    private struct Waiter {
+        let id: UInt64
+        let count: Int
+        let continuation: CheckedContinuation<Bool, Never>
+    }
     private struct State {
         var available: Int
-        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
-        var waiterHead = 0
+        var waiters = FIFOQueue<Waiter>()
+        /// Waiters removed by cancellation while still queued: skipped when they reach the head.
+        var cancelledWaiters = Set<UInt64>()
+        var nextWaiterID: UInt64 = 0
+        var emptyWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     }
     private let state: Mutex<State>
     let capacity: Int
@@ -19,39 +30,93 @@ final class InFlightLimiter: Sendable {
     }
 
     /// Waits until `count` permits (at most `capacity`) are free, then takes them. FIFO.
-    func acquire(_ count: Int) async {
+    /// - Returns: false, with no permit taken, when the waiting task was cancelled.
+    func acquire(_ count: Int) async -> Bool {
         let count = min(count, capacity)
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLock { state -> Bool in
-                if state.waiterHead == state.waiters.count && state.available >= count {
-                    state.available -= count
-                    return true
+        let id = state.withLock { state -> UInt64 in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let ready = state.withLock { state -> Bool? in
+                    if Task.isCancelled { return false }
+                    if state.waiters.isEmpty && state.available >= count {
+                        state.available -= count
+                        return true
+                    }
+                    state.waiters.append(Waiter(id: id, count: count, continuation: continuation))
+                    return nil
                 }
-                state.waiters.append((count, continuation))
-                return false
+                if let ready { continuation.resume(returning: ready) }
             }
-            if ready { continuation.resume() }
+        } onCancel: {
+            cancelWaiter(id)
         }
     }
 
     /// Returns permits and wakes the waiters they satisfy, in order.
     func release(_ count: Int) {
-        let woken = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+        let (woken, empty) = state.withLock { state -> ([Waiter], [CheckedContinuation<Void, Never>]) in
             state.available += count
-            var woken: [CheckedContinuation<Void, Never>] = []
-            while state.waiterHead < state.waiters.count, state.waiters[state.waiterHead].count <= state.available {
-                state.available -= state.waiters[state.waiterHead].count
-                woken.append(state.waiters[state.waiterHead].continuation)
-                state.waiterHead += 1
+            let woken = Self.takeSatisfiedWaiters(&state)
+            var empty: [CheckedContinuation<Void, Never>] = []
+            if state.available == capacity && !state.emptyWaiters.isEmpty {
+                empty = Array(state.emptyWaiters.values)
+                state.emptyWaiters.removeAll()
             }
-            if state.waiterHead == state.waiters.count {
-                state.waiters.removeAll(keepingCapacity: true)
-                state.waiterHead = 0
-            }
-            return woken
+            return (woken, empty)
         }
-        for continuation in woken { continuation.resume() }
+        for waiter in woken { waiter.continuation.resume(returning: true) }
+        for waiter in empty { waiter.resume() }
+    }
+
+    /// Returns when nothing is in flight, or when the waiting task is cancelled.
+    func waitUntilEmpty() async {
+        let id = state.withLock { state -> UInt64 in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let done = state.withLock { state -> Bool in
+                    if state.available == capacity || Task.isCancelled { return true }
+                    state.emptyWaiters[id] = continuation
+                    return false
+                }
+                if done { continuation.resume() }
+            }
+        } onCancel: {
+            let continuation = state.withLock { $0.emptyWaiters.removeValue(forKey: id) }
+            continuation?.resume()
+        }
     }
 
     var inFlight: Int { state.withLock { capacity - $0.available } }
+
+    /// A waiter whose task was cancelled: resumed with false now; its place in the queue is skipped.
+    private func cancelWaiter(_ id: UInt64) {
+        let (cancelled, woken) = state.withLock { state -> (Waiter?, [Waiter]) in
+            guard let waiter = state.waiters.first(where: { $0.id == id }) else { return (nil, []) }
+            state.cancelledWaiters.insert(id)
+            // The head may have been the one blocking the others.
+            return (waiter, Self.takeSatisfiedWaiters(&state))
+        }
+        cancelled?.continuation.resume(returning: false)
+        for waiter in woken { waiter.continuation.resume(returning: true) }
+    }
+
+    private static func takeSatisfiedWaiters(_ state: inout State) -> [Waiter] {
+        var woken: [Waiter] = []
+        while let head = state.waiters.first {
+            if state.cancelledWaiters.remove(head.id) != nil {
+                _ = state.waiters.popFirst()
+                continue
+            }
+            guard head.count <= state.available else { break }
+            state.available -= head.count
+            woken.append(state.waiters.popFirst()!)
+        }
+        return woken
+    }
 }

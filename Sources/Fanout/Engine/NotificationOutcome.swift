@@ -17,9 +17,12 @@ public struct NotificationOutcome: Hashable, Sendable, CustomStringConvertible {
     public static let rateLimited = NotificationOutcome(name: "rate_limited")
     /// The job failed validation (one per job, no token).
     public static let invalid = NotificationOutcome(name: "invalid")
+    /// The caller cancelled before an answer came: not sent, or its stream was reset (CANCEL). A
+    /// notification whose stream was open may still have reached the device.
+    public static let cancelled = NotificationOutcome(name: "cancelled")
 
     public static let all: [NotificationOutcome] = [
-        delivered, rejected, unregistered, failed, expired, rateLimited, invalid,
+        delivered, rejected, unregistered, failed, expired, rateLimited, invalid, cancelled,
     ]
 
     /// The outcome a results line names (`"rate_limited"`, ...); an unknown name reads as `invalid`.
@@ -83,12 +86,15 @@ public struct OutcomeCounts: Codable, Sendable, Equatable {
     public var expired = 0
     public var rateLimited = 0
     public var invalid = 0
+    public var cancelled = 0
     /// Attempts beyond the first, summed over notifications.
     public var retries = 0
 
     public init() {}
 
-    public var total: Int { delivered + rejected + unregistered + failed + expired + rateLimited + invalid }
+    public var total: Int {
+        delivered + rejected + unregistered + failed + expired + rateLimited + invalid + cancelled
+    }
 
     public mutating func add(_ result: NotificationResult) {
         add(result.outcome, retries: max(0, result.attempts - 1))
@@ -103,6 +109,7 @@ public struct OutcomeCounts: Codable, Sendable, Equatable {
         case .failed: failed += 1
         case .expired: expired += 1
         case .rateLimited: rateLimited += 1
+        case .cancelled: cancelled += 1
         default: invalid += 1
         }
         retries += extra

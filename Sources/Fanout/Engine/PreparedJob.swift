@@ -1,4 +1,4 @@
-public import FanoutCore
+import FanoutCore
 import FanoutTransport
 import Synchronization
 
@@ -12,11 +12,14 @@ final class PreparedJob: Sendable {
     let headers: NotificationHeaders
     /// Unix seconds after which the notification is `expired` instead of sent; nil for none (0).
     let expiresAt: Int64?
-    private let authority: String
+    /// The constant request headers without `authorization`, in the order APNs sees them; checked
+    /// when the job is prepared, so building a block later cannot fail.
+    private let fieldsWithoutToken: [HeaderField]
     private let cachedBlock = Mutex<(bearer: String?, block: HeaderBlock)?>(nil)
 
     /// - Parameter payload: the job's payload, already encoded (once).
-    init(job: FanoutJob, payload: [UInt8], run: FanoutRun, authority: String) {
+    /// - Throws: the header rule a job breaks (topic, priority, collapse id, ...).
+    init(job: FanoutJob, payload: [UInt8], run: FanoutRun, authority: String) throws(NotificationHeaderError) {
         id = job.id
         self.run = run
         body = SharedBody(payload)
@@ -25,7 +28,7 @@ final class PreparedJob: Sendable {
         headers.bearerToken = nil
         self.headers = headers
         expiresAt = (job.headers.expiration ?? 0) > 0 ? job.headers.expiration : nil
-        self.authority = authority
+        fieldsWithoutToken = try Self.constantFields(of: headers, authority: authority)
     }
 
     /// The same job at another priority (a `demote`d Live Activity update): same payload bytes.
@@ -37,28 +40,42 @@ final class PreparedJob: Sendable {
         headers.priority = priority
         self.headers = headers
         expiresAt = job.expiresAt
-        authority = job.authority
+        // apns-priority follows apns-topic; a job that left its priority implicit has none yet.
+        var fields = job.fieldsWithoutToken.filter { $0.name != APNsHeaderName.priority }
+        let afterTopic = (fields.firstIndex { $0.name == APNsHeaderName.topic } ?? fields.count - 1) + 1
+        fields.insert(HeaderField(name: APNsHeaderName.priority, value: String(priority)), at: afterTopic)
+        fieldsWithoutToken = fields
     }
 
     /// The constant headers with `authorization: bearer <token>` (nil: none). Built once per token.
     func headerBlock(bearer: String?) -> HeaderBlock {
         if let cached = cachedBlock.withLock({ $0 }), cached.bearer == bearer { return cached.block }
-        var headers = self.headers
-        headers.bearerToken = bearer
         var fields: [(name: String, value: String, neverIndex: Bool)] = []
-        // The token only fills :path, which the block leaves out; any valid token will do here.
-        let placeholder = DeviceToken(String(repeating: "0", count: 64))!
-        let built = (try? headers.headerFields(deviceToken: placeholder, authority: authority)) ?? []
-        for field in built where field.name != ":path" && field.name != "apns-id" {
+        fields.reserveCapacity(fieldsWithoutToken.count + 1)
+        for field in fieldsWithoutToken {
+            fields.append((field.name, field.value, field.neverIndex))
             // The provider token goes into HPACK's dynamic table: it is the same on every stream for
             // 50 minutes, so after the first request it costs one byte instead of ~200 bytes of
             // Huffman coding per stream (Netty-based clients such as Pushy do the same). :path and
             // apns-id, which change per stream, stay out of the table.
-            let indexed = field.name == "authorization"
-            fields.append((field.name, field.value, indexed ? false : field.neverIndex))
+            if field.name == APNsHeaderName.authority, let bearer {
+                fields.append((APNsHeaderName.authorization, "bearer " + bearer, false))
+            }
         }
         let block = HeaderBlock(fields)
         cachedBlock.withLock { $0 = (bearer, block) }
         return block
+    }
+
+    /// The request's headers less `:path`, `apns-id` and `authorization`, which differ per stream or
+    /// per provider token.
+    private static func constantFields(of headers: NotificationHeaders, authority: String)
+        throws(NotificationHeaderError) -> [HeaderField]
+    {
+        // The token only fills :path, which is left out; any valid token will do here.
+        let placeholder = DeviceToken(String(repeating: "0", count: 64))!
+        return try headers.headerFields(deviceToken: placeholder, authority: authority).filter { field in
+            field.name != APNsHeaderName.path && field.name != APNsHeaderName.apnsID
+        }
     }
 }

@@ -36,7 +36,7 @@ package struct SendSummary: Sendable {
             ("rejected", "\(counts.outcomes.rejected)"), ("unregistered", "\(counts.outcomes.unregistered)"),
             ("failed", "\(counts.outcomes.failed)"),
             ("expired", "\(counts.outcomes.expired)"), ("rate_limited", "\(counts.outcomes.rateLimited)"),
-            ("invalid", "\(counts.outcomes.invalid)"),
+            ("invalid", "\(counts.outcomes.invalid)"), ("cancelled", "\(counts.outcomes.cancelled)"),
             ("retries", "\(counts.outcomes.retries)"), ("payload_encodings", "\(counts.payloadEncodings)"),
             ("seconds", String(format: "%.2f", seconds)), ("rate", String(format: "%.1f", rate)),
         ]

@@ -66,10 +66,11 @@ package final class ProgressReporter: @unchecked Sendable {
                 100 * Double(counts.notifications) / Double(known), eta)
         }
         let outcomes = String(
-            format: "%d delivered, %d rejected, %d unregistered, %d failed, %d expired, %d rate_limited, %d invalid",
+            format:
+                "%d delivered, %d rejected, %d unregistered, %d failed, %d expired, %d rate_limited, %d invalid, %d cancelled",
             counts.outcomes.delivered, counts.outcomes.rejected, counts.outcomes.unregistered, counts.outcomes.failed,
             counts.outcomes.expired, counts.outcomes.rateLimited,
-            counts.outcomes.invalid)
+            counts.outcomes.invalid, counts.outcomes.cancelled)
         let text = String(
             format: "%d jobs, %@ notifications (%.0f/s): %@, %d retries, %.0f s", counts.jobs, done, rate, outcomes,
             counts.outcomes.retries, seconds)

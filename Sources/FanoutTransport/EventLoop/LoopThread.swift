@@ -1,3 +1,4 @@
+import CFanoutShims
 import CLibUV
 import Foundation
 import Synchronization
@@ -79,6 +80,8 @@ package final class LoopThread: @unchecked Sendable {
 
     private func run() {
         threadID = pthread_self()
+        // The kernel's name for the thread (top -H, /proc/self/task/*/comm): at most 15 bytes.
+        _ = CFanoutShims_set_current_thread_name(String(decoding: name.utf8.prefix(15), as: UTF8.self))
         started.signal()
         uv_run(loop, UV_RUN_DEFAULT)
         // Every handle is closed by now; release the loop.
@@ -101,20 +104,38 @@ package final class LoopThread: @unchecked Sendable {
     }
 
     /// Runs `task` on the loop thread, soon. Thread-safe. Tasks run in submission order.
-    package func execute(_ task: @escaping @Sendable () -> Void) {
-        let mustWake = queue.withLock { queue -> Bool in
-            precondition(!queue.stopping, "execute on a stopped loop \(name)")
+    ///
+    /// - Throws: `TransportError(.loopStopped)` once `shutdown()` has begun; `task` is dropped, so a
+    ///   caller waiting on it must complete its work another way.
+    package func execute(_ task: @escaping @Sendable () -> Void) throws(TransportError) {
+        let mustWake = queue.withLock { queue -> Bool? in
+            guard !queue.stopping else { return nil }
             queue.tasks.append(task)
             return queue.tasks.count == 1
         }
+        guard let mustWake else { throw TransportError(.loopStopped, "event loop \(name) has stopped") }
         if mustWake { uv_async_send(asyncHandle) }
     }
 
+    /// Whether `shutdown()` has begun: `execute` refuses work from then on.
+    package var isStopping: Bool { queue.withLock { $0.stopping } }
+
     /// Same as `execute`, for closures that are not Sendable but are known to touch only
     /// loop-confined state (the caller vouches for it).
-    func executeUnchecked(_ task: @escaping () -> Void) {
+    func executeUnchecked(_ task: @escaping () -> Void) throws(TransportError) {
         let box = UncheckedSendableBox(task)
-        execute { box.value() }
+        try execute { box.value() }
+    }
+
+    /// Asks the loop to stop without waiting for it (from any thread, the loop's own included): the
+    /// tasks queued so far run, stop actions close what is open, and the thread exits.
+    package func requestStop() {
+        let alreadyStopping = queue.withLock { queue -> Bool in
+            let was = queue.stopping
+            queue.stopping = true
+            return was
+        }
+        if !alreadyStopping { uv_async_send(asyncHandle) }
     }
 
     fileprivate func drainQueue() {
@@ -152,12 +173,7 @@ package final class LoopThread: @unchecked Sendable {
     /// before this call); the loop ends when no handle is left.
     package func shutdown() {
         precondition(!inLoop, "shutdown() from the loop thread would deadlock")
-        let alreadyStopping = queue.withLock { queue -> Bool in
-            let was = queue.stopping
-            queue.stopping = true
-            return was
-        }
-        if !alreadyStopping { uv_async_send(asyncHandle) }
+        requestStop()
         exited.wait()
         exited.signal()  // let a second shutdown() return too
     }
@@ -218,9 +234,13 @@ extension LoopThread {
         precondition(!inLoop, "runAndWait from the loop thread would deadlock")
         let done = DispatchSemaphore(value: 0)
         let result = UncheckedSendableBox(ResultSlot<T>())
-        executeUnchecked {
-            result.value.value = body()
-            done.signal()
+        do {
+            try executeUnchecked {
+                result.value.value = body()
+                done.signal()
+            }
+        } catch {
+            preconditionFailure("runAndWait on a stopped loop \(name)")
         }
         done.wait()
         return result.value.value!

@@ -74,7 +74,8 @@ package final class PlainHTTPServer: @unchecked Sendable {
         }
         guard !wasStopped else { return }
         let box = UncheckedSendableBox(state)
-        loop.execute { box.value.stop() }
+        // Only this method stops the loop, once: it cannot have stopped already.
+        try? loop.execute { box.value.stop() }
         loop.shutdown()
     }
 }

@@ -32,4 +32,36 @@ package struct FIFOQueue<Element> {
         }
         return item
     }
+
+    /// The item `popFirst` would return, left in place.
+    @inlinable package var first: Element? {
+        if let item = front.last { return item }
+        return head < items.count ? items[head] : nil
+    }
+
+    /// The first item, in pop order, that satisfies `predicate`.
+    @inlinable package func first(where predicate: (Element) -> Bool) -> Element? {
+        for item in front.reversed() where predicate(item) { return item }
+        for index in head..<items.count { if let item = items[index], predicate(item) { return item } }
+        return nil
+    }
+
+    /// Removes every item that satisfies `predicate`, keeping the others in order; returns the removed
+    /// ones in pop order. Linear: for rare events (a cancelled job), not the hot path.
+    @inlinable package mutating func removeAll(where predicate: (Element) -> Bool) -> [Element] {
+        var removed: [Element] = []
+        var keptFront: [Element] = []
+        for item in front.reversed() {
+            if predicate(item) { removed.append(item) } else { keptFront.append(item) }
+        }
+        var kept: [Element?] = []
+        for index in head..<items.count {
+            guard let item = items[index] else { continue }
+            if predicate(item) { removed.append(item) } else { kept.append(item) }
+        }
+        front = keptFront.reversed()
+        items = kept
+        head = 0
+        return removed
+    }
 }

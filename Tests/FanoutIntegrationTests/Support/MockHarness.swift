@@ -96,7 +96,7 @@ final class RawClient: @unchecked Sendable {
             [(":method", method, false), (":scheme", "https", false), (":authority", "\(host):\(port)", false)]
                 + headers.map { ($0.0, $0.1, $0.0 == "authorization") })
         let request = HTTP2Request(head: head, path: path, body: SharedBody(body))
-        loop.execute { [self] in
+        try! loop.execute { [self] in  // the client loop runs until close()
             connection().submit(request) { result in
                 box.result = result
                 done.signal()
@@ -118,7 +118,7 @@ final class RawClient: @unchecked Sendable {
                 + headers.map { ($0.0, $0.1, $0.0 == "authorization") })
         let requests = paths.map { HTTP2Request(head: head, path: $0, body: SharedBody(body)) }
         for _ in paths { group.enter() }
-        loop.execute { [self] in
+        try! loop.execute { [self] in
             let connection = connection()
             for (request, box) in zip(requests, boxes) {
                 connection.submit(request) { result in
@@ -151,7 +151,7 @@ final class RawClient: @unchecked Sendable {
     func onLoop<T>(timeout: Double = 5, _ body: @escaping @Sendable (HTTP2ClientConnection?) -> T) -> T? {
         let done = DispatchSemaphore(value: 0)
         let box = ValueBox<T>()
-        loop.execute { [self] in
+        try! loop.execute { [self] in
             box.value = body(current)
             done.signal()
         }
@@ -186,7 +186,7 @@ final class RawClient: @unchecked Sendable {
         }
         guard first else { return }
         let done = DispatchSemaphore(value: 0)
-        loop.execute { [self] in
+        try! loop.execute { [self] in
             current?.close(immediately: true)
             current = nil
             done.signal()

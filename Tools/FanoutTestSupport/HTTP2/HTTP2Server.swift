@@ -78,7 +78,7 @@ package final class HTTP2Server: @unchecked Sendable {
 
     private static func stop(loop: LoopThread, state: LoopState) {
         let box = UncheckedSendableBox(state)
-        loop.execute {
+        try? loop.execute {  // only shutdown stops these loops, once
             box.value.listener?.close()
             box.value.listener = nil
             for connection in Array(box.value.connections.values) { connection.drop() }

@@ -1,0 +1,82 @@
+import Fanout
+import Foundation
+import Synchronization
+import XCTest
+
+/// An engine pointed at `mock` with its CA and signing key; `configure` adjusts the rest.
+func makeEngine(
+    for mock: MockHarness, loops: Int = 2, connections: Int = 2,
+    configure: (inout FanoutEngineConfiguration) -> Void = { _ in }
+) throws -> FanoutEngine {
+    var configuration = FanoutEngineConfiguration(
+        endpoint: APNsEndpoint(host: "localhost", port: mock.port),
+        credentials: ProviderCredentials(
+            keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+        caFile: mock.material.caPEMPath)
+    configuration.loops = loops
+    configuration.connectionsPerLoop = connections
+    configure(&configuration)
+    return try FanoutEngine(configuration: configuration)
+}
+
+/// A Live Activity update of a score to `tokens`.
+func scoreUpdateJob(id: String, tokens: [String]) -> FanoutJob {
+    FanoutJob.liveActivity(
+        id: id, bundleID: "com.example.app",
+        content: LiveActivityContent(
+            event: .update, timestamp: 1_764_460_800, contentState: try! RawJSON(validating: #"{"home":2,"away":1}"#)),
+        recipients: .tokens(tokens))
+}
+
+/// Results collected from any thread: the outcome of each token, and how many results each token got.
+final class ResultLog: Sendable {
+    private struct State {
+        var outcomes: [String: NotificationOutcome] = [:]
+        var resultsPerToken: [String: Int] = [:]
+        var reasons: [String: String] = [:]
+        var counts: [NotificationOutcome: Int] = [:]
+    }
+    private let state = Mutex(State())
+
+    func add(_ result: NotificationResult) {
+        state.withLock { state in
+            let token = result.token ?? "-"
+            state.outcomes[token] = result.outcome
+            state.resultsPerToken[token, default: 0] += 1
+            if let reason = result.reason { state.reasons[token] = reason }
+            state.counts[result.outcome, default: 0] += 1
+        }
+    }
+
+    func count(_ outcome: NotificationOutcome) -> Int { state.withLock { $0.counts[outcome] ?? 0 } }
+    var total: Int { state.withLock { $0.counts.values.reduce(0, +) } }
+    var tokensWithResults: Int { state.withLock { $0.resultsPerToken.count } }
+    var tokensWithMoreThanOneResult: Int { state.withLock { $0.resultsPerToken.values.filter { $0 > 1 }.count } }
+    func outcome(of token: String) -> NotificationOutcome? { state.withLock { $0.outcomes[token] } }
+    func reason(of token: String) -> String? { state.withLock { $0.reasons[token] } }
+    var outcomeNames: Set<String> { state.withLock { Set($0.counts.keys.map(\.name)) } }
+}
+
+/// Polls `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
+func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return condition()
+}
+
+/// Open file descriptors of this process.
+func openFileDescriptorCount() -> Int {
+    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
+}
+
+/// Threads of this process whose name starts with `prefix` (Linux truncates names to 15 bytes).
+func threadCount(namedWithPrefix prefix: String) -> Int {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+    return tasks.filter { task in
+        let name = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
+        return name.hasPrefix(prefix)
+    }.count
+}
