@@ -32,6 +32,8 @@ package struct TransportError: Error, Sendable, CustomStringConvertible, Equatab
         package static let protocolError = Kind(name: "protocol-error")
         /// The peer sent GOAWAY; the stream was not processed.
         package static let goaway = Kind(name: "goaway")
+        /// TLS could not encrypt outbound data (SSL_write failed); the connection is torn down.
+        package static let tlsWriteFailed = Kind(name: "tls-write-failed")
         /// The connection was closed by our side (shutdown).
         package static let cancelled = Kind(name: "cancelled")
     }
