@@ -113,6 +113,10 @@ public final class APNsClient: Sendable {
             return FanoutError(.connection, "\(endpoint): server closed the connection (GOAWAY) before processing")
         case .reset(let code):
             return FanoutError(.connection, "\(endpoint): stream reset by server (HTTP/2 error \(code))")
+        case .timedOut:
+            return FanoutError(.connection, "\(endpoint): no answer within the request timeout")
+        case .cancelled:
+            return FanoutError(.shutdown, "request cancelled")
         }
     }
 

@@ -10,11 +10,15 @@ package struct HTTP2ClientConfiguration: Sendable {
     package var maxConcurrentStreams: Int
     /// Send a PING after this long without hearing from the server; close if it stays silent as long again.
     package var pingIntervalMilliseconds: UInt64
+    /// How long a request may take, counted from `submit`; nil: no limit. Past it, a request still
+    /// waiting for a stream fails `.notSent` (kind `.timedOut`), and an open stream is reset with
+    /// CANCEL and fails `.timedOut`. Whole milliseconds, rounded up.
+    package var requestTimeout: Duration?
 
     package init(
         host: String, port: Int, tls: TLSClientConfiguration = TLSClientConfiguration(),
         connectTimeoutMilliseconds: UInt64 = 10_000, maxConcurrentStreams: Int = 1000,
-        pingIntervalMilliseconds: UInt64 = 15_000
+        pingIntervalMilliseconds: UInt64 = 15_000, requestTimeout: Duration? = nil
     ) {
         self.host = host
         self.port = port
@@ -22,6 +26,7 @@ package struct HTTP2ClientConfiguration: Sendable {
         self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
         self.maxConcurrentStreams = maxConcurrentStreams
         self.pingIntervalMilliseconds = pingIntervalMilliseconds
+        self.requestTimeout = requestTimeout
     }
 }
 
@@ -45,6 +50,11 @@ package enum HTTP2ConnectionEvent: Sendable {
 /// stream closes (h2load's `on_stream_close`). Until the first response it allows one stream, as
 /// APNs does before it has seen a valid provider token.
 ///
+/// Every request gets an `HTTP2RequestID` for `cancel(_:)` and, with a `requestTimeout`, a deadline.
+/// Both are served by one ledger of requests in submit order, which is id order and (the timeout
+/// being fixed) deadline order: cancel finds a request by binary search, and one timer armed to the
+/// oldest unfinished request's deadline serves them all, with no timer or closure per request.
+///
 /// Confined to its loop: call everything on the loop thread (use `loop.execute`).
 /// `@unchecked Sendable`: it may be referenced from any thread, but every method must run on its loop
 /// (asserted in debug builds), like a swift-nio Channel.
@@ -55,9 +65,19 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     private let session: HTTP2Session
     package var onEvent: ((HTTP2ConnectionEvent) -> Void)?
 
-    /// Requests waiting for a stream, oldest first.
+    /// Requests waiting for a stream, oldest first. A request cancelled or timed out while waiting
+    /// stays here, finished, until it reaches the front (`waitingCount` does not count it).
     private var waiting = FIFOQueue<ClientStream>()
     private var waitingCount = 0
+    /// Every unfinished request, waiting or open, in submit order.
+    private var ledger = RequestLedger()
+    private var lastRequestID: UInt64 = 0
+    /// `configuration.requestTimeout` in milliseconds.
+    private let timeoutMilliseconds: UInt64?
+    /// Fires at the oldest unfinished request's deadline. Created with the first deadline.
+    private var deadlineTimer: LoopTimer?
+    /// The deadline the timer is armed for, nil when it is not armed.
+    private var deadlineTimerDue: UInt64?
 
     /// The most streams open at once so far.
     package private(set) var peakOpenStreams = 0
@@ -78,6 +98,7 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
         self.loop = loop
         self.configuration = configuration
         self.tlsContext = tlsContext.context
+        timeoutMilliseconds = configuration.requestTimeout.map(wholeMilliseconds)
         // The loop holds the session, and the session its delegate (self), until it closes, so callers
         // need not keep the connection alive; when the loop stops first, requests fail as cancelled.
         session = HTTP2Session(
@@ -117,7 +138,7 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     /// TLS verified, h2 negotiated, our SETTINGS sent.
     package var isReady: Bool { session.isReady }
 
-    /// Streams open now.
+    /// Streams open now (including ones reset by a timeout or cancel whose RST_STREAM has not gone out).
     package var openStreams: Int { session.openStreamCount }
 
     /// The number of streams this connection may have open now.
@@ -135,16 +156,41 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     // MARK: Requests
 
     /// Queues a request; `completion` runs on the loop thread exactly once, with the response or an
-    /// `HTTP2StreamFailure`.
-    package func submit(_ request: HTTP2Request, completion: @escaping HTTP2Completion) {
+    /// `HTTP2StreamFailure`. The request's deadline, if any, counts from now.
+    /// - Returns: the request's id, for `cancel(_:)`.
+    @discardableResult
+    package func submit(_ request: HTTP2Request, completion: @escaping HTTP2Completion) -> HTTP2RequestID {
         loop.assertInLoop()
+        lastRequestID += 1
+        let id = HTTP2RequestID(rawValue: lastRequestID)
         guard isAcceptingRequests else {
             completion(.failure(.notSent(TransportError(.connectionClosed, "connection is not accepting requests"))))
-            return
+            return id
         }
-        waiting.append(ClientStream(request: request, completion: completion))
+        var deadline = UInt64.max
+        if let timeoutMilliseconds { deadline = loop.nowMilliseconds + timeoutMilliseconds }
+        let stream = ClientStream(id: id.rawValue, request: request, deadline: deadline, completion: completion)
+        ledger.append(stream)
+        waiting.append(stream)
         waitingCount += 1
+        if deadline != .max { armDeadlineTimer() }
         if session.isReady { fillStreams() }
+        return id
+    }
+
+    /// Cancels a request. Still waiting for a stream: it is dropped and fails
+    /// `.cancelled(sent: false)`. Open: its stream is reset with CANCEL and it fails
+    /// `.cancelled(sent: true)` at once (a response arriving later is ignored). Finished or unknown:
+    /// nothing happens.
+    package func cancel(_ id: HTTP2RequestID) {
+        loop.assertInLoop()
+        guard let stream = ledger.find(id.rawValue) else { return }
+        if stream.streamID > 0 {
+            session.resetStream(stream.streamID, errorCode: HTTP2ErrorCode.cancel)
+            finish(stream, .failure(.cancelled(sent: true)))
+        } else {
+            finish(stream, .failure(.cancelled(sent: false)))
+        }
     }
 
     /// Opens streams for waiting requests while the window allows.
@@ -152,6 +198,7 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
         guard session.isReady, isAcceptingRequests else { return }
         let limit = streamLimit
         while session.openStreamCount < limit, let stream = waiting.popFirst() {
+            guard !stream.isFinished else { continue }  // cancelled or timed out while waiting
             waitingCount -= 1
             stream.streamID = -1  // leaving the queue
             switch session.submitRequest(stream.request, context: stream) {
@@ -168,6 +215,7 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     private func finish(_ stream: ClientStream, _ result: Result<HTTP2Response, HTTP2StreamFailure>) {
         guard let completion = stream.takeCompletion() else { return }
         if stream.streamID == 0 { waitingCount -= 1 }
+        ledger.didFinish()
         completion(result)
     }
 
@@ -175,6 +223,44 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
         while let stream = waiting.popFirst() {
             finish(stream, .failure(.notSent(error)))
         }
+    }
+
+    // MARK: Deadlines
+
+    /// Arms the timer for the oldest unfinished request, unless it is armed for that time or earlier.
+    private func armDeadlineTimer() {
+        guard !isClosed, let oldest = ledger.oldest, oldest.deadline != .max else { return }
+        if let due = deadlineTimerDue, due <= oldest.deadline { return }
+        let now = loop.nowMilliseconds
+        let delay = oldest.deadline > now ? oldest.deadline - now : 0
+        deadlineTimerDue = oldest.deadline
+        if let deadlineTimer {
+            deadlineTimer.restart(milliseconds: delay)
+            return
+        }
+        let timer = LoopTimer(loop: loop)
+        timer.unref()
+        deadlineTimer = timer
+        // Strong capture (no weak side table on self): closing the connection closes the timer. This
+        // one closure serves every later `restart`.
+        timer.schedule(milliseconds: delay) { [self] in deadlinesPassed() }
+    }
+
+    /// Expires every request whose deadline has passed, oldest first, then re-arms for the next.
+    private func deadlinesPassed() {
+        deadlineTimerDue = nil
+        let now = loop.nowMilliseconds
+        while !isClosed, let oldest = ledger.oldest, oldest.deadline <= now {
+            if oldest.streamID > 0 {
+                session.resetStream(oldest.streamID, errorCode: HTTP2ErrorCode.cancel)
+                finish(oldest, .failure(.timedOut))
+            } else {
+                let error = TransportError(
+                    .timedOut, "request timed out after \(timeoutMilliseconds ?? 0) ms waiting for a stream")
+                finish(oldest, .failure(.notSent(error)))
+            }
+        }
+        armDeadlineTimer()
     }
 
     // MARK: Closing
@@ -222,6 +308,7 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
 
     package func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32) {
         let stream = unsafeDowncast(stream, to: ClientStream.self)
+        // A request cancelled or timed out is already finished: whatever came for it is dropped.
         if !stream.isFinished {
             if let status = stream.status, errorCode == HTTP2ErrorCode.noError || stream.endStreamSeen {
                 responsesReceived += 1
@@ -263,6 +350,8 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
         openStreams: [(streamID: Int32, stream: AnyObject)]
     ) {
         isClosed = true
+        deadlineTimer?.close()
+        deadlineTimer = nil
         let cause = error ?? TransportError(.cancelled, "connection closed")
         for (streamID, stream) in openStreams {
             let stream = unsafeDowncast(stream, to: ClientStream.self)
@@ -286,13 +375,17 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     }
 }
 
-/// One request from `submit` to its completion: the request, and the response being collected once
-/// it has a stream.
+/// One request from `submit` to its completion: the request, its deadline, and the response being
+/// collected once it has a stream.
 ///
 /// Who holds it: `waiting` until it gets a stream; the session's stream table (the one owner of
-/// stream contexts) while its stream is open.
+/// stream contexts) while its stream is open; and `ledger`, for cancel and deadlines, until it
+/// finishes.
 final class ClientStream {
+    let id: UInt64
     let request: HTTP2Request
+    /// In `uv_now` milliseconds; `.max`: none.
+    let deadline: UInt64
     private var completion: HTTP2Completion?
     /// 0 while waiting for a stream; the stream id once it has one.
     var streamID: Int32 = 0
@@ -302,12 +395,14 @@ final class ClientStream {
     var responseBody: [UInt8] = []
     var endStreamSeen = false
 
-    init(request: HTTP2Request, completion: @escaping HTTP2Completion) {
+    init(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: @escaping HTTP2Completion) {
+        self.id = id
         self.request = request
+        self.deadline = deadline
         self.completion = completion
     }
 
-    /// Completed (answered or failed).
+    /// Completed (answered, failed, cancelled or timed out).
     var isFinished: Bool { completion == nil }
 
     /// The completion, the first time only.
@@ -331,6 +426,67 @@ final class ClientStream {
     }
 }
 
+/// The unfinished requests of a connection in submit order, which is id order and, with one fixed
+/// timeout, deadline order. `find` is a binary search; `oldest` is the front. Finished requests are
+/// dropped from the front as they finish, and compacted away from the middle once they outnumber
+/// the live ones (a slow request at the front must not make the ledger grow without bound). Once
+/// warm it allocates nothing per request.
+struct RequestLedger {
+    /// Requests in id order from `head`; slots before `head` are nil (released).
+    private var entries: [ClientStream?] = []
+    private var head = 0
+    /// Finished requests at `head` or after, not yet compacted away.
+    private var finishedInside = 0
+
+    mutating func append(_ stream: ClientStream) {
+        entries.append(stream)
+    }
+
+    /// The oldest unfinished request.
+    var oldest: ClientStream? { head < entries.count ? entries[head] : nil }
+
+    /// The unfinished request with this id, if any.
+    func find(_ id: UInt64) -> ClientStream? {
+        var low = head
+        var high = entries.count
+        while low < high {
+            let middle = (low + high) / 2
+            let candidate = entries[middle]!
+            if candidate.id == id { return candidate.isFinished ? nil : candidate }
+            if candidate.id < id { low = middle + 1 } else { high = middle }
+        }
+        return nil
+    }
+
+    /// Call when one of the requests finished.
+    mutating func didFinish() {
+        finishedInside += 1
+        while head < entries.count, entries[head]!.isFinished {
+            entries[head] = nil
+            head += 1
+            finishedInside -= 1
+        }
+        if head == entries.count {
+            entries.removeAll(keepingCapacity: true)
+            head = 0
+        } else if finishedInside >= 64 && finishedInside * 2 > entries.count - head {
+            compact()
+        }
+    }
+
+    /// Drops the finished requests and the released front, keeping order.
+    private mutating func compact() {
+        var write = 0
+        for read in head..<entries.count where !entries[read]!.isFinished {
+            entries[write] = entries[read]
+            write += 1
+        }
+        entries.removeSubrange(write...)
+        head = 0
+        finishedInside = 0
+    }
+}
+
 func parseDecimal(_ bytes: UnsafeRawBufferPointer) -> Int? {
     guard !bytes.isEmpty, bytes.count < 19 else { return nil }
     var value = 0
@@ -339,4 +495,12 @@ func parseDecimal(_ bytes: UnsafeRawBufferPointer) -> Int? {
         value = value * 10 + Int(byte - 48)
     }
     return value
+}
+
+/// `duration` in whole milliseconds, rounded up (a deadline is never early); at least 1.
+private func wholeMilliseconds(_ duration: Duration) -> UInt64 {
+    let (seconds, attoseconds) = duration.components
+    guard seconds >= 0 else { return 1 }
+    let milliseconds = UInt64(seconds) * 1000 + UInt64((attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+    return max(milliseconds, 1)
 }
