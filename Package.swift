@@ -62,7 +62,7 @@ let package = Package(
         // Only mock-apns, the benchmarks and the tests depend on it.
         .target(
             name: "FanoutTestSupport",
-            dependencies: ["FanoutCore", "FanoutTransport", "CNGHTTP2", "COpenSSL", "CFanoutShims"],
+            dependencies: ["FanoutCore", "FanoutTransport", "COpenSSL", "CFanoutShims"],
             path: "Tools/FanoutTestSupport"),
         // mock-apns: an APNs look-alike (request validation, JWT checks, fault injection, stats).
         .target(

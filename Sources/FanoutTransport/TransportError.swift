@@ -32,6 +32,10 @@ package struct TransportError: Error, Sendable, CustomStringConvertible, Equatab
         package static let protocolError = Kind(name: "protocol-error")
         /// The peer sent GOAWAY; the stream was not processed.
         package static let goaway = Kind(name: "goaway")
+        /// TLS could not encrypt outbound data (SSL_write failed); the connection is torn down.
+        package static let tlsWriteFailed = Kind(name: "tls-write-failed")
+        /// A request passed its deadline before the connection could open a stream for it.
+        package static let timedOut = Kind(name: "timed-out")
         /// The connection was closed by our side (shutdown).
         package static let cancelled = Kind(name: "cancelled")
         /// The event loop has stopped (or is stopping) and refuses new work.

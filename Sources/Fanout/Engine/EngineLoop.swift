@@ -322,6 +322,8 @@ final class EngineLoop: @unchecked Sendable {
         case .notSent: return "NotSent"
         case .refused: return "RefusedStream"
         case .notProcessed: return "GoAway"
+        case .timedOut: return "Timeout"
+        case .cancelled: return "Cancelled"
         }
     }
 

@@ -29,6 +29,14 @@ package final class LoopTimer {
         uv_timer_start(handle, loopTimerCallback, milliseconds, repeatMilliseconds)
     }
 
+    /// Starts the timer again, after `milliseconds`, with the action of the last `schedule`: re-arming
+    /// a timer that always does the same thing allocates no new closure.
+    package func restart(milliseconds: UInt64) {
+        loop.assertInLoop()
+        precondition(!closed && action != nil, "restart needs a scheduled action")
+        uv_timer_start(handle, loopTimerCallback, milliseconds, 0)
+    }
+
     package func cancel() {
         guard !closed else { return }
         action = nil

@@ -1,5 +1,3 @@
-import CLibUV
-import CNGHTTP2
 import Foundation
 
 /// Settings of one client connection.
@@ -12,11 +10,15 @@ package struct HTTP2ClientConfiguration: Sendable {
     package var maxConcurrentStreams: Int
     /// Send a PING after this long without hearing from the server; close if it stays silent as long again.
     package var pingIntervalMilliseconds: UInt64
+    /// How long a request may take, counted from `submit`; nil: no limit. Past it, a request still
+    /// waiting for a stream fails `.notSent` (kind `.timedOut`), and an open stream is reset with
+    /// CANCEL and fails `.timedOut`. Whole milliseconds, rounded up.
+    package var requestTimeout: Duration?
 
     package init(
         host: String, port: Int, tls: TLSClientConfiguration = TLSClientConfiguration(),
         connectTimeoutMilliseconds: UInt64 = 10_000, maxConcurrentStreams: Int = 1000,
-        pingIntervalMilliseconds: UInt64 = 15_000
+        pingIntervalMilliseconds: UInt64 = 15_000, requestTimeout: Duration? = nil
     ) {
         self.host = host
         self.port = port
@@ -24,6 +26,7 @@ package struct HTTP2ClientConfiguration: Sendable {
         self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
         self.maxConcurrentStreams = maxConcurrentStreams
         self.pingIntervalMilliseconds = pingIntervalMilliseconds
+        self.requestTimeout = requestTimeout
     }
 }
 
@@ -39,40 +42,53 @@ package enum HTTP2ConnectionEvent: Sendable {
     case closed(TransportError?)
 }
 
-/// One HTTP/2 client connection over TLS on one loop: connect, handshake, then streams.
+/// One HTTP/2 client connection over TLS on one loop: connect, handshake, then streams. The client
+/// role over `HTTP2Session`, which does all the nghttp2 work.
 ///
 /// It keeps its stream window full: requests wait in a queue and are submitted while fewer than
 /// `min(server MAX_CONCURRENT_STREAMS, configured max)` streams are open, one more each time a
 /// stream closes (h2load's `on_stream_close`). Until the first response it allows one stream, as
-/// APNs does before it has seen a valid provider token. Confined to its loop: call everything on
-/// the loop thread (use `loop.execute`).
+/// APNs does before it has seen a valid provider token.
 ///
+/// Every request gets an `HTTP2RequestID` for `cancel(_:)` and, with a `requestTimeout`, a deadline.
+/// Both are served by one ledger of requests in submit order, which is id order and (the timeout
+/// being fixed) deadline order: cancel finds a request by binary search, and one timer armed to the
+/// oldest unfinished request's deadline serves them all, with no timer or closure per request.
+///
+/// Confined to its loop: call everything on the loop thread (use `loop.execute`).
 /// `@unchecked Sendable`: it may be referenced from any thread, but every method must run on its loop
 /// (asserted in debug builds), like a swift-nio Channel.
-package final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Sendable {
+package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Sendable {
     package let loop: LoopThread
     package let configuration: HTTP2ClientConfiguration
     private let tlsContext: TLSContext
-    private var channel: SecureChannel?
-    /// Owned: created when TLS is ready, freed with `nghttp2_session_del` in `teardown`.
-    private var session: OpaquePointer?
+    private let session: HTTP2Session
     package var onEvent: ((HTTP2ConnectionEvent) -> Void)?
 
-    private var waiting = FIFOQueue<PendingRequest>()
-    package private(set) var openStreams = 0
+    /// Requests waiting for a stream, oldest first. A request cancelled or timed out while waiting
+    /// stays here, finished, until it reaches the front (`waitingCount` does not count it).
+    private var waiting = FIFOQueue<ClientStream>()
+    private var waitingCount = 0
+    /// Every unfinished request, waiting or open, in submit order.
+    private var ledger = RequestLedger()
+    private var lastRequestID: UInt64 = 0
+    /// `configuration.requestTimeout` in milliseconds.
+    private let timeoutMilliseconds: UInt64?
+    /// Fires at the oldest unfinished request's deadline. Created with the first deadline.
+    private var deadlineTimer: LoopTimer?
+    /// The deadline the timer is armed for, nil when it is not armed.
+    private var deadlineTimerDue: UInt64?
+
     /// The most streams open at once so far.
     package private(set) var peakOpenStreams = 0
     /// Streams allowed before the first response (APNs: one until a valid token was seen).
     private var ramped = false
-    package private(set) var isReady = false
     package private(set) var isClosed = false
+    /// `close` was called: no new request is accepted.
+    private var isClosing = false
     package private(set) var goawayReceived = false
     private var goawayLastStreamID: Int32 = .max
     private var goawayErrorCode: UInt32 = 0
-    private var pingTimer: LoopTimer?
-    private var lastHeardMilliseconds: UInt64 = 0
-    private var pingOutstanding = false
-    private var stopActionID = 0
     /// Counts of what happened, for tests and stats.
     package private(set) var responsesReceived = 0
 
@@ -82,9 +98,13 @@ package final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Sen
         self.loop = loop
         self.configuration = configuration
         self.tlsContext = tlsContext.context
-        // The loop holds the connection (strongly) until it closes, so callers need not keep it
-        // alive; when the loop stops first, the connection fails its requests as cancelled.
-        stopActionID = loop.addStopAction { [self] in teardown(TransportError(.cancelled, "event loop stopped")) }
+        timeoutMilliseconds = configuration.requestTimeout.map(wholeMilliseconds)
+        // The loop holds the session, and the session its delegate (self), until it closes, so callers
+        // need not keep the connection alive; when the loop stops first, requests fail as cancelled.
+        session = HTTP2Session(
+            role: .client, loop: loop,
+            settings: .client(pingIntervalMilliseconds: configuration.pingIntervalMilliseconds))
+        session.delegate = self
         connect()
     }
 
@@ -95,7 +115,7 @@ package final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Sen
         ) { [self] result in
             switch result {
             case .failure(let error):
-                teardown(error)
+                session.close(error)
             case .success(let socket):
                 guard !isClosed else {
                     socket.close()
@@ -103,294 +123,218 @@ package final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Sen
                 }
                 do throws(TransportError) {
                     let tls = try TLSEngine(context: tlsContext, host: configuration.host)
-                    let channel = SecureChannel(
-                        socket: socket, tls: tls,
-                        handshakeTimeoutMilliseconds: configuration.tls.handshakeTimeoutMilliseconds)
-                    channel.delegate = self
-                    self.channel = channel
-                    channel.start()
+                    session.start(
+                        SecureChannel(
+                            socket: socket, tls: tls,
+                            handshakeTimeoutMilliseconds: configuration.tls.handshakeTimeoutMilliseconds))
                 } catch {
                     socket.close()
-                    teardown(error)
+                    session.close(error)
                 }
             }
         }
     }
 
+    /// TLS verified, h2 negotiated, our SETTINGS sent.
+    package var isReady: Bool { session.isReady }
+
+    /// Streams open now (including ones reset by a timeout or cancel whose RST_STREAM has not gone out).
+    package var openStreams: Int { session.openStreamCount }
+
     /// The number of streams this connection may have open now.
     package var streamLimit: Int {
-        guard let session, ramped else { return 1 }
-        let remote = Int(nghttp2_session_get_remote_settings(session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS))
-        return min(remote, configuration.maxConcurrentStreams)
+        guard session.isReady, ramped else { return 1 }
+        return min(session.remoteMaxConcurrentStreams, configuration.maxConcurrentStreams)
     }
 
     /// Requests accepted but not finished (queued plus open).
-    package var outstanding: Int { waiting.count + openStreams }
+    package var outstanding: Int { waitingCount + openStreams }
 
-    /// Whether new requests are accepted (not closed, not draining after GOAWAY).
-    package var isAcceptingRequests: Bool { !isClosed && !goawayReceived }
+    /// Whether new requests are accepted (not closed, not draining after GOAWAY or `close`).
+    package var isAcceptingRequests: Bool { !isClosed && !isClosing && !goawayReceived }
 
-    /// Queues a request; `completion` runs on the loop thread exactly once.
-    package func submit(_ request: HTTP2Request, completion: @escaping HTTP2Completion) {
+    // MARK: Requests
+
+    /// Queues a request; `completion` runs on the loop thread exactly once, with the response or an
+    /// `HTTP2StreamFailure`. The request's deadline, if any, counts from now.
+    /// - Returns: the request's id, for `cancel(_:)`.
+    @discardableResult
+    package func submit(_ request: HTTP2Request, completion: @escaping HTTP2Completion) -> HTTP2RequestID {
         loop.assertInLoop()
+        lastRequestID += 1
+        let id = HTTP2RequestID(rawValue: lastRequestID)
         guard isAcceptingRequests else {
             completion(.failure(.notSent(TransportError(.connectionClosed, "connection is not accepting requests"))))
-            return
+            return id
         }
-        waiting.append(PendingRequest(request: request, completion: completion))
-        if isReady { fillStreams() }
+        var deadline = UInt64.max
+        if let timeoutMilliseconds { deadline = loop.nowMilliseconds + timeoutMilliseconds }
+        let stream = ClientStream(id: id.rawValue, request: request, deadline: deadline, completion: completion)
+        ledger.append(stream)
+        waiting.append(stream)
+        waitingCount += 1
+        if deadline != .max { armDeadlineTimer() }
+        if session.isReady { fillStreams() }
+        return id
+    }
+
+    /// Cancels a request. Still waiting for a stream: it is dropped and fails
+    /// `.cancelled(sent: false)`. Open: its stream is reset with CANCEL and it fails
+    /// `.cancelled(sent: true)` at once (a response arriving later is ignored). Finished or unknown:
+    /// nothing happens.
+    package func cancel(_ id: HTTP2RequestID) {
+        loop.assertInLoop()
+        guard let stream = ledger.find(id.rawValue) else { return }
+        if stream.streamID > 0 {
+            session.resetStream(stream.streamID, errorCode: HTTP2ErrorCode.cancel)
+            finish(stream, .failure(.cancelled(sent: true)))
+        } else {
+            finish(stream, .failure(.cancelled(sent: false)))
+        }
     }
 
     /// Opens streams for waiting requests while the window allows.
     private func fillStreams() {
-        guard let session, isReady, !goawayReceived else { return }
-        var submitted = false
-        while openStreams < streamLimit, let pending = waiting.popFirst() {
-            let context = StreamContext(request: pending.request, completion: pending.completion)
-            if submitStream(session: session, context: context) {
-                openStreams += 1
-                submitted = true
+        guard session.isReady, isAcceptingRequests else { return }
+        let limit = streamLimit
+        while session.openStreamCount < limit, let stream = waiting.popFirst() {
+            guard !stream.isFinished else { continue }  // cancelled or timed out while waiting
+            waitingCount -= 1
+            stream.streamID = -1  // leaving the queue
+            switch session.submitRequest(stream.request, context: stream) {
+            case .success(let streamID):
+                stream.streamID = streamID
+            case .failure(let error):
+                finish(stream, .failure(.notSent(error)))
             }
         }
-        peakOpenStreams = max(peakOpenStreams, openStreams)
-        if submitted { channel?.scheduleFlush() }
+        peakOpenStreams = max(peakOpenStreams, session.openStreamCount)
     }
 
-    private func submitStream(session: OpaquePointer, context: StreamContext) -> Bool {
-        let request = context.request
-        // nghttp2 gets an unretained pointer (stream user data and data source); `openContexts`
-        // owns the context from submission until on_stream_close or teardown.
-        let contextPointer = Unmanaged.passUnretained(context).toOpaque()
-        var provider = nghttp2_data_provider(
-            source: nghttp2_data_source(ptr: contextPointer), read_callback: http2ReadBodyCallback)
-        var path = request.path
-        var apnsID = request.apnsID
-        let streamID: Int32 = path.withUTF8 { pathBytes in
-            func submit(_ extra: (name: StaticString, value: UnsafeRawBufferPointer)?) -> Int32 {
-                request.head.withNameValuePairs(path: UnsafeRawBufferPointer(pathBytes), extra: extra) { nva, count in
-                    nghttp2_submit_request(session, nil, nva, count, &provider, contextPointer)
-                }
-            }
-            if apnsID != nil {
-                return apnsID!.withUTF8 { submit(("apns-id", UnsafeRawBufferPointer($0))) }
-            }
-            return submit(nil)
-        }
-        if streamID < 0 {
-            context.complete(
-                .failure(.notSent(TransportError(.protocolError, "cannot open stream: \(http2ErrorName(streamID))"))))
-            return false
-        }
-        context.streamID = streamID
-        openContexts[streamID] = context
-        return true
-    }
-
-    /// Sends a PING; the connection closes if the server stays silent for another ping interval.
-    package func ping() {
-        guard let session, !isClosed else { return }
-        nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
-        pingOutstanding = true
-        channel?.scheduleFlush()
-    }
-
-    /// Closes gracefully: sends GOAWAY, fails waiting requests as not sent, lets open streams finish
-    /// unless `immediately`.
-    package func close(immediately: Bool = false) {
-        loop.assertInLoop()
-        guard !isClosed else { return }
-        if let session, !immediately {
-            goawayReceived = true  // accept nothing new
-            failWaiting(TransportError(.cancelled, "connection closing"))
-            if openStreams == 0 {
-                nghttp2_session_terminate_session(session, UInt32(NGHTTP2_NO_ERROR.rawValue))
-                channel?.closeWhenFlushed()
-            }
-            return
-        }
-        teardown(nil)
+    /// Completes a request, once: later calls for it do nothing.
+    private func finish(_ stream: ClientStream, _ result: Result<HTTP2Response, HTTP2StreamFailure>) {
+        guard let completion = stream.takeCompletion() else { return }
+        if stream.streamID == 0 { waitingCount -= 1 }
+        ledger.didFinish()
+        completion(result)
     }
 
     private func failWaiting(_ error: TransportError) {
-        while let pending = waiting.popFirst() {
-            pending.completion(.failure(.notSent(error)))
+        while let stream = waiting.popFirst() {
+            finish(stream, .failure(.notSent(error)))
         }
     }
 
-    /// Ends everything: fails open streams as lost and waiting ones as not sent, frees the session.
-    private func teardown(_ error: TransportError?) {
-        guard !isClosed else { return }
-        if insideSession > 0 {
-            // Called from inside an nghttp2 callback (a completion closed us): nghttp2 must not be
-            // deleted under its own feet, so finish right after it returns.
-            pendingTeardown = pendingTeardown ?? .some(error)
+    // MARK: Deadlines
+
+    /// Arms the timer for the oldest unfinished request, unless it is armed for that time or earlier.
+    private func armDeadlineTimer() {
+        guard !isClosed, let oldest = ledger.oldest, oldest.deadline != .max else { return }
+        if let due = deadlineTimerDue, due <= oldest.deadline { return }
+        let now = loop.nowMilliseconds
+        let delay = oldest.deadline > now ? oldest.deadline - now : 0
+        deadlineTimerDue = oldest.deadline
+        if let deadlineTimer {
+            deadlineTimer.restart(milliseconds: delay)
             return
         }
-        isClosed = true
-        isReady = false
-        loop.removeStopAction(stopActionID)
-        pingTimer?.close()
-        pingTimer = nil
-        let cause = error ?? TransportError(.cancelled, "connection closed")
-        closingError = cause
-        if let session {
-            // nghttp2_session_del frees open streams without calling on_stream_close, so the
-            // streams still open are completed here, as lost: the server may have acted on them.
-            nghttp2_session_del(session)
-            self.session = nil
-        }
-        let lost = openContexts
-        openContexts = [:]
-        openStreams = 0
-        for context in lost.values {
-            // Above a GOAWAY's last stream id the server promised not to process it: safe to resend.
-            if goawayReceived && context.streamID > goawayLastStreamID {
-                context.complete(.failure(.notProcessed(goawayErrorCode: goawayErrorCode)))
+        let timer = LoopTimer(loop: loop)
+        timer.unref()
+        deadlineTimer = timer
+        // Strong capture (no weak side table on self): closing the connection closes the timer. This
+        // one closure serves every later `restart`.
+        timer.schedule(milliseconds: delay) { [self] in deadlinesPassed() }
+    }
+
+    /// Expires every request whose deadline has passed, oldest first, then re-arms for the next.
+    private func deadlinesPassed() {
+        deadlineTimerDue = nil
+        let now = loop.nowMilliseconds
+        while !isClosed, let oldest = ledger.oldest, oldest.deadline <= now {
+            if oldest.streamID > 0 {
+                session.resetStream(oldest.streamID, errorCode: HTTP2ErrorCode.cancel)
+                finish(oldest, .failure(.timedOut))
             } else {
-                context.complete(.failure(.connectionLost(cause)))
+                let error = TransportError(
+                    .timedOut, "request timed out after \(timeoutMilliseconds ?? 0) ms waiting for a stream")
+                finish(oldest, .failure(.notSent(error)))
             }
         }
-        failWaiting(cause)
-        if let channel, !channel.isClosed {
-            channel.delegate = nil
-            channel.close(error: nil)
-        }
-        channel = nil
-        onEvent?(.closed(error))
-        onEvent = nil
+        armDeadlineTimer()
     }
 
-    /// Owns every open stream's context (nghttp2 holds only unretained pointers to them).
-    private var openContexts: [Int32: StreamContext] = [:]
-    /// Set while tearing down, so stream closes report the connection's error.
-    private var closingError: TransportError?
-    /// Depth of calls into nghttp2 (mem_recv/mem_send), during which the session must live.
-    private var insideSession = 0
-    private var pendingTeardown: TransportError??
+    // MARK: Closing
 
-    private func finishPendingTeardown() {
-        guard insideSession == 0, let error = pendingTeardown else { return }
-        pendingTeardown = nil
-        teardown(error)
+    /// Sends a PING; the connection closes if the server stays silent for another ping interval.
+    package func ping() {
+        session.ping()
     }
 
-    // MARK: SecureChannelDelegate
-
-    package func channelDidBecomeReady(_ channel: SecureChannel) {
-        var callbacks: OpaquePointer?
-        nghttp2_session_callbacks_new(&callbacks)
-        defer { nghttp2_session_callbacks_del(callbacks) }
-        nghttp2_session_callbacks_set_on_header_callback(callbacks, http2ClientHeaderCallback)
-        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, http2ClientDataCallback)
-        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, http2ClientStreamCloseCallback)
-        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, http2ClientFrameCallback)
-        var session: OpaquePointer?
-        // The session holds an unretained pointer to self; teardown deletes it before self goes.
-        let rc = nghttp2_session_client_new(&session, callbacks, Unmanaged.passUnretained(self).toOpaque())
-        guard rc == 0, let session else {
-            teardown(TransportError(.protocolError, "cannot create HTTP/2 session: \(http2ErrorName(rc))"))
-            return
+    /// Closes gracefully: fails waiting requests as not sent, lets open streams finish, then sends
+    /// GOAWAY and closes. `immediately`: closes now, failing open streams as lost.
+    package func close(immediately: Bool = false) {
+        loop.assertInLoop()
+        guard !isClosed else { return }
+        isClosing = true
+        if immediately {
+            session.close(nil)
+        } else {
+            failWaiting(TransportError(.cancelled, "connection closing"))
+            session.drain()
         }
-        self.session = session
-        var settings = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 1 << 20),
-        ]
-        nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
-        nghttp2_session_set_local_window_size(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 16 << 20)
-        isReady = true
-        lastHeardMilliseconds = uvNowMilliseconds(loop)
-        startPingTimer()
-        channel.scheduleFlush()
+    }
+
+    // MARK: HTTP2SessionDelegate
+
+    package func sessionDidBecomeReady(_ session: HTTP2Session) {
         onEvent?(.ready)
         fillStreams()
     }
 
-    package func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
-        guard let session else { return }
-        lastHeardMilliseconds = uvNowMilliseconds(loop)
-        pingOutstanding = false
-        insideSession += 1
-        let consumed = nghttp2_session_mem_recv(
-            session, plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), plaintext.count)
-        insideSession -= 1
-        finishPendingTeardown()
-        if isClosed { return }
-        if consumed < 0 {
-            teardown(TransportError(.protocolError, "HTTP/2 error from server: \(http2ErrorName(Int32(consumed)))"))
-            return
-        }
-        channel.scheduleFlush()
+    package func session(
+        _ session: HTTP2Session, stream: AnyObject, didReceiveHeader name: UnsafeRawBufferPointer,
+        value: UnsafeRawBufferPointer
+    ) {
+        unsafeDowncast(stream, to: ClientStream.self).record(name: name, value: value)
     }
 
-    package func channel(_ channel: SecureChannel, didCloseWith error: TransportError?) {
-        teardown(error ?? (goawayReceived ? nil : TransportError(.connectionClosed, "connection closed")))
+    package func session(_ session: HTTP2Session, stream: AnyObject, didReceiveData data: UnsafeRawBufferPointer) {
+        unsafeDowncast(stream, to: ClientStream.self).responseBody.append(contentsOf: data)
     }
 
-    package func channelProduceOutput(_ channel: SecureChannel) {
-        guard let session else { return }
-        while channel.canWrite {
-            var data: UnsafePointer<UInt8>?
-            insideSession += 1
-            let count = nghttp2_session_mem_send(session, &data)
-            insideSession -= 1
-            if pendingTeardown != nil {
-                finishPendingTeardown()
-                return
+    package func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32) {
+        unsafeDowncast(stream, to: ClientStream.self).endStreamSeen = true
+    }
+
+    package func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32) {
+        let stream = unsafeDowncast(stream, to: ClientStream.self)
+        // A request cancelled or timed out is already finished: whatever came for it is dropped.
+        if !stream.isFinished {
+            if let status = stream.status, errorCode == HTTP2ErrorCode.noError || stream.endStreamSeen {
+                responsesReceived += 1
+                ramped = true
+                finish(stream, .success(stream.makeResponse(status: status)))
+            } else if goawayReceived && streamID > goawayLastStreamID {
+                finish(stream, .failure(.notProcessed(goawayErrorCode: goawayErrorCode)))
+            } else if errorCode == HTTP2ErrorCode.refusedStream {
+                finish(stream, .failure(.refused))
+            } else {
+                finish(stream, .failure(.reset(errorCode: errorCode)))
             }
-            if count < 0 {
-                teardown(TransportError(.protocolError, "HTTP/2 send failed: \(http2ErrorName(Int32(count)))"))
-                return
-            }
-            if count == 0 { break }
-            channel.write(UnsafeRawBufferPointer(start: data, count: count))
         }
-        // A drained, idle session after GOAWAY has nothing left to do.
-        if goawayReceived && openStreams == 0 && nghttp2_session_want_write(session) == 0 {
-            channel.closeWhenFlushed()
-        }
+        guard !isClosed else { return }
+        fillStreams()
+        onEvent?(.capacityAvailable)
     }
 
-    // MARK: nghttp2 events
-
-    fileprivate func didReceiveHeader(streamID: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
-        guard let session, let raw = nghttp2_session_get_stream_user_data(session, streamID) else { return }
-        let context = Unmanaged<StreamContext>.fromOpaque(raw).takeUnretainedValue()
-        context.record(name: name, value: value)
-    }
-
-    fileprivate func didReceiveData(streamID: Int32, data: UnsafeRawBufferPointer) {
-        guard let session, let raw = nghttp2_session_get_stream_user_data(session, streamID) else { return }
-        Unmanaged<StreamContext>.fromOpaque(raw).takeUnretainedValue().responseBody.append(contentsOf: data)
-    }
-
-    fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32) {
-        guard let context = openContexts.removeValue(forKey: streamID) else { return }
-        openStreams -= 1
-        if let status = context.status, errorCode == NGHTTP2_NO_ERROR.rawValue || context.endStreamSeen {
-            responsesReceived += 1
-            ramped = true
-            context.complete(.success(context.makeResponse(status: status)))
-        } else if let closingError {
-            context.complete(.failure(.connectionLost(closingError)))
-        } else if goawayReceived && streamID > goawayLastStreamID {
-            context.complete(.failure(.notProcessed(goawayErrorCode: goawayErrorCode)))
-        } else if errorCode == NGHTTP2_REFUSED_STREAM.rawValue {
-            context.complete(.failure(.refused))
-        } else {
-            context.complete(.failure(.reset(errorCode: errorCode)))
-        }
-        if closingError == nil {
-            fillStreams()
-            onEvent?(.capacityAvailable)
-        }
-    }
-
-    fileprivate func didReceiveSettings() {
+    package func sessionDidReceiveSettings(_ session: HTTP2Session) {
         fillStreams()
     }
 
-    fileprivate func didReceiveGoaway(lastStreamID: Int32, errorCode: UInt32, debugData: UnsafeRawBufferPointer) {
+    package func session(
+        _ session: HTTP2Session, didReceiveGoaway lastStreamID: Int32, errorCode: UInt32,
+        debugData: UnsafeRawBufferPointer
+    ) {
         goawayReceived = true
         goawayLastStreamID = lastStreamID
         goawayErrorCode = errorCode
@@ -399,9 +343,28 @@ package final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Sen
         onEvent?(.goaway(lastStreamID: lastStreamID, errorCode: errorCode, reason: reason))
     }
 
-    fileprivate func didReceiveHeadersEnd(streamID: Int32, endStream: Bool) {
-        guard endStream, let session, let raw = nghttp2_session_get_stream_user_data(session, streamID) else { return }
-        Unmanaged<StreamContext>.fromOpaque(raw).takeUnretainedValue().endStreamSeen = true
+    /// Ends everything: fails open streams as lost (or not processed, above a GOAWAY's last stream)
+    /// and waiting ones as not sent.
+    package func session(
+        _ session: HTTP2Session, didCloseWith error: TransportError?,
+        openStreams: [(streamID: Int32, stream: AnyObject)]
+    ) {
+        isClosed = true
+        deadlineTimer?.close()
+        deadlineTimer = nil
+        let cause = error ?? TransportError(.cancelled, "connection closed")
+        for (streamID, stream) in openStreams {
+            let stream = unsafeDowncast(stream, to: ClientStream.self)
+            // Above a GOAWAY's last stream id the server promised not to process it: safe to resend.
+            if goawayReceived && streamID > goawayLastStreamID {
+                finish(stream, .failure(.notProcessed(goawayErrorCode: goawayErrorCode)))
+            } else {
+                finish(stream, .failure(.connectionLost(cause)))
+            }
+        }
+        failWaiting(cause)
+        onEvent?(.closed(error))
+        onEvent = nil
     }
 
     private func goawayReason(_ debugData: UnsafeRawBufferPointer) -> String? {
@@ -410,48 +373,42 @@ package final class HTTP2ClientConnection: SecureChannelDelegate, @unchecked Sen
         else { return debugData.count > 0 ? String(decoding: debugData, as: UTF8.self) : nil }
         return object["reason"] as? String
     }
-
-    private func startPingTimer() {
-        let interval = configuration.pingIntervalMilliseconds
-        guard interval > 0 else { return }
-        let timer = LoopTimer(loop: loop)
-        timer.unref()
-        pingTimer = timer
-        // Strong capture (no weak side table on self): teardown closes the timer, ending the cycle.
-        timer.schedule(milliseconds: interval, repeatMilliseconds: interval) { [self] in
-            guard !self.isClosed else { return }
-            let silent = uvNowMilliseconds(self.loop) - self.lastHeardMilliseconds
-            if self.pingOutstanding && silent >= 2 * interval {
-                self.teardown(TransportError(.connectionClosed, "server did not answer PING for \(silent) ms"))
-            } else if silent >= interval && !self.pingOutstanding {
-                self.ping()
-            }
-        }
-    }
 }
 
-/// A request waiting for a stream.
-private struct PendingRequest {
+/// One request from `submit` to its completion: the request, its deadline, and the response being
+/// collected once it has a stream.
+///
+/// Who holds it: `waiting` until it gets a stream; the session's stream table (the one owner of
+/// stream contexts) while its stream is open; and `ledger`, for cancel and deadlines, until it
+/// finishes.
+final class ClientStream {
+    let id: UInt64
     let request: HTTP2Request
-    let completion: HTTP2Completion
-}
-
-/// State of one open stream: the request being sent and the response being collected. nghttp2
-/// holds a +1 on it (stream user data) from submission to on_stream_close.
-final class StreamContext {
-    let request: HTTP2Request
+    /// In `uv_now` milliseconds; `.max`: none.
+    let deadline: UInt64
     private var completion: HTTP2Completion?
-    var streamID: Int32 = -1
-    var bodyOffset = 0
+    /// 0 while waiting for a stream; the stream id once it has one.
+    var streamID: Int32 = 0
     var status: Int?
     var apnsID: String?
     var apnsUniqueID: String?
     var responseBody: [UInt8] = []
     var endStreamSeen = false
 
-    init(request: HTTP2Request, completion: @escaping HTTP2Completion) {
+    init(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: @escaping HTTP2Completion) {
+        self.id = id
         self.request = request
+        self.deadline = deadline
         self.completion = completion
+    }
+
+    /// Completed (answered, failed, cancelled or timed out).
+    var isFinished: Bool { completion == nil }
+
+    /// The completion, the first time only.
+    func takeCompletion() -> HTTP2Completion? {
+        defer { completion = nil }
+        return completion
     }
 
     func record(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
@@ -467,17 +424,67 @@ final class StreamContext {
     func makeResponse(status: Int) -> HTTP2Response {
         HTTP2Response(status: status, apnsID: apnsID, apnsUniqueID: apnsUniqueID, body: responseBody)
     }
-
-    func complete(_ result: Result<HTTP2Response, HTTP2StreamFailure>) {
-        guard let completion else { return }
-        self.completion = nil
-        completion(result)
-    }
 }
 
-package func bytesEqual(_ bytes: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
-    guard bytes.count == literal.utf8CodeUnitCount else { return false }
-    return memcmp(bytes.baseAddress!, literal.utf8Start, bytes.count) == 0
+/// The unfinished requests of a connection in submit order, which is id order and, with one fixed
+/// timeout, deadline order. `find` is a binary search; `oldest` is the front. Finished requests are
+/// dropped from the front as they finish, and compacted away from the middle once they outnumber
+/// the live ones (a slow request at the front must not make the ledger grow without bound). Once
+/// warm it allocates nothing per request.
+struct RequestLedger {
+    /// Requests in id order from `head`; slots before `head` are nil (released).
+    private var entries: [ClientStream?] = []
+    private var head = 0
+    /// Finished requests at `head` or after, not yet compacted away.
+    private var finishedInside = 0
+
+    mutating func append(_ stream: ClientStream) {
+        entries.append(stream)
+    }
+
+    /// The oldest unfinished request.
+    var oldest: ClientStream? { head < entries.count ? entries[head] : nil }
+
+    /// The unfinished request with this id, if any.
+    func find(_ id: UInt64) -> ClientStream? {
+        var low = head
+        var high = entries.count
+        while low < high {
+            let middle = (low + high) / 2
+            let candidate = entries[middle]!
+            if candidate.id == id { return candidate.isFinished ? nil : candidate }
+            if candidate.id < id { low = middle + 1 } else { high = middle }
+        }
+        return nil
+    }
+
+    /// Call when one of the requests finished.
+    mutating func didFinish() {
+        finishedInside += 1
+        while head < entries.count, entries[head]!.isFinished {
+            entries[head] = nil
+            head += 1
+            finishedInside -= 1
+        }
+        if head == entries.count {
+            entries.removeAll(keepingCapacity: true)
+            head = 0
+        } else if finishedInside >= 64 && finishedInside * 2 > entries.count - head {
+            compact()
+        }
+    }
+
+    /// Drops the finished requests and the released front, keeping order.
+    private mutating func compact() {
+        var write = 0
+        for read in head..<entries.count where !entries[read]!.isFinished {
+            entries[write] = entries[read]
+            write += 1
+        }
+        entries.removeSubrange(write...)
+        head = 0
+        finishedInside = 0
+    }
 }
 
 func parseDecimal(_ bytes: UnsafeRawBufferPointer) -> Int? {
@@ -490,81 +497,10 @@ func parseDecimal(_ bytes: UnsafeRawBufferPointer) -> Int? {
     return value
 }
 
-func http2ErrorName(_ code: Int32) -> String {
-    String(cString: nghttp2_strerror(code))
-}
-
-func uvNowMilliseconds(_ loop: LoopThread) -> UInt64 {
-    uv_now(loop.loop)
-}
-
-// MARK: nghttp2 callback thunks (client)
-
-private func clientConnection(_ userData: UnsafeMutableRawPointer?) -> HTTP2ClientConnection {
-    guard let userData else { preconditionFailure("nghttp2 callback without user data") }
-    return Unmanaged<HTTP2ClientConnection>.fromOpaque(userData).takeUnretainedValue()
-}
-
-private func http2ReadBodyCallback(
-    _ session: OpaquePointer?, _ streamID: Int32, _ buffer: UnsafeMutablePointer<UInt8>?, _ length: Int,
-    _ flags: UnsafeMutablePointer<UInt32>?, _ source: UnsafeMutablePointer<nghttp2_data_source>?,
-    _ userData: UnsafeMutableRawPointer?
-) -> Int {
-    guard let source, let raw = source.pointee.ptr, let buffer, let flags else {
-        return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue)
-    }
-    let context = Unmanaged<StreamContext>.fromOpaque(raw).takeUnretainedValue()
-    return readBody(context.request.body.bytes, offset: &context.bodyOffset, into: buffer, length: length, flags: flags)
-}
-
-private func http2ClientHeaderCallback(
-    _ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ name: UnsafePointer<UInt8>?,
-    _ nameLength: Int, _ value: UnsafePointer<UInt8>?, _ valueLength: Int, _ flags: UInt8,
-    _ userData: UnsafeMutableRawPointer?
-) -> Int32 {
-    guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
-    clientConnection(userData).didReceiveHeader(
-        streamID: frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: nameLength),
-        value: UnsafeRawBufferPointer(start: value, count: valueLength))
-    return 0
-}
-
-private func http2ClientDataCallback(
-    _ session: OpaquePointer?, _ flags: UInt8, _ streamID: Int32, _ data: UnsafePointer<UInt8>?, _ length: Int,
-    _ userData: UnsafeMutableRawPointer?
-) -> Int32 {
-    clientConnection(userData).didReceiveData(
-        streamID: streamID, data: UnsafeRawBufferPointer(start: data, count: length))
-    return 0
-}
-
-private func http2ClientStreamCloseCallback(
-    _ session: OpaquePointer?, _ streamID: Int32, _ errorCode: UInt32, _ userData: UnsafeMutableRawPointer?
-) -> Int32 {
-    let connection = clientConnection(userData)
-    connection.didCloseStream(streamID: streamID, errorCode: errorCode)
-    return 0
-}
-
-private func http2ClientFrameCallback(
-    _ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ userData: UnsafeMutableRawPointer?
-) -> Int32 {
-    guard let frame else { return 0 }
-    let connection = clientConnection(userData)
-    let header = frame.pointee.hd
-    switch UInt32(header.type) {
-    case NGHTTP2_SETTINGS.rawValue:
-        if header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 { connection.didReceiveSettings() }
-    case NGHTTP2_GOAWAY.rawValue:
-        let goaway = frame.pointee.goaway
-        connection.didReceiveGoaway(
-            lastStreamID: goaway.last_stream_id, errorCode: goaway.error_code,
-            debugData: UnsafeRawBufferPointer(start: goaway.opaque_data, count: goaway.opaque_data_len))
-    case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
-        let endStream = header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
-        connection.didReceiveHeadersEnd(streamID: header.stream_id, endStream: endStream)
-    default:
-        break
-    }
-    return 0
+/// `duration` in whole milliseconds, rounded up (a deadline is never early); at least 1.
+private func wholeMilliseconds(_ duration: Duration) -> UInt64 {
+    let (seconds, attoseconds) = duration.components
+    guard seconds >= 0 else { return 1 }
+    let milliseconds = UInt64(seconds) * 1000 + UInt64((attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+    return max(milliseconds, 1)
 }

@@ -31,11 +31,24 @@ package struct HTTP2Response: Sendable {
     }
 }
 
-/// Why a stream ended without a response. `notSent`, `refused` and `notProcessed` are safe to send
-/// again at once (the server did not act on the request); `reset` and `connectionLost` may or may
-/// not have been acted on.
+/// Names one request handed to an `HTTP2ClientConnection`, for `cancel(_:)`: the connection's serial
+/// number for it, unique for the connection's lifetime. A plain value; holding one keeps nothing alive.
+package struct HTTP2RequestID: Hashable, Sendable, CustomStringConvertible {
+    package let rawValue: UInt64
+
+    package init(rawValue: UInt64) {
+        self.rawValue = rawValue
+    }
+
+    package var description: String { "request \(rawValue)" }
+}
+
+/// Why a stream ended without a response. `notSent`, `refused`, `notProcessed` and
+/// `cancelled(sent: false)` are safe to send again at once (the server did not act on the request);
+/// `reset`, `connectionLost`, `timedOut` and `cancelled(sent: true)` may or may not have been acted on.
 package enum HTTP2StreamFailure: Error, Sendable, Equatable {
-    /// Never left this process (the connection closed or drained first).
+    /// Never left this process (the connection closed or drained first, or the request's deadline
+    /// passed while it waited for a stream: `TransportError.Kind.timedOut`).
     case notSent(TransportError)
     /// The server reset the stream with REFUSED_STREAM.
     case refused
@@ -45,12 +58,20 @@ package enum HTTP2StreamFailure: Error, Sendable, Equatable {
     case reset(errorCode: UInt32)
     /// The connection ended while the request was in flight.
     case connectionLost(TransportError)
+    /// The request's deadline (`HTTP2ClientConfiguration.requestTimeout`) passed while its stream was
+    /// open; the stream was reset with CANCEL. The server may have acted on it, as with a lost connection.
+    case timedOut
+    /// The caller cancelled the request (`HTTP2ClientConnection.cancel`). `sent: false`: it was still
+    /// waiting for a stream and never left this process. `sent: true`: its stream was open and was
+    /// reset with CANCEL; the server may have acted on it.
+    case cancelled(sent: Bool)
 
     /// True when the server cannot have acted on the request, so resending cannot duplicate it.
     package var isSafeToRetry: Bool {
         switch self {
         case .notSent, .refused, .notProcessed: return true
-        case .reset, .connectionLost: return false
+        case .cancelled(let sent): return !sent
+        case .reset, .connectionLost, .timedOut: return false
         }
     }
 }

@@ -33,6 +33,10 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     /// Owned: freed in deinit. Plaintext staged for one SSL_write.
     private let staging: UnsafeMutableRawBufferPointer
     private var stagedCount = 0
+    /// Plaintext TLS could not take yet (SSL_write wants to read first, as in a renegotiation), in
+    /// order. While it holds anything, later output queues behind it and no more is asked of the
+    /// delegate; it is handed to TLS again after each read and each flush.
+    private var backlog: [UInt8] = []
     /// Owned: freed in deinit. Plaintext read from TLS.
     private let plaintextBuffer: UnsafeMutableRawBufferPointer
 
@@ -70,13 +74,16 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         advanceHandshake()
     }
 
-    /// Appends protocol output. Call from `channelProduceOutput` or any time; it leaves at the next flush.
+    /// Appends protocol output. Call from `channelProduceOutput` or any time; it leaves at the next
+    /// flush. If TLS fails to encrypt it, the channel closes with a `.tlsWriteFailed` error (the
+    /// delegate hears of it before this returns); writes to a closed channel are dropped.
     package func write(_ bytes: UnsafeRawBufferPointer) {
+        guard !isClosed else { return }
         var remaining = bytes
-        while remaining.count > 0 {
+        while remaining.count > 0 && !isClosed {
             if stagedCount == 0 && remaining.count >= Self.stagingSize {
                 // Large chunk: encrypt straight from the caller's memory.
-                _ = tls.writePlaintext(remaining)
+                encrypt(remaining)
                 return
             }
             let room = Self.stagingSize - stagedCount
@@ -90,8 +97,32 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
 
     private func encryptStaged() {
         guard stagedCount > 0 else { return }
-        _ = tls.writePlaintext(UnsafeRawBufferPointer(rebasing: staging[0..<stagedCount]))
+        let count = stagedCount
         stagedCount = 0
+        encrypt(UnsafeRawBufferPointer(rebasing: staging[0..<count]))
+    }
+
+    /// Hands plaintext to TLS, behind the backlog if there is one. A failed write closes the channel.
+    private func encrypt(_ plaintext: UnsafeRawBufferPointer) {
+        guard backlog.isEmpty else {
+            backlog.append(contentsOf: plaintext)
+            return
+        }
+        switch tls.writePlaintext(plaintext) {
+        case .written: break
+        case .retryLater: backlog.append(contentsOf: plaintext)
+        case .failed(let error): close(error: error)
+        }
+    }
+
+    /// Hands the backlog to TLS again (the same bytes first, as OpenSSL wants for a retried write).
+    private func retryBacklog() {
+        guard !backlog.isEmpty, !isClosed else { return }
+        switch backlog.withUnsafeBytes({ tls.writePlaintext($0) }) {
+        case .written: backlog = []
+        case .retryLater: break
+        case .failed(let error): close(error: error)
+        }
     }
 
     /// Asks for a flush at the end of this loop turn.
@@ -100,13 +131,16 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         loop.scheduleFlush(self)
     }
 
-    /// Whether the socket can take more output now.
-    package var canWrite: Bool { socket.queuedWriteBytes < Self.highWaterMark }
+    /// Whether more output can be taken now: TLS is not holding a backlog and the socket's queue is
+    /// under the high-water mark.
+    package var canWrite: Bool { !isClosed && backlog.isEmpty && socket.queuedWriteBytes < Self.highWaterMark }
 
     override func flushNow() {
         guard !isClosed else { return }
+        retryBacklog()
         if isReady && canWrite { delegate?.channelProduceOutput(self) }
         encryptStaged()
+        guard !isClosed else { return }
         if let (buffer, count) = tls.takeCiphertext() {
             socket.write(taking: buffer, count: count)
         }
@@ -166,6 +200,8 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
             if count == 0 { break }
             delegate?.channel(self, didRead: UnsafeRawBufferPointer(rebasing: plaintextBuffer[0..<count]))
         }
+        // What TLS read may be what a held-back write was waiting for.
+        retryBacklog()
         // Reading may have produced TLS output (key updates, alerts) or protocol output.
         scheduleFlush()
     }

@@ -51,6 +51,9 @@ package final class TLSContext: @unchecked Sendable {
         isServer = false
         alpnWire = Self.wireFormat(["h2"])
         _ = CFanoutShims_SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION)
+        // A write TLS could not take yet is retried from SecureChannel's backlog, not from the
+        // buffer first handed to SSL_write.
+        _ = CFanoutShims_SSL_CTX_set_mode(context, Int(SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nil)
         if let caFile = configuration.caFile {
             guard FileManager.default.isReadableFile(atPath: caFile) else {
@@ -77,6 +80,9 @@ package final class TLSContext: @unchecked Sendable {
         isServer = true
         alpnWire = Self.wireFormat(configuration.alpnProtocols)
         _ = CFanoutShims_SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION)
+        // A write TLS could not take yet is retried from SecureChannel's backlog, not from the
+        // buffer first handed to SSL_write.
+        _ = CFanoutShims_SSL_CTX_set_mode(context, Int(SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         guard SSL_CTX_use_certificate_chain_file(context, configuration.certificateFile) == 1 else {
             throw TransportError(
                 .tlsConfiguration,

@@ -132,11 +132,36 @@ package final class TLSEngine {
         return nil
     }
 
-    /// Encrypts `plaintext` into the output BIO. Memory BIOs grow, so the whole input is taken.
-    package func writePlaintext(_ plaintext: UnsafeRawBufferPointer) -> Bool {
-        guard let base = plaintext.baseAddress, plaintext.count > 0 else { return true }
+    /// What became of plaintext handed to `writePlaintext`.
+    package enum WriteOutcome: Equatable {
+        /// All of it was encrypted into the output BIO.
+        case written
+        /// TLS needs to read (or write) first, as in a renegotiation: none of it was taken; hand the
+        /// same bytes again, possibly with more after them, once more input has been fed.
+        case retryLater
+        /// The session is broken (or closed); nothing more can be sent.
+        case failed(TransportError)
+    }
+
+    /// Encrypts `plaintext` into the output BIO. Memory BIOs grow, so it is all taken unless TLS must
+    /// first read (`retryLater`) or the session failed.
+    package func writePlaintext(_ plaintext: UnsafeRawBufferPointer) -> WriteOutcome {
+        guard let base = plaintext.baseAddress, plaintext.count > 0 else { return .written }
+        ERR_clear_error()
         let rc = SSL_write(ssl, base, Int32(plaintext.count))
-        return rc == Int32(plaintext.count)
+        if rc > 0 {
+            // Without SSL_MODE_ENABLE_PARTIAL_WRITE, success means all of it.
+            assert(rc == Int32(plaintext.count), "partial SSL_write")
+            return .written
+        }
+        switch SSL_get_error(ssl, rc) {
+        case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
+            return .retryLater
+        case SSL_ERROR_ZERO_RETURN:
+            return .failed(TransportError(.tlsWriteFailed, "TLS write failed: the TLS session was closed"))
+        default:
+            return .failed(TransportError(.tlsWriteFailed, "TLS write failed: \(tlsErrorQueueDescription())"))
+        }
     }
 
     /// Ciphertext waiting for the socket.

@@ -1,0 +1,742 @@
+import CLibUV
+import CNGHTTP2
+import Foundation
+
+/// Which end of an HTTP/2 connection a session plays.
+package enum HTTP2Role: Sendable {
+    /// Opens streams (`submitRequest`) and reads responses: `HTTP2ClientConnection`.
+    case client
+    /// Accepts streams the peer opens and answers them (`respond`): the test-only HTTP/2 server.
+    case server
+}
+
+/// HTTP/2 error codes (RFC 9113 §7), as RST_STREAM and GOAWAY carry them.
+package enum HTTP2ErrorCode {
+    package static let noError = UInt32(NGHTTP2_NO_ERROR.rawValue)
+    package static let protocolError = UInt32(NGHTTP2_PROTOCOL_ERROR.rawValue)
+    package static let internalError = UInt32(NGHTTP2_INTERNAL_ERROR.rawValue)
+    package static let refusedStream = UInt32(NGHTTP2_REFUSED_STREAM.rawValue)
+    package static let cancel = UInt32(NGHTTP2_CANCEL.rawValue)
+}
+
+/// What a session announces in its first SETTINGS, and how it keeps the connection alive. Start
+/// from `client(pingIntervalMilliseconds:)` or `server(maxConcurrentStreams:)`.
+package struct HTTP2SessionSettings: Sendable {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS (nil: not sent, so unlimited). A server's stream limit.
+    package var maxConcurrentStreams: UInt32?
+    /// SETTINGS_INITIAL_WINDOW_SIZE: each stream's receive window.
+    package var initialWindowSize: UInt32 = 1 << 20
+    /// SETTINGS_MAX_HEADER_LIST_SIZE (nil: not sent).
+    package var maxHeaderListSize: UInt32?
+    /// The connection's receive window, raised with a WINDOW_UPDATE right after SETTINGS.
+    package var connectionWindowSize: Int32 = 16 << 20
+    /// Send a PING after this long without hearing from the peer; close if it stays silent as long
+    /// again (0: never).
+    package var pingIntervalMilliseconds: UInt64 = 0
+
+    /// A client's: 1 MiB stream windows, 16 MiB for the connection, a keepalive PING.
+    package static func client(pingIntervalMilliseconds: UInt64) -> Self {
+        var settings = Self()
+        settings.pingIntervalMilliseconds = pingIntervalMilliseconds
+        return settings
+    }
+
+    /// A server's: a stream limit, an 8,000-byte header list limit, no keepalive.
+    package static func server(maxConcurrentStreams: UInt32) -> Self {
+        var settings = Self()
+        settings.maxConcurrentStreams = maxConcurrentStreams
+        settings.maxHeaderListSize = 8000
+        return settings
+    }
+}
+
+/// What a session tells the connection built on it (client or server). All calls on the loop thread.
+///
+/// Streams are identified to the delegate by the context object it gave the session for them
+/// (`submitRequest(_:context:)`, or `session(_:contextForStream:)` for streams the peer opens): the
+/// session hands back exactly those objects, so a delegate may `unsafeDowncast` them to its own type.
+package protocol HTTP2SessionDelegate: AnyObject {
+    /// TLS is up (for a client: verified, h2 negotiated) and our SETTINGS are queued.
+    func sessionDidBecomeReady(_ session: HTTP2Session)
+    /// Server role: the peer opened stream `streamID`. Returns the context the session keeps for it.
+    func session(_ session: HTTP2Session, contextForStream streamID: Int32) -> AnyObject
+    /// A header of a HEADERS frame (request or response headers, or trailers). Valid during the call.
+    func session(
+        _ session: HTTP2Session, stream: AnyObject, didReceiveHeader name: UnsafeRawBufferPointer,
+        value: UnsafeRawBufferPointer)
+    /// Body bytes of a stream. Valid during the call.
+    func session(_ session: HTTP2Session, stream: AnyObject, didReceiveData data: UnsafeRawBufferPointer)
+    /// The peer ended its side of the stream (END_STREAM on HEADERS or DATA).
+    func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32)
+    /// The stream closed, normally (`errorCode` 0) or by RST_STREAM from either side. The session has
+    /// released its context.
+    func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32)
+    /// The peer's SETTINGS arrived (its MAX_CONCURRENT_STREAMS may have changed).
+    func sessionDidReceiveSettings(_ session: HTTP2Session)
+    /// The peer sent GOAWAY. `debugData` is valid during the call.
+    func session(
+        _ session: HTTP2Session, didReceiveGoaway lastStreamID: Int32, errorCode: UInt32,
+        debugData: UnsafeRawBufferPointer)
+    /// Server role: the peer opened a stream past the MAX_CONCURRENT_STREAMS it had acknowledged
+    /// (nghttp2 answers it with a PROTOCOL_ERROR).
+    func sessionPeerExceededStreamLimit(_ session: HTTP2Session)
+    /// The session is closed: `error` says why (nil when this side closed it). `openStreams` are the
+    /// contexts of the streams that were still open, with their ids; nghttp2 will never report them.
+    /// Called exactly once; the session lets go of its delegate right after.
+    func session(
+        _ session: HTTP2Session, didCloseWith error: TransportError?,
+        openStreams: [(streamID: Int32, stream: AnyObject)])
+}
+
+extension HTTP2SessionDelegate {
+    package func session(_ session: HTTP2Session, contextForStream streamID: Int32) -> AnyObject {
+        preconditionFailure("\(Self.self) plays a client: peers cannot open streams on it")
+    }
+    package func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32) {}
+    package func sessionDidReceiveSettings(_ session: HTTP2Session) {}
+    package func session(
+        _ session: HTTP2Session, didReceiveGoaway lastStreamID: Int32, errorCode: UInt32,
+        debugData: UnsafeRawBufferPointer
+    ) {}
+    package func sessionPeerExceededStreamLimit(_ session: HTTP2Session) {}
+}
+
+/// The one nghttp2 binding: an nghttp2 session (client or server role, as swift-nio-http2's
+/// `NGHTTP2Session` had) driven over a `SecureChannel` with `mem_recv`/`mem_send`, nghttp2 1.52's
+/// classic API. `HTTP2ClientConnection` and the test server's connection are thin layers over it.
+///
+/// It owns, in one place:
+/// - the nghttp2 session: created with every callback when TLS is ready, deleted on close;
+/// - the stream table, the only owner of each open stream's context (see `streams`);
+/// - the re-entrancy guard: a close asked for from inside an nghttp2 callback waits until nghttp2
+///   has returned, so nghttp2 is never deleted under its own feet;
+/// - the one data-provider reader, which sends a stream's `SharedBody` without copying it first;
+/// - the end of the connection: a stop action on the loop, the keepalive PING, GOAWAY, and
+///   closing once nghttp2 wants neither to read nor to write.
+///
+/// Confined to its loop: every method must be called on the loop thread.
+package final class HTTP2Session: SecureChannelDelegate {
+    package let role: HTTP2Role
+    package let loop: LoopThread
+    private let settings: HTTP2SessionSettings
+    /// Strong (no weak side table on the hot path): cleared when the session closes, which ends the
+    /// cycle with the connection that owns this session.
+    package var delegate: HTTP2SessionDelegate?
+    private var channel: SecureChannel?
+    /// Owned: created when TLS is ready, freed with `nghttp2_session_del` in `finishClose`.
+    private var nghttp2: OpaquePointer?
+
+    /// One open stream: the delegate's context and what the data provider is sending on it.
+    private struct OpenStream {
+        let context: AnyObject
+        var body: SharedBody?
+        var bodyOffset = 0
+    }
+
+    /// Owns every open stream's context, from the stream's opening (our request, or the peer's
+    /// HEADERS) to nghttp2's on_stream_close, or to `finishClose`, since `nghttp2_session_del` frees
+    /// its streams without calling on_stream_close. nghttp2 holds no pointer to a context: callbacks
+    /// find it here by stream id (neither stream user data nor the data source pointer is used).
+    private var streams: [Int32: OpenStream] = [:]
+
+    package private(set) var isReady = false
+    package private(set) var isClosed = false
+    /// The peer sent GOAWAY: it will process no stream above the one it named.
+    package private(set) var goawayReceived = false
+    /// This side asked the channel to close (drained, or nghttp2 is done), so a clean close is not
+    /// the peer going away.
+    private var closeRequested = false
+    /// Closing gracefully: GOAWAY goes out once the last open stream closes.
+    private var draining = false
+    /// Set when nghttp2 reported a fatal error: the session stops reading, sends what nghttp2 queued
+    /// (a GOAWAY naming the error) and closes with this error.
+    private var failure: TransportError?
+    /// Depth of calls into nghttp2 (mem_recv/mem_send) now on the stack.
+    private var depth = 0
+    /// A close asked for while `depth > 0`, carried out when nghttp2 returns.
+    private var pendingClose: TransportError??
+    private var stopActionID = 0
+    private var keepaliveTimer: LoopTimer?
+    private var lastReadMilliseconds: UInt64 = 0
+    private var pingOutstanding = false
+
+    /// - Parameters:
+    ///   - role: client or server.
+    ///   - settings: what the first SETTINGS frame announces, and the keepalive.
+    package init(role: HTTP2Role, loop: LoopThread, settings: HTTP2SessionSettings) {
+        loop.assertInLoop()
+        self.role = role
+        self.loop = loop
+        self.settings = settings
+        streams.reserveCapacity(Int(min(settings.maxConcurrentStreams ?? 128, 1024)))
+        // The loop holds the session (and so its delegate) strongly until it closes, so callers need
+        // not keep a connection alive; when the loop stops first, the session closes as cancelled.
+        stopActionID = loop.addStopAction { [self] in close(TransportError(.cancelled, "event loop stopped")) }
+    }
+
+    deinit {
+        scratchBytes?.deallocate()
+        scratchFields?.deallocate()
+    }
+
+    /// Runs HTTP/2 over `channel` once its TLS handshake is done. Call once.
+    package func start(_ channel: SecureChannel) {
+        loop.assertInLoop()
+        precondition(self.channel == nil, "a session runs over one channel")
+        guard !isClosed else {
+            channel.close(error: nil)
+            return
+        }
+        self.channel = channel
+        channel.delegate = self
+        channel.start()
+    }
+
+    // MARK: Streams
+
+    /// Open streams (including ones this side reset whose RST_STREAM has not gone out yet).
+    package var openStreamCount: Int { streams.count }
+
+    /// The peer's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited until its SETTINGS arrive).
+    package var remoteMaxConcurrentStreams: Int {
+        guard let nghttp2 else { return 0 }
+        return Int(nghttp2_session_get_remote_settings(nghttp2, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS))
+    }
+
+    /// The highest stream id the peer opened and this side processed (for a GOAWAY).
+    package var lastProcessedStreamID: Int32 {
+        guard let nghttp2 else { return 0 }
+        return nghttp2_session_get_last_proc_stream_id(nghttp2)
+    }
+
+    /// Client role: opens a stream for `request`. `context` is kept in the stream table until the
+    /// stream closes and handed back with the stream's events. Returns the stream id, or why no
+    /// stream could be opened.
+    package func submitRequest(_ request: HTTP2Request, context: AnyObject) -> Result<Int32, TransportError> {
+        assert(role == .client, "only a client submits requests")
+        guard let nghttp2, !isClosed, failure == nil else {
+            return .failure(TransportError(.connectionClosed, "the HTTP/2 session is closed"))
+        }
+        // The read callback finds the body in the stream table by stream id; no source pointer.
+        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
+        var path = request.path
+        var apnsID = request.apnsID
+        let streamID: Int32 = path.withUTF8 { pathBytes in
+            func submit(_ extra: (name: StaticString, value: UnsafeRawBufferPointer)?) -> Int32 {
+                request.head.withNameValuePairs(path: UnsafeRawBufferPointer(pathBytes), extra: extra) { nva, count in
+                    nghttp2_submit_request(nghttp2, nil, nva, count, &provider, nil)
+                }
+            }
+            if apnsID != nil {
+                return apnsID!.withUTF8 { submit(("apns-id", UnsafeRawBufferPointer($0))) }
+            }
+            return submit(nil)
+        }
+        guard streamID > 0 else {
+            return .failure(TransportError(.protocolError, "cannot open stream: \(http2ErrorName(streamID))"))
+        }
+        streams[streamID] = OpenStream(context: context, body: request.body)
+        channel?.scheduleFlush()
+        return .success(streamID)
+    }
+
+    /// Server role: answers stream `streamID` with `status`, `headers` and `body` (nil or empty: the
+    /// HEADERS frame ends the stream). A stream that has closed is ignored.
+    package func respond(
+        streamID: Int32, status: Int, headers: [(name: String, value: String)], body: SharedBody?
+    ) {
+        assert(role == .server, "only a server responds")
+        guard let nghttp2, !isClosed, let index = streams.index(forKey: streamID) else { return }
+        let hasBody = (body?.count ?? 0) > 0
+        streams.values[index].body = hasBody ? body : nil
+        let rc = withResponseHeaders(status: status, headers: headers) { nva, count -> Int32 in
+            guard hasBody else { return nghttp2_submit_response(nghttp2, streamID, nva, count, nil) }
+            var provider = nghttp2_data_provider(
+                source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
+            return nghttp2_submit_response(nghttp2, streamID, nva, count, &provider)
+        }
+        if rc != 0 {
+            nghttp2_submit_rst_stream(
+                nghttp2, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, HTTP2ErrorCode.internalError)
+        }
+        channel?.scheduleFlush()
+    }
+
+    /// Resets a stream with RST_STREAM(`errorCode`). nghttp2 closes it (on_stream_close) once the
+    /// frame is sent; a reset of a stream whose HEADERS are still queued cancels them.
+    package func resetStream(_ streamID: Int32, errorCode: UInt32) {
+        guard let nghttp2, !isClosed else { return }
+        nghttp2_submit_rst_stream(nghttp2, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, errorCode)
+        channel?.scheduleFlush()
+    }
+
+    /// Sends SETTINGS with a new MAX_CONCURRENT_STREAMS.
+    package func submitMaxConcurrentStreams(_ value: UInt32) {
+        guard let nghttp2, !isClosed else { return }
+        var entry = nghttp2_settings_entry(
+            settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: value)
+        nghttp2_submit_settings(nghttp2, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entry, 1)
+        channel?.scheduleFlush()
+    }
+
+    /// Sends GOAWAY naming the last stream processed so far, with `debugData`. Streams up to that one
+    /// may still finish; nghttp2 accepts later ones until the GOAWAY has gone out. Returns the last
+    /// stream id it named (nil when the session is not running).
+    @discardableResult
+    package func submitGoaway(errorCode: UInt32, debugData: [UInt8]) -> Int32? {
+        guard let nghttp2, !isClosed else { return nil }
+        let lastStreamID = nghttp2_session_get_last_proc_stream_id(nghttp2)
+        nghttp2_submit_goaway(
+            nghttp2, UInt8(NGHTTP2_FLAG_NONE.rawValue), lastStreamID, errorCode, debugData, debugData.count)
+        channel?.scheduleFlush()
+        return lastStreamID
+    }
+
+    /// Sends a PING; with a keepalive interval, the session closes if the peer stays silent for
+    /// another interval.
+    package func ping() {
+        guard let nghttp2, !isClosed else { return }
+        nghttp2_submit_ping(nghttp2, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
+        pingOutstanding = true
+        channel?.scheduleFlush()
+    }
+
+    // MARK: Closing
+
+    /// Closes gracefully: GOAWAY(NO_ERROR) goes out once no stream is open (at once if none is), and
+    /// the channel closes when it has been written. Before TLS is ready it closes at once.
+    package func drain() {
+        guard !isClosed else { return }
+        guard let nghttp2 else {
+            close(nil)
+            return
+        }
+        draining = true
+        if streams.isEmpty { nghttp2_session_terminate_session(nghttp2, HTTP2ErrorCode.noError) }
+        channel?.scheduleFlush()
+    }
+
+    /// Closes now: the nghttp2 session is deleted, the channel closed, and the delegate told once,
+    /// with the streams still open. Idempotent. From inside an nghttp2 callback it happens as soon as
+    /// nghttp2 returns.
+    package func close(_ error: TransportError?) {
+        guard !isClosed else { return }
+        if depth > 0 {
+            pendingClose = pendingClose ?? .some(error)
+            return
+        }
+        finishClose(error)
+    }
+
+    /// Carries out a close asked for inside nghttp2. True when the session is closed.
+    private func finishPendingClose() -> Bool {
+        if depth == 0, let error = pendingClose {
+            pendingClose = nil
+            finishClose(error)
+        }
+        return isClosed
+    }
+
+    private func finishClose(_ error: TransportError?) {
+        isClosed = true
+        isReady = false
+        loop.removeStopAction(stopActionID)
+        keepaliveTimer?.close()
+        keepaliveTimer = nil
+        if let nghttp2 {
+            // nghttp2_session_del frees its streams without calling on_stream_close: the streams
+            // still in the table are handed to the delegate below.
+            nghttp2_session_del(nghttp2)
+            self.nghttp2 = nil
+        }
+        let open = streams.map { (streamID: $0.key, stream: $0.value.context) }
+        streams = [:]
+        if let channel {
+            channel.delegate = nil
+            channel.close(error: nil)
+        }
+        channel = nil
+        let delegate = self.delegate
+        self.delegate = nil
+        delegate?.session(self, didCloseWith: error, openStreams: open)
+    }
+
+    /// nghttp2 reported a fatal error: stop reading, let what it queued (GOAWAY) go out, then close.
+    private func fail(_ error: TransportError) {
+        guard failure == nil else { return }
+        failure = error
+        closeRequested = true
+        channel?.closeWhenFlushed()
+    }
+
+    // MARK: SecureChannelDelegate
+
+    package func channelDidBecomeReady(_ channel: SecureChannel) {
+        var session: OpaquePointer?
+        // The session holds an unretained pointer to self as user data; `finishClose` deletes the
+        // session before self can go (the loop's stop action holds self until then).
+        let userData = Unmanaged.passUnretained(self).toOpaque()
+        let rc = Self.withCallbacks(role: role) { callbacks in
+            switch role {
+            case .client: return nghttp2_session_client_new(&session, callbacks, userData)
+            case .server: return nghttp2_session_server_new(&session, callbacks, userData)
+            }
+        }
+        guard rc == 0, let session else {
+            close(TransportError(.protocolError, "cannot create HTTP/2 session: \(http2ErrorName(rc))"))
+            return
+        }
+        nghttp2 = session
+        withSettingsEntries { entries, count in
+            _ = nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), entries, count)
+        }
+        nghttp2_session_set_local_window_size(
+            session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, settings.connectionWindowSize)
+        isReady = true
+        lastReadMilliseconds = uv_now(loop.loop)
+        startKeepalive()
+        channel.scheduleFlush()
+        delegate?.sessionDidBecomeReady(self)
+    }
+
+    package func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
+        guard let nghttp2, failure == nil else { return }
+        lastReadMilliseconds = uv_now(loop.loop)
+        pingOutstanding = false
+        depth += 1
+        let consumed = nghttp2_session_mem_recv(
+            nghttp2, plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), plaintext.count)
+        depth -= 1
+        if finishPendingClose() { return }
+        if consumed < 0 {
+            fail(TransportError(.protocolError, "HTTP/2 error from peer: \(http2ErrorName(Int32(consumed)))"))
+            return
+        }
+        channel.scheduleFlush()
+    }
+
+    package func channel(_ channel: SecureChannel, didCloseWith error: TransportError?) {
+        // A clean close this side did not ask for, without a GOAWAY first, is the peer going away.
+        let peerLeft = closeRequested || goawayReceived ? nil : TransportError(.connectionClosed, "connection closed")
+        close(error ?? failure ?? peerLeft)
+    }
+
+    package func channelProduceOutput(_ channel: SecureChannel) {
+        guard let nghttp2 else { return }
+        while channel.canWrite {
+            var data: UnsafePointer<UInt8>?
+            depth += 1
+            let count = nghttp2_session_mem_send(nghttp2, &data)
+            depth -= 1
+            if finishPendingClose() { return }
+            if count < 0 {
+                close(TransportError(.protocolError, "HTTP/2 send failed: \(http2ErrorName(Int32(count)))"))
+                return
+            }
+            if count == 0 { break }
+            channel.write(UnsafeRawBufferPointer(start: data, count: count))
+            // A failed TLS write closes the channel, and with it this session.
+            if isClosed { return }
+        }
+        // nghttp2 is done (GOAWAY sent or received and no stream left, or a fatal error): close
+        // once the last bytes are written.
+        if nghttp2_session_want_read(nghttp2) == 0 && nghttp2_session_want_write(nghttp2) == 0 {
+            closeRequested = true
+            channel.closeWhenFlushed()
+        }
+    }
+
+    // MARK: nghttp2 events (from the thunks below)
+
+    fileprivate func didBeginHeaders(streamID: Int32) {
+        guard role == .server, let delegate else { return }
+        // The table owns the context from here to on_stream_close.
+        streams[streamID] = OpenStream(context: delegate.session(self, contextForStream: streamID))
+    }
+
+    fileprivate func didReceiveHeader(streamID: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        guard let context = streams[streamID]?.context else { return }
+        delegate?.session(self, stream: context, didReceiveHeader: name, value: value)
+    }
+
+    fileprivate func didReceiveData(streamID: Int32, data: UnsafeRawBufferPointer) {
+        guard let context = streams[streamID]?.context else { return }
+        delegate?.session(self, stream: context, didReceiveData: data)
+    }
+
+    fileprivate func didReceiveEndOfStream(streamID: Int32) {
+        guard let context = streams[streamID]?.context else { return }
+        delegate?.session(self, streamDidEnd: context, streamID: streamID)
+    }
+
+    fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32) {
+        guard let closed = streams.removeValue(forKey: streamID) else { return }
+        delegate?.session(self, didClose: closed.context, streamID: streamID, errorCode: errorCode)
+        if draining && streams.isEmpty, let nghttp2, !isClosed {
+            nghttp2_session_terminate_session(nghttp2, HTTP2ErrorCode.noError)
+        }
+    }
+
+    fileprivate func didReceiveSettings() {
+        delegate?.sessionDidReceiveSettings(self)
+    }
+
+    fileprivate func didReceiveGoaway(lastStreamID: Int32, errorCode: UInt32, debugData: UnsafeRawBufferPointer) {
+        goawayReceived = true
+        delegate?.session(self, didReceiveGoaway: lastStreamID, errorCode: errorCode, debugData: debugData)
+    }
+
+    fileprivate func didReceiveInvalidFrame(type: UInt8, errorCode: Int32) {
+        // A request HEADERS refused with PROTOCOL_ERROR while as many streams as we acknowledged
+        // are open: the peer ignored our MAX_CONCURRENT_STREAMS.
+        guard role == .server, let nghttp2, type == UInt8(NGHTTP2_HEADERS.rawValue),
+            errorCode == NGHTTP2_ERR_PROTO.rawValue
+        else { return }
+        let acknowledged = nghttp2_session_get_local_settings(nghttp2, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)
+        if streams.count >= acknowledged { delegate?.sessionPeerExceededStreamLimit(self) }
+    }
+
+    /// The one data-provider reader: copies the next bytes of the stream's body into nghttp2's frame
+    /// buffer and sets EOF at the end. Returns the byte count, as the read callback must.
+    fileprivate func readBody(
+        streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>
+    ) -> Int {
+        guard let index = streams.index(forKey: streamID) else {
+            return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)  // resets just this stream
+        }
+        let body = streams.values[index].body?.bytes ?? UnsafeRawBufferPointer(start: nil, count: 0)
+        let offset = streams.values[index].bodyOffset
+        let take = min(length, body.count - offset)
+        if take > 0 {
+            UnsafeMutableRawPointer(buffer).copyMemory(from: body.baseAddress! + offset, byteCount: take)
+            streams.values[index].bodyOffset = offset + take
+        }
+        if offset + take == body.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
+        return take
+    }
+
+    // MARK: Setup helpers
+
+    /// Lends `body` an nghttp2 callbacks object with every callback of `role` set: the one place the
+    /// thunks are wired up.
+    private static func withCallbacks<R>(role: HTTP2Role, _ body: (OpaquePointer?) -> R) -> R {
+        var callbacks: OpaquePointer?
+        nghttp2_session_callbacks_new(&callbacks)
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        nghttp2_session_callbacks_set_on_header_callback(callbacks, nghttp2HeaderCallback)
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, nghttp2DataChunkCallback)
+        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, nghttp2FrameRecvCallback)
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, nghttp2StreamCloseCallback)
+        if role == .server {
+            nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, nghttp2BeginHeadersCallback)
+            nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks, nghttp2InvalidFrameCallback)
+        }
+        return body(callbacks)
+    }
+
+    /// Lends `body` the first SETTINGS frame's entries.
+    private func withSettingsEntries(_ body: (UnsafePointer<nghttp2_settings_entry>, Int) -> Void) {
+        func entry(_ id: nghttp2_settings_id, _ value: UInt32) -> nghttp2_settings_entry {
+            nghttp2_settings_entry(settings_id: Int32(id.rawValue), value: value)
+        }
+        var entries = [entry(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, settings.initialWindowSize)]
+        if role == .client { entries.append(entry(NGHTTP2_SETTINGS_ENABLE_PUSH, 0)) }
+        if let value = settings.maxConcurrentStreams {
+            entries.append(entry(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, value))
+        }
+        if let value = settings.maxHeaderListSize {
+            entries.append(entry(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, value))
+        }
+        entries.withUnsafeBufferPointer { body($0.baseAddress!, $0.count) }
+    }
+
+    private func startKeepalive() {
+        let interval = settings.pingIntervalMilliseconds
+        guard interval > 0 else { return }
+        let timer = LoopTimer(loop: loop)
+        timer.unref()
+        keepaliveTimer = timer
+        // Strong capture (no weak side table on self): finishClose closes the timer, ending the cycle.
+        timer.schedule(milliseconds: interval, repeatMilliseconds: interval) { [self] in
+            guard !isClosed else { return }
+            let silent = uv_now(loop.loop) - lastReadMilliseconds
+            if pingOutstanding && silent >= 2 * interval {
+                close(TransportError(.connectionClosed, "peer did not answer PING for \(silent) ms"))
+            } else if silent >= interval && !pingOutstanding {
+                ping()
+            }
+        }
+    }
+
+    // MARK: Response headers
+
+    /// Owned: allocated on first use, freed in deinit. Where response header names and values are
+    /// laid out for nghttp2 (which copies them on submit), so answering allocates nothing.
+    private var scratchBytes: UnsafeMutableRawBufferPointer?
+    /// Owned: allocated on first use, freed in deinit. The nghttp2_nv entries pointing into `scratchBytes`.
+    private var scratchFields: UnsafeMutableBufferPointer<nghttp2_nv>?
+
+    /// Lends nghttp2 the `:status` and `headers` laid out in the scratch buffers (or, when they do
+    /// not fit, in temporary arrays).
+    private func withResponseHeaders<R>(
+        status: Int, headers: [(name: String, value: String)], _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
+    ) -> R {
+        let scratchBytes = self.scratchBytes ?? .allocate(byteCount: 4096, alignment: 8)
+        let scratchFields = self.scratchFields ?? .allocate(capacity: 32)
+        self.scratchBytes = scratchBytes
+        self.scratchFields = scratchFields
+        var used = 0
+        var count = 0
+        let base = scratchBytes.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        func place(_ bytes: UnsafeBufferPointer<UInt8>) -> UnsafeMutablePointer<UInt8>? {
+            guard used + bytes.count <= scratchBytes.count else { return nil }
+            let start = base + used
+            if let source = bytes.baseAddress { start.update(from: source, count: bytes.count) }
+            used += bytes.count
+            return start
+        }
+        func add(_ name: String, _ value: String) -> Bool {
+            guard count < scratchFields.count else { return false }
+            var name = name
+            var value = value
+            guard let namePointer = name.withUTF8({ place($0) }), let valuePointer = value.withUTF8({ place($0) })
+            else {
+                return false
+            }
+            scratchFields[count] = nghttp2_nv(
+                name: namePointer, value: valuePointer, namelen: name.utf8.count, valuelen: value.utf8.count,
+                flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            count += 1
+            return true
+        }
+        var fits = add(":status", String(status))
+        for header in headers where fits { fits = add(header.name, header.value) }
+        if fits { return body(UnsafePointer(scratchFields.baseAddress!), count) }
+        return withNameValueArray([(":status", String(status))] + headers.map { ($0.name, $0.value) }, body)
+    }
+}
+
+/// Lends nghttp2 a header array for `fields`, valid only inside `body` (nghttp2 copies on submit).
+private func withNameValueArray<R>(_ fields: [(String, String)], _ body: (UnsafePointer<nghttp2_nv>, Int) -> R) -> R {
+    var bytes: [UInt8] = []
+    var offsets: [(Int, Int, Int, Int)] = []
+    for (name, value) in fields {
+        let nameOffset = bytes.count
+        bytes.append(contentsOf: name.utf8)
+        let valueOffset = bytes.count
+        bytes.append(contentsOf: value.utf8)
+        offsets.append((nameOffset, name.utf8.count, valueOffset, value.utf8.count))
+    }
+    bytes.append(0)
+    return bytes.withUnsafeMutableBufferPointer { storage in
+        withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: max(fields.count, 1)) { nva in
+            let base = storage.baseAddress!
+            for (index, entry) in offsets.enumerated() {
+                nva[index] = nghttp2_nv(
+                    name: base + entry.0, value: base + entry.2, namelen: entry.1, valuelen: entry.3,
+                    flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            }
+            return body(UnsafePointer(nva.baseAddress!), fields.count)
+        }
+    }
+}
+
+package func bytesEqual(_ bytes: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
+    guard bytes.count == literal.utf8CodeUnitCount else { return false }
+    return memcmp(bytes.baseAddress!, literal.utf8Start, bytes.count) == 0
+}
+
+func http2ErrorName(_ code: Int32) -> String {
+    String(cString: nghttp2_strerror(code))
+}
+
+// MARK: nghttp2 callback thunks
+//
+// Each is defined once, for both roles: a file-level function matching nghttp2's C typedef (so it is
+// @convention(c)) that recovers the session from `user_data` and forwards to one of its methods.
+
+/// The session behind nghttp2's `user_data`: an unretained pointer set in `channelDidBecomeReady`,
+/// valid until `finishClose` deletes the nghttp2 session.
+private func session(_ userData: UnsafeMutableRawPointer?) -> HTTP2Session {
+    guard let userData else { preconditionFailure("nghttp2 callback without user data") }
+    return Unmanaged<HTTP2Session>.fromOpaque(userData).takeUnretainedValue()
+}
+
+private func nghttp2BeginHeadersCallback(
+    _ nghttp2: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ userData: UnsafeMutableRawPointer?
+) -> Int32 {
+    guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
+        frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST
+    else { return 0 }
+    session(userData).didBeginHeaders(streamID: frame.pointee.hd.stream_id)
+    return 0
+}
+
+private func nghttp2HeaderCallback(
+    _ nghttp2: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ name: UnsafePointer<UInt8>?,
+    _ nameLength: Int, _ value: UnsafePointer<UInt8>?, _ valueLength: Int, _ flags: UInt8,
+    _ userData: UnsafeMutableRawPointer?
+) -> Int32 {
+    guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
+    session(userData).didReceiveHeader(
+        streamID: frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: nameLength),
+        value: UnsafeRawBufferPointer(start: value, count: valueLength))
+    return 0
+}
+
+private func nghttp2DataChunkCallback(
+    _ nghttp2: OpaquePointer?, _ flags: UInt8, _ streamID: Int32, _ data: UnsafePointer<UInt8>?, _ length: Int,
+    _ userData: UnsafeMutableRawPointer?
+) -> Int32 {
+    session(userData).didReceiveData(streamID: streamID, data: UnsafeRawBufferPointer(start: data, count: length))
+    return 0
+}
+
+private func nghttp2FrameRecvCallback(
+    _ nghttp2: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ userData: UnsafeMutableRawPointer?
+) -> Int32 {
+    guard let frame else { return 0 }
+    let owner = session(userData)
+    let header = frame.pointee.hd
+    switch UInt32(header.type) {
+    case NGHTTP2_SETTINGS.rawValue:
+        if header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 { owner.didReceiveSettings() }
+    case NGHTTP2_GOAWAY.rawValue:
+        let goaway = frame.pointee.goaway
+        owner.didReceiveGoaway(
+            lastStreamID: goaway.last_stream_id, errorCode: goaway.error_code,
+            debugData: UnsafeRawBufferPointer(start: goaway.opaque_data, count: goaway.opaque_data_len))
+    case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
+        if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
+            owner.didReceiveEndOfStream(streamID: header.stream_id)
+        }
+    default:
+        break
+    }
+    return 0
+}
+
+private func nghttp2StreamCloseCallback(
+    _ nghttp2: OpaquePointer?, _ streamID: Int32, _ errorCode: UInt32, _ userData: UnsafeMutableRawPointer?
+) -> Int32 {
+    session(userData).didCloseStream(streamID: streamID, errorCode: errorCode)
+    return 0
+}
+
+private func nghttp2InvalidFrameCallback(
+    _ nghttp2: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ errorCode: Int32,
+    _ userData: UnsafeMutableRawPointer?
+) -> Int32 {
+    guard let frame else { return 0 }
+    session(userData).didReceiveInvalidFrame(type: frame.pointee.hd.type, errorCode: errorCode)
+    return 0
+}
+
+private func nghttp2ReadCallback(
+    _ nghttp2: OpaquePointer?, _ streamID: Int32, _ buffer: UnsafeMutablePointer<UInt8>?, _ length: Int,
+    _ flags: UnsafeMutablePointer<UInt32>?, _ source: UnsafeMutablePointer<nghttp2_data_source>?,
+    _ userData: UnsafeMutableRawPointer?
+) -> Int {
+    guard let buffer, let flags else { return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue) }
+    return session(userData).readBody(streamID: streamID, into: buffer, length: length, flags: flags)
+}
