@@ -69,7 +69,9 @@ struct SendConfigFile {
         config.connections = try integer("connections")
         config.maxAttempts = try integer("max_attempts")
         if let value = object["request_timeout_seconds"] {
-            guard let seconds = (value as? NSNumber)?.doubleValue, !(value is Bool), seconds > 0, seconds <= 86_400
+            // A JSON true is an NSNumber too; its objCType is "c".
+            guard let number = value as? NSNumber, String(cString: number.objCType) != "c",
+                case let seconds = number.doubleValue, seconds > 0, seconds <= 86_400
             else {
                 throw UsageError(
                     "config file \(path): request_timeout_seconds must be a number of seconds from 0 to 86400")

@@ -1,4 +1,5 @@
 import Fanout
+import FanoutTransport
 import Foundation
 import Synchronization
 import XCTest
@@ -73,17 +74,22 @@ final class LifecycleTests: XCTestCase {
     /// A job waiting for in-flight room (the engine is full of streams the mock holds) is cancelled:
     /// the wait ends, and all its tokens end `cancelled` without being sent.
     func testCancellingAWaitForInFlightRoomSendsNothing() async throws {
-        let mock = try MockHarness { $0.blackholeEvery = 1 }
+        let mock = try MockHarness { $0.blackholeAfter = 1 }
         defer { mock.stop() }
         let engine = try makeEngine(for: mock, loops: 1, connections: 1) { $0.maxInFlight = 10 }
-        let first = try engine.submit(scoreUpdateJob(id: "holder", tokens: (0..<10).map { testDeviceToken($0) }))
-        let reachedCondition = await eventually { engine.inFlight == 10 }
-        XCTAssertTrue(reachedCondition)
+        // The first answer opens the connection's window (one stream until then, as at APNs).
+        let opened = try await engine.run(scoreUpdateJob(id: "opener", tokens: [testDeviceToken(0)])) { _ in }
+        XCTAssertEqual(opened.counts.delivered, 1)
+        let holder = try engine.submit(scoreUpdateJob(id: "holder", tokens: (1...10).map { testDeviceToken($0) }))
+        let full = await eventually {
+            engine.inFlight == 10 && mock.stats.snapshot()["streams_blackholed"] as? Int == 10
+        }
+        XCTAssertTrue(full, "in flight \(engine.inFlight), \(mock.stats.snapshot())")
 
         let log = ResultLog()
         let waiting = (100..<1100).map { testDeviceToken($0) }
         let second = Task { try await engine.run(scoreUpdateJob(id: "waiting", tokens: waiting)) { log.add($0) } }
-        // It has read its first batch and is parked in the limiter: nothing of it can be sent.
+        // Parked in the limiter: nothing of it can finish while the engine is full.
         try await Task.sleep(for: .milliseconds(100))
         XCTAssertEqual(log.total, 0)
         let cancelledAt = ContinuousClock.now
@@ -93,12 +99,12 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(summary.notifications, waiting.count)
         XCTAssertEqual(summary.counts.cancelled, waiting.count)
         XCTAssertEqual(log.tokensWithMoreThanOneResult, 0)
-        XCTAssertEqual(mock.stats.snapshot()["streams_blackholed"] as? Int, 10, "only the first job reached the mock")
+        XCTAssertEqual(mock.stats.snapshot()["streams_blackholed"] as? Int, 10, "only the holder reached the mock")
 
-        first.cancel()
-        let firstSummary = await first.summary()
-        XCTAssertEqual(firstSummary.counts.cancelled, 10)
-        XCTAssertEqual(mock.stats.accepted, 0)
+        holder.cancel()
+        let holderSummary = await holder.summary()
+        XCTAssertEqual(holderSummary.counts.cancelled, 10, "its open streams were reset")
+        XCTAssertEqual(mock.stats.accepted, 1)
         XCTAssertEqual(engine.inFlight, 0)
         await engine.shutdown(gracePeriod: .zero)
     }
@@ -173,20 +179,16 @@ final class LifecycleTests: XCTestCase {
     func testDroppedEngineStopsItsThreads() async throws {
         let mock = try MockHarness()
         defer { mock.stop() }
-        // libuv's resolver thread pool starts with the first connection and lives on; its threads inherit
-        // the name of the loop thread that started them, so start it before counting.
-        let warm = try makeEngine(for: mock, loops: 1, connections: 1)
-        _ = try await warm.run(scoreUpdateJob(id: "warm", tokens: [testDeviceToken(0)])) { _ in }
-        await warm.shutdown()
-        let before = threadCount(namedWithPrefix: "fanout-loop")
+        let loops: [LoopThread]
         do {
             let engine = try makeEngine(for: mock, loops: 3)
             let summary = try await engine.run(scoreUpdateJob(id: "before-drop", tokens: [testDeviceToken(1)])) { _ in }
             XCTAssertEqual(summary.counts.delivered, 1)
-            XCTAssertEqual(threadCount(namedWithPrefix: "fanout-loop"), before + 3)
+            loops = engine.loopThreads
+            XCTAssertEqual(loops.filter(\.hasExited).count, 0)
         }
-        let stopped = await eventually { threadCount(namedWithPrefix: "fanout-loop") == before }
-        XCTAssertTrue(stopped, "\(threadCount(namedWithPrefix: "fanout-loop") - before) loop threads still running")
+        let stopped = await eventually { loops.allSatisfy(\.hasExited) }
+        XCTAssertTrue(stopped, "\(loops.filter { !$0.hasExited }.count) loop threads still running")
     }
 
     /// 1,000 engines, every tenth of which sends a notification (so it opens a TLS connection),
@@ -199,7 +201,7 @@ final class LifecycleTests: XCTestCase {
         _ = try await warm.run(scoreUpdateJob(id: "warm", tokens: [testDeviceToken(0)])) { _ in }
         await warm.shutdown()
         let descriptors = openFileDescriptorCount()
-        let threads = threadCount(namedWithPrefix: "fanout-loop")
+        var running = 0
         for index in 0..<1000 {
             let engine = try makeEngine(for: mock, loops: 2, connections: 1)
             if index % 10 == 0 {
@@ -209,11 +211,12 @@ final class LifecycleTests: XCTestCase {
                 XCTAssertEqual(summary.counts.delivered, 1)
             }
             await engine.shutdown()
+            running += engine.loopThreads.filter { !$0.hasExited }.count
         }
+        XCTAssertEqual(running, 0, "loop threads still running after shutdown returned")
         // The mock runs in this process: its side of a connection closes a moment after ours.
         let settled = await eventually { openFileDescriptorCount() <= descriptors }
         XCTAssertTrue(settled, "\(openFileDescriptorCount() - descriptors) file descriptors leaked")
-        XCTAssertEqual(threadCount(namedWithPrefix: "fanout-loop"), threads, "loop threads leaked")
         XCTAssertEqual(mock.stats.accepted, 101)
     }
 }

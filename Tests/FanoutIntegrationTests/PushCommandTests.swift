@@ -228,6 +228,41 @@ final class PushCommandTests: XCTestCase {
         XCTAssertEqual(recordedLines(), [])
     }
 
+    // MARK: Deadlines
+
+    /// A server that accepts the stream and never answers it: push gives up at its deadline, says so
+    /// in one line, and exits non-zero (the notification may have been delivered, so not 2).
+    func testNeverAnsweredPushEndsAtItsDeadlineWithOneLineNamingTheTimeout() throws {
+        try startMock(extra: ["--blackhole-every", "1"])
+        let started = Date()
+        let result = try runFanout(pushArguments(["--request-timeout": "2"]))
+        let elapsed = Date().timeIntervalSince(started)
+        XCTAssertLessThan(elapsed, 3, "push took \(elapsed) s against a 2 s deadline")
+        XCTAssertGreaterThanOrEqual(elapsed, 1.9, "push gave up before its deadline")
+        XCTAssertEqual(result.exitCode, 1, result.summary)
+        XCTAssertEqual(result.stdout, "", result.summary)
+        XCTAssertEqual(result.stderrLines.count, 1, result.summary)
+        XCTAssertTrue(result.stderr.contains("Timeout"), result.summary)
+        XCTAssertTrue(result.stderr.contains("2"), result.summary)
+        let stats = try stopMock()
+        XCTAssertEqual(stats["streams_blackholed"] as? Int, 1)
+        XCTAssertEqual(stats["accepted"] as? Int, 0)
+    }
+
+    /// With --attempts 3 a timed-out push is sent again (same apns-id) and the second answer counts.
+    func testTimedOutPushIsRetriedWithAttempts() throws {
+        try startMock(extra: ["--blackhole-every", "2"])  // the mock's 2nd, 4th, ... streams hang
+        XCTAssertEqual(try runFanout(pushArguments()).exitCode, 0, "the 1st stream is answered")
+        let apnsID = "3F2504E0-4F89-11D3-9A0C-0305E82C3301"
+        let result = try runFanout(
+            pushArguments(["--request-timeout": "1", "--attempts": "3", "--apns-id": apnsID]))
+        XCTAssertEqual(result.exitCode, 0, result.summary)
+        XCTAssertTrue(result.stdoutLines.contains("apns-id: \(apnsID)"), result.summary)
+        let stats = try stopMock()
+        XCTAssertEqual(stats["accepted"] as? Int, 2)
+        XCTAssertEqual(stats["streams_blackholed"] as? Int, 1, "the retry went out after the deadline")
+    }
+
     // MARK: Refused before anything is delivered (exit 2)
 
     func testMissingKeyFileExitsTwoWithOneLine() throws {

@@ -99,6 +99,48 @@ final class SendCommandTests: XCTestCase {
         XCTAssertEqual(stats["duplicate_apns_ids"] as? Int, 0)
     }
 
+    /// Every 50th stream is accepted and never answered: the deadline resets it and the retry (same
+    /// apns-id) delivers it, or after the last attempt it ends failed/Timeout. Every token still has
+    /// exactly one result, and the run ends within a bound set by the deadline and the retry policy.
+    func testNeverAnsweredStreamsTimeOutAndAreRetriedWithOneResultPerToken() throws {
+        let setup = try start(["--blackhole-every", "50"])
+        let total = 20_000
+        let tokensFile = "\(setup.directory)/tokens.txt"
+        try writeLines((0..<total).map { token(30_000 + $0) }, to: tokensFile)
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        try writeLines(
+            [
+                #"{"id": "hung", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "tokens.txt"}"#
+            ], to: jobs)
+        let config = "\(setup.directory)/config.json"
+        try writeLines(
+            [#"{"max_attempts": 3, "request_timeout_seconds": 1, "loops": 1, "connections": 2}"#], to: config)
+        let results = "\(setup.directory)/results.jsonl"
+        let started = Date()
+        let run = try ProcessSupport.run(
+            setup.fanout, setup.sendArguments(jobs: jobs, results: results, extra: ["--config", config]), timeout: 60)
+        let elapsed = Date().timeIntervalSince(started)
+        // Three attempts, each at most the 1 s deadline plus a backoff of at most 5 s, after the
+        // sending itself (well under 10 s here): a run that waited on a hung stream would take far longer.
+        XCTAssertLessThan(elapsed, 3 * (1 + 5) + 10, "the run took \(elapsed) s")
+        XCTAssertTrue([0, 1].contains(run.exitCode), run.summary)
+        let lines = try readResults(results)
+        XCTAssertEqual(lines.count, total)
+        XCTAssertEqual(Set(lines.map { $0.token ?? "" }).count, total, "exactly one line per token")
+        for line in lines where line.outcome != "delivered" {
+            XCTAssertEqual(line.outcome, "failed", "\(line)")
+            XCTAssertEqual(line.reason, "Timeout", "\(line)")
+        }
+        let summary = try summary(run)
+        XCTAssertEqual(summary["notifications"] as? Int, total)
+        XCTAssertGreaterThanOrEqual(summary["retries"] as? Int ?? 0, total / 50 - 1, "the hung streams were retried")
+        try setup.mock.stop()
+        let stats = try MockAPNsProcess.readStats(setup.stats)
+        XCTAssertGreaterThanOrEqual(stats["streams_blackholed"] as? Int ?? 0, total / 50)
+        XCTAssertEqual(stats["accepted"] as? Int, lines.filter { $0.outcome == "delivered" }.count)
+        XCTAssertEqual(stats["duplicate_apns_ids"] as? Int, 0)
+    }
+
     func testBadLinesAreReportedWithLineNumberAndReasonWhileTheRestIsSent() throws {
         let setup = try start()
         let jobs = "\(setup.directory)/jobs.jsonl"

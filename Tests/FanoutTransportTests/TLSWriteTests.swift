@@ -78,7 +78,7 @@ final class TLSWriteTests: XCTestCase {
         let loop = LoopThread(name: "tls-write-test")
         defer { loop.shutdown() }
         let delegate = ChannelRecorder()
-        loop.execute {
+        try loop.execute {
             TCPConnector.connect(loop: loop, host: "localhost", port: server.port, timeoutMilliseconds: 5000) {
                 result in
                 guard case .success(let socket) = result,

@@ -21,6 +21,11 @@ final class PendingNotification: @unchecked Sendable {
     var lastReason: String?
     /// Loop clock (ms) before which a retry must not be sent.
     var notBefore: UInt64 = 0
+    /// While on the wire: the connection carrying it, its request there, and its slot in the loop's
+    /// on-the-wire table (-1 otherwise), so that a cancelled job can reset its open streams.
+    var connection: HTTP2ClientConnection?
+    var requestID = HTTP2RequestID(rawValue: 0)
+    var wireSlot = -1
 
     init(job: PreparedJob, token: String, apnsID: String, position: Int) {
         self.job = job
@@ -80,6 +85,10 @@ final class EngineLoop: @unchecked Sendable {
     private var readyConnections = Set<ObjectIdentifier>()
     private var lastConnectError: TransportError?
     private(set) var isStopping = false
+    /// Notifications on the wire, each at its `wireSlot`; freed slots are reused, so once warm this
+    /// allocates nothing per notification. Only a cancelled job walks it.
+    private var onWire: [PendingNotification?] = []
+    private var freeWireSlots: [Int] = []
 
     /// One connection position in the pool: the live connection, or when to make the next one.
     private final class ConnectionSlot {
@@ -166,7 +175,15 @@ final class EngineLoop: @unchecked Sendable {
         let request = HTTP2Request(
             head: pending.job.headerBlock(bearer: bearer), path: pending.path, apnsID: pending.apnsID,
             body: pending.job.body)
-        connection.submit(request) { [self] result in
+        if let slot = freeWireSlots.popLast() {
+            pending.wireSlot = slot
+            onWire[slot] = pending
+        } else {
+            pending.wireSlot = onWire.count
+            onWire.append(pending)
+        }
+        pending.connection = connection
+        pending.requestID = connection.submit(request) { [self] result in
             complete(pending, result: result, connection: connection)
         }
     }
@@ -175,6 +192,12 @@ final class EngineLoop: @unchecked Sendable {
         _ pending: PendingNotification, result: Result<HTTP2Response, HTTP2StreamFailure>,
         connection: HTTP2ClientConnection
     ) {
+        if pending.wireSlot >= 0 {
+            onWire[pending.wireSlot] = nil
+            freeWireSlots.append(pending.wireSlot)
+            pending.wireSlot = -1
+        }
+        pending.connection = nil
         switch result {
         case .success(let http) where http.status == 200:
             pending.lastStatus = 200
@@ -183,6 +206,9 @@ final class EngineLoop: @unchecked Sendable {
             let response = APNsResponse.parse(
                 status: http.status, apnsID: http.apnsID, apnsUniqueID: http.apnsUniqueID, body: http.body)
             handle(pending, response: response, connection: connection)
+        case .failure(.cancelled):
+            // Only a cancelled job cancels its streams.
+            finish(pending, outcome: .cancelled, reason: "Cancelled")
         case .failure(let failure):
             if failure.isSafeToRetry {
                 // The server did not act on it: send again at once, without counting an attempt.
@@ -294,7 +320,6 @@ final class EngineLoop: @unchecked Sendable {
             attempts: pending.attempts,
             latencyMilliseconds: latency, timestamp: response?.timestamp)
         result.position = pending.position
-        pending.job.run.record(result)
         if let metrics = configuration.metrics {
             metrics.record(outcome, reason: result.reason)
             if result.status != nil { metrics.apnsRoundTrip.observe(latency / 1000) }
@@ -305,8 +330,11 @@ final class EngineLoop: @unchecked Sendable {
                     token: pending.token, reason: result.reason ?? "Unregistered", timestamp: result.timestamp,
                     jobID: pending.job.id))
         }
+        // The permit comes back before the result is recorded: whoever the result wakes (the job's
+        // summary, a caller reading `inFlight`) then sees nothing of it in flight.
         shared.limiter.release(1)
         configuration.metrics?.inFlight.set(shared.limiter.inFlight)
+        pending.job.run.record(result)
     }
 
     private func failAllWaiting(reason: String) {
@@ -342,7 +370,8 @@ final class EngineLoop: @unchecked Sendable {
                 host: configuration.endpoint.host, port: configuration.endpoint.port, tls: shared.tls.configuration,
                 connectTimeoutMilliseconds: configuration.connectTimeout.wholeMilliseconds,
                 maxConcurrentStreams: configuration.maxConcurrentStreams,
-                pingIntervalMilliseconds: configuration.pingInterval.wholeMilliseconds),
+                pingIntervalMilliseconds: configuration.pingInterval.wholeMilliseconds,
+                requestTimeout: configuration.requestTimeout),
             tlsContext: shared.tls)
         slot.connection = connection
         connection.onEvent = { [self, unowned slot, unowned connection] event in
@@ -425,9 +454,15 @@ final class EngineLoop: @unchecked Sendable {
     // MARK: Cancel
 
     /// Ends what this loop holds of a cancelled run: its waiting and delayed notifications end
-    /// `cancelled` now. Loop thread.
+    /// `cancelled` now, and its open streams are reset (CANCEL) and end `cancelled`; an answer already
+    /// read keeps its outcome. Loop thread.
     func cancel(_ run: FanoutRun) {
         loop.assertInLoop()
+        // Each cancel completes its notification at once, which frees its slot: collect first.
+        let open = onWire.compactMap { pending in pending?.job.run === run ? pending : nil }
+        for pending in open {
+            pending.connection?.cancel(pending.requestID)
+        }
         for pending in waiting.removeAll(where: { $0.job.run === run }) {
             finish(pending, outcome: .cancelled, reason: "Cancelled")
         }

@@ -1,6 +1,6 @@
 import FanoutCore
 import FanoutPolicy
-import FanoutTransport
+package import FanoutTransport
 import Foundation
 import Synchronization
 
@@ -69,6 +69,9 @@ public final class FanoutEngine: Sendable {
         }
         shared.invalidTokens.finish()
     }
+
+    /// The loop threads, for tests that check they stop.
+    package var loopThreads: [LoopThread] { loops.map(\.loop) }
 
     /// Payloads encoded by this engine so far: one per job with batch encoding.
     public var payloadEncodings: Int { state.withLock { $0.payloadEncodings } }
@@ -230,6 +233,25 @@ public final class FanoutEngine: Sendable {
             for (token, position) in batch { run.record(result(token, position, stop.outcome, stop.reason)) }
         }
         while true {
+            if let stop {
+                // Stopped: the rest is reported, not sent, so it needs no validation or permits.
+                var exhausted = false
+                while !exhausted {
+                    batch.removeAll(keepingCapacity: true)
+                    while batch.count < batchSize {
+                        guard let token = nextToken() else {
+                            exhausted = true
+                            break
+                        }
+                        position += 1
+                        if resume != nil && Self.isDone(token: token, position: position, in: &resume!) { continue }
+                        batch.append((token, position))
+                    }
+                    run.didSubmit(batch.count)
+                    recordStopped(stop)
+                }
+                break
+            }
             batch.removeAll(keepingCapacity: true)
             while batch.count < batchSize, let token = nextToken() {
                 position += 1

@@ -88,8 +88,14 @@ package final class LoopThread: @unchecked Sendable {
         let rc = uv_loop_close(loop)
         assert(rc == 0, "uv_loop_close: handles still open")
         loop.deallocate()
+        hasExitedFlag.store(true, ordering: .releasing)
         exited.signal()
     }
+
+    private let hasExitedFlag = Atomic<Bool>(false)
+
+    /// Whether the thread has finished (its loop closed and freed).
+    package var hasExited: Bool { hasExitedFlag.load(ordering: .acquiring) }
 
     /// True when called on this loop's thread.
     package var inLoop: Bool {

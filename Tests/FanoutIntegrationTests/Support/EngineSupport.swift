@@ -28,33 +28,27 @@ func scoreUpdateJob(id: String, tokens: [String]) -> FanoutJob {
         recipients: .tokens(tokens))
 }
 
-/// Results collected from any thread: the outcome of each token, and how many results each token got.
+/// Results collected from any thread: how many results each token got, and the count per outcome
+/// (kept lean: it runs on the engine's threads for every result).
 final class ResultLog: Sendable {
     private struct State {
-        var outcomes: [String: NotificationOutcome] = [:]
         var resultsPerToken: [String: Int] = [:]
-        var reasons: [String: String] = [:]
-        var counts: [NotificationOutcome: Int] = [:]
+        var counts: [String: Int] = [:]
     }
     private let state = Mutex(State())
 
     func add(_ result: NotificationResult) {
         state.withLock { state in
-            let token = result.token ?? "-"
-            state.outcomes[token] = result.outcome
-            state.resultsPerToken[token, default: 0] += 1
-            if let reason = result.reason { state.reasons[token] = reason }
-            state.counts[result.outcome, default: 0] += 1
+            state.resultsPerToken[result.token ?? "-", default: 0] += 1
+            state.counts[result.outcome.name, default: 0] += 1
         }
     }
 
-    func count(_ outcome: NotificationOutcome) -> Int { state.withLock { $0.counts[outcome] ?? 0 } }
+    func count(_ outcome: NotificationOutcome) -> Int { state.withLock { $0.counts[outcome.name] ?? 0 } }
     var total: Int { state.withLock { $0.counts.values.reduce(0, +) } }
     var tokensWithResults: Int { state.withLock { $0.resultsPerToken.count } }
     var tokensWithMoreThanOneResult: Int { state.withLock { $0.resultsPerToken.values.filter { $0 > 1 }.count } }
-    func outcome(of token: String) -> NotificationOutcome? { state.withLock { $0.outcomes[token] } }
-    func reason(of token: String) -> String? { state.withLock { $0.reasons[token] } }
-    var outcomeNames: Set<String> { state.withLock { Set($0.counts.keys.map(\.name)) } }
+    var outcomeNames: Set<String> { state.withLock { Set($0.counts.keys) } }
 }
 
 /// Polls `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
@@ -70,13 +64,4 @@ func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async
 /// Open file descriptors of this process.
 func openFileDescriptorCount() -> Int {
     (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
-}
-
-/// Threads of this process whose name starts with `prefix` (Linux truncates names to 15 bytes).
-func threadCount(namedWithPrefix prefix: String) -> Int {
-    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-    return tasks.filter { task in
-        let name = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
-        return name.hasPrefix(prefix)
-    }.count
 }
