@@ -12,7 +12,7 @@
 // - `errorBody(reason:timestamp:)` of what was read parses back to the same reason and timestamp (mock-apns writes
 //   bodies with it, the engine reads them back).
 // - `reasonClass` and `invalidatesToken` answer for every status and reason.
-@testable import FanoutCore
+import FanoutCore
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzResponseParser(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
