@@ -172,22 +172,7 @@ package struct JSONParser {
     package mutating func readArray(
         _ element: (inout JSONParser) throws(JSONParseError) -> Void
     ) throws(JSONParseError) {
-        skipWhitespace()
-        try expect(UInt8(ascii: "["), "'['")
-        try enterContainer()
-        skipWhitespace()
-        if consumeIf(UInt8(ascii: "]")) {
-            depth -= 1
-            return
-        }
-        while true {
-            skipWhitespace()
-            try element(&self)
-            skipWhitespace()
-            if consumeIf(UInt8(ascii: "]")) { break }
-            try expect(UInt8(ascii: ","), "',' or ']' in an array")
-        }
-        depth -= 1
+        try readContainer(open: UInt8(ascii: "["), close: UInt8(ascii: "]"), "'['", "',' or ']' in an array", element)
     }
 
     // MARK: Scalars
@@ -336,18 +321,8 @@ package struct JSONParser {
 
     /// The value of an integer literal (an optional `-` and digits) that fits in `Int64`; nil otherwise.
     package static func int64(integerLiteral literal: some Collection<UInt8>) -> Int64? {
-        var digits = literal[...]
-        let negative = digits.first == UInt8(ascii: "-")
-        if negative { digits = digits.dropFirst() }
-        guard !digits.isEmpty else { return nil }
-        var magnitude: UInt64 = 0
-        for byte in digits {
-            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
-            let (shifted, overflowA) = magnitude.multipliedReportingOverflow(by: 10)
-            let (sum, overflowB) = shifted.addingReportingOverflow(UInt64(byte &- UInt8(ascii: "0")))
-            guard !overflowA, !overflowB else { return nil }
-            magnitude = sum
-        }
+        let negative = literal.first == UInt8(ascii: "-")
+        guard let magnitude = ASCIIBytes.parseDigits(literal.dropFirst(negative ? 1 : 0)) else { return nil }
         if negative {
             guard magnitude <= UInt64(Int64.max) + 1 else { return nil }
             return magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude)
@@ -362,39 +337,52 @@ package struct JSONParser {
     private mutating func readMembers(
         _ member: (StringToken, String?, inout JSONParser) throws(JSONParseError) -> Void
     ) throws(JSONParseError) {
-        skipWhitespace()
-        try expect(UInt8(ascii: "{"), "'{'")
-        try enterContainer()
-        skipWhitespace()
-        if consumeIf(UInt8(ascii: "}")) {
-            depth -= 1
-            return
-        }
         var keys = KeySet()
-        while true {
-            skipWhitespace()
-            guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else {
-                throw expected("a string key")
+        try readContainer(open: UInt8(ascii: "{"), close: UInt8(ascii: "}"), "'{'", "',' or '}' in an object") {
+            parser throws(JSONParseError) in
+            guard parser.position < parser.bytes.count, parser.bytes[parser.position] == UInt8(ascii: "\"") else {
+                throw parser.expected("a string key")
             }
-            let key = try readString()
-            skipWhitespace()
-            try expect(UInt8(ascii: ":"), "':' after an object key")
-            skipWhitespace()
+            let key = try parser.readString()
+            parser.skipWhitespace()
+            try parser.expect(UInt8(ascii: ":"), "':' after an object key")
+            parser.skipWhitespace()
             var checkedKey: String?
-            if rules == .strict {
-                let text = string(of: key)
+            if parser.rules == .strict {
+                let text = parser.string(of: key)
                 guard keys.insert(text) else {
                     throw JSONParseError(
                         offset: key.range.lowerBound - 1, message: "duplicate key \(JSONStringEscaping.quoted(text))")
                 }
                 checkedKey = text
             }
-            let before = position
-            try member(key, checkedKey, &self)
-            precondition(position > before, "JSONParser.readObject: the member closure did not consume the value")
+            let before = parser.position
+            try member(key, checkedKey, &parser)
+            precondition(
+                parser.position > before, "JSONParser.readObject: the member closure did not consume the value")
+        }
+    }
+
+    /// What arrays and objects share: the opening byte, `item` once per element or member (whitespace skipped before
+    /// it), commas between them, and the closing byte.
+    private mutating func readContainer(
+        open: UInt8, close: UInt8, _ openName: String, _ separatorName: String,
+        _ item: (inout JSONParser) throws(JSONParseError) -> Void
+    ) throws(JSONParseError) {
+        skipWhitespace()
+        try expect(open, openName)
+        try enterContainer()
+        skipWhitespace()
+        if consumeIf(close) {
+            depth -= 1
+            return
+        }
+        while true {
             skipWhitespace()
-            if consumeIf(UInt8(ascii: "}")) { break }
-            try expect(UInt8(ascii: ","), "',' or '}' in an object")
+            try item(&self)
+            skipWhitespace()
+            if consumeIf(close) { break }
+            try expect(UInt8(ascii: ","), separatorName)
         }
         depth -= 1
     }
