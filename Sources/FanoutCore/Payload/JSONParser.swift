@@ -64,18 +64,22 @@ package struct JSONParser {
         over bytes: some Collection<UInt8>, rules: Rules = .strict,
         _ body: (inout JSONParser) throws(JSONParseError) -> R
     ) throws(JSONParseError) -> R {
-        let run = { (buffer: UnsafeBufferPointer<UInt8>) -> Result<R, JSONParseError> in
-            var parser = JSONParser(buffer, rules: rules)
-            do throws(JSONParseError) {
-                return .success(try body(&parser))
-            } catch {
-                return .failure(error)
-            }
-        }
-        if let result = bytes.withContiguousStorageIfAvailable(run) {
+        // Closures passed straight to the call, not kept in a variable, so that nothing is allocated for them.
+        if let result = bytes.withContiguousStorageIfAvailable({ run(body, over: $0, rules: rules) }) {
             return try result.get()
         }
-        return try Array(bytes).withUnsafeBufferPointer(run).get()
+        return try Array(bytes).withUnsafeBufferPointer { run(body, over: $0, rules: rules) }.get()
+    }
+
+    private static func run<R>(
+        _ body: (inout JSONParser) throws(JSONParseError) -> R, over buffer: UnsafeBufferPointer<UInt8>, rules: Rules
+    ) -> Result<R, JSONParseError> {
+        var parser = JSONParser(buffer, rules: rules)
+        do throws(JSONParseError) {
+            return .success(try body(&parser))
+        } catch {
+            return .failure(error)
+        }
     }
 
     // MARK: Documents
@@ -94,7 +98,7 @@ package struct JSONParser {
     package mutating func finish() throws(JSONParseError) {
         skipWhitespace()
         guard position == bytes.count else {
-            throw error("unexpected \(describeByte(at: position)) after the JSON value")
+            throw error("unexpected ", byte: position, " after the JSON value")
         }
     }
 
@@ -111,7 +115,7 @@ package struct JSONParser {
         case UInt8(ascii: "t"), UInt8(ascii: "f"): return .bool
         case UInt8(ascii: "n"): return .null
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number
-        default: throw error("unexpected \(describeByte(at: position)), expected a value")
+        default: throw error("unexpected ", byte: position, ", expected a value")
         }
     }
 
@@ -230,6 +234,16 @@ package struct JSONParser {
         let start = position
         var hasEscapes = false
         while true {
+            // The common run, printable ASCII other than the quote and the backslash, in a tight loop.
+            let bytes = self.bytes
+            var index = position
+            while index < bytes.count {
+                let byte = bytes[index]
+                // 0x20 to 0x7F in one unsigned comparison.
+                guard byte &- 0x20 < 0x60, byte != UInt8(ascii: "\""), byte != UInt8(ascii: "\\") else { break }
+                index += 1
+            }
+            position = index
             guard position < bytes.count else { throw error("unexpected end of input inside a string") }
             let byte = bytes[position]
             switch byte {
@@ -240,9 +254,7 @@ package struct JSONParser {
                 hasEscapes = true
                 try scanEscape()
             case 0..<0x20:
-                throw error("control character \(describeByte(at: position)) in a string must be escaped")
-            case 0x20..<0x80:
-                position += 1
+                throw error("control character ", byte: position, " in a string must be escaped")
             default:
                 guard let length = UTF8SequenceValidation.sequenceLength(in: bytes, at: position) else {
                     throw error("invalid UTF-8 in a string")
@@ -320,9 +332,10 @@ package struct JSONParser {
     }
 
     /// The value of an integer literal (an optional `-` and digits) that fits in `Int64`; nil otherwise.
-    package static func int64(integerLiteral literal: some Collection<UInt8>) -> Int64? {
+    package static func int64(integerLiteral literal: UnsafeBufferPointer<UInt8>) -> Int64? {
         let negative = literal.first == UInt8(ascii: "-")
-        guard let magnitude = ASCIIBytes.parseDigits(literal.dropFirst(negative ? 1 : 0)) else { return nil }
+        let digits = UnsafeBufferPointer(rebasing: literal[(negative ? 1 : 0)...])
+        guard let magnitude = ASCIIBytes.parseDigits(digits) else { return nil }
         if negative {
             guard magnitude <= UInt64(Int64.max) + 1 else { return nil }
             return magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude)
@@ -337,7 +350,7 @@ package struct JSONParser {
     private mutating func readMembers(
         _ member: (StringToken, String?, inout JSONParser) throws(JSONParseError) -> Void
     ) throws(JSONParseError) {
-        var keys = KeySet()
+        var keys: KeySet?  // made at the first key, under the strict rules only
         try readContainer(open: UInt8(ascii: "{"), close: UInt8(ascii: "}"), "'{'", "',' or '}' in an object") {
             parser throws(JSONParseError) in
             guard parser.position < parser.bytes.count, parser.bytes[parser.position] == UInt8(ascii: "\"") else {
@@ -350,7 +363,8 @@ package struct JSONParser {
             var checkedKey: String?
             if parser.rules == .strict {
                 let text = parser.string(of: key)
-                guard keys.insert(text) else {
+                if keys == nil { keys = KeySet() }
+                guard keys!.insert(text) else {
                     throw JSONParseError(
                         offset: key.range.lowerBound - 1, message: "duplicate key \(JSONStringEscaping.quoted(text))")
                 }
@@ -366,7 +380,7 @@ package struct JSONParser {
     /// What arrays and objects share: the opening byte, `item` once per element or member (whitespace skipped before
     /// it), commas between them, and the closing byte.
     private mutating func readContainer(
-        open: UInt8, close: UInt8, _ openName: String, _ separatorName: String,
+        open: UInt8, close: UInt8, _ openName: StaticString, _ separatorName: StaticString,
         _ item: (inout JSONParser) throws(JSONParseError) -> Void
     ) throws(JSONParseError) {
         skipWhitespace()
@@ -387,6 +401,7 @@ package struct JSONParser {
         depth -= 1
     }
 
+    @inline(__always)
     private mutating func skipWhitespace() {
         while position < bytes.count {
             switch bytes[position] {
@@ -411,22 +426,22 @@ package struct JSONParser {
             let unit = try scanHex4()
             guard rules == .strict else { return }
             if (0xDC00..<0xE000).contains(unit) {
-                throw JSONParseError(offset: escapeStart, message: "lone low surrogate in a \\u escape")
+                throw error("lone low surrogate in a \\u escape", at: escapeStart)
             }
             if (0xD800..<0xDC00).contains(unit) {
                 guard position + 1 < bytes.count, bytes[position] == UInt8(ascii: "\\"),
                     bytes[position + 1] == UInt8(ascii: "u")
                 else {
-                    throw JSONParseError(offset: escapeStart, message: "high surrogate not followed by a low one")
+                    throw error("high surrogate not followed by a low one", at: escapeStart)
                 }
                 position += 2
                 let low = try scanHex4()
                 guard (0xDC00..<0xE000).contains(low) else {
-                    throw JSONParseError(offset: escapeStart, message: "high surrogate not followed by a low one")
+                    throw error("high surrogate not followed by a low one", at: escapeStart)
                 }
             }
         default:
-            throw error("invalid escape \\\(describeByte(at: position))")
+            throw error("invalid escape \\", byte: position, "")
         }
     }
 
@@ -456,7 +471,7 @@ package struct JSONParser {
         for offset in 0..<count {
             guard position + offset < bytes.count, bytes[position + offset] == literal.utf8Start[offset] else {
                 position += offset
-                throw expected("'\(literal)'")
+                throw expected(literal, quoted: true)
             }
         }
         position += count
@@ -464,10 +479,7 @@ package struct JSONParser {
 
     private mutating func enterContainer() throws(JSONParseError) {
         depth += 1
-        guard depth <= JSONParser.maximumDepth else {
-            throw JSONParseError(
-                offset: position - 1, message: "nested deeper than \(JSONParser.maximumDepth) arrays and objects")
-        }
+        guard depth <= JSONParser.maximumDepth else { throw tooDeep() }
     }
 
     @inline(__always)
@@ -475,24 +487,49 @@ package struct JSONParser {
         index < bytes.count && bytes[index] >= UInt8(ascii: "0") && bytes[index] <= UInt8(ascii: "9")
     }
 
-    private mutating func expect(_ byte: UInt8, _ what: String) throws(JSONParseError) {
+    /// Consumes `byte`, or throws `expected <what>`. The message is a `StaticString` so that the hot path passes no
+    /// `String` around.
+    @inline(__always)
+    private mutating func expect(_ byte: UInt8, _ what: StaticString) throws(JSONParseError) {
         guard position < bytes.count, bytes[position] == byte else { throw expected(what) }
         position += 1
     }
 
+    @inline(__always)
     private mutating func consumeIf(_ byte: UInt8) -> Bool {
         guard position < bytes.count, bytes[position] == byte else { return false }
         position += 1
         return true
     }
 
-    private func error(_ message: String) -> JSONParseError {
-        JSONParseError(offset: position, message: message)
+    // The errors are built out of line, from static parts, so that the paths that do not fail carry no string work.
+
+    @inline(never)
+    private func error(_ message: StaticString, at offset: Int? = nil) -> JSONParseError {
+        JSONParseError(offset: offset ?? position, message: "\(message)")
     }
 
-    private func expected(_ what: String) -> JSONParseError {
-        if position >= bytes.count { return error("unexpected end of input, expected \(what)") }
-        return error("expected \(what), found \(describeByte(at: position))")
+    /// `<prefix><the byte at index><suffix>`, for example `unexpected 'x' after the JSON value`.
+    @inline(never)
+    private func error(_ prefix: StaticString, byte index: Int, _ suffix: StaticString) -> JSONParseError {
+        JSONParseError(offset: position, message: "\(prefix)\(describeByte(at: index))\(suffix)")
+    }
+
+    @inline(never)
+    private func tooDeep() -> JSONParseError {
+        JSONParseError(
+            offset: position - 1, message: "nested deeper than \(JSONParser.maximumDepth) arrays and objects")
+    }
+
+    /// `expected <what>, found <the byte>`, or `unexpected end of input, expected <what>`; `what` in single quotes
+    /// when `quoted`.
+    @inline(never)
+    private func expected(_ what: StaticString, quoted: Bool = false) -> JSONParseError {
+        let what = quoted ? "'\(what)'" : "\(what)"
+        if position >= bytes.count {
+            return JSONParseError(offset: position, message: "unexpected end of input, expected \(what)")
+        }
+        return JSONParseError(offset: position, message: "expected \(what), found \(describeByte(at: position))")
     }
 
     private func describeByte(at index: Int) -> String {

@@ -238,7 +238,10 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The value when the literal is an integer (no fraction, no exponent) that fits in `Int64`.
-    public var int64Value: Int64? { JSONParser.int64(integerLiteral: literal.utf8) }
+    public var int64Value: Int64? {
+        var literal = literal
+        return literal.withUTF8 { JSONParser.int64(integerLiteral: $0) }
+    }
 
     /// The nearest `Double`; infinite when the exponent is out of range (`1e400`).
     public var doubleValue: Double {
