@@ -347,6 +347,7 @@ package struct JSONParser {
 
     /// `readObject`, also telling `member` the key as a string when the strict rules decoded it to check for
     /// repeats (so that `parseValue` does not decode it twice).
+    @inline(__always)
     private mutating func readMembers(
         _ member: (StringToken, String?, inout JSONParser) throws(JSONParseError) -> Void
     ) throws(JSONParseError) {
@@ -379,6 +380,7 @@ package struct JSONParser {
 
     /// What arrays and objects share: the opening byte, `item` once per element or member (whitespace skipped before
     /// it), commas between them, and the closing byte.
+    @inline(__always)
     private mutating func readContainer(
         open: UInt8, close: UInt8, _ openName: StaticString, _ separatorName: StaticString,
         _ item: (inout JSONParser) throws(JSONParseError) -> Void
