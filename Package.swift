@@ -4,10 +4,12 @@
 //
 // The module graph (docs/ARCHITECTURE.md draws it):
 //   Fanout (the library) ──> FanoutCore, FanoutPolicy (re-exported), FanoutTransport (internal)
-//   FanoutJobFile (job files, `fanout send`'s driver) ──> Fanout
+//   FanoutJobFormat (the job-file line reader and parser; pure Swift, fuzzed on its own) ──> FanoutCore
+//   FanoutJobFile (`fanout send`'s driver; re-exports FanoutJobFormat) ──> Fanout, FanoutJobFormat
 //   FanoutObservability (logs, the metrics endpoint) ──> Fanout, FanoutTransport
 //   FanoutCLI (the `fanout` binary) ──> FanoutJobFile, FanoutObservability, Fanout
-//   FanoutTestSupport, MockAPNsKit (test-only: HTTP/2 server, test CA, JWT verifier, validator)
+//   FanoutTestSupport, MockAPNsKit (test-only: HTTP/2 server, test CA, JWT verifier), MockAPNsValidation (the
+//   mock's request validator; pure Swift, fuzzed on its own, re-exported by MockAPNsKit)
 import PackageDescription
 
 /// Library targets see `import X` as an internal import, so a dependency reaches their public API only
@@ -32,7 +34,8 @@ let package = Package(
         // Function-like C macros that Swift cannot import, wrapped as functions.
         .target(name: "CFanoutShims", dependencies: ["COpenSSL"]),
 
-        // Pure Swift: APNs model (headers, reasons, responses, payloads, JSON). Imports no C.
+        // Pure Swift: APNs model (headers, reasons, responses, payloads, JSON) and the chunked line reader. Imports no
+        // C library but libc (the line reader's open/read).
         .target(name: "FanoutCore", swiftSettings: internalImports),
         // Pure Swift policies: workspace rate limits (hierarchical token buckets, injectable clock).
         .target(name: "FanoutPolicy", swiftSettings: internalImports),
@@ -47,8 +50,11 @@ let package = Package(
         .target(
             name: "Fanout", dependencies: ["FanoutCore", "FanoutPolicy", "FanoutTransport"],
             swiftSettings: internalImports),
-        // Job files: the line parser and `fanout send`'s driver (results, journal, progress).
-        .target(name: "FanoutJobFile", dependencies: ["Fanout", "FanoutCore", "FanoutPolicy"]),
+        // Job files: the line reader and the line parser, which make plain `ParsedJob`s. Pure Swift, so that
+        // scripts/fuzz.sh can build it as a module without the transport.
+        .target(name: "FanoutJobFormat", dependencies: ["FanoutCore"]),
+        // `fanout send`'s driver (results, journal, progress), turning `ParsedJob`s into the engine's `FanoutJob`s.
+        .target(name: "FanoutJobFile", dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFormat"]),
         // Running a Fanout process: structured logs with redaction, the Prometheus endpoint.
         .target(name: "FanoutObservability", dependencies: ["Fanout", "FanoutTransport"]),
         // The `fanout` command (binary name from the product).
@@ -64,10 +70,14 @@ let package = Package(
             name: "FanoutTestSupport",
             dependencies: ["FanoutCore", "FanoutTransport", "COpenSSL", "CFanoutShims"],
             path: "Tools/FanoutTestSupport"),
+        // mock-apns's request validator: APNs's rules for a device push. Pure Swift (FanoutCore only), so that
+        // scripts/fuzz.sh can build it as a module; its folder sits inside MockAPNsKit's, which excludes it.
+        .target(name: "MockAPNsValidation", dependencies: ["FanoutCore"], path: "Tools/MockAPNsKit/Validation"),
         // mock-apns: an APNs look-alike (request validation, JWT checks, fault injection, stats).
         .target(
-            name: "MockAPNsKit", dependencies: ["FanoutCore", "FanoutTransport", "FanoutTestSupport"],
-            path: "Tools/MockAPNsKit"),
+            name: "MockAPNsKit",
+            dependencies: ["FanoutCore", "FanoutTransport", "FanoutTestSupport", "MockAPNsValidation"],
+            path: "Tools/MockAPNsKit", exclude: ["Validation"]),
         .executableTarget(
             name: "mock-apns", dependencies: ["MockAPNsKit", "CommandLineSupport"], path: "Tools/mock-apns"),
 

@@ -15,7 +15,8 @@ func require(_ condition: Bool, _ message: @autoclosure () -> String, file: Stat
 
 @inline(never)
 func violated(_ message: String, file: StaticString, line: UInt) -> Never {
-    fputs("fuzz property violated (\(file):\(line)): \(message)\n", stderr)
+    var report = "fuzz property violated (\(file):\(line)): \(message)\n"
+    report.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
     abort()
 }
 

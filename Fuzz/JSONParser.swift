@@ -1,13 +1,13 @@
-// libFuzzer target `json`: FanoutCore's two JSON readers on arbitrary bytes.
+// libFuzzer target `json`: FanoutCore's JSON reader (`JSONParser`) on arbitrary bytes, under both of its rules.
 //
 // - `JSONValue.parse` (the strict tree parser) and `RawJSON(validating:)` (the strict validator that keeps bytes)
 //   accept exactly the same documents, and agree on the value (`RawJSON.value` traps if its bytes do not parse).
 // - The compact encoding of a parsed value parses back to the same value.
 // - `RawJSON.members()` lists an object's keys in order, each member's bytes parsing to the tree's member.
-// - `JSONByteScanner` (mock-apns's and the response parser's lenient scanner) accepts everything the strict parser
-//   accepts; when it accepts more, the strict parser's reason is one of its two documented extra rules (duplicate
+// - Scanning under the RFC 8259 rules (how mock-apns and the response parser read bodies) accepts everything the
+//   strict rules accept; when it accepts more, the strict refusal is one of the two documented extra rules (duplicate
 //   keys, lone surrogates in \u escapes).
-@testable import FanoutCore
+import FanoutCore
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzJSON(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
@@ -25,25 +25,25 @@ public func fuzzJSON(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     let raw = try? RawJSON(validating: bytes)
     require((tree == nil) == (raw == nil), "JSONValue.parse and RawJSON(validating:) disagree on \(shown(bytes))")
 
-    let scannerAccepts: Bool
+    let scanAccepts: Bool
     do {
-        scannerAccepts = try JSONByteScanner.withScanner(over: bytes) { scanner in
-            try scanner.skipValue()
-            try scanner.finish()
+        scanAccepts = try JSONParser.withParser(over: bytes, rules: .rfc8259) { parser throws(JSONParseError) in
+            try parser.skipValue()
+            try parser.finish()
             return true
         }
     } catch {
-        scannerAccepts = false
+        scanAccepts = false
     }
     if let strictError {
-        if scannerAccepts {
+        if scanAccepts {
             let message = strictError.message
             require(
                 message.hasPrefix("duplicate key") || message.contains("surrogate"),
-                "the scanner accepts what the strict parser refuses for \"\(message)\": \(shown(bytes))")
+                "the RFC 8259 rules accept what the strict rules refuse for \"\(message)\": \(shown(bytes))")
         }
     } else {
-        require(scannerAccepts, "the scanner refuses a document the strict parser accepts: \(shown(bytes))")
+        require(scanAccepts, "the RFC 8259 rules refuse a document the strict rules accept: \(shown(bytes))")
     }
 
     guard let tree, let raw else { return 0 }

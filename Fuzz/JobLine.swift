@@ -1,9 +1,9 @@
 // libFuzzer target `job-line`: `fanout send`'s job-line parser (`JobLineParser.parse(line:lineNumber:…)`).
 //
-// Compiled together with Sources/Fanout/JobFile/*.swift and Sources/Fanout/Engine/FanoutJob.swift into one module
-// (the rest of the Fanout module needs the C transport, which the parser does not use), so there is no
-// `import Fanout` here. The whole input is one line. A relative `tokens_file` resolves against $FANOUT_FUZZ_JOB_DIR
-// (scripts/fuzz.sh makes one holding `tokens.txt`), or `.`.
+// The parser lives in FanoutJobFormat, which needs only FanoutCore (the engine's `FanoutJob` is made from its
+// `ParsedJob` in FanoutJobFile, outside the fuzzer), and the request is checked by MockAPNsValidation. The whole
+// input is one line. A relative `tokens_file` resolves against $FANOUT_FUZZ_JOB_DIR (scripts/fuzz.sh makes one
+// holding `tokens.txt`), or `.`.
 //
 // Properties, beyond not crashing:
 // - A refusal names the line (`line 7: …`), carries the id when one was read, and has a message.
@@ -13,6 +13,8 @@
 //   only `BadPayload` (no `aps`, or a Live Activity body that breaks the rules) is tolerated; a payload built from
 //   `live_activity` must pass.
 import FanoutCore
+import FanoutJobFormat
+import MockAPNsValidation
 
 #if canImport(Glibc)
     import Glibc
@@ -43,7 +45,7 @@ public func fuzzJobLine(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     return 0
 }
 
-private func check(_ job: FanoutJob, line: UnsafeBufferPointer<UInt8>) {
+private func check(_ job: ParsedJob, line: UnsafeBufferPointer<UInt8>) {
     require(!job.id.isEmpty && !job.workspace.isEmpty, "empty id or workspace accepted: \(shown(line))")
     do {
         try job.headers.validate()

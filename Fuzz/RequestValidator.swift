@@ -17,7 +17,8 @@
 //   push type, body within the size limit and a JSON object).
 // - The sender and the validator agree: the accepted request's fields, rebuilt as `NotificationHeaders` and laid out
 //   by `headerFields(deviceToken:authority:)` (what Fanout sends), are accepted again with the same fields.
-@testable import FanoutCore
+import FanoutCore
+import MockAPNsValidation
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzRequestValidator(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {

@@ -4,14 +4,16 @@
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]        targets: job-line response-parser request-validator json
 #   bash scripts/fuzz.sh --reproduce TARGET FILE...   run a target once on saved inputs (e.g. a crash file)
 #
-# Each target is compiled with `swiftc -sanitize=fuzzer,address` (libFuzzer + AddressSanitizer, coverage on every
-# function it links). The package's own targets are not built with SwiftPM: FanoutCore (pure Swift) is compiled
-# straight from Sources/FanoutCore into a static library with -enable-testing, so targets can `@testable import` it
-# and reach its internal scanner; the job-line parser lives in the Fanout module, whose other files need the C
-# transport, so its target is compiled together with Sources/Fanout/JobFile/*.swift and the one file they need
-# (Sources/Fanout/Engine/FanoutJob.swift). Everything goes into .build/fuzz/:
+# The code under test is built as the package's own modules, by SwiftPM from Package.swift (so the fuzzers see the
+# same sources, settings and `package` access as `swift build`), with libFuzzer coverage and AddressSanitizer:
+# `swift build -c release --build-path .build/fuzz/spm -Xswiftc -sanitize=fuzzer,address --target <module>`.
+# Only pure-Swift modules are fuzzed, so no C library is instrumented or linked: FanoutCore (JSON, APNs responses,
+# payloads), FanoutJobFormat (the job-line parser) and MockAPNsValidation (mock-apns's request validator). Each
+# target in Fuzz/ is then compiled with `swiftc -sanitize=fuzzer,address`, importing those modules and linking their
+# objects. Everything goes into .build/fuzz/:
 #   bin/<target>         the fuzzers           corpus/<target>/   the seeds (Tests/Fuzz/Corpus) plus what runs add
 #   crashes/<target>/    crash-*, timeout-*, oom-*, leak-* inputs    logs/<target>.log   libFuzzer's output
+#   spm/                 SwiftPM's instrumented build of the modules
 # A crash stops that target's run; its input is kept for a regression test (Tests/*/FuzzRegressionTests.swift).
 # The exit status is 1 when any target crashed or failed to build.
 set -uo pipefail
@@ -19,44 +21,60 @@ cd "$(dirname "$0")/.."
 root=$PWD
 out=$root/.build/fuzz
 all_targets=(job-line response-parser request-validator json)
+SWIFT=${SWIFT:-swift}
 SWIFTC=${SWIFTC:-swiftc}
 
 declare -A source=([job-line]=JobLine.swift [response-parser]=ResponseParser.swift
     [request-validator]=RequestValidator.swift [json]=JSONParser.swift)
+# The package modules each target imports, dependencies first.
+declare -A modules=([job-line]="FanoutCore FanoutJobFormat MockAPNsValidation" [response-parser]=FanoutCore
+    [request-validator]="FanoutCore MockAPNsValidation" [json]=FanoutCore)
 # Longest input libFuzzer generates: room for a 4 KiB payload (5 KiB for voip) inside a job line or a request.
 declare -A max_len=([job-line]=8192 [response-parser]=2048 [request-validator]=8192 [json]=4096)
 
-flags=(-sanitize=fuzzer,address -parse-as-library -O -g)
+spm=$out/spm
+products=$spm/release
+
+# The modules `targets` need, built (or brought up to date) by SwiftPM with the fuzzer's instrumentation.
+build_modules() {
+    local target module needed=()
+    for target in "$@"; do
+        for module in ${modules[$target]}; do
+            [[ " ${needed[*]} " == *" $module "* ]] || needed+=("$module")
+        done
+    done
+    for module in "${needed[@]}"; do
+        echo "building $module (fuzzer + address instrumentation)"
+        "$SWIFT" build -c release --build-path "$spm" -Xswiftc -sanitize=fuzzer,address --target "$module" \
+            >"$out/logs/build-$module.log" 2>&1 || { cat "$out/logs/build-$module.log" >&2; return 1; }
+    done
+}
+
+# The package name SwiftPM compiled the modules with, which `package` access across modules needs.
+package_name() {
+    grep -m1 -A1 '"-package-name"' "$products/description.json" | tail -1 | cut -d'"' -f2
+}
+
+flags=(-sanitize=fuzzer,address -swift-version 6 -parse-as-library -O -g)
 if command -v ld.lld >/dev/null 2>&1 || [ -x "$(dirname "$(command -v "$SWIFTC")")/ld.lld" ]; then
     flags+=(-use-ld=lld)  # gold prints a warning per ASan symbol; lld links the same binary quietly
 fi
 
-# FanoutCore as a static library, rebuilt when any of its sources is newer.
-build_core() {
-    mkdir -p "$out/lib"
-    local lib=$out/lib/libFanoutCore.a
-    if [ -f "$lib" ] && [ -z "$(find Sources/FanoutCore -name '*.swift' -newer "$lib" | head -1)" ]; then return 0; fi
-    echo "building FanoutCore (fuzzer + address instrumentation)"
-    # shellcheck disable=SC2046
-    "$SWIFTC" "${flags[@]}" -wmo -enable-testing -emit-library -static -emit-module -module-name FanoutCore \
-        -emit-module-path "$out/lib/FanoutCore.swiftmodule" -o "$lib" \
-        $(find Sources/FanoutCore -name '*.swift' | sort)
-}
-
 build_target() {
-    local target=$1 binary=$out/bin/$1
+    local target=$1 binary=$out/bin/$1 module objects=()
     local files=("Fuzz/${source[$target]}" Fuzz/FuzzSupport.swift)
-    local module=()
-    if [ "$target" = job-line ]; then
-        files+=(Sources/FanoutJobFile/Parsing/*.swift Sources/Fanout/Engine/FanoutJob.swift)
-        module=(-module-name FanoutJobFuzz)
-    fi
+    for module in ${modules[$target]}; do
+        # The objects of the module's current sources (a stale one of a deleted file would still lie there).
+        mapfile -t -O ${#objects[@]} objects < <(grep -o '"object": "[^"]*\.swift\.o"' \
+            "$products/$module.build/output-file-map.json" | cut -d'"' -f4)
+    done
     mkdir -p "$out/bin"
-    if [ -f "$binary" ] && [ -z "$(find "${files[@]}" "$out/lib/libFanoutCore.a" -newer "$binary" | head -1)" ]; then
+    if [ -f "$binary" ] && [ -z "$(find "${files[@]}" "${objects[@]}" -newer "$binary" | head -1)" ]; then
         return 0
     fi
     echo "building $target"
-    "$SWIFTC" "${flags[@]}" "${module[@]}" -I "$out/lib" "${files[@]}" -L "$out/lib" -lFanoutCore -o "$binary"
+    "$SWIFTC" "${flags[@]}" -package-name "$(package_name)" -I "$products/Modules" "${files[@]}" "${objects[@]}" \
+        -o "$binary"
 }
 
 # The environment every run gets: a job-file directory holding tokens.txt, for `tokens_file` in job lines.
@@ -74,7 +92,8 @@ if [ "${1:-}" = --reproduce ]; then
     target=$2
     shift 2
     [ -n "${source[$target]:-}" ] || { echo "unknown target $target (${all_targets[*]})" >&2; exit 2; }
-    build_core && build_target "$target" || exit 1
+    mkdir -p "$out/logs"
+    build_modules "$target" && build_target "$target" || exit 1
     setup_env
     exec "$out/bin/$target" -runs=1 "$@"
 fi
@@ -87,7 +106,8 @@ for target in "${targets[@]}"; do
     [ -n "${source[$target]:-}" ] || { echo "unknown target $target (${all_targets[*]})" >&2; exit 2; }
 done
 
-build_core || { echo "FanoutCore did not build for fuzzing" >&2; exit 1; }
+mkdir -p "$out/logs"
+build_modules "${targets[@]}" || { echo "the package's modules did not build for fuzzing" >&2; exit 1; }
 setup_env
 status=0
 rows=()

@@ -71,19 +71,19 @@ public struct APNsResponse: Hashable, Sendable {
     /// an integer). Other members are ignored.
     public static func parseErrorBody(_ body: some Collection<UInt8>) -> (reason: APNsReason?, timestamp: Int64?) {
         do {
-            return try JSONByteScanner.withScanner(over: body) { scanner in
+            return try JSONParser.withParser(over: body, rules: .rfc8259) { parser throws(JSONParseError) in
                 var reason: APNsReason?
                 var timestamp: Int64?
-                try scanner.readObject { key, scanner in
-                    if scanner.string(key, equals: "reason"), try scanner.peekKind() == .string {
-                        reason = APNsReason(try scanner.readStringValue())
-                    } else if scanner.string(key, equals: "timestamp"), try scanner.peekKind() == .number {
-                        timestamp = try scanner.readNumber()
+                try parser.readObject { key, parser throws(JSONParseError) in
+                    if parser.string(key, equals: "reason"), try parser.peekKind() == .string {
+                        reason = APNsReason(try parser.readStringValue())
+                    } else if parser.string(key, equals: "timestamp"), try parser.peekKind() == .number {
+                        timestamp = try parser.readInteger()
                     } else {
-                        try scanner.skipValue()
+                        try parser.skipValue()
                     }
                 }
-                try scanner.finish()
+                try parser.finish()
                 return (reason, timestamp)
             }
         } catch {

@@ -43,12 +43,18 @@ package enum ASCIIBytes {
     /// Parses a non-negative decimal integer made only of digits (no sign, no spaces), as APNs expects in
     /// `apns-expiration` and `apns-priority`. Nil when empty, when any byte is not a digit, or on overflow.
     package static func parseNonNegativeInt64(_ bytes: some Sequence<UInt8>) -> Int64? {
-        var value: Int64 = 0
+        guard let value = parseDigits(bytes), value <= UInt64(Int64.max) else { return nil }
+        return Int64(value)
+    }
+
+    /// The value of one or more decimal digits (nothing else); nil when empty, for any other byte, or on overflow.
+    package static func parseDigits(_ bytes: some Sequence<UInt8>) -> UInt64? {
+        var value: UInt64 = 0
         var sawDigit = false
         for byte in bytes {
             guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
             let (shifted, overflowA) = value.multipliedReportingOverflow(by: 10)
-            let (sum, overflowB) = shifted.addingReportingOverflow(Int64(byte &- UInt8(ascii: "0")))
+            let (sum, overflowB) = shifted.addingReportingOverflow(UInt64(byte &- UInt8(ascii: "0")))
             guard !overflowA, !overflowB else { return nil }
             value = sum
             sawDigit = true

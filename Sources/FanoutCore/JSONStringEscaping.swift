@@ -1,81 +1,79 @@
-/// The one piece of JSON writing FanoutCore needs itself: a string literal with the escapes RFC 8259 requires.
+/// FanoutCore's one JSON string escaper. Payloads, APNs error bodies, provider-token headers, the results and
+/// invalid-tokens files and log lines all write their strings through it; `JSONParser` reads them back.
 package enum JSONStringEscaping {
-    /// Appends `string` as a quoted JSON string: `"` and `\` escaped, control characters as `\uXXXX` (or their short
-    /// forms), everything else as its UTF-8 bytes.
-    package static func appendString(_ string: String, to output: inout [UInt8]) {
+    /// Which characters besides `"` and `\` are escaped.
+    package enum Controls: Sendable {
+        /// What RFC 8259 requires: U+0000 to U+001F (`\n`, `\r` and `\t` in their short forms, the others as
+        /// `\u00XX`). Everything else is written as its UTF-8 bytes, so payloads stay as short as they can be.
+        case required
+        /// Also DEL, the C1 controls (U+0080 to U+009F) and the line and paragraph separators (U+2028, U+2029):
+        /// anything that could break a line or drive a terminal. For log lines.
+        case all
+    }
+
+    /// Appends `string` as a quoted JSON string.
+    package static func appendString(_ string: String, to output: inout [UInt8], controls: Controls = .required) {
         output.append(UInt8(ascii: "\""))
-        for byte in string.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): output.append(contentsOf: #"\""#.utf8)
-            case UInt8(ascii: "\\"): output.append(contentsOf: #"\\"#.utf8)
-            case 0x0A: output.append(contentsOf: #"\n"#.utf8)
-            case 0x0D: output.append(contentsOf: #"\r"#.utf8)
-            case 0x09: output.append(contentsOf: #"\t"#.utf8)
-            case 0..<0x20:
-                output.append(contentsOf: #"\u00"#.utf8)
-                output.append(ASCIIBytes.lowercaseHexDigits[Int(byte >> 4)])
-                output.append(ASCIIBytes.lowercaseHexDigits[Int(byte & 0x0F)])
-            default: output.append(byte)
-            }
-        }
+        appendContents(string, to: &output, controls: controls)
         output.append(UInt8(ascii: "\""))
     }
 
     /// `string` as a quoted JSON string literal.
-    package static func quoted(_ string: String) -> String {
+    package static func quoted(_ string: String, controls: Controls = .required) -> String {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(string.utf8.count + 2)
-        appendString(string, to: &bytes)
+        appendString(string, to: &bytes, controls: controls)
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// The UTF-8 value of string contents (between the quotes) with their escapes resolved; a lone
-    /// surrogate becomes U+FFFD. Shared by the request validator's scanner and the payload parser.
-    package static func unescape(_ raw: UnsafeBufferPointer<UInt8>) -> [UInt8] {
-        var output = [UInt8]()
-        output.reserveCapacity(raw.count)
-        var index = 0
-        while index < raw.count {
-            let byte = raw[index]
-            guard byte == UInt8(ascii: "\\") else {
-                output.append(byte)
-                index += 1
-                continue
-            }
-            let escape = raw[index + 1]
-            index += 2
-            switch escape {
-            case UInt8(ascii: "b"): output.append(0x08)
-            case UInt8(ascii: "f"): output.append(0x0C)
-            case UInt8(ascii: "n"): output.append(0x0A)
-            case UInt8(ascii: "r"): output.append(0x0D)
-            case UInt8(ascii: "t"): output.append(0x09)
-            case UInt8(ascii: "u"):
-                var scalar = hex4(raw, at: index)
-                index += 4
-                if (0xD800..<0xDC00).contains(scalar), index + 5 < raw.count, raw[index] == UInt8(ascii: "\\"),
-                    raw[index + 1] == UInt8(ascii: "u")
-                {
-                    let low = hex4(raw, at: index + 2)
-                    if (0xDC00..<0xE000).contains(low) {
-                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                        index += 6
-                    }
-                }
-                let unicodeScalar = Unicode.Scalar(scalar) ?? "\u{FFFD}"
-                output.append(contentsOf: UTF8.encode(unicodeScalar)!)
-            default: output.append(escape)  // \" \\ \/
-            }
-        }
-        return output
+    /// `string` with its controls escaped and no quotes around it; `"` and `\` are escaped only when
+    /// `quotesAndBackslashes` is true (the text log format leaves them alone in messages, which are never quoted).
+    package static func escaped(_ string: String, controls: Controls, quotesAndBackslashes: Bool = true) -> String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(string.utf8.count)
+        appendContents(string, to: &bytes, controls: controls, quotesAndBackslashes: quotesAndBackslashes)
+        return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// The value of four hex digits known to be valid.
-    private static func hex4(_ raw: UnsafeBufferPointer<UInt8>, at index: Int) -> UInt32 {
-        var value: UInt32 = 0
-        for offset in 0..<4 {
-            value = value << 4 | UInt32(ASCIIBytes.hexValue(raw[index + offset]) ?? 0)
+    /// Appends the escaped contents of `string`, without the quotes.
+    package static func appendContents(
+        _ string: String, to output: inout [UInt8], controls: Controls, quotesAndBackslashes: Bool = true
+    ) {
+        var string = string
+        string.withUTF8 { bytes in
+            var index = 0
+            while index < bytes.count {
+                let byte = bytes[index]
+                index += 1
+                switch byte {
+                case UInt8(ascii: "\"") where quotesAndBackslashes: output.append(contentsOf: #"\""#.utf8)
+                case UInt8(ascii: "\\") where quotesAndBackslashes: output.append(contentsOf: #"\\"#.utf8)
+                case 0x0A: output.append(contentsOf: #"\n"#.utf8)
+                case 0x0D: output.append(contentsOf: #"\r"#.utf8)
+                case 0x09: output.append(contentsOf: #"\t"#.utf8)
+                case 0..<0x20: appendUnicodeEscape(UInt32(byte), to: &output)
+                case 0x7F where controls == .all: appendUnicodeEscape(0x7F, to: &output)
+                // U+0080 to U+009F are C2 80 to C2 9F in UTF-8.
+                case 0xC2 where controls == .all && index < bytes.count && (0x80...0x9F).contains(bytes[index]):
+                    appendUnicodeEscape(UInt32(bytes[index]), to: &output)
+                    index += 1
+                // U+2028 and U+2029 are E2 80 A8 and E2 80 A9.
+                case 0xE2
+                where controls == .all && index + 1 < bytes.count && bytes[index] == 0x80
+                    && (bytes[index + 1] == 0xA8 || bytes[index + 1] == 0xA9):
+                    appendUnicodeEscape(bytes[index + 1] == 0xA8 ? 0x2028 : 0x2029, to: &output)
+                    index += 2
+                default: output.append(byte)
+                }
+            }
         }
-        return value
+    }
+
+    /// `\uXXXX` with lowercase hex digits.
+    private static func appendUnicodeEscape(_ value: UInt32, to output: inout [UInt8]) {
+        output.append(contentsOf: #"\u"#.utf8)
+        for shift in stride(from: 12, through: 0, by: -4) {
+            output.append(ASCIIBytes.lowercaseHexDigits[Int((value >> UInt32(shift)) & 0x0F)])
+        }
     }
 }

@@ -1,7 +1,8 @@
 /// The facts about a device-push body that APNs-style validation needs, gathered in one pass over the bytes.
 ///
-/// The whole document is validated as strict JSON, but only the top-level `aps` member and a few Live Activity keys
-/// inside it are looked at; nothing else is decoded. This keeps mock-apns's per-request check to a byte walk.
+/// The whole document is validated as JSON (`JSONParser.Rules.rfc8259`: a repeated key is not refused, as APNs does
+/// not document refusing it), but only the top-level `aps` member and a few Live Activity keys inside it are looked
+/// at; nothing else is decoded. This keeps mock-apns's per-request check to a byte walk that allocates nothing.
 package struct PayloadShape {
     package enum Event: Equatable {
         case missing, notAString, unknown, start, update, end
@@ -21,18 +22,20 @@ package struct PayloadShape {
     /// Inspects `body`; nil when it is not a well-formed JSON document whose top level is an object.
     package static func inspect(_ body: some Collection<UInt8>) -> PayloadShape? {
         do {
-            return try JSONByteScanner.withScanner(over: body) { scanner in
+            return try JSONParser.withParser(over: body, rules: .rfc8259) { parser throws(JSONParseError) in
                 var shape = PayloadShape()
-                guard try scanner.peekKind() == .object else { return nil }
-                try scanner.readObject { key, scanner in
-                    if scanner.string(key, equals: "aps"), try scanner.peekKind() == .object {
+                guard try parser.peekKind() == .object else { return nil }
+                try parser.readObject { key, parser throws(JSONParseError) in
+                    if parser.string(key, equals: "aps"), try parser.peekKind() == .object {
                         shape.hasAPSObject = true
-                        try scanner.readObject { key, scanner in try shape.readAPSMember(key, &scanner) }
+                        try parser.readObject { key, parser throws(JSONParseError) in
+                            try shape.readAPSMember(key, &parser)
+                        }
                     } else {
-                        try scanner.skipValue()
+                        try parser.skipValue()
                     }
                 }
-                try scanner.finish()
+                try parser.finish()
                 return shape
             }
         } catch {
@@ -40,43 +43,45 @@ package struct PayloadShape {
         }
     }
 
-    private mutating func readAPSMember(_ key: JSONByteScanner.StringToken, _ scanner: inout JSONByteScanner) throws {
-        if scanner.string(key, equals: "event") {
-            guard try scanner.peekKind() == .string else {
+    private mutating func readAPSMember(
+        _ key: JSONParser.StringToken, _ parser: inout JSONParser
+    ) throws(JSONParseError) {
+        if parser.string(key, equals: "event") {
+            guard try parser.peekKind() == .string else {
                 event = .notAString
-                try scanner.skipValue()
+                try parser.skipValue()
                 return
             }
-            let value = try scanner.readString()
-            if scanner.string(value, equals: "start") {
+            let value = try parser.readString()
+            if parser.string(value, equals: "start") {
                 event = .start
-            } else if scanner.string(value, equals: "update") {
+            } else if parser.string(value, equals: "update") {
                 event = .update
-            } else if scanner.string(value, equals: "end") {
+            } else if parser.string(value, equals: "end") {
                 event = .end
             } else {
                 event = .unknown
             }
-        } else if scanner.string(key, equals: "timestamp") {
+        } else if parser.string(key, equals: "timestamp") {
             hasTimestamp = true
-            if try scanner.peekKind() == .number {
-                let value = try scanner.readNumber()
+            if try parser.peekKind() == .number {
+                let value = try parser.readInteger()
                 timestampIsInteger = (value ?? -1) >= 0
             } else {
                 timestampIsInteger = false
-                try scanner.skipValue()
+                try parser.skipValue()
             }
         } else {
-            if scanner.string(key, equals: "attributes-type") {
+            if parser.string(key, equals: "attributes-type") {
                 hasAttributesType = true
-            } else if scanner.string(key, equals: "attributes") {
+            } else if parser.string(key, equals: "attributes") {
                 hasAttributes = true
-            } else if scanner.string(key, equals: "input-push-token") {
+            } else if parser.string(key, equals: "input-push-token") {
                 hasInputPushToken = true
-            } else if scanner.string(key, equals: "input-push-channel") {
+            } else if parser.string(key, equals: "input-push-channel") {
                 hasInputPushChannel = true
             }
-            try scanner.skipValue()
+            try parser.skipValue()
         }
     }
 }

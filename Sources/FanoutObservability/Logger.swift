@@ -284,34 +284,17 @@ package enum LogRedaction {
     }
 }
 
-/// Escaping for the two line formats.
+/// Escaping for the two line formats, through FanoutCore's one string escaper with every control escaped (C0, DEL,
+/// C1, U+2028 and U+2029), so that an event stays on one line and cannot drive a terminal.
 enum LogEscaping {
-    /// A JSON string literal (RFC 8259): quote, backslash and control characters escaped.
+    /// A JSON string literal (RFC 8259).
     static func jsonString(_ value: String) -> String {
-        var output = "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": output += "\\\""
-            case "\\": output += "\\\\"
-            case "\n": output += "\\n"
-            case "\r": output += "\\r"
-            case "\t": output += "\\t"
-            case "\u{2028}": output += "\\u2028"
-            case "\u{2029}": output += "\\u2029"
-            default:
-                if scalar.value < 0x20 || scalar.value == 0x7F {
-                    output += "\\u" + hex4(scalar.value)
-                } else {
-                    output.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return output + "\""
+        JSONStringEscaping.quoted(value, controls: .all)
     }
 
-    /// A message in a text line: control characters escaped so that an event stays on one line.
+    /// A message in a text line: controls escaped; quotes and backslashes left alone, since a message is never quoted.
     static func textMessage(_ message: String) -> String {
-        escapeControls(message, quote: false)
+        JSONStringEscaping.escaped(message, controls: .all, quotesAndBackslashes: false)
     }
 
     /// A field name in a text line: letters, digits, `_`, `-` and `.`; anything else becomes `_`.
@@ -326,42 +309,13 @@ enum LogEscaping {
                 }))
     }
 
-    /// A field value in a text line: bare when it is plain, else in double quotes with escapes.
+    /// A field value in a text line: bare when it is plain, else as a quoted string with escapes. Plain means not
+    /// empty, no space or `=`, and nothing the escaper would change.
     static func textValue(_ value: String) -> String {
-        let needsQuotes =
-            value.isEmpty
-            || value.unicodeScalars.contains { $0 == " " || $0 == "\"" || $0 == "=" || isControl($0) }
-            || value.contains("\\")
-        return needsQuotes ? "\"" + escapeControls(value, quote: true) + "\"" : value
-    }
-
-    private static func escapeControls(_ text: String, quote: Bool) -> String {
-        var output = ""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\n": output += "\\n"
-            case "\r": output += "\\r"
-            case "\t": output += "\\t"
-            case "\"" where quote: output += "\\\""
-            case "\\" where quote: output += "\\\\"
-            default:
-                if isControl(scalar) {
-                    output += "\\u" + hex4(scalar.value)
-                } else {
-                    output.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return output
-    }
-
-    /// C0, DEL, C1 and the Unicode line and paragraph separators: what could break a line or a terminal.
-    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.properties.generalCategory == .control || scalar == "\u{2028}" || scalar == "\u{2029}"
-    }
-
-    private static func hex4(_ value: UInt32) -> String {
-        let digits = String(value, radix: 16)
-        return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
+        let quoted = JSONStringEscaping.quoted(value, controls: .all)
+        let isPlain =
+            !value.isEmpty && !value.utf8.contains { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "=") }
+            && quoted.utf8.count == value.utf8.count + 2
+        return isPlain ? value : quoted
     }
 }

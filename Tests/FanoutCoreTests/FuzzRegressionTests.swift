@@ -50,7 +50,7 @@ final class FuzzRegressionTests: XCTestCase {
         "surrogates": ("\u{1F600}\u{FFFD}x", nil),
         "timestamp-not-integer": ("Unregistered", nil),
         "timestamp-overflow": ("Unregistered", nil),
-        // Repeated keys: the lenient scanner keeps the last.
+        // Repeated keys: the response is read under RFC 8259 rules, which allow them; the last one wins.
         "duplicate-reason": ("B", nil),
         "not-json": (nil, nil),
         "truncated": (nil, nil),

@@ -76,7 +76,7 @@ final class JobLineFuzzRegressionTests: XCTestCase {
             switch (result, expected) {
             case (.success(let parsed), nil):
                 XCTAssertEqual(parsed.lineNumber, 7, name)
-                assertSendable(parsed.job, name)
+                assertSendable(FanoutJob(parsed.job), name)
             case (.success(let parsed), let expected?):
                 XCTFail("\(name): accepted as job \(parsed.job.id), expected \(expected.message)")
             case (.failure(let error), nil):

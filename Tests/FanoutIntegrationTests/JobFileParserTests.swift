@@ -67,7 +67,7 @@ final class JobFileParserTests: XCTestCase {
         switch parse(line, directory: directory, now: now) {
         case .success(let parsed):
             XCTAssertEqual(parsed.lineNumber, 7, file: file, line: sourceLine)
-            return parsed.job
+            return FanoutJob(parsed.job)
         case .failure(let error):
             XCTFail("unexpected error: \(error)", file: file, line: sourceLine)
             throw error

@@ -317,6 +317,15 @@ public final class FanoutEngine: Sendable {
                 recordStopped(.shutdown)
             }
         }
+        if let failure = reader?.failure {
+            // The file broke mid-read: what was read is sent, and the rest is one `invalid` result,
+            // since its tokens are unknown.
+            run.didSubmit(1)
+            run.record(
+                NotificationResult(
+                    jobID: job.id, token: nil, outcome: .invalid,
+                    reason: "\(failure.message) (after line \(reader?.lineNumber ?? 0); the rest was not sent)"))
+        }
         run.didFinishSubmitting()
     }
 

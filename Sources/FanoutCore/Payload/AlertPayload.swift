@@ -114,7 +114,8 @@ public struct AlertPayload: Sendable, Hashable {
             throw PayloadError(
                 field: "aps.interruption-level",
                 message:
-                    "must be passive, active, time-sensitive or critical, not \(quoted(interruptionLevel.rawValue))")
+                    "must be passive, active, time-sensitive or critical, not \(JSONStringEscaping.quoted(interruptionLevel.rawValue))"
+            )
         }
         if let relevanceScore, !(relevanceScore.isFinite && (0...1).contains(relevanceScore)) {
             throw PayloadError(field: "aps.relevance-score", message: "must be between 0 and 1")

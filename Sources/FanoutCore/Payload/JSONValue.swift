@@ -239,22 +239,8 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
 
     /// The value when the literal is an integer (no fraction, no exponent) that fits in `Int64`.
     public var int64Value: Int64? {
-        var digits = Substring(literal).utf8
-        let negative = digits.first == UInt8(ascii: "-")
-        if negative { digits = digits.dropFirst() }
-        var magnitude: UInt64 = 0
-        for byte in digits {
-            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
-            let (shifted, overflowA) = magnitude.multipliedReportingOverflow(by: 10)
-            let (sum, overflowB) = shifted.addingReportingOverflow(UInt64(byte &- UInt8(ascii: "0")))
-            guard !overflowA, !overflowB else { return nil }
-            magnitude = sum
-        }
-        if negative {
-            guard magnitude <= UInt64(Int64.max) + 1 else { return nil }
-            return magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude)
-        }
-        return magnitude <= UInt64(Int64.max) ? Int64(magnitude) : nil
+        var literal = literal
+        return literal.withUTF8 { JSONParser.int64(integerLiteral: $0) }
     }
 
     /// The nearest `Double`; infinite when the exponent is out of range (`1e400`).

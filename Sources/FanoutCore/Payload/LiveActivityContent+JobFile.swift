@@ -70,7 +70,7 @@ extension LiveActivityContent {
             case "event":
                 let name = try reader.string(value)
                 guard let known = Event(rawValue: name) else {
-                    throw reader.error(#"must be "start", "update" or "end", not \#(quoted(name))"#)
+                    throw reader.error(#"must be "start", "update" or "end", not \#(JSONStringEscaping.quoted(name))"#)
                 }
                 event = known
             case "timestamp": timestamp = try reader.epochSeconds(value)

@@ -53,11 +53,16 @@ public struct RawJSON: Sendable, Hashable, CustomStringConvertible {
         guard kind == .object else { return [] }
         var members: [(key: String, value: RawJSON)] = []
         do {
-            try JSONParser.withParser(over: bytes) { parser throws(JSONParseError) in
-                try parser.readObject { key, _, parser throws(JSONParseError) in
+            // The bytes passed the strict rules when this value was made; the key check need not run again.
+            try JSONParser.withParser(over: bytes, rules: .rfc8259) { parser throws(JSONParseError) in
+                try parser.readObject { key, parser throws(JSONParseError) in
                     let start = parser.position
                     let kind = try parser.skipValue()
-                    members.append((key, RawJSON(unchecked: Array(parser.slice(start..<parser.position)), kind: kind)))
+                    members.append(
+                        (
+                            parser.string(of: key),
+                            RawJSON(unchecked: Array(parser.slice(start..<parser.position)), kind: kind)
+                        ))
                 }
             }
         } catch {

@@ -111,7 +111,7 @@ package final class JobFileRunner: Sendable {
                         line: line.number)
                     writer.finishJob(line: line.number, payloadEncodings: 0)
                 case .success(let parsed):
-                    var job = parsed.job
+                    var job = FanoutJob(parsed.job)
                     if resume.finishedJobIDs.contains(job.id) { continue }
                     if resume.journal != nil {
                         let partial = resume.journal?.partial[String(line.number)]
@@ -205,44 +205,38 @@ package final class JobFileRunner: Sendable {
     }
 
     /// How many notifications the job file names (inline tokens, lines of token files, one per
-    /// invalid line), counted in the background for the progress line's total and ETA.
+    /// invalid line), counted in the background for the progress line's total and ETA; nil when a
+    /// file cannot be read to the end (the progress line then shows no total).
     static func countNotifications(jobsPath: String) -> Int? {
-        guard let reader = try? JobFileReader(path: jobsPath) else { return nil }
-        let parser = JobLineParser()
-        var total = 0
-        while let line = try? reader.nextLine() {
-            if Task.isCancelled { return nil }
-            switch parser.parse(line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: 0) {
-            case .failure: total += 1
-            case .success(let parsed):
-                switch parsed.job.recipients {
-                case .tokens(let tokens): total += tokens.count
-                case .file(let path): total += countLines(path)
+        do {
+            let reader = try JobFileReader(path: jobsPath)
+            let parser = JobLineParser()
+            var total = 0
+            while let line = try reader.nextLine() {
+                if Task.isCancelled { return nil }
+                switch parser.parse(
+                    line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: 0)
+                {
+                case .failure: total += 1
+                case .success(let parsed):
+                    switch parsed.job.recipients {
+                    case .tokens(let tokens): total += tokens.count
+                    case .file(let path): total += try countLines(path)
+                    }
                 }
             }
+            return total
+        } catch {
+            return nil
         }
-        return total
     }
 
-    /// Non-blank lines of a file, counted over 1 MiB chunks.
-    private static func countLines(_ path: String) -> Int {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return 0 }
-        defer { try? handle.close() }
+    /// The non-blank lines of a tokens file (what the engine will read from it).
+    private static func countLines(_ path: String) throws(FileReadError) -> Int {
+        let reader = try ChunkedLineReader(path: path)
         var count = 0
-        var lineHasText = false
-        while true {
-            let chunk = handle.readData(ofLength: 1 << 20)
-            if chunk.isEmpty { break }
-            for byte in chunk {
-                if byte == UInt8(ascii: "\n") {
-                    if lineHasText { count += 1 }
-                    lineHasText = false
-                } else if byte != 32 && byte != 9 && byte != 13 {
-                    lineHasText = true
-                }
-            }
-        }
-        return count + (lineHasText ? 1 : 0)
+        while try reader.nextLine({ _ in () }) != nil { count += 1 }
+        return count
     }
 
     private func startInvalidTokensWriter() -> Task<Void, Never>? {

@@ -45,9 +45,10 @@ enum ResultLine {
 
     /// The job, token and outcome of a results line (for resuming from the results file's tail).
     static func parse(_ line: some Collection<UInt8>) -> (job: String, token: String?, outcome: String)? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any],
-            let job = object["job"] as? String, let outcome = object["outcome"] as? String
+        // A line that does not parse (the torn last line of an interrupted run) is simply not a result.
+        guard case .object(let object)? = try? JSONValue.parse(line), let job = object["job"]?.stringValue,
+            let outcome = object["outcome"]?.stringValue
         else { return nil }
-        return (job, object["token"] as? String, outcome)
+        return (job, object["token"]?.stringValue, outcome)
     }
 }

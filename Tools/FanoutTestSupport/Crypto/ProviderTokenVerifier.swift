@@ -1,6 +1,5 @@
 import FanoutCore
 import FanoutTransport
-import Foundation
 import Synchronization
 
 /// The claims of a provider token whose signature checked out.
@@ -115,25 +114,26 @@ package struct ProviderTokenVerifier: Sendable {
         guard parts.count == 3 else {
             return .failure(Failure("token has \(parts.count) dot-separated parts, expected 3"))
         }
-        guard let headerJSON = Base64URL.decode(utf8: parts[0]),
-            let header = (try? JSONSerialization.jsonObject(with: Data(headerJSON))) as? [String: Any]
-        else { return .failure(Failure("header is not a base64url-encoded JSON object")) }
-        guard let claimsJSON = Base64URL.decode(utf8: parts[1]),
-            let claims = (try? JSONSerialization.jsonObject(with: Data(claimsJSON))) as? [String: Any]
-        else { return .failure(Failure("claims are not a base64url-encoded JSON object")) }
+        guard let headerJSON = Base64URL.decode(utf8: parts[0]), let header = Self.object(headerJSON) else {
+            return .failure(Failure("header is not a base64url-encoded JSON object"))
+        }
+        guard let claimsJSON = Base64URL.decode(utf8: parts[1]), let claims = Self.object(claimsJSON) else {
+            return .failure(Failure("claims are not a base64url-encoded JSON object"))
+        }
         guard let signature = Base64URL.decode(utf8: parts[2]) else {
             return .failure(Failure("signature is not base64url"))
         }
 
-        guard let algorithm = header["alg"] as? String else { return .failure(Failure("header has no alg")) }
+        guard let algorithm = header["alg"]?.stringValue else { return .failure(Failure("header has no alg")) }
         guard algorithm == "ES256" else { return .failure(Failure("alg is not ES256")) }
-        guard let keyID = header["kid"] as? String, !keyID.isEmpty else {
+        guard let keyID = header["kid"]?.stringValue, !keyID.isEmpty else {
             return .failure(Failure("header has no kid"))
         }
-        guard let teamID = claims["iss"] as? String, !teamID.isEmpty else {
+        guard let teamID = claims["iss"]?.stringValue, !teamID.isEmpty else {
             return .failure(Failure("claims have no iss"))
         }
-        guard let issuedAt = Self.integer(claims["iat"]) else {
+        // An integer literal: a string, a boolean, a fraction or an exponent form is refused.
+        guard let issuedAt = claims["iat"]?.int64Value else {
             return .failure(Failure("claims have no integer iat"))
         }
         if let expectedKeyID, keyID != expectedKeyID {
@@ -156,12 +156,12 @@ package struct ProviderTokenVerifier: Sendable {
         return .success(ProviderTokenClaims(keyID: keyID, teamID: teamID, issuedAt: issuedAt))
     }
 
-    /// A JSON integer as Int64. Booleans (objCType "c"), fractions and exponent forms ("d") are rejected.
-    private static func integer(_ value: Any?) -> Int64? {
-        guard let number = value as? NSNumber else { return nil }
-        switch String(cString: number.objCType) {
-        case "q", "l", "i", "s", "Q", "L", "I", "S": return number as? Int64
-        default: return nil
+    /// A JSON object (FanoutCore's strict parser), or nil for anything else.
+    private static func object(_ json: [UInt8]) -> JSONObject? {
+        do {
+            return try JSONValue.parse(json).objectValue
+        } catch {
+            return nil
         }
     }
 }

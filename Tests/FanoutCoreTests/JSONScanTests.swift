@@ -2,13 +2,15 @@ import XCTest
 
 @testable import FanoutCore
 
-final class JSONByteScannerTests: XCTestCase {
+/// `JSONParser` used as a scanner (what the APNs response parser and mock-apns's validator do): RFC 8259 rules, keys
+/// and strings as tokens, values read only when asked.
+final class JSONScanTests: XCTestCase {
     /// Whether `text` is accepted as one complete JSON document.
-    func isValid(_ bytes: [UInt8]) -> Bool {
+    func isValid(_ bytes: [UInt8], rules: JSONParser.Rules = .rfc8259) -> Bool {
         do {
-            return try JSONByteScanner.withScanner(over: bytes) { scanner in
-                try scanner.skipValue()
-                try scanner.finish()
+            return try JSONParser.withParser(over: bytes, rules: rules) { parser throws(JSONParseError) in
+                try parser.skipValue()
+                try parser.finish()
                 return true
             }
         } catch {
@@ -16,8 +18,8 @@ final class JSONByteScannerTests: XCTestCase {
         }
     }
 
-    func isValid(_ text: String) -> Bool {
-        isValid(Array(text.utf8))
+    func isValid(_ text: String, rules: JSONParser.Rules = .rfc8259) -> Bool {
+        isValid(Array(text.utf8), rules: rules)
     }
 
     func testAcceptsWellFormedDocuments() {
@@ -37,7 +39,28 @@ final class JSONByteScannerTests: XCTestCase {
         ]
         for document in documents {
             XCTAssertFalse(isValid(document), document)
+            XCTAssertFalse(isValid(document, rules: .strict), document)
         }
+    }
+
+    func testOnlyTheStrictRulesRefuseRepeatedKeysAndLoneSurrogates() throws {
+        for document in [#"{"a":1,"a":2}"#, #"{"x":{"é":1,"e\u0301":2}}"#, #""\ud800""#, #""\udc00x""#] {
+            XCTAssertTrue(isValid(document), document)
+            XCTAssertFalse(isValid(document, rules: .strict), document)
+        }
+        var keys: [String] = []
+        try JSONParser.withParser(over: Array(#"{"a":1,"a":[2]}"#.utf8), rules: .rfc8259) {
+            parser throws(JSONParseError) in
+            try parser.readObject { key, parser throws(JSONParseError) in
+                keys.append(parser.string(of: key))
+                try parser.skipValue()
+            }
+        }
+        XCTAssertEqual(keys, ["a", "a"], "every occurrence is reported")
+        let parsed = try JSONParser.withParser(over: Array(#"{"a":1,"b":2,"a":3}"#.utf8), rules: .rfc8259) {
+            parser throws(JSONParseError) in try parser.parseValue()
+        }
+        XCTAssertEqual(parsed, ["a": 3, "b": 2], "a repeated key keeps its first place and its last value")
     }
 
     func testRejectsInvalidUTF8InStrings() {
@@ -51,7 +74,7 @@ final class JSONByteScannerTests: XCTestCase {
     }
 
     func testNestingIsCapped() {
-        let depth = JSONByteScanner.maximumDepth
+        let depth = JSONParser.maximumDepth
         XCTAssertTrue(isValid(String(repeating: "[", count: depth) + String(repeating: "]", count: depth)))
         XCTAssertFalse(isValid(String(repeating: "[", count: depth + 1) + String(repeating: "]", count: depth + 1)))
         XCTAssertFalse(isValid(String(repeating: "{\"a\":", count: 1000) + "1" + String(repeating: "}", count: 1000)))
@@ -59,17 +82,22 @@ final class JSONByteScannerTests: XCTestCase {
 
     func testStringDecodingResolvesEscapesAndSurrogatePairs() throws {
         let bytes = Array(#""a\"b\\c\/d\n\u00e9\ud83d\ude00\ud800x""#.utf8)
-        let value = try JSONByteScanner.withScanner(over: bytes) { scanner in try scanner.readStringValue() }
+        let value = try JSONParser.withParser(over: bytes, rules: .rfc8259) { parser throws(JSONParseError) in
+            try parser.readStringValue()
+        }
         XCTAssertEqual(value, "a\"b\\c/d\né😀\u{FFFD}x")
     }
 
     func testNumbersReportIntegersOnly() throws {
         func number(_ text: String) throws -> Int64? {
-            try JSONByteScanner.withScanner(over: Array(text.utf8)) { scanner in try scanner.readNumber() }
+            try JSONParser.withParser(over: Array(text.utf8), rules: .rfc8259) { parser throws(JSONParseError) in
+                try parser.readInteger()
+            }
         }
         XCTAssertEqual(try number("1508249865488"), 1_508_249_865_488)
         XCTAssertEqual(try number("-42"), -42)
         XCTAssertEqual(try number("9223372036854775807"), Int64.max)
+        XCTAssertEqual(try number("-9223372036854775808"), Int64.min, "the same answer as JSONNumber.int64Value")
         XCTAssertNil(try number("9223372036854775808"), "valid JSON, but not an Int64")
         XCTAssertNil(try number("1.0"))
         XCTAssertNil(try number("1e3"))

@@ -1,19 +1,18 @@
-import Fanout
 import FanoutCore
 
 /// A job line that parsed and validated: the job, ready for the engine, and where it came from.
 package struct ParsedJobLine: Sendable {
-    package var job: FanoutJob
+    package var job: ParsedJob
     /// The 1-based line number in the job file.
     package var lineNumber: Int
 
-    package init(job: FanoutJob, lineNumber: Int) {
+    package init(job: ParsedJob, lineNumber: Int) {
         self.job = job
         self.lineNumber = lineNumber
     }
 }
 
-/// Turns one line of a job file (product.md, "Job file") into a validated `FanoutJob`.
+/// Turns one line of a job file (product.md, "Job file") into a validated `ParsedJob`.
 ///
 /// ```json
 /// {"id": "match-7-update-12", "workspace": "acme", "topic": "com.acme.app.push-type.liveactivity",
@@ -85,7 +84,7 @@ private struct LineReader {
 
     mutating func read(
         _ line: some Collection<UInt8>, jobFileDirectory: String, now: Int64
-    ) throws(LineFailure) -> FanoutJob {
+    ) throws(LineFailure) -> ParsedJob {
         let root: RawJSON
         do {
             root = try RawJSON(validating: line)
@@ -115,7 +114,7 @@ private struct LineReader {
         let headers = try readHeaders()
         let payload = try readPayload(pushType: headers.pushType, now: now)
         let recipients = try readRecipients(jobFileDirectory: jobFileDirectory)
-        return FanoutJob(id: id, workspace: workspace, headers: headers, payload: payload, recipients: recipients)
+        return ParsedJob(id: id, workspace: workspace, headers: headers, payload: payload, recipients: recipients)
     }
 
     // MARK: Headers
@@ -153,7 +152,7 @@ private struct LineReader {
 
     // MARK: Payload
 
-    private func readPayload(pushType: PushType, now: Int64) throws(LineFailure) -> JobPayload {
+    private func readPayload(pushType: PushType, now: Int64) throws(LineFailure) -> ParsedJob.Payload {
         switch (members["payload"], members["live_activity"]) {
         case (nil, nil):
             throw LineFailure("payload", "one of payload and live_activity is required")
@@ -193,7 +192,7 @@ private struct LineReader {
 
     // MARK: Recipients
 
-    private func readRecipients(jobFileDirectory: String) throws(LineFailure) -> Recipients {
+    private func readRecipients(jobFileDirectory: String) throws(LineFailure) -> ParsedJob.Recipients {
         let tokens = try readTokens()
         let tokensFile = try string("tokens_file")
         switch (tokens.isEmpty, tokensFile) {
@@ -206,8 +205,8 @@ private struct LineReader {
         case (true, let path?):
             guard !path.isEmpty else { throw LineFailure("tokens_file", "tokens_file must not be empty") }
             let resolved = JobLineParser.resolve(tokensFile: path, jobFileDirectory: jobFileDirectory)
-            if let failure = JobFileIO.checkReadable(resolved) {
-                let problem = failure.isMissing ? "does not exist" : "cannot be read: \(failure.text)"
+            if let failure = ReadableFile.checkReadable(resolved) {
+                let problem = failure.kind == .missing ? "does not exist" : "cannot be read: \(failure.reason)"
                 throw LineFailure("tokens_file", "tokens_file \(Self.quoted(resolved)) \(problem)")
             }
             return .file(path: resolved)

@@ -1,5 +1,3 @@
-import Fanout
-
 /// Why one job line was refused: its line number, the job's id when the line gave one, and a message that names the
 /// field at fault.
 ///

@@ -1,0 +1,75 @@
+import FanoutCore
+
+/// A job file that cannot be opened or read, with its path.
+package struct JobFileError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The path as it was given.
+    package let path: String
+    /// What went wrong, for example `No such file or directory`.
+    package let reason: String
+
+    package init(path: String, reason: String) {
+        self.path = path
+        self.reason = reason
+    }
+
+    /// `cannot read job file jobs.jsonl: No such file or directory`.
+    package var description: String { "cannot read job file \(path): \(reason)" }
+}
+
+/// Streams the non-blank lines of a JSON Lines job file with their line numbers (`ChunkedLineReader`: fixed-size
+/// chunks, `\r\n` and a byte order mark handled, blank lines skipped but counted).
+///
+/// A reader is a reference to one open file and is not thread-safe; the file is closed at the end or on `deinit`.
+package final class JobFileReader {
+    /// One non-blank line: its 1-based number in the file and its bytes (without the line ending).
+    package struct Line: Hashable, Sendable {
+        package let number: Int
+        package let bytes: [UInt8]
+
+        package init(number: Int, bytes: [UInt8]) {
+            self.number = number
+            self.bytes = bytes
+        }
+    }
+
+    package static let defaultChunkSize = ChunkedLineReader.defaultChunkSize
+    /// The longest line accepted: 256 MiB. A job that names more tokens than fit belongs in a `tokens_file`.
+    package static let defaultMaximumLineLength = ChunkedLineReader.defaultMaximumLineLength
+
+    private let lines: ChunkedLineReader
+
+    /// Opens `path` for reading. Throws, naming the path, when it does not exist, cannot be read or is a directory.
+    package init(
+        path: String, chunkSize: Int = JobFileReader.defaultChunkSize,
+        maximumLineLength: Int = JobFileReader.defaultMaximumLineLength
+    ) throws(JobFileError) {
+        do {
+            lines = try ChunkedLineReader(path: path, chunkSize: chunkSize, maximumLineLength: maximumLineLength)
+        } catch {
+            throw JobFileError(path: path, reason: error.reason)
+        }
+    }
+
+    /// The path as given.
+    package var path: String { lines.path }
+
+    /// The directory that relative paths inside the file (`tokens_file`) are resolved against: the part of `path`
+    /// before its last `/` (`/` for a file at the root), or `.` when it has none.
+    package var directory: String {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return "." }
+        if slash == path.utf8.startIndex { return "/" }
+        return String(path[..<slash])
+    }
+
+    /// The next non-blank line, or nil at the end of the file. Throws when the file cannot be read or a line is
+    /// longer than `maximumLineLength`.
+    package func nextLine() throws(JobFileError) -> Line? {
+        do {
+            guard let bytes = try lines.nextLine() else { return nil }
+            return Line(number: lines.lineNumber, bytes: bytes)
+        } catch {
+            let reason = error.kind == .lineTooLong ? error.reason + "; put its tokens in a tokens_file" : error.reason
+            throw JobFileError(path: path, reason: reason)
+        }
+    }
+}

@@ -1,0 +1,45 @@
+import FanoutCore
+
+/// A job as one job line describes it: plain values, checked and ready to send. `FanoutJobFile` turns it into the
+/// engine's `FanoutJob`; this module stays pure Swift (FanoutCore only), so the parser can be fuzzed on its own.
+package struct ParsedJob: Sendable {
+    /// A job's payload as a line gives it.
+    package enum Payload: Sendable {
+        /// `payload`: a complete APNs JSON object, sent as written.
+        case raw([UInt8])
+        /// `live_activity`: the typed fields of a Live Activity update.
+        case liveActivity(LiveActivityContent)
+
+        /// The JSON bytes, as the engine will encode them.
+        package func encode() throws(PayloadError) -> [UInt8] {
+            switch self {
+            case .raw(let bytes): return bytes
+            case .liveActivity(let content): return try content.encode()
+            }
+        }
+    }
+
+    /// Who a job goes to.
+    package enum Recipients: Sendable {
+        /// `tokens`: validated lowercase hex tokens.
+        case tokens([String])
+        /// `tokens_file`: the path, resolved against the job file's directory, of a file that could be opened.
+        case file(path: String)
+    }
+
+    package var id: String
+    package var workspace: String
+    package var headers: NotificationHeaders
+    package var payload: Payload
+    package var recipients: Recipients
+
+    package init(
+        id: String, workspace: String, headers: NotificationHeaders, payload: Payload, recipients: Recipients
+    ) {
+        self.id = id
+        self.workspace = workspace
+        self.headers = headers
+        self.payload = payload
+        self.recipients = recipients
+    }
+}
