@@ -360,4 +360,23 @@ final class RequestLedgerTests: XCTestCase {
         ledger.append(stream(10_001))
         XCTAssertEqual(ledger.oldest?.id, 10_001)
     }
+
+    /// A connection that always has requests in flight never empties its ledger: the slots of
+    /// finished requests must still be reclaimed.
+    func testStorageStaysProportionalToRequestsInFlight() {
+        var ledger = RequestLedger()
+        var inFlight: [ClientStream] = []
+        for id in 1...100_000 {
+            let next = stream(UInt64(id))
+            ledger.append(next)
+            inFlight.append(next)
+            if inFlight.count > 100 {
+                _ = inFlight.removeFirst().takeCompletion()
+                ledger.didFinish()
+            }
+            XCTAssertLessThanOrEqual(ledger.storageCount, 2_500)
+        }
+        XCTAssertTrue(ledger.oldest === inFlight[0])
+        XCTAssertTrue(ledger.find(inFlight[50].id) === inFlight[50])
+    }
 }

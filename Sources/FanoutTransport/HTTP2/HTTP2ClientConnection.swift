@@ -428,9 +428,9 @@ final class ClientStream {
 
 /// The unfinished requests of a connection in submit order, which is id order and, with one fixed
 /// timeout, deadline order. `find` is a binary search; `oldest` is the front. Finished requests are
-/// dropped from the front as they finish, and compacted away from the middle once they outnumber
-/// the live ones (a slow request at the front must not make the ledger grow without bound). Once
-/// warm it allocates nothing per request.
+/// released from the front as they finish, and the dead slots (released, or finished behind a slow
+/// request at the front) are compacted away once they are most of the array, so it stays within a
+/// small multiple of the requests in flight. Once warm it allocates nothing per request.
 struct RequestLedger {
     /// Requests in id order from `head`; slots before `head` are nil (released).
     private var entries: [ClientStream?] = []
@@ -469,10 +469,15 @@ struct RequestLedger {
         if head == entries.count {
             entries.removeAll(keepingCapacity: true)
             head = 0
-        } else if finishedInside >= 64 && finishedInside * 2 > entries.count - head {
+        } else if head + finishedInside >= 1024 && (head + finishedInside) * 2 >= entries.count {
+            // Most slots are dead (released at the front, or finished behind a slow request): a
+            // connection that always has requests in flight never empties, so reclaim them here.
             compact()
         }
     }
+
+    /// Slots in use, live or dead (for tests: it must stay proportional to the requests in flight).
+    var storageCount: Int { entries.count }
 
     /// Drops the finished requests and the released front, keeping order.
     private mutating func compact() {

@@ -175,6 +175,8 @@ package final class HTTP2Session: SecureChannelDelegate {
     }
 
     deinit {
+        // The loop's stop action holds the session until it closes, so only a closed one can go.
+        assert(isClosed, "an HTTP2Session must be closed before it is freed")
         scratchBytes?.deallocate()
         scratchFields?.deallocate()
     }
