@@ -1,6 +1,6 @@
 // swift-tools-version:6.0
-// Fanout: an APNs fan-out send engine. No package dependencies: the three C libraries come from
-// the system (Debian: libuv1-dev, libnghttp2-dev, libssl-dev) through pkg-config.
+// Fanout: an APNs fan-out send engine. No package dependencies: the C libraries come from the
+// system (Debian: libuv1-dev, libnghttp2-dev, libssl-dev, libsqlite3-dev) through pkg-config.
 import PackageDescription
 
 let package = Package(
@@ -18,6 +18,8 @@ let package = Package(
         .systemLibrary(
             name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"]), .brew(["nghttp2"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"]), .brew(["openssl"])]),
+        .systemLibrary(
+            name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]),
         // Function-like C macros that Swift cannot import, wrapped as functions.
         .target(name: "CFanoutShims", dependencies: ["COpenSSL"]),
 
@@ -30,6 +32,9 @@ let package = Package(
         .target(
             name: "FanoutTransport",
             dependencies: ["FanoutCore", "CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
+        // The only Swift code that imports CSQLite: a small SQLite binding (connections, cached
+        // statements, transactions, errors).
+        .target(name: "FanoutSQLite", dependencies: ["CSQLite"]),
         // Flag parsing shared by the three binaries.
         .target(name: "CommandLineSupport"),
         // Public library API for gateway services.
