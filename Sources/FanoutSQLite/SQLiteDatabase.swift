@@ -1,4 +1,5 @@
 import CSQLite
+import Synchronization
 
 /// One SQLite connection: open, configure, run SQL, cache prepared statements, wrap transactions.
 ///
@@ -31,6 +32,9 @@ package final class SQLiteDatabase {
     private var handle: OpaquePointer?
     /// Prepared statements by SQL text; each one owns its `sqlite3_stmt` and is finalized by `close()`.
     private var statements: [String: SQLiteStatement] = [:]
+    /// Prepared statements of `SQLiteSQL` constants, by their index (no hashing of the text on the hot path); owned
+    /// like `statements`.
+    private var indexedStatements: [SQLiteStatement?] = []
     /// The path as given.
     package let path: String
 
@@ -40,6 +44,7 @@ package final class SQLiteDatabase {
         throws(SQLiteError)
     {
         self.path = path
+        _ = SQLiteDatabase.configureLibrary
         var opened: OpaquePointer?
         let code = sqlite3_open_v2(path, &opened, mode.flags | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE, nil)
         guard code == SQLITE_OK, let opened else {
@@ -56,12 +61,21 @@ package final class SQLiteDatabase {
         close()
     }
 
+    /// Process-wide settings applied once, before the first connection initializes SQLite: no allocation statistics
+    /// (which take a global mutex per allocation). If something else in the process initialized SQLite first, the
+    /// call is refused and the defaults stay.
+    private static let configureLibrary: Void = {
+        _ = CSQLite_config_memstatus(0)
+    }()
+
     /// Finalizes every cached statement and closes the connection (idempotent). An open transaction is rolled back by
     /// SQLite.
     package func close() {
         guard let handle else { return }
         for statement in statements.values { statement.finalize() }
+        for statement in indexedStatements { statement?.finalize() }
         statements.removeAll()
+        indexedStatements.removeAll()
         // With every statement finalized, close_v2 closes at once (it would otherwise leave a zombie connection).
         sqlite3_close_v2(handle)
         self.handle = nil
@@ -97,8 +111,33 @@ package final class SQLiteDatabase {
         return try body(statement)
     }
 
+    /// `withStatement` for a statement run once per row of a bulk write: the same, without hashing the SQL text.
+    package func withStatement<R>(_ sql: SQLiteSQL, _ body: (SQLiteStatement) throws(SQLiteError) -> R)
+        throws(SQLiteError) -> R
+    {
+        let statement: SQLiteStatement
+        if sql.index < indexedStatements.count, let cached = indexedStatements[sql.index] {
+            statement = cached
+        } else {
+            statement = try prepare(sql.text)
+            if sql.index >= indexedStatements.count {
+                indexedStatements += Array(repeating: nil, count: sql.index + 1 - indexedStatements.count)
+            }
+            indexedStatements[sql.index] = statement
+        }
+        defer { statement.reset() }
+        return try body(statement)
+    }
+
     private func cachedStatement(_ sql: String) throws(SQLiteError) -> SQLiteStatement {
         if let statement = statements[sql] { return statement }
+        let statement = try prepare(sql)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Prepares `sql`; the returned object owns the statement (the caller's cache keeps it until close()).
+    private func prepare(_ sql: String) throws(SQLiteError) -> SQLiteStatement {
         var prepared: OpaquePointer?
         // PERSISTENT: a hint that the statement is kept and reused, so SQLite allocates it outside its lookaside pool.
         let code = sqlite3_prepare_v3(connection, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &prepared, nil)
@@ -106,10 +145,8 @@ package final class SQLiteDatabase {
             // On failure SQLite sets the statement to NULL, so nothing to finalize.
             throw SQLiteError(code: code, database: connection)
         }
-        // The statement object now owns `prepared`; the cache keeps it until close().
-        let statement = SQLiteStatement(handle: prepared, sql: sql)
-        statements[sql] = statement
-        return statement
+        // The statement object now owns `prepared`.
+        return SQLiteStatement(handle: prepared, sql: sql)
     }
 
     /// The first column of the first row of `sql` as an integer; nil when there is no row or it is NULL.
@@ -209,5 +246,20 @@ extension SQLiteDatabase {
         let mode = try scalarString("PRAGMA journal_mode = WAL") ?? ""
         try execute("PRAGMA synchronous = NORMAL")
         return mode
+    }
+}
+
+/// SQL text declared once (a `static let`) for statements run once per row: each gets a small index when created, and
+/// `SQLiteDatabase.withStatement(_:_:)` finds its prepared statement by that index instead of hashing the text.
+/// Make them only as constants: every value takes a new index for the life of the process.
+package struct SQLiteSQL: Sendable {
+    package let text: String
+    let index: Int
+
+    private static let nextIndex = Atomic<Int>(0)
+
+    package init(_ text: String) {
+        self.text = text
+        index = SQLiteSQL.nextIndex.add(1, ordering: .relaxed).oldValue
     }
 }
