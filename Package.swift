@@ -35,6 +35,8 @@ let package = Package(
         // The only Swift code that imports CSQLite: a small SQLite binding (connections, cached
         // statements, transactions, errors).
         .target(name: "FanoutSQLite", dependencies: ["CSQLite"]),
+        // The token registry: the store protocol, its SQLite implementation, lifecycle, change feed, import.
+        .target(name: "FanoutRegistry", dependencies: ["FanoutCore", "FanoutSQLite"]),
         // Flag parsing shared by the three binaries.
         .target(name: "CommandLineSupport"),
         // Public library API for gateway services.
