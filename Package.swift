@@ -55,6 +55,12 @@ let package = Package(
         .executableTarget(
             name: "make-tokens", dependencies: ["FanoutCore", "CommandLineSupport"], path: "Tools/make-tokens"),
 
+        // registry-import-probe: imports a registrations file into a registry (the kill -9 test's victim, and a
+        // timing of the import rate).
+        .executableTarget(
+            name: "registry-import-probe", dependencies: ["FanoutRegistry", "FanoutCore", "CommandLineSupport"],
+            path: "Tools/registry-import-probe"),
+
         // fanout-bench: the benchmark suite.
         .executableTarget(
             name: "fanout-bench",
@@ -63,6 +69,7 @@ let package = Package(
 
         .testTarget(name: "FanoutCoreTests", dependencies: ["FanoutCore"]),
         .testTarget(name: "FanoutPolicyTests", dependencies: ["FanoutPolicy"]),
+        .testTarget(name: "FanoutRegistryTests", dependencies: ["FanoutRegistry", "FanoutSQLite", "FanoutCore"]),
         .testTarget(name: "FanoutTransportTests", dependencies: ["FanoutTransport", "FanoutCore"]),
         .testTarget(
             name: "FanoutIntegrationTests",
