@@ -53,8 +53,7 @@ extension RegistryConnection {
         }
     }
 
-    /// A full scan of the update tokens (no index leads with the device: registrations stay cheap, and listing a
-    /// device is rare).
+    /// One probe of `update_tokens_by_device` per activity of the app.
     func updateTokens(app: AppRef, deviceID: String, after: Int64, limit: Int, now: Int64)
         throws(SQLiteError) -> RegistryPage<UpdateTokenRecord>
     {
@@ -95,8 +94,10 @@ extension RegistryConnection {
         let typeFilter = "(?3 IS NULL OR attributes_type = ?3 OR attributes_type = '')"
         return try pagedList(
             selection: selection, after: after, limit: limit,
-            all:
-                "SELECT \(columns) FROM push_to_start_tokens WHERE app = ?1 AND id > ?2 AND \(typeFilter) ORDER BY id LIMIT ?4",
+            all: """
+                SELECT \(columns) FROM push_to_start_tokens INDEXED BY push_to_start_by_app
+                WHERE app = ?1 AND id > ?2 AND \(typeFilter) ORDER BY id LIMIT ?4
+                """,
             byUser: """
                 SELECT \(columns) FROM push_to_start_tokens INDEXED BY push_to_start_by_user
                 WHERE app = ?1 AND user_id = ?5 AND id > ?2 AND \(typeFilter) ORDER BY id LIMIT ?4
@@ -124,7 +125,8 @@ extension RegistryConnection {
         let columns = "id, device_id, user_id, push_token, push_token_at"
         return try pagedList(
             selection: selection, after: after, limit: limit,
-            all: "SELECT \(columns) FROM devices WHERE app = ?1 AND id > ?2 ORDER BY id LIMIT ?4",
+            all:
+                "SELECT \(columns) FROM devices INDEXED BY devices_by_app WHERE app = ?1 AND id > ?2 ORDER BY id LIMIT ?4",
             byUser: """
                 SELECT \(columns) FROM devices INDEXED BY devices_by_user
                 WHERE app = ?1 AND user_id = ?5 AND id > ?2 ORDER BY id LIMIT ?4
@@ -255,11 +257,13 @@ extension RegistryConnection {
                 SELECT 1 FROM update_tokens t INDEXED BY update_tokens_by_activity
                 WHERE t.activity = a.id AND t.expires_at > ?1))
             """)
+        // Per activity, the live tokens are one range of update_tokens_by_activity: counted without reading the rest.
         stats.updateTokens = try count(
             """
-            SELECT count(*) FROM activities a
-            JOIN update_tokens t INDEXED BY update_tokens_by_activity ON t.activity = a.id AND t.expires_at > ?1
-            WHERE NOT (a.state = 1 AND a.dismissal_at <= ?1)
+            SELECT coalesce(sum((
+                SELECT count(*) FROM update_tokens t INDEXED BY update_tokens_by_activity
+                WHERE t.activity = a.id AND t.expires_at > ?1)), 0)
+            FROM activities a WHERE NOT (a.state = 1 AND a.dismissal_at <= ?1)
             """)
         stats.pushToStartTokens = try count("SELECT count(*) FROM push_to_start_tokens")
         stats.expiredSwept = try count("SELECT value FROM counters WHERE name = 'expired_swept'")

@@ -81,8 +81,8 @@ extension RegistryConnection {
         let removed = try database.withStatement(
             """
             DELETE FROM update_tokens WHERE id IN (
-                SELECT t.id FROM activities a
-                JOIN update_tokens t INDEXED BY update_tokens_by_activity ON t.activity = a.id AND t.expires_at <= ?1
+                SELECT t.id FROM activities a CROSS JOIN
+                update_tokens t INDEXED BY update_tokens_by_activity ON t.activity = a.id AND t.expires_at <= ?1
                 LIMIT ?2)
             RETURNING activity, device_id, token
             """

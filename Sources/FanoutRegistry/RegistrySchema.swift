@@ -34,6 +34,7 @@ enum RegistrySchema {
             updated_at INTEGER NOT NULL
         ) STRICT;
         CREATE UNIQUE INDEX devices_by_device ON devices (app, device_id);
+        CREATE INDEX devices_by_app ON devices (app);
         CREATE INDEX devices_by_user ON devices (app, user_id) WHERE user_id IS NOT NULL;
         CREATE INDEX devices_by_push_token ON devices (push_token_key) WHERE push_token_key IS NOT NULL;
 
@@ -77,6 +78,7 @@ enum RegistrySchema {
             updated_at INTEGER NOT NULL
         ) STRICT;
         CREATE UNIQUE INDEX push_to_start_by_device ON push_to_start_tokens (app, device_id, attributes_type);
+        CREATE INDEX push_to_start_by_app ON push_to_start_tokens (app);
         CREATE INDEX push_to_start_by_user ON push_to_start_tokens (app, user_id) WHERE user_id IS NOT NULL;
         CREATE INDEX push_to_start_by_token ON push_to_start_tokens (token_key);
 
