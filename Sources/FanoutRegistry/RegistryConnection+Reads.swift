@@ -26,31 +26,35 @@ extension RegistryConnection {
         if activity.ended, let dismissal = activity.dismissal, dismissal <= now {
             return RegistryPage(items: [], next: nil)
         }
-        // Live means expires_at > now, that is >= now + 1; a cursor below that starts at the first live row.
-        let start = after.expiresAt > now ? after : ExpiryCursor(expiresAt: now + 1, row: 0)
-        return try database.withStatement(
-            """
-            SELECT id, device_id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_by_activity
-            WHERE activity = ?1 AND expires_at >= ?2 AND (expires_at > ?2 OR id > ?3) ORDER BY expires_at, id LIMIT ?4
-            """
-        ) { statement throws(SQLiteError) in
-            try statement.bind(activity.row, at: 1)
-            try statement.bind(start.expiresAt, at: 2)
-            try statement.bind(start.row, at: 3)
-            try statement.bind(Int64(limit), at: 4)
-            var items: [UpdateTokenRecord] = []
-            items.reserveCapacity(min(limit, 65_536))
-            var last = start
-            while try statement.step() {
-                last = ExpiryCursor(expiresAt: statement.int64(at: 4), row: statement.int64(at: 0))
-                items.append(
-                    UpdateTokenRecord(
-                        activityID: activityID, deviceID: statement.optionalString(at: 1),
-                        token: statement.string(at: 2), registeredAt: statement.int64(at: 3),
-                        expiresAt: last.expiresAt))
+        // Live means expires_at > now. Two keyset reads, each one seek in the index: the rest of the cursor's
+        // expiry (a bulk import gives thousands of tokens the same one), then the later expiries. A single
+        // `(expires_at, id) > (?, ?)` condition would make SQLite walk the equal expiries from their start.
+        var items: [UpdateTokenRecord] = []
+        items.reserveCapacity(min(limit, 65_536))
+        var last = after
+        func read(_ sql: SQLiteSQL, expiry: Int64, row: Int64) throws(SQLiteError) {
+            try database.withStatement(sql) { statement throws(SQLiteError) in
+                try statement.bind(activity.row, at: 1)
+                try statement.bind(expiry, at: 2)
+                try statement.bind(row, at: 3)
+                try statement.bind(Int64(limit - items.count), at: 4)
+                while try statement.step() {
+                    last = ExpiryCursor(expiresAt: statement.int64(at: 4), row: statement.int64(at: 0))
+                    items.append(
+                        UpdateTokenRecord(
+                            activityID: activityID, deviceID: statement.optionalString(at: 1),
+                            token: statement.string(at: 2), registeredAt: statement.int64(at: 3),
+                            expiresAt: last.expiresAt))
+                }
             }
-            return RegistryPage(items: items, next: items.count == limit ? last.cursor : nil)
         }
+        if after.expiresAt > now {
+            try read(ReadSQL.liveTokensAtExpiry, expiry: after.expiresAt, row: after.row)
+        }
+        if items.count < limit {
+            try read(ReadSQL.liveTokensAfterExpiry, expiry: max(after.expiresAt, now), row: 0)
+        }
+        return RegistryPage(items: items, next: items.count == limit ? last.cursor : nil)
     }
 
     /// One probe of `update_tokens_by_device` per activity of the app.
@@ -337,4 +341,20 @@ extension RegistryCursor {
         guard let row = Int64(rawValue), row >= 0 else { return nil }
         return row
     }
+}
+
+/// The paging statements of an activity's tokens.
+enum ReadSQL {
+    /// The tokens of one expiry after a row id: `?2` expiry, `?3` row id, `?4` limit.
+    static let liveTokensAtExpiry = SQLiteSQL(
+        """
+        SELECT id, device_id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_by_activity
+        WHERE activity = ?1 AND expires_at = ?2 AND id > ?3 ORDER BY id LIMIT ?4
+        """)
+    /// The tokens of later expiries: `?2` expiry, `?4` limit (`?3`, bound like the other's, is unused).
+    static let liveTokensAfterExpiry = SQLiteSQL(
+        """
+        SELECT id, device_id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_by_activity
+        WHERE activity = ?1 AND expires_at > ?2 ORDER BY expires_at, id LIMIT ?4
+        """)
 }
