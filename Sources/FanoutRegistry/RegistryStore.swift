@@ -24,6 +24,7 @@ public protocol RegistryStore: Sendable {
 
     /// Validates every change, then applies them all in one transaction: all are written or none. Throws
     /// `invalidInput` naming the field (and the change's index in the message) before writing anything.
+    @discardableResult
     func apply(_ changes: [RegistryChange]) async throws(RegistryError) -> RegistryApplyResult
 
     /// Removes what has expired by `now`, in batches of `batchSize` rows (one transaction each): tokens past their

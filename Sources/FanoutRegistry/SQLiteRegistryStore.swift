@@ -150,6 +150,7 @@ public final class SQLiteRegistryStore: RegistryStore {
 
     // MARK: Writes
 
+    @discardableResult
     public func apply(_ changes: [RegistryChange]) async throws(RegistryError) -> RegistryApplyResult {
         try applyNow(changes)
     }
@@ -157,6 +158,7 @@ public final class SQLiteRegistryStore: RegistryStore {
     /// `apply`, synchronously (for the importer and the command line, which have no reason to hop executors).
     /// `validated`: the changes already passed `RegistryValidation` (the import parser's registrations), so only
     /// their apps are resolved; tokens must then be lowercase already.
+    @discardableResult
     package func applyNow(_ changes: [RegistryChange], validated: Bool = false) throws(RegistryError)
         -> RegistryApplyResult
     {

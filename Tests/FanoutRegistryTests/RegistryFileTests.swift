@@ -9,7 +9,7 @@ final class RegistryFileTests: XCTestCase {
         let directory = try ScratchDirectory()
         let clock = TestClock()
         let path = directory.file("registry.db")
-        FileManager.default.createFile(atPath: path, contents: Data())  // an empty file counts as new
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data()))  // an empty file counts as new
         var store = try await makeStore(in: directory, clock: clock)
         try await store.register(
             .updateToken(.init(app: "com.acme.app", activityID: "match-7", token: TestTokens.token(1))))
