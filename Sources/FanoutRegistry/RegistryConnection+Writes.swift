@@ -288,7 +288,7 @@ extension RegistryConnection {
         let row = try activityRow(app: app, activityID: activityID, create: true, in: &context)!
         let key = RegistrySchema.tokenKey(token)
         // The registration slot: the device's, or, with no device, the token's own.
-        let lookup = deviceID == nil ? HotSQL.selectAnonymousSlot : HotSQL.selectDeviceSlot
+        let lookup = deviceID == nil ? HotSQL.selectTokenInActivity : HotSQL.selectDeviceSlot
         let existing = try database.withStatement(lookup) {
             statement throws(SQLiteError) -> (id: Int64, token: String, registeredAt: Int64, expiresAt: Int64)? in
             try statement.bind(row, at: 1)
@@ -306,6 +306,11 @@ extension RegistryConnection {
                 try statement.bind(registeredAt, at: 5)
                 try statement.bind(expiresAt, at: 6)
                 try statement.run()
+            }
+            // A token the activity already held without a device was live all along: no event for taking it over.
+            if deviceID != nil, try absorbAnonymousRegistration(of: token, key: key, activity: row) {
+                context.result.unchanged += 1
+                return
             }
             try recordEvent(
                 app: app, activityID: activityID, deviceID: deviceID, token: token, kind: .update, change: .added,
@@ -342,6 +347,9 @@ extension RegistryConnection {
             try statement.bind(expiresAt, at: 5)
             try statement.run()
         }
+        if token != existing.token, deviceID != nil {
+            _ = try absorbAnonymousRegistration(of: token, key: key, activity: row)
+        }
         if token == existing.token {
             // The device registered the same token again later: it lives longer, and a 410 older than this
             // registration no longer removes it. Not a token change, so no event.
@@ -350,6 +358,20 @@ extension RegistryConnection {
             try recordEvent(
                 app: app, activityID: activityID, deviceID: deviceID, token: token, kind: .update, change: change,
                 reason: nil, in: &context)
+        }
+    }
+
+    /// A device's registration takes over the same token registered without a device (an import without device ids,
+    /// then the app's own registration): one token, one row, so a send reaches it once. Whether there was one.
+    private func absorbAnonymousRegistration(of token: String, key: Int64, activity row: Int64) throws(SQLiteError)
+        -> Bool
+    {
+        try database.withStatement(HotSQL.deleteAnonymousToken) { statement throws(SQLiteError) in
+            try statement.bind(key, at: 1)
+            try statement.bind(token, at: 2)
+            try statement.bind(row, at: 3)
+            try statement.run()
+            return database.changes > 0
         }
     }
 
@@ -697,11 +719,17 @@ enum HotSQL {
     static let selectActivity = SQLiteSQL("SELECT id FROM activities WHERE app = ?1 AND activity_id = ?2")
     static let insertActivity = SQLiteSQL(
         "INSERT INTO activities (app, activity_id, state, created_at, updated_at) VALUES (?1, ?2, 0, ?3, ?3)")
-    /// A registration without a device: its slot is its own token, found through the token index.
-    static let selectAnonymousSlot = SQLiteSQL(
+    /// The registration of a token in an activity, with or without a device: a registration without a device finds
+    /// its slot (its own token) through the token index, and a token a device already holds is not registered twice.
+    static let selectTokenInActivity = SQLiteSQL(
         """
         SELECT id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_by_token
-        WHERE token_key = ?3 AND token = ?2 AND activity = ?1 AND device_id IS NULL
+        WHERE token_key = ?3 AND token = ?2 AND activity = ?1 LIMIT 1
+        """)
+    static let deleteAnonymousToken = SQLiteSQL(
+        """
+        DELETE FROM update_tokens INDEXED BY update_tokens_by_token
+        WHERE token_key = ?1 AND token = ?2 AND activity = ?3 AND device_id IS NULL
         """)
     static let selectDeviceSlot = SQLiteSQL(
         "SELECT id, token, registered_at, expires_at FROM update_tokens WHERE activity = ?1 AND device_id = ?2")

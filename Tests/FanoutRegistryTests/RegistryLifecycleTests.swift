@@ -51,6 +51,23 @@ final class RegistryLifecycleTests: XCTestCase {
         XCTAssertEqual(Set(live.map(\.token)), Set((0..<3).map { TestTokens.token($0) }))
     }
 
+    func testATokenRegisteredWithAndWithoutItsDeviceIsHeldOnce() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        let token = TestTokens.token(1)
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", token: token)))
+        let claimed = try await store.register(
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: token)))
+        XCTAssertEqual(claimed.events, [], "the token was live all along")
+        XCTAssertEqual(claimed.unchanged, 1)
+        let again = try await store.register(.updateToken(.init(app: app, activityID: "match-7", token: token)))
+        XCTAssertEqual(again.events, [])
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.map(\.token), [token])
+        XCTAssertEqual(live.first?.deviceID, "d1")
+    }
+
     func testAnEmptyTokenStopsTheDevicesTokenAndStopWithoutADeviceStopsAll() async throws {
         let directory = try ScratchDirectory()
         let clock = TestClock()
