@@ -67,7 +67,7 @@ public struct RegistryEvent: Sendable, Hashable {
     /// The event as product.md's JSON line (without the newline), plus the token kind:
     /// `{"at":1764460800000,"app":"com.acme.app","activity_id":"match-7","token":"…","change":"removed",
     /// "reason":"unregistered","kind":"update"}`.
-    public var jsonLine: String {
+    package var jsonLine: String {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(160 + token.utf8.count)
         appendJSONLine(to: &bytes)
@@ -75,7 +75,7 @@ public struct RegistryEvent: Sendable, Hashable {
     }
 
     /// Appends `jsonLine` to `output`, then a newline when `newline` is true (for JSON Lines output).
-    public func appendJSONLine(to output: inout [UInt8], newline: Bool = false) {
+    package func appendJSONLine(to output: inout [UInt8], newline: Bool = false) {
         func literal(_ text: StaticString) {
             output.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
         }

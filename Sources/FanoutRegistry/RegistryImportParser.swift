@@ -7,35 +7,35 @@ import FanoutCore
 #endif
 
 /// Why one import line was refused: its line number, the field at fault, and what is wrong.
-public struct RegistryImportError: Error, Hashable, Sendable, CustomStringConvertible {
+package struct RegistryImportError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The 1-based line number in the file (the CSV header is line 1).
-    public let lineNumber: Int
+    package let lineNumber: Int
     /// The field as the file names it (`token`, `activity_id`, ...); nil when the line as a whole is wrong.
-    public let field: String?
+    package let field: String?
     /// What is wrong.
-    public let message: String
+    package let message: String
 
-    public init(lineNumber: Int, field: String?, message: String) {
+    package init(lineNumber: Int, field: String?, message: String) {
         self.lineNumber = lineNumber
         self.field = field
         self.message = message
     }
 
     /// `line 7: token: "abc" is not a device token (…)`.
-    public var description: String {
+    package var description: String {
         "line \(lineNumber): " + (field.map { "\($0): " } ?? "") + message
     }
 }
 
 /// The two import formats.
-public enum RegistryImportFormat: String, Sendable, Hashable {
+package enum RegistryImportFormat: String, Sendable, Hashable {
     /// One JSON object per line (product.md, `fanout registry import`).
     case jsonLines = "jsonl"
     /// Comma-separated values with a header row naming the same fields as the JSON lines.
     case csv
 
     /// JSON lines when the first non-blank byte of `firstLine` is `{`, CSV otherwise.
-    public static func detect(firstLine: some Collection<UInt8>) -> RegistryImportFormat {
+    package static func detect(firstLine: some Collection<UInt8>) -> RegistryImportFormat {
         let first = firstLine.first { !RegistryImportParser.isBlank($0) }
         return first == UInt8(ascii: "{") ? .jsonLines : .csv
     }
@@ -55,23 +55,23 @@ public enum RegistryImportFormat: String, Sendable, Hashable {
 ///
 /// CSV: a header row naming some of the same fields, then one registration per row; an empty cell is absent. Fields
 /// may be quoted (`"a,b"`, `""` for a quote inside); a quoted field cannot span lines.
-public struct RegistryImportParser: Sendable {
+package struct RegistryImportParser: Sendable {
     /// The fields of an import line.
-    public static let knownFields = [
+    package static let knownFields = [
         "app", "activity_id", "token", "device", "user", "push_to_start_token", "attributes_type", "push_token",
         "registered_at",
     ]
 
-    public let format: RegistryImportFormat
+    package let format: RegistryImportFormat
     /// The CSV columns, once the header has been read.
     private var columns: [Field]?
 
-    public init(format: RegistryImportFormat) {
+    package init(format: RegistryImportFormat) {
         self.format = format
     }
 
     /// Parses one line. Nil for a blank line and for the CSV header (which it remembers).
-    public mutating func parse(line: some Collection<UInt8>, lineNumber: Int) throws(RegistryImportError)
+    package mutating func parse(line: some Collection<UInt8>, lineNumber: Int) throws(RegistryImportError)
         -> Registration?
     {
         guard line.contains(where: { !RegistryImportParser.isBlank($0) }) else { return nil }

@@ -7,31 +7,31 @@ import FanoutCore
 #endif
 
 /// What an import did.
-public struct RegistryImportSummary: Sendable, Hashable {
+package struct RegistryImportSummary: Sendable, Hashable {
     /// Lines read (blank lines and the CSV header included).
-    public var lines = 0
+    package var lines = 0
     /// Registrations parsed and handed to the store.
-    public var registrations = 0
+    package var registrations = 0
     /// Registrations in batches committed so far (all of them once the import returns; in `onBatch`, what a crash
     /// at that moment would keep).
-    public var committed = 0
-    public var added = 0
-    public var rotated = 0
-    public var removed = 0
+    package var committed = 0
+    package var added = 0
+    package var rotated = 0
+    package var removed = 0
     /// Registrations the store already held (what a second import of the same file reports for every line).
-    public var unchanged = 0
+    package var unchanged = 0
     /// Registrations whose back-filled `registered_at` was already more than a token lifetime ago.
-    public var alreadyExpired = 0
+    package var alreadyExpired = 0
     /// Lines refused (each reported to `onInvalidLine`).
-    public var invalid = 0
+    package var invalid = 0
     /// Transactions committed.
-    public var batches = 0
+    package var batches = 0
 
-    public init() {}
+    package init() {}
 
     /// `{"lines":…,"registrations":…,"added":…,"rotated":…,"removed":…,"unchanged":…,"already_expired":…,
     /// "invalid":…}`.
-    public var jsonLine: String {
+    package var jsonLine: String {
         "{\"lines\":\(lines),\"registrations\":\(registrations),\"added\":\(added),\"rotated\":\(rotated),"
             + "\"removed\":\(removed),\"unchanged\":\(unchanged),\"already_expired\":\(alreadyExpired),"
             + "\"invalid\":\(invalid)}"
@@ -45,15 +45,15 @@ public struct RegistryImportSummary: Sendable, Hashable {
 /// batches of `batchSize`, one transaction each, so a crash or kill -9 leaves the registry holding exactly a prefix of
 /// the file's batches, and importing the file again completes it: the rows already there are unchanged and produce
 /// no events.
-public struct RegistryImporter: Sendable {
+package struct RegistryImporter: Sendable {
     /// Registrations per transaction.
-    public var batchSize = 50_000
+    package var batchSize = 50_000
     /// The file's format; nil to detect it from the first non-blank line.
-    public var format: RegistryImportFormat?
+    package var format: RegistryImportFormat?
     /// Parse and validate only; write nothing.
-    public var dryRun = false
+    package var dryRun = false
 
-    public init(batchSize: Int = 50_000, format: RegistryImportFormat? = nil, dryRun: Bool = false) {
+    package init(batchSize: Int = 50_000, format: RegistryImportFormat? = nil, dryRun: Bool = false) {
         precondition(batchSize > 0, "batchSize must be positive")
         self.batchSize = batchSize
         self.format = format
@@ -67,7 +67,7 @@ public struct RegistryImporter: Sendable {
     ///   - onBatch: called after each committed batch with the totals so far (for progress).
     /// - returns: the totals. Throws `unreadableInput` when the file cannot be read, and the store's errors (busy,
     ///   corrupt, ...), after which the batches already committed stay.
-    public func run(
+    package func run(
         path: String, into store: some RegistryStore,
         onInvalidLine: (RegistryImportError) -> Void = { _ in },
         onBatch: (RegistryImportSummary) -> Void = { _ in }

@@ -192,7 +192,7 @@ public struct RegistryStats: Sendable, Hashable {
 
     /// `{"apps":1,"devices":…,"activities":…,"live_activities":…,"update_tokens":…,"push_to_start_tokens":…,
     /// "expired_swept":…}`.
-    public var jsonLine: String {
+    package var jsonLine: String {
         "{\"apps\":\(apps),\"devices\":\(devices),\"activities\":\(activities),\"live_activities\":\(liveActivities),"
             + "\"update_tokens\":\(updateTokens),\"push_to_start_tokens\":\(pushToStartTokens),"
             + "\"expired_swept\":\(expiredSwept)}"
