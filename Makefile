@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 # Packages the build needs (found through pkg-config) and the tools the interop tests use.
-BUILD_PACKAGES := libuv1-dev libnghttp2-dev libssl-dev pkg-config
+BUILD_PACKAGES := libuv1-dev libnghttp2-dev libssl-dev libsqlite3-dev pkg-config
 TEST_TOOLS := nghttp2-client nghttp2-server curl openssl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR := .demo
@@ -13,7 +13,7 @@ DEMO_DIR := .demo
 deps: deps-build deps-test
 
 deps-build:
-	@if ! pkg-config --exists libuv libnghttp2 openssl 2>/dev/null; then \
+	@if ! pkg-config --exists libuv libnghttp2 openssl sqlite3 2>/dev/null; then \
 		echo "installing $(BUILD_PACKAGES)"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(BUILD_PACKAGES) >/dev/null; \
 	fi

@@ -1,6 +1,6 @@
 // swift-tools-version:6.0
 // Fanout: an APNs fan-out send engine. No package dependencies: the C libraries come from the system
-// (Debian: libuv1-dev, libnghttp2-dev, libssl-dev) through pkg-config.
+// (Debian: libuv1-dev, libnghttp2-dev, libssl-dev, libsqlite3-dev) through pkg-config.
 //
 // The module graph (docs/ARCHITECTURE.md draws it):
 //   Fanout (the library) ──> FanoutCore, FanoutPolicy (re-exported), FanoutTransport (internal)
@@ -8,6 +8,7 @@
 //   FanoutJobFile (`fanout send`'s driver; re-exports FanoutJobFormat) ──> Fanout, FanoutJobFormat
 //   FanoutObservability (logs, the metrics endpoint) ──> Fanout, FanoutTransport
 //   FanoutCLI (the `fanout` binary) ──> FanoutJobFile, FanoutObservability, Fanout
+//   FanoutRegistry (the token registry: store protocol, SQLite store) ──> FanoutSQLite ──> CSQLite
 //   FanoutTestSupport, MockAPNsKit (test-only: HTTP/2 server, test CA, JWT verifier), MockAPNsValidation (the
 //   mock's request validator; pure Swift, fuzzed on its own, re-exported by MockAPNsKit)
 import PackageDescription
@@ -31,6 +32,8 @@ let package = Package(
         .systemLibrary(
             name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"]), .brew(["nghttp2"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"]), .brew(["openssl"])]),
+        .systemLibrary(
+            name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]),
         // Function-like C macros that Swift cannot import, wrapped as functions.
         .target(name: "CFanoutShims", dependencies: ["COpenSSL"]),
 
@@ -44,6 +47,11 @@ let package = Package(
         .target(
             name: "FanoutTransport",
             dependencies: ["FanoutCore", "CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
+        // The only Swift code that imports CSQLite: a small SQLite binding (connections, cached
+        // statements, transactions, errors).
+        .target(name: "FanoutSQLite", dependencies: ["CSQLite"]),
+        // The token registry: the store protocol, its SQLite implementation, lifecycle, change feed, import.
+        .target(name: "FanoutRegistry", dependencies: ["FanoutCore", "FanoutSQLite"]),
         // Flag parsing shared by the binaries.
         .target(name: "CommandLineSupport"),
         // The public library API for gateway services: the engine, jobs, results, errors.
@@ -85,6 +93,12 @@ let package = Package(
         .executableTarget(
             name: "make-tokens", dependencies: ["FanoutCore", "CommandLineSupport"], path: "Tools/make-tokens"),
 
+        // registry-import-probe: imports a registrations file into a registry (the kill -9 test's victim, and a
+        // timing of the import rate).
+        .executableTarget(
+            name: "registry-import-probe", dependencies: ["FanoutRegistry", "FanoutCore", "CommandLineSupport"],
+            path: "Tools/registry-import-probe"),
+
         // fanout-bench: the benchmark suite.
         .executableTarget(
             name: "fanout-bench",
@@ -95,6 +109,7 @@ let package = Package(
 
         .testTarget(name: "FanoutCoreTests", dependencies: ["FanoutCore"]),
         .testTarget(name: "FanoutPolicyTests", dependencies: ["FanoutPolicy"]),
+        .testTarget(name: "FanoutRegistryTests", dependencies: ["FanoutRegistry", "FanoutSQLite", "FanoutCore"]),
         .testTarget(
             name: "FanoutTransportTests", dependencies: ["FanoutTransport", "FanoutCore", "FanoutTestSupport"]),
         .testTarget(name: "MockAPNsKitTests", dependencies: ["MockAPNsKit", "FanoutCore"]),

@@ -1,0 +1,27 @@
+/// One write to the registry. Stores apply a batch of them atomically: all or nothing.
+public enum RegistryChange: Sendable, Hashable {
+    /// Adds, rotates or (with an empty token) stops a Live Activity update token.
+    case updateToken(UpdateTokenRegistration)
+    /// Removes the update token of `deviceID` for the activity, or every token of the activity when `deviceID` is nil
+    /// (reason `stopped`).
+    case stopUpdateTokens(app: String, activityID: String, deviceID: String?)
+    /// Adds, rotates or (with an empty token) removes a push-to-start token.
+    case pushToStartToken(PushToStartRegistration)
+    /// Records a device, its user and its regular push token.
+    case device(DeviceRegistration)
+    /// Marks an activity started (active), creating it if needed; an ended one becomes active again.
+    case startActivity(app: String, activityID: String, attributesType: String?)
+    /// Marks an activity ended. Its tokens stay until `dismissalDate` (Unix milliseconds; the end plus the default
+    /// dismissal delay, 4 hours, when nil), then are removed with reason `ended`; a date already past removes them now.
+    case endActivity(app: String, activityID: String, dismissalDate: Int64?)
+    /// Records the `timestamp` (Unix seconds) of content sent to an activity; the activity keeps the greatest.
+    case contentSent(app: String, activityID: String, timestamp: Int64)
+    /// Sets (or with nil clears) an activity's broadcast channel id, creating the activity if needed.
+    case channel(app: String, activityID: String, channelID: String?)
+    /// APNs answered 410 for `token`: remove it wherever it was registered before `timestamp` (the 410 body's Unix
+    /// milliseconds); a later registration means the device registered it again and it stays. Nil removes it at once
+    /// (410 `ExpiredToken` carries no timestamp).
+    case unregistered(token: String, timestamp: Int64?)
+    /// APNs answered `BadDeviceToken` or `DeviceTokenNotForTopic`: remove `token` everywhere at once.
+    case invalidToken(token: String)
+}

@@ -1,0 +1,360 @@
+import FanoutSQLite
+
+/// Paged reads. Cursors are keys of the last row returned, as text: a row id (`"1234"`), an expiry and a row id for an
+/// activity's tokens (`"1764460800000:1234"`), or for a list of users or devices the position in the list and a row id
+/// (`"3:1234"`). Pages are keyset reads (`key > cursor ORDER BY key`), so each costs the same however deep it is, and a
+/// row present and unchanged for the whole paging is returned exactly once.
+extension RegistryConnection {
+    // MARK: Update tokens
+
+    /// Pages in the order of `update_tokens_by_activity`: by expiry, then row id. The live ones are one range of the
+    /// index (expiry after `now`), read without touching the expired rows; a new registration joins the end, so a
+    /// send that is still paging reaches it; a token rotated mid-paging moves to the end and its new value is
+    /// returned then.
+    func liveUpdateTokens(app: AppRef, activityID: String, after: ExpiryCursor, limit: Int, now: Int64)
+        throws(SQLiteError) -> RegistryPage<UpdateTokenRecord>
+    {
+        let activity = try database.withStatement(
+            "SELECT id, state, dismissal_at FROM activities WHERE app = ?1 AND activity_id = ?2"
+        ) { statement throws(SQLiteError) -> (row: Int64, ended: Bool, dismissal: Int64?)? in
+            try statement.bind(app.id, at: 1)
+            try statement.bind(activityID, at: 2)
+            guard try statement.step() else { return nil }
+            return (statement.int64(at: 0), statement.int64(at: 1) == 1, statement.optionalInt64(at: 2))
+        }
+        guard let activity else { return RegistryPage(items: [], next: nil) }
+        if activity.ended, let dismissal = activity.dismissal, dismissal <= now {
+            return RegistryPage(items: [], next: nil)
+        }
+        // Live means expires_at > now. Two keyset reads, each one seek in the index: the rest of the cursor's
+        // expiry (a bulk import gives thousands of tokens the same one), then the later expiries. A single
+        // `(expires_at, id) > (?, ?)` condition would make SQLite walk the equal expiries from their start.
+        var items: [UpdateTokenRecord] = []
+        items.reserveCapacity(min(limit, 65_536))
+        var last = after
+        func read(_ sql: SQLiteSQL, expiry: Int64, row: Int64) throws(SQLiteError) {
+            try database.withStatement(sql) { statement throws(SQLiteError) in
+                try statement.bind(activity.row, at: 1)
+                try statement.bind(expiry, at: 2)
+                try statement.bind(row, at: 3)
+                try statement.bind(Int64(limit - items.count), at: 4)
+                while try statement.step() {
+                    last = ExpiryCursor(expiresAt: statement.int64(at: 4), row: statement.int64(at: 0))
+                    items.append(
+                        UpdateTokenRecord(
+                            activityID: activityID, deviceID: statement.optionalString(at: 1),
+                            token: statement.string(at: 2), registeredAt: statement.int64(at: 3),
+                            expiresAt: last.expiresAt))
+                }
+            }
+        }
+        if after.expiresAt > now {
+            try read(ReadSQL.liveTokensAtExpiry, expiry: after.expiresAt, row: after.row)
+        }
+        if items.count < limit {
+            try read(ReadSQL.liveTokensAfterExpiry, expiry: max(after.expiresAt, now), row: 0)
+        }
+        return RegistryPage(items: items, next: items.count == limit ? last.cursor : nil)
+    }
+
+    /// One probe of `update_tokens_by_device` per activity of the app.
+    func updateTokens(app: AppRef, deviceID: String, after: Int64, limit: Int, now: Int64)
+        throws(SQLiteError) -> RegistryPage<UpdateTokenRecord>
+    {
+        try database.withStatement(
+            """
+            SELECT t.id, a.activity_id, t.device_id, t.token, t.registered_at, t.expires_at
+            FROM update_tokens t JOIN activities a ON a.id = t.activity
+            WHERE t.device_id = ?1 AND a.app = ?2 AND t.id > ?3 AND t.expires_at > ?4
+                AND NOT (a.state = 1 AND a.dismissal_at <= ?4)
+            ORDER BY t.id LIMIT ?5
+            """
+        ) { statement throws(SQLiteError) in
+            try statement.bind(deviceID, at: 1)
+            try statement.bind(app.id, at: 2)
+            try statement.bind(after, at: 3)
+            try statement.bind(now, at: 4)
+            try statement.bind(Int64(limit), at: 5)
+            var items: [UpdateTokenRecord] = []
+            var last = after
+            while try statement.step() {
+                last = statement.int64(at: 0)
+                items.append(
+                    UpdateTokenRecord(
+                        activityID: statement.string(at: 1), deviceID: statement.optionalString(at: 2),
+                        token: statement.string(at: 3), registeredAt: statement.int64(at: 4),
+                        expiresAt: statement.int64(at: 5)))
+            }
+            return RegistryPage(items: items, next: items.count == limit ? RegistryCursor(row: last) : nil)
+        }
+    }
+
+    // MARK: Push-to-start tokens and devices
+
+    func pushToStartTokens(
+        app: AppRef, attributesType: String?, selection: RecipientSelection, after: ListCursor, limit: Int
+    ) throws(SQLiteError) -> RegistryPage<PushToStartRecord> {
+        let columns = "id, device_id, user_id, attributes_type, token, updated_at"
+        let typeFilter = "(?3 IS NULL OR attributes_type = ?3 OR attributes_type = '')"
+        return try pagedList(
+            selection: selection, after: after, limit: limit,
+            all: """
+                SELECT \(columns) FROM push_to_start_tokens INDEXED BY push_to_start_by_app
+                WHERE app = ?1 AND id > ?2 AND \(typeFilter) ORDER BY id LIMIT ?4
+                """,
+            byUser: """
+                SELECT \(columns) FROM push_to_start_tokens INDEXED BY push_to_start_by_user
+                WHERE app = ?1 AND user_id = ?5 AND id > ?2 AND \(typeFilter) ORDER BY id LIMIT ?4
+                """,
+            byDevice: """
+                SELECT \(columns) FROM push_to_start_tokens
+                WHERE app = ?1 AND device_id = ?5 AND id > ?2 AND \(typeFilter) ORDER BY id LIMIT ?4
+                """,
+            bind: { statement throws(SQLiteError) in
+                try statement.bind(app.id, at: 1)
+                try statement.bind(attributesType, at: 3)
+            },
+            read: { statement in
+                let type = statement.string(at: 3)
+                return PushToStartRecord(
+                    deviceID: statement.string(at: 1), userID: statement.optionalString(at: 2),
+                    attributesType: type.isEmpty ? nil : type, token: statement.string(at: 4),
+                    updatedAt: statement.int64(at: 5))
+            })
+    }
+
+    func devices(app: AppRef, selection: RecipientSelection, after: ListCursor, limit: Int)
+        throws(SQLiteError) -> RegistryPage<DeviceRecord>
+    {
+        let columns = "id, device_id, user_id, push_token, push_token_at"
+        return try pagedList(
+            selection: selection, after: after, limit: limit,
+            all:
+                "SELECT \(columns) FROM devices INDEXED BY devices_by_app WHERE app = ?1 AND id > ?2 ORDER BY id LIMIT ?4",
+            byUser: """
+                SELECT \(columns) FROM devices INDEXED BY devices_by_user
+                WHERE app = ?1 AND user_id = ?5 AND id > ?2 ORDER BY id LIMIT ?4
+                """,
+            byDevice:
+                "SELECT \(columns) FROM devices WHERE app = ?1 AND device_id = ?5 AND id > ?2 ORDER BY id LIMIT ?4",
+            bind: { statement throws(SQLiteError) in try statement.bind(app.id, at: 1) },
+            read: { statement in
+                DeviceRecord(
+                    deviceID: statement.string(at: 1), userID: statement.optionalString(at: 2),
+                    pushToken: statement.optionalString(at: 3), pushTokenRegisteredAt: statement.optionalInt64(at: 4))
+            })
+    }
+
+    /// Pages through `selection`: one keyset query for `.all`, or one per listed user or device, in list order. The
+    /// queries bind ?1 and ?3 through `bind`, the row cursor as ?2, the limit as ?4 and the user or device as ?5, and
+    /// return the row id as column 0.
+    private func pagedList<Item>(
+        selection: RecipientSelection, after: ListCursor, limit: Int, all: String, byUser: String, byDevice: String,
+        bind: (SQLiteStatement) throws(SQLiteError) -> Void, read: (SQLiteStatement) -> Item
+    ) throws(SQLiteError) -> RegistryPage<Item> {
+        let sql: String
+        let keys: [String?]
+        switch selection {
+        case .all: (sql, keys) = (all, [nil])
+        case .users(let users): (sql, keys) = (byUser, RegistryConnection.unique(users))
+        case .devices(let devices): (sql, keys) = (byDevice, RegistryConnection.unique(devices))
+        }
+        var items: [Item] = []
+        var index = after.index
+        var row = after.row
+        while index < keys.count {
+            let remaining = limit - items.count
+            var last = row
+            let count = try database.withStatement(sql) { statement throws(SQLiteError) in
+                try bind(statement)
+                try statement.bind(row, at: 2)
+                try statement.bind(Int64(remaining), at: 4)
+                if let key = keys[index] { try statement.bind(key, at: 5) }
+                var count = 0
+                while try statement.step() {
+                    last = statement.int64(at: 0)
+                    items.append(read(statement))
+                    count += 1
+                }
+                return count
+            }
+            if count == remaining {
+                return RegistryPage(items: items, next: ListCursor(index: index, row: last).cursor)
+            }
+            index += 1
+            row = 0
+        }
+        return RegistryPage(items: items, next: nil)
+    }
+
+    /// `values` without repeats, in their first order (a user named twice gets one notification).
+    private static func unique(_ values: [String]) -> [String?] {
+        var seen = Set<String>()
+        return values.filter { seen.insert($0).inserted }
+    }
+
+    // MARK: Activities, events, stats
+
+    func activity(app: AppRef, activityID: String) throws(SQLiteError) -> ActivityRecord? {
+        try database.withStatement(
+            """
+            SELECT attributes_type, state, last_content_timestamp, ended_at, dismissal_at, channel_id
+            FROM activities WHERE app = ?1 AND activity_id = ?2
+            """
+        ) { statement throws(SQLiteError) in
+            try statement.bind(app.id, at: 1)
+            try statement.bind(activityID, at: 2)
+            guard try statement.step() else { return nil }
+            return ActivityRecord(
+                activityID: activityID, attributesType: statement.optionalString(at: 0),
+                state: statement.int64(at: 1) == 1 ? .ended : .active,
+                lastContentTimestamp: statement.optionalInt64(at: 2), endedAt: statement.optionalInt64(at: 3),
+                dismissalDate: statement.optionalInt64(at: 4), channelID: statement.optionalString(at: 5))
+        }
+    }
+
+    func events(after: Int64, limit: Int) throws(SQLiteError) -> RegistryPage<RegistryEvent> {
+        let rows = try database.withStatement(
+            """
+            SELECT seq, at, app, kind, activity_id, device_id, token, change, reason FROM events
+            WHERE seq > ?1 ORDER BY seq LIMIT ?2
+            """
+        ) { statement throws(SQLiteError) in
+            try statement.bind(after, at: 1)
+            try statement.bind(Int64(limit), at: 2)
+            var rows: [(event: RegistryEvent, app: Int64)] = []
+            while try statement.step() {
+                let event = RegistryEvent(
+                    sequence: statement.int64(at: 0), at: statement.int64(at: 1), app: "",
+                    activityID: statement.optionalString(at: 4), deviceID: statement.optionalString(at: 5),
+                    token: statement.string(at: 6), kind: .init(code: statement.int64(at: 3)) ?? .update,
+                    change: .init(code: statement.int64(at: 7)) ?? .removed,
+                    reason: statement.optionalInt64(at: 8).flatMap(RegistryEvent.Reason.init(code:)))
+                rows.append((event, statement.int64(at: 2)))
+            }
+            return rows
+        }
+        var events: [RegistryEvent] = []
+        events.reserveCapacity(rows.count)
+        for (event, app) in rows {
+            var event = event
+            event.app = try bundleID(app)
+            events.append(event)
+        }
+        return RegistryPage(items: events, next: RegistryCursor(row: events.last?.sequence ?? after))
+    }
+
+    func stats(now: Int64) throws(SQLiteError) -> RegistryStats {
+        func count(_ sql: String) throws(SQLiteError) -> Int {
+            try database.withStatement(sql) { statement throws(SQLiteError) in
+                if sql.contains("?1") { try statement.bind(now, at: 1) }
+                return try statement.step() ? Int(statement.int64(at: 0)) : 0
+            }
+        }
+        var stats = RegistryStats()
+        stats.apps = try count("SELECT count(*) FROM apps")
+        stats.devices = try count("SELECT count(*) FROM devices")
+        stats.activities = try count("SELECT count(*) FROM activities")
+        stats.liveActivities = try count(
+            """
+            SELECT count(*) FROM activities a WHERE a.state = 0 AND (a.channel_id IS NOT NULL OR EXISTS (
+                SELECT 1 FROM update_tokens t INDEXED BY update_tokens_by_activity
+                WHERE t.activity = a.id AND t.expires_at > ?1))
+            """)
+        // Per activity, the live tokens are one range of update_tokens_by_activity: counted without reading the rest.
+        stats.updateTokens = try count(
+            """
+            SELECT coalesce(sum((
+                SELECT count(*) FROM update_tokens t INDEXED BY update_tokens_by_activity
+                WHERE t.activity = a.id AND t.expires_at > ?1)), 0)
+            FROM activities a WHERE NOT (a.state = 1 AND a.dismissal_at <= ?1)
+            """)
+        stats.pushToStartTokens = try count("SELECT count(*) FROM push_to_start_tokens")
+        stats.expiredSwept = try count("SELECT value FROM counters WHERE name = 'expired_swept'")
+        return stats
+    }
+}
+
+/// A cursor over an activity's tokens: the expiry and row id of the last one returned.
+struct ExpiryCursor: Hashable {
+    var expiresAt: Int64
+    var row: Int64
+
+    static let start = ExpiryCursor(expiresAt: 0, row: 0)
+
+    var cursor: RegistryCursor { RegistryCursor(rawValue: "\(expiresAt):\(row)") }
+
+    init(expiresAt: Int64, row: Int64) {
+        self.expiresAt = expiresAt
+        self.row = row
+    }
+
+    /// Nil for a cursor this store did not make.
+    init?(_ cursor: RegistryCursor?) {
+        guard let cursor else {
+            self = .start
+            return
+        }
+        let parts = cursor.rawValue.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let expiresAt = Int64(parts[0]), let row = Int64(parts[1]), row >= 0 else {
+            return nil
+        }
+        self.init(expiresAt: expiresAt, row: row)
+    }
+}
+
+/// A cursor over a list of users or devices: the list position and the last row id returned there.
+struct ListCursor: Hashable {
+    var index: Int
+    var row: Int64
+
+    static let start = ListCursor(index: 0, row: 0)
+
+    var cursor: RegistryCursor { RegistryCursor(rawValue: "\(index):\(row)") }
+
+    init(index: Int, row: Int64) {
+        self.index = index
+        self.row = row
+    }
+
+    /// Nil for a cursor this store did not make.
+    init?(_ cursor: RegistryCursor?) {
+        guard let cursor else {
+            self = .start
+            return
+        }
+        let parts = cursor.rawValue.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let index = Int(parts[0]), let row = Int64(parts[1]), index >= 0, row >= 0 else {
+            return nil
+        }
+        self.init(index: index, row: row)
+    }
+}
+
+extension RegistryCursor {
+    init(row: Int64) {
+        self.init(rawValue: String(row))
+    }
+
+    /// The row id of a single-table cursor (0 for nil); nil for a cursor this store did not make.
+    var row: Int64? {
+        guard let row = Int64(rawValue), row >= 0 else { return nil }
+        return row
+    }
+}
+
+/// The paging statements of an activity's tokens.
+enum ReadSQL {
+    /// The tokens of one expiry after a row id: `?2` expiry, `?3` row id, `?4` limit.
+    static let liveTokensAtExpiry = SQLiteSQL(
+        """
+        SELECT id, device_id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_by_activity
+        WHERE activity = ?1 AND expires_at = ?2 AND id > ?3 ORDER BY id LIMIT ?4
+        """)
+    /// The tokens of later expiries: `?2` expiry, `?4` limit (`?3`, bound like the other's, is unused).
+    static let liveTokensAfterExpiry = SQLiteSQL(
+        """
+        SELECT id, device_id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_by_activity
+        WHERE activity = ?1 AND expires_at > ?2 ORDER BY expires_at, id LIMIT ?4
+        """)
+}

@@ -1,0 +1,118 @@
+import FanoutRegistry
+import FanoutSQLite
+import Foundation
+import XCTest
+
+/// Opening files: a new registry, an existing one, anything else refused untouched, a damaged one, a locked one.
+final class RegistryFileTests: XCTestCase {
+    func testANewFileBecomesARegistryAndKeepsItsContentsAcrossOpens() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let path = directory.file("registry.db")
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data()))  // an empty file counts as new
+        var store = try await makeStore(in: directory, clock: clock)
+        try await store.register(
+            .updateToken(.init(app: "com.acme.app", activityID: "match-7", token: TestTokens.token(1))))
+        store.close()
+
+        store = try SQLiteRegistryStore(
+            path: path,
+            configuration: { () -> RegistryConfiguration in
+                var configuration = RegistryConfiguration()
+                configuration.clock = clock.registryClock
+                return configuration
+            }())
+        let apps = try await store.apps()
+        XCTAssertEqual(apps, [RegistryApp(bundleID: "com.acme.app", workspace: "acme")])
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.map(\.token), [TestTokens.token(1)])
+
+        let database = try SQLiteDatabase(path: path, mode: .readOnly)
+        XCTAssertEqual(try database.scalarString("PRAGMA journal_mode"), "wal")
+    }
+
+    func testAFileThatIsNotSQLiteIsRefusedAndLeftAsItWas() async throws {
+        let directory = try ScratchDirectory()
+        let path = directory.file("registry.db")
+        let contents = Data(String(repeating: "not a database, just some text\n", count: 200).utf8)
+        try contents.write(to: URL(fileURLWithPath: path))
+        let error = await assertRegistryError(.notARegistry) { try SQLiteRegistryStore(path: path) }
+        XCTAssertEqual(error?.description, "\(path) is not a Fanout registry (not an SQLite database)")
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), contents)
+    }
+
+    func testAnotherApplicationsSQLiteDatabaseIsRefusedAndLeftAsItWas() async throws {
+        let directory = try ScratchDirectory()
+        let path = directory.file("other.db")
+        do {
+            let database = try SQLiteDatabase(path: path)
+            try database.execute(
+                "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT); INSERT INTO notes VALUES (1, 'x')")
+            database.close()
+        }
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        let error = await assertRegistryError(.notARegistry) { try SQLiteRegistryStore(path: path) }
+        XCTAssertTrue(error?.message.contains("an SQLite database of something else") ?? false)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), before, "not even switched to WAL")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: path + "-wal"))
+    }
+
+    func testARegistryFromANewerFanoutIsRefused() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        store.close()
+        let database = try SQLiteDatabase(path: directory.file("registry.db"))
+        try database.setUserVersion(99)
+        database.close()
+        let error = await assertRegistryError(.unsupportedVersion) {
+            try SQLiteRegistryStore(path: directory.file("registry.db"))
+        }
+        XCTAssertTrue(error?.message.contains("schema version 99") ?? false)
+    }
+
+    func testADamagedRegistryIsReportedCorrupt() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let path = directory.file("registry.db")
+        let store = try await makeStore(in: directory, clock: clock)
+        store.close()
+        // Checkpointed and closed: the whole registry is in the main file. Overwrite its first page after the
+        // 100-byte header: the schema table's b-tree page.
+        let handle = try XCTUnwrap(FileHandle(forUpdatingAtPath: path))
+        try handle.seek(toOffset: 100)
+        handle.write(Data(repeating: 0xA5, count: 3_000))
+        try handle.close()
+        let error = await assertRegistryError(.corrupt) { try SQLiteRegistryStore(path: path) }
+        XCTAssertTrue(error?.message.hasPrefix("\(path) is corrupt") ?? false, "\(String(describing: error))")
+    }
+
+    func testAWriteWaitsForAnotherProcesssLockThenFailsBusy() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock) { $0.busyTimeoutMilliseconds = 300 }
+        // Another connection (as another process would) holds the write lock.
+        let other = try SQLiteDatabase(path: directory.file("registry.db"), busyTimeoutMilliseconds: 0)
+        try other.execute("BEGIN IMMEDIATE")
+        let start = ContinuousClock.now
+        let error = await assertRegistryError(.busy) {
+            try await store.register(
+                .updateToken(.init(app: "com.acme.app", activityID: "m", token: TestTokens.token(1))))
+        }
+        let waited = ContinuousClock.now - start
+        XCTAssertGreaterThanOrEqual(waited, .milliseconds(250), "it waited for the busy timeout first")
+        XCTAssertTrue(error?.message.contains("locked by another process") ?? false)
+        // Reads go on meanwhile (WAL readers never wait for the writer).
+        let stats = try await store.stats()
+        XCTAssertEqual(stats.updateTokens, 0)
+        try other.execute("ROLLBACK")
+        try await store.register(
+            .updateToken(.init(app: "com.acme.app", activityID: "m", token: TestTokens.token(1))))
+    }
+
+    func testAMissingDirectoryIsUnavailable() async throws {
+        await assertRegistryError(.unavailable) {
+            try SQLiteRegistryStore(path: "/nonexistent-fanout-dir/registry.db")
+        }
+    }
+}

@@ -1,0 +1,337 @@
+import FanoutRegistry
+import XCTest
+
+/// Registration, rotation, stop, expiry, ended activities, and the tokens APNs refuses.
+final class RegistryLifecycleTests: XCTestCase {
+    let app = "com.acme.app"
+
+    func testRotationReplacesTheDevicesTokenAndTheOldOneIsNoLongerReturned() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        let first = TestTokens.token(1)
+        let second = TestTokens.token(2)
+
+        var result = try await store.register(
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", userID: "u1", token: first)))
+        XCTAssertEqual(result.events.map(\.change), [.added])
+        clock.advance(milliseconds: 5_000)
+        result = try await store.register(
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: second)))
+        XCTAssertEqual(result.events.map(\.change), [.rotated])
+        XCTAssertEqual(result.events.first?.token, second)
+
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.map(\.token), [second])
+        XCTAssertEqual(live.first?.deviceID, "d1")
+
+        // An older registration arriving late (a retry, a re-import) does not bring the old token back.
+        result = try await store.register(
+            .updateToken(
+                .init(app: app, activityID: "match-7", deviceID: "d1", token: first, registeredAt: clock.now - 5_000)))
+        XCTAssertEqual(result.events, [])
+        XCTAssertEqual(result.unchanged, 1)
+        let liveAgain = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(liveAgain.map(\.token), [second])
+    }
+
+    func testTokensWithoutADeviceAreEachTheirOwnRegistration() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        let changes = (0..<3).map {
+            RegistryChange.updateToken(.init(app: app, activityID: "match-7", token: TestTokens.token($0)))
+        }
+        let result = try await store.apply(changes)
+        XCTAssertEqual(result.added, 3)
+        let again = try await store.apply(changes)
+        XCTAssertEqual(again.events, [])
+        XCTAssertEqual(again.unchanged, 3)
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(Set(live.map(\.token)), Set((0..<3).map { TestTokens.token($0) }))
+    }
+
+    func testATokenRegisteredWithAndWithoutItsDeviceIsHeldOnce() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        let token = TestTokens.token(1)
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", token: token)))
+        let claimed = try await store.register(
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: token)))
+        XCTAssertEqual(claimed.events, [], "the token was live all along")
+        XCTAssertEqual(claimed.unchanged, 1)
+        let again = try await store.register(.updateToken(.init(app: app, activityID: "match-7", token: token)))
+        XCTAssertEqual(again.events, [])
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.map(\.token), [token])
+        XCTAssertEqual(live.first?.deviceID, "d1")
+    }
+
+    func testAnEmptyTokenStopsTheDevicesTokenAndStopWithoutADeviceStopsAll() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        for index in 0..<3 {
+            try await store.register(
+                .updateToken(
+                    .init(app: app, activityID: "match-7", deviceID: "d\(index)", token: TestTokens.token(index))))
+        }
+        let stopped = try await store.register(
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d0", token: "")))
+        XCTAssertEqual(stopped.events.map(\.change), [.removed])
+        XCTAssertEqual(stopped.events.map(\.reason), [.stopped])
+        XCTAssertEqual(stopped.events.first?.token, TestTokens.token(0))
+        var live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(Set(live.map(\.token)), [TestTokens.token(1), TestTokens.token(2)])
+
+        let all = try await store.apply([.stopUpdateTokens(app: app, activityID: "match-7", deviceID: nil)])
+        XCTAssertEqual(all.removed, 2)
+        XCTAssertEqual(Set(all.events.compactMap(\.reason)), [.stopped])
+        live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live, [])
+    }
+
+    func testUpdateTokensExpireEightHoursAfterRegistration() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", token: TestTokens.token(1))))
+        clock.advance(hours: 2)
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", token: TestTokens.token(2))))
+
+        // 7 h 59 min after the first: both live.
+        clock.advance(hours: 6)
+        clock.advance(milliseconds: -60_000)
+        var live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.count, 2)
+        var stats = try await store.stats()
+        XCTAssertEqual(stats.updateTokens, 2)
+
+        // Exactly 8 h after the first: it is no longer returned or counted, before any sweep.
+        clock.advance(milliseconds: 60_000)
+        live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.map(\.token), [TestTokens.token(2)])
+        stats = try await store.stats()
+        XCTAssertEqual(stats.updateTokens, 1)
+        XCTAssertEqual(stats.expiredSwept, 0)
+
+        let subscription = store.subscribe()
+        let sweep = try await store.sweep()
+        XCTAssertEqual(sweep.expired, 1)
+        var iterator = subscription.makeAsyncIterator()
+        let event = await iterator.next()
+        XCTAssertEqual(event?.token, TestTokens.token(1))
+        XCTAssertEqual(event?.change, .removed)
+        XCTAssertEqual(event?.reason, .expired)
+        stats = try await store.stats()
+        XCTAssertEqual(stats.expiredSwept, 1)
+        XCTAssertEqual(stats.updateTokens, 1)
+
+        // A second sweep finds nothing more.
+        let again = try await store.sweep()
+        XCTAssertEqual(again.expired, 0)
+    }
+
+    func testTheTokenLifetimeIsConfigurable() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock) { $0.updateTokenLifetime = 3_600_000 }
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", token: TestTokens.token(1))))
+        clock.advance(hours: 1)
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live, [])
+    }
+
+    func testABackFilledRegistrationAlreadyPastItsLifetimeIsNotStored() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        let result = try await store.register(
+            .updateToken(
+                .init(
+                    app: app, activityID: "match-7", token: TestTokens.token(1),
+                    registeredAt: clock.now - 9 * 3_600_000)))
+        XCTAssertEqual(result.alreadyExpired, 1)
+        XCTAssertEqual(result.events, [])
+        let stats = try await store.stats()
+        XCTAssertEqual(stats.updateTokens, 0)
+    }
+
+    func testAnEndedActivityKeepsItsTokensUntilItsDismissalDate() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        try await store.apply([
+            .startActivity(app: app, activityID: "match-7", attributesType: "MatchAttributes"),
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: TestTokens.token(1))),
+            .updateToken(.init(app: app, activityID: "match-8", deviceID: "d1", token: TestTokens.token(2))),
+        ])
+        clock.advance(hours: 1)
+        let dismissal = clock.now + 30 * 60_000
+        try await store.apply([.endActivity(app: app, activityID: "match-7", dismissalDate: dismissal)])
+        let activity = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertEqual(activity?.state, .ended)
+        XCTAssertEqual(activity?.dismissalDate, dismissal)
+        XCTAssertEqual(activity?.attributesType, "MatchAttributes")
+
+        // Until the dismissal date the tokens are still there (an end event may still be sent to them).
+        clock.advance(milliseconds: 30 * 60_000 - 1)
+        var live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.map(\.token), [TestTokens.token(1)])
+
+        clock.advance(milliseconds: 1)
+        live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live, [], "never returned once dismissed, swept or not")
+        var stats = try await store.stats()
+        XCTAssertEqual(stats.updateTokens, 1)
+
+        let subscription = store.subscribe()
+        let sweep = try await store.sweep()
+        XCTAssertEqual(sweep.ended, 1)
+        XCTAssertEqual(sweep.activitiesRemoved, 1)
+        var iterator = subscription.makeAsyncIterator()
+        let event = await iterator.next()
+        XCTAssertEqual(event?.activityID, "match-7")
+        XCTAssertEqual(event?.token, TestTokens.token(1))
+        XCTAssertEqual(event?.reason, .ended)
+        let removed = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertNil(removed)
+        stats = try await store.stats()
+        XCTAssertEqual(stats.activities, 1)
+        XCTAssertEqual(stats.updateTokens, 1)
+        let other = try await store.allLiveTokens(activityID: "match-8", now: clock.now)
+        XCTAssertEqual(other.map(\.token), [TestTokens.token(2)])
+    }
+
+    func testAnEndWithoutADismissalDateKeepsTheTokensFourHours() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", token: TestTokens.token(1))))
+        try await store.apply([.endActivity(app: app, activityID: "match-7", dismissalDate: nil)])
+        clock.advance(hours: 4)
+        clock.advance(milliseconds: -1)
+        var live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.count, 1)
+        clock.advance(milliseconds: 1)
+        live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live, [])
+    }
+
+    func testADismissalDateInThePastRemovesTheTokensAtOnce() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", token: TestTokens.token(1))))
+        let result = try await store.apply([
+            .endActivity(app: app, activityID: "match-7", dismissalDate: clock.now - 1)
+        ])
+        XCTAssertEqual(result.events.map(\.reason), [.ended])
+        let stats = try await store.stats()
+        XCTAssertEqual(stats.updateTokens, 0)
+    }
+
+    func testA410RemovesATokenRegisteredBeforeItsTimestampOnly() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        let old = TestTokens.token(1)
+        let renewed = TestTokens.token(2)
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: old)))
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", deviceID: "d2", token: renewed)))
+        let unregisteredAt = clock.now + 10 * 60_000
+        clock.advance(hours: 1)
+        // d2's device registered its token again after APNs's timestamp: APNs's 410 is older news.
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", deviceID: "d2", token: renewed)))
+
+        let first = try await store.recordUnregistered(token: old, timestamp: unregisteredAt)
+        XCTAssertEqual(first.events.count, 1)
+        XCTAssertEqual(first.events.first?.change, .removed)
+        XCTAssertEqual(first.events.first?.reason, .unregistered)
+        XCTAssertEqual(first.events.first?.activityID, "match-7")
+        XCTAssertEqual(first.events.first?.deviceID, "d1")
+
+        let second = try await store.recordUnregistered(token: renewed, timestamp: unregisteredAt)
+        XCTAssertEqual(second.events, [])
+        XCTAssertEqual(second.unchanged, 1)
+
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.map(\.token), [renewed])
+
+        // A 410 without a timestamp (ExpiredToken) removes it whatever its registration time.
+        let third = try await store.recordUnregistered(token: renewed, timestamp: nil)
+        XCTAssertEqual(third.events.map(\.reason), [.unregistered])
+    }
+
+    func testBadDeviceTokenRemovesTheTokenAtOnceWhereverItIsRegistered() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock, apps: ["com.acme.app", "com.acme.other"])
+        let token = TestTokens.token(7)
+        try await store.apply([
+            .updateToken(.init(app: app, activityID: "match-7", token: token)),
+            .pushToStartToken(.init(app: "com.acme.other", deviceID: "d1", token: token)),
+            .device(.init(app: app, deviceID: "d2", pushToken: token)),
+            .updateToken(.init(app: app, activityID: "match-7", token: TestTokens.token(8))),
+        ])
+        clock.advance(hours: 3)
+        let result = try await store.recordInvalid(token: token.uppercased())
+        XCTAssertEqual(Set(result.events.map(\.kind)), [.update, .pushToStart, .push])
+        XCTAssertTrue(result.events.allSatisfy { $0.token == token && $0.reason == .unregistered })
+        XCTAssertEqual(Set(result.events.map(\.app)), ["com.acme.app", "com.acme.other"])
+
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.map(\.token), [TestTokens.token(8)])
+        let starts = try await store.pushToStartTokens(
+            app: "com.acme.other", attributesType: nil, selection: .all, after: nil, limit: 10)
+        XCTAssertEqual(starts.items, [])
+        let devices = try await store.devices(app: app, selection: .devices(["d2"]), after: nil, limit: 10)
+        XCTAssertEqual(devices.items.map(\.pushToken), [nil])
+    }
+
+    func testContentTimestampsAndChannelsAreRecordedOnTheActivity() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        try await store.apply([
+            .contentSent(app: app, activityID: "match-7", timestamp: 1_764_460_900),
+            .contentSent(app: app, activityID: "match-7", timestamp: 1_764_460_800),
+            .channel(app: app, activityID: "match-7", channelID: "dHN0LTE="),
+        ])
+        let activity = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertEqual(activity?.lastContentTimestamp, 1_764_460_900)
+        XCTAssertEqual(activity?.channelID, "dHN0LTE=")
+        XCTAssertEqual(activity?.state, .active)
+        let stats = try await store.stats()
+        XCTAssertEqual(stats.liveActivities, 1, "a channel makes an activity live without tokens")
+    }
+
+    func testStatsCountWhatProductMdLists() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock, apps: ["com.acme.app", "com.acme.other"])
+        try await store.apply([
+            .updateToken(
+                .init(app: app, activityID: "match-7", deviceID: "d1", userID: "u1", token: TestTokens.token(1))),
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d2", token: TestTokens.token(2))),
+            .updateToken(.init(app: app, activityID: "match-8", token: TestTokens.token(3))),
+            .pushToStartToken(
+                .init(app: app, deviceID: "d1", attributesType: "MatchAttributes", token: TestTokens.token(4))),
+            .device(.init(app: "com.acme.other", deviceID: "x", pushToken: TestTokens.token(5))),
+        ])
+        try await store.apply([.endActivity(app: app, activityID: "match-8", dismissalDate: nil)])
+        let stats = try await store.stats()
+        XCTAssertEqual(stats.apps, 2)
+        XCTAssertEqual(stats.devices, 3)
+        XCTAssertEqual(stats.activities, 2)
+        XCTAssertEqual(stats.liveActivities, 1)
+        XCTAssertEqual(stats.updateTokens, 3)
+        XCTAssertEqual(stats.pushToStartTokens, 1)
+        XCTAssertEqual(stats.expiredSwept, 0)
+        XCTAssertEqual(
+            stats.jsonLine,
+            #"{"apps":2,"devices":3,"activities":2,"live_activities":1,"update_tokens":3,"push_to_start_tokens":1,"#
+                + #""expired_swept":0}"#)
+    }
+}
