@@ -56,7 +56,7 @@ let package = Package(
         .target(name: "CommandLineSupport"),
         // The public library API for gateway services: the engine, jobs, results, errors.
         .target(
-            name: "Fanout", dependencies: ["FanoutCore", "FanoutPolicy", "FanoutTransport"],
+            name: "Fanout", dependencies: ["FanoutCore", "FanoutPolicy", "FanoutRegistry", "FanoutTransport"],
             swiftSettings: internalImports),
         // Job files: the line reader and the line parser, which make plain `ParsedJob`s. Pure Swift, so that
         // scripts/fuzz.sh can build it as a module without the transport.

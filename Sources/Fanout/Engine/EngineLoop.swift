@@ -44,6 +44,8 @@ final class EngineShared: Sendable {
     let limiter: InFlightLimiter
     /// Where tokens APNs invalidated are reported (`FanoutEngine.invalidTokens`).
     let invalidTokens: AsyncStream<InvalidatedToken>.Continuation
+    /// Removes invalidated tokens from the registry, when the engine has one.
+    let pruner: RegistryPruner?
 
     init(
         configuration: FanoutEngineConfiguration, tls: TLSClientContext, tokens: ProviderTokenCache?,
@@ -53,6 +55,7 @@ final class EngineShared: Sendable {
         self.tls = tls
         self.tokens = tokens
         self.invalidTokens = invalidTokens
+        pruner = configuration.registry.map { RegistryPruner(store: $0) }
         limiter = InFlightLimiter(capacity: configuration.effectiveMaxInFlight)
     }
 }
@@ -325,10 +328,11 @@ final class EngineLoop: @unchecked Sendable {
             if result.status != nil { metrics.apnsRoundTrip.observe(latency / 1000) }
         }
         if outcome == .unregistered {
-            shared.invalidTokens.yield(
-                InvalidatedToken(
-                    token: pending.token, reason: result.reason ?? "Unregistered", timestamp: result.timestamp,
-                    jobID: pending.job.id))
+            let invalidated = InvalidatedToken(
+                token: pending.token, reason: result.reason ?? "Unregistered", timestamp: result.timestamp,
+                jobID: pending.job.id)
+            shared.invalidTokens.yield(invalidated)
+            shared.pruner?.add(invalidated)
         }
         // The permit comes back before the result is recorded: whoever the result wakes (the job's
         // summary, a caller reading `inFlight`) then sees nothing of it in flight.

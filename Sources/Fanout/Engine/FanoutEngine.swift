@@ -168,23 +168,16 @@ public final class FanoutEngine: Sendable {
     /// `cancelled` without being sent, so every recipient still gets exactly one result.
     private func feed(_ job: FanoutJob, into run: FanoutRun) async throws(FanoutError) {
         let prepared: PreparedJob
-        var reader: TokenFileReader?
-        var inline: IndexingIterator<[String]>?
+        var reader: RecipientReader
         do {
-            prepared = try prepare(job, run: run)
-            switch job.recipients {
-            case .tokens(let tokens): inline = tokens.makeIterator()
-            case .file(let path): reader = try TokenFileReader(path: path)
-            }
+            prepared = try await prepare(job, run: run)
+            reader = try RecipientReader(
+                job.recipients, registry: configuration.registry, now: Int64(Date().timeIntervalSince1970 * 1000))
         } catch {
             run.didSubmit(1)
             run.record(NotificationResult(jobID: job.id, token: nil, outcome: .invalid, reason: error.message))
             run.didFinishSubmitting()
             throw error
-        }
-        func nextToken() -> String? {
-            if inline != nil { return inline!.next() }
-            return reader!.nextLine()
         }
 
         state.withLock { $0.payloadEncodings += 1 }
@@ -239,7 +232,7 @@ public final class FanoutEngine: Sendable {
                 while !exhausted {
                     batch.removeAll(keepingCapacity: true)
                     while batch.count < batchSize {
-                        guard let token = nextToken() else {
+                        guard let token = await reader.next() else {
                             exhausted = true
                             break
                         }
@@ -253,7 +246,7 @@ public final class FanoutEngine: Sendable {
                 break
             }
             batch.removeAll(keepingCapacity: true)
-            while batch.count < batchSize, let token = nextToken() {
+            while batch.count < batchSize, let token = await reader.next() {
                 position += 1
                 if resume != nil && Self.isDone(token: token, position: position, in: &resume!) { continue }
                 if let valid = DeviceToken(token) {
@@ -317,14 +310,14 @@ public final class FanoutEngine: Sendable {
                 recordStopped(.shutdown)
             }
         }
-        if let failure = reader?.failure {
-            // The file broke mid-read: what was read is sent, and the rest is one `invalid` result,
-            // since its tokens are unknown.
+        if let failure = reader.failure {
+            // The file or the registry broke mid-read: what was read is sent, and the rest is one
+            // `invalid` result, since its tokens are unknown.
             run.didSubmit(1)
             run.record(
                 NotificationResult(
                     jobID: job.id, token: nil, outcome: .invalid,
-                    reason: "\(failure.message) (after line \(reader?.lineNumber ?? 0); the rest was not sent)"))
+                    reason: "\(failure.message)\(reader.position); the rest was not sent"))
         }
         run.didFinishSubmitting()
     }
@@ -344,10 +337,11 @@ public final class FanoutEngine: Sendable {
 
     /// Checks the job and encodes its payload (the one encoding every stream of the job shares), and
     /// builds its constant headers.
-    private func prepare(_ job: FanoutJob, run: FanoutRun) throws(FanoutError) -> PreparedJob {
+    private func prepare(_ job: FanoutJob, run: FanoutRun) async throws(FanoutError) -> PreparedJob {
         try checkNotShutDown()
+        try await checkRegistryApp(of: job)
         do {
-            let payload = try job.payload.encode()
+            let payload = try payloadWithActivityID(job).encode()
             try PayloadLimits.check(payload, pushType: job.headers.pushType)
             let prepared = try PreparedJob(
                 job: job, payload: payload, run: run, authority: configuration.endpoint.authority)
@@ -358,6 +352,42 @@ public final class FanoutEngine: Sendable {
         } catch {
             throw FanoutError(.invalidNotification, "job \(job.id): \(error)")
         }
+    }
+
+    /// A job addressed through the registry must name an app the registry knows.
+    private func checkRegistryApp(of job: FanoutJob) async throws(FanoutError) {
+        let app: String
+        switch job.recipients {
+        case .tokens, .file: return
+        case .activity(let name, _), .pushToStart(let name, _, _, _), .devices(let name, _): app = name
+        }
+        guard let registry = configuration.registry else {
+            throw FanoutError(
+                .invalidNotification,
+                "job \(job.id): recipients: addressing by activity, push-to-start or device needs a registry")
+        }
+        let known: [RegistryApp]
+        do {
+            known = try await registry.apps()
+        } catch {
+            throw FanoutError(.connection, "job \(job.id): registry: \(error.description)")
+        }
+        guard known.contains(where: { $0.bundleID == app }) else {
+            throw FanoutError(.invalidNotification, "job \(job.id): app: \"\(app)\" is not in the registry")
+        }
+    }
+
+    /// A push-to-start job that names its activity id carries it in `attributes`, under
+    /// `configuration.activityIDAttribute`, so that the app registers the new activity's token under it.
+    private func payloadWithActivityID(_ job: FanoutJob) throws(PayloadError) -> JobPayload {
+        guard case .pushToStart(_, _, _, let activityID?) = job.recipients else { return job.payload }
+        guard case .liveActivity(var content) = job.payload, content.event == .start else {
+            throw PayloadError(field: "live_activity.event", message: "a push-to-start job must be a start event")
+        }
+        var attributes = content.attributes?.value.objectValue ?? JSONObject()
+        attributes.set(.string(activityID), at: configuration.activityIDAttribute.path[...])
+        content.attributes = RawJSON(.object(attributes))
+        return .liveActivity(content)
     }
 
     /// Stops taking jobs (`run`, `submit` and `send` throw `.shutdown` from now on), lets in-flight
@@ -390,5 +420,7 @@ public final class FanoutEngine: Sendable {
                 continuation.resume()
             }
         }
+        // Every result is in: the registry has seen every token they invalidated once this returns.
+        await shared.pruner?.close()
     }
 }

@@ -1,4 +1,5 @@
 public import FanoutPolicy
+public import FanoutRegistry
 import Foundation
 
 /// How a `FanoutEngine` sends: where, with which credentials, and how wide.
@@ -22,6 +23,11 @@ public struct FanoutEngineConfiguration: Sendable {
     /// Workspace rate budgets (250,000 requests/hour per workspace by default, counted per job,
     /// refused with `rate_limited` when out). Nil: no limit.
     public var rateLimits: RateLimiterRegistry?
+    /// The token registry that `Recipients.activity`, `.pushToStart` and `.devices` are read from, and
+    /// that tokens APNs invalidates are pruned from as their results arrive. Nil: jobs must name tokens.
+    public var registry: (any RegistryStore)?
+    /// Where push-to-start jobs write their activity id inside `attributes` (default `activityId`).
+    public var activityIDAttribute: ActivityIDAttribute
     /// Where the engine counts outcomes, retries, in-flight work, connections and round trips
     /// (served by `MetricsEndpoint`); nil: not counted.
     public var metrics: FanoutMetrics?
@@ -55,6 +61,8 @@ public struct FanoutEngineConfiguration: Sendable {
         connectionsPerLoop = 1
         maxConcurrentStreams = 1000
         maxInFlight = nil
+        registry = nil
+        activityIDAttribute = .fanout
         metrics = nil
         rateLimits = try! RateLimiterRegistry()  // the default budget is valid
         maxAttempts = 8

@@ -1,4 +1,5 @@
 public import FanoutCore
+public import FanoutRegistry
 
 /// One update for many devices: the headers and payload every recipient shares, and the recipients.
 public struct FanoutJob: Sendable {
@@ -28,12 +29,47 @@ public struct FanoutJob: Sendable {
     }
 }
 
-/// Who a job goes to. A file is streamed, never loaded whole, so a job may name millions of tokens.
+/// Who a job goes to. A file and the registry are read in pages while sending, never loaded whole, so a
+/// job may name millions of tokens.
 public enum Recipients: Sendable {
     /// Hex tokens given inline.
     case tokens([String])
     /// A file of hex tokens, one per line (blank lines skipped).
     case file(path: String)
+    /// Every live update token of an activity in the engine's registry (`update` and `end` events).
+    case activity(app: String, id: String)
+    /// The push-to-start tokens of the selected devices for an attributes type (`start` events).
+    /// With `activityID`, the id is written into the payload's `attributes` (see `ActivityIDAttribute`)
+    /// so that the app registers the new activity's update token under it.
+    case pushToStart(app: String, attributesType: String?, selection: RecipientSelection, activityID: String? = nil)
+    /// The regular push tokens of the selected devices (alert and background pushes).
+    case devices(app: String, selection: RecipientSelection)
+
+    /// Whether the recipients come from the engine's registry.
+    var needsRegistry: Bool {
+        switch self {
+        case .tokens, .file: return false
+        case .activity, .pushToStart, .devices: return true
+        }
+    }
+}
+
+/// Where a push-to-start job writes its activity id inside `attributes`: a path of keys.
+public struct ActivityIDAttribute: Sendable, Hashable {
+    /// The keys from `attributes` down, e.g. `["pushwoosh", "activityId"]`.
+    public var path: [String]
+
+    public init(path: [String]) {
+        precondition(!path.isEmpty && !path.contains(where: \.isEmpty), "a key path of non-empty keys")
+        self.path = path
+    }
+
+    /// `"activityId": "<id>"`: Fanout's default.
+    public static let fanout = ActivityIDAttribute(path: ["activityId"])
+    /// `"pushwoosh": {"activityId": "<id>"}`, which the Pushwoosh SDK reads.
+    public static let pushwoosh = ActivityIDAttribute(path: ["pushwoosh", "activityId"])
+    /// `"brazeActivityId": "<id>"`, which the Braze SDK reads.
+    public static let braze = ActivityIDAttribute(path: ["brazeActivityId"])
 }
 
 /// A job's payload: given as JSON bytes, or built from typed fields. Either way it is encoded once

@@ -1,0 +1,152 @@
+import FanoutCore
+import FanoutRegistry
+
+/// Reads a job's recipients one token at a time, in recipient order: inline, from a tokens file, or
+/// from the registry a page at a time, so a million-token activity never sits in memory.
+struct RecipientReader {
+    private enum Source {
+        case inline(IndexingIterator<[String]>)
+        case file(TokenFileReader)
+        case registry(RegistryPager)
+    }
+    private var source: Source
+    /// Why reading stopped before the end, when it did: `next()` then returns nil as at the end.
+    private(set) var failure: FanoutError?
+
+    /// - Parameter now: the registry's moment for the whole job (Unix ms), so pages agree on expiry.
+    init(_ recipients: Recipients, registry: (any RegistryStore)?, now: Int64) throws(FanoutError) {
+        switch recipients {
+        case .tokens(let tokens):
+            source = .inline(tokens.makeIterator())
+        case .file(let path):
+            source = .file(try TokenFileReader(path: path))
+        case .activity(let app, let id):
+            source = .registry(
+                RegistryPager(store: try Self.require(registry), query: .activity(app: app, id: id), now: now))
+        case .pushToStart(let app, let attributesType, let selection, _):
+            source = .registry(
+                RegistryPager(
+                    store: try Self.require(registry),
+                    query: .pushToStart(app: app, attributesType: attributesType, selection: selection), now: now))
+        case .devices(let app, let selection):
+            source = .registry(
+                RegistryPager(
+                    store: try Self.require(registry), query: .devices(app: app, selection: selection), now: now))
+        }
+    }
+
+    private static func require(_ registry: (any RegistryStore)?) throws(FanoutError) -> any RegistryStore {
+        guard let registry else {
+            throw FanoutError(
+                .invalidNotification, "recipients: addressing by activity, push-to-start or device needs a registry")
+        }
+        return registry
+    }
+
+    /// The next token, or nil at the end (or after a failure: see `failure`).
+    mutating func next() async -> String? {
+        switch source {
+        case .inline(var iterator):
+            let token = iterator.next()
+            source = .inline(iterator)
+            return token
+        case .file(var reader):
+            let token = reader.nextLine()
+            if token == nil { failure = reader.failure }
+            source = .file(reader)
+            return token
+        case .registry(var pager):
+            do {
+                let token = try await pager.next()
+                source = .registry(pager)
+                return token
+            } catch {
+                failure = FanoutError(.connection, "registry: \(error.description)")
+                return nil
+            }
+        }
+    }
+
+    /// Where reading stopped, for a failure's message.
+    var position: String {
+        switch source {
+        case .inline: return ""
+        case .file(let reader): return " (after line \(reader.lineNumber))"
+        case .registry(let pager): return " (after \(pager.delivered) recipients)"
+        }
+    }
+}
+
+/// One registry query read page by page behind the store's cursor.
+struct RegistryPager {
+    enum Query {
+        case activity(app: String, id: String)
+        case pushToStart(app: String, attributesType: String?, selection: RecipientSelection)
+        case devices(app: String, selection: RecipientSelection)
+    }
+
+    static let pageSize = 4096
+
+    let store: any RegistryStore
+    let query: Query
+    let now: Int64
+    private var cursor: RegistryCursor?
+    private var page: [String] = []
+    private var index = 0
+    private var exhausted = false
+    private(set) var delivered = 0
+
+    init(store: any RegistryStore, query: Query, now: Int64) {
+        self.store = store
+        self.query = query
+        self.now = now
+    }
+
+    mutating func next() async throws(RegistryError) -> String? {
+        while index == page.count {
+            guard !exhausted else { return nil }
+            try await loadPage()
+        }
+        defer {
+            index += 1
+            delivered += 1
+        }
+        return page[index]
+    }
+
+    private mutating func loadPage() async throws(RegistryError) {
+        let limit = Self.pageSize
+        switch query {
+        case .activity(let app, let id):
+            let result = try await store.liveUpdateTokens(
+                app: app, activityID: id, after: cursor, limit: limit, now: now)
+            page = result.items.map(\.token)
+            cursor = result.next
+        case .pushToStart(let app, let attributesType, let selection):
+            let result = try await store.pushToStartTokens(
+                app: app, attributesType: attributesType, selection: selection, after: cursor, limit: limit)
+            page = result.items.map(\.token)
+            cursor = result.next
+        case .devices(let app, let selection):
+            let result = try await store.devices(app: app, selection: selection, after: cursor, limit: limit)
+            page = result.items.compactMap(\.pushToken)
+            cursor = result.next
+        }
+        index = 0
+        exhausted = cursor == nil
+    }
+}
+
+extension JSONObject {
+    /// Sets `value` at a path of keys, making objects on the way (and replacing non-objects there).
+    mutating func set(_ value: JSONValue, at path: ArraySlice<String>) {
+        guard let key = path.first else { return }
+        if path.count == 1 {
+            self[key] = value
+            return
+        }
+        var child = self[key]?.objectValue ?? JSONObject()
+        child.set(value, at: path.dropFirst())
+        self[key] = .object(child)
+    }
+}

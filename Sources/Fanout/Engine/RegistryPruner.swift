@@ -1,0 +1,75 @@
+import FanoutRegistry
+import Synchronization
+
+/// Removes the tokens APNs invalidated from the registry as their results arrive, in batches, off the
+/// loop threads: a 410 (`Unregistered`) only if the token was registered before its timestamp,
+/// `BadDeviceToken` and `DeviceTokenNotForTopic` at once (the registry applies the rules).
+final class RegistryPruner: Sendable {
+    private struct State {
+        var pending: [RegistryChange] = []
+        var closed = false
+        var failures = 0
+        var lastFailure: String?
+    }
+    /// Shared with the pruning task (which must not hold the pruner: dropping it ends the task).
+    private final class SharedState: Sendable {
+        let mutex = Mutex(State())
+    }
+    private let shared = SharedState()
+    /// Wakes the pruning task when the first change of a batch arrives (or when closing).
+    private let wake: AsyncStream<Void>.Continuation
+    private let task: Task<Void, Never>
+
+    init(store: any RegistryStore) {
+        let (signals, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        self.wake = wake
+        let shared = self.shared
+        task = Task { await Self.drain(signals, state: shared, into: store) }
+    }
+
+    /// Applies each batch as it is signalled, until closed.
+    private static func drain(_ signals: AsyncStream<Void>, state shared: SharedState, into store: any RegistryStore)
+        async
+    {
+        for await _ in signals {
+            let (batch, closed) = shared.mutex.withLock { state in
+                defer { state.pending.removeAll(keepingCapacity: true) }
+                return (state.pending, state.closed)
+            }
+            if !batch.isEmpty {
+                do throws(RegistryError) {
+                    _ = try await store.apply(batch)
+                } catch {
+                    shared.mutex.withLock { state in
+                        state.failures += 1
+                        state.lastFailure = error.description
+                    }
+                }
+            }
+            if closed { break }
+        }
+    }
+
+    /// Queues one invalidated token. Any thread.
+    func add(_ token: InvalidatedToken) {
+        let change: RegistryChange =
+            token.reason == "Unregistered"
+            ? .unregistered(token: token.token, timestamp: token.timestamp) : .invalidToken(token: token.token)
+        let first = shared.mutex.withLock { state -> Bool in
+            guard !state.closed else { return false }
+            state.pending.append(change)
+            return state.pending.count == 1
+        }
+        if first { wake.yield() }
+    }
+
+    /// Applies what is queued, then stops. Idempotent.
+    func close() async {
+        shared.mutex.withLock { $0.closed = true }
+        wake.yield()
+        await task.value
+    }
+
+    /// Batches the registry refused (a database error), and the last error's message.
+    var failures: (count: Int, last: String?) { shared.mutex.withLock { ($0.failures, $0.lastFailure) } }
+}
