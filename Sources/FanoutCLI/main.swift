@@ -9,6 +9,7 @@ let usage = """
       send      send every job of a job file, with results, summary and resume (fanout send --help)
       validate  check a job file line by line; nothing is sent (fanout validate --help)
       push      send one notification and print APNs's answer (fanout push --help)
+      registry  the token registry: register, import, list, end, prune, stats, events (fanout registry --help)
     """
 
 signal(SIGPIPE, SIG_IGN)
@@ -22,6 +23,8 @@ case "validate":
     status = ValidateCommand.run(arguments)
 case "push":
     status = await PushCommand.run(arguments)
+case "registry":
+    status = await RegistryCommand.run(arguments)
 case "--help", "-h", "help":
     print(usage)
     status = 0
