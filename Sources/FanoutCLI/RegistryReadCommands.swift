@@ -42,7 +42,9 @@ enum ListCommand {
         usage: fanout registry --db FILE list --app BUNDLE (--activity ID | --user ID | --device ID)
 
           --activity ID   the activity's live update tokens
-          --user ID       the user's devices, their push-to-start tokens and their live update tokens
+          --user ID       the devices recorded with this user, the push-to-start tokens registered with
+                          it (what a push_to_start send to the user reaches), and the devices' live
+                          update tokens
           --device ID     the device, its push-to-start tokens and its live update tokens
           --db FILE       the registry (must exist)
 
