@@ -15,7 +15,7 @@ enum SendCommand {
                            [--endpoint HOST:PORT | --sandbox | --production] [--ca-file PEM]
                            [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS]
                            [--connections N] [--loops N] [--resume] [--progress auto|always|never]
-                           [--invalid-tokens FILE] [--concurrent-jobs N]
+                           [--invalid-tokens FILE] [--concurrent-jobs N] [--registry FILE]
                            [--metrics-listen HOST:PORT] [--log-format text|json]
 
           --jobs FILE           the job file (JSON Lines, one job per line; see the README)
@@ -31,6 +31,9 @@ enum SendCommand {
           --resume              continue the run recorded in --results FILE's journal after a crash:
                                 finished notifications are not sent again
           --invalid-tokens FILE tokens APNs invalidated, as JSON lines (token, reason, timestamp, job)
+          --registry FILE       the token registry (fanout registry) that jobs naming activity_id,
+                                push_to_start, users or devices are resolved from; tokens APNs
+                                invalidates are removed from it as their results arrive
           --metrics-listen HOST:PORT
                                 serve Prometheus metrics at http://HOST:PORT/metrics while running
           --log-format FORMAT   text (default) or json: structured logs on stderr
@@ -50,6 +53,7 @@ enum SendCommand {
         var connections: Int?
         var metricsListen: String?
         var logFormat = FanoutLogger.Format.text
+        var registryPath: String?
     }
 
     static func parse(_ arguments: [String]) throws(UsageError) -> Options? {
@@ -86,6 +90,7 @@ enum SendCommand {
                 }
                 options.logFormat = format
             case "--invalid-tokens": invalidTokens = try cursor.string()
+            case "--registry": options.registryPath = try cursor.string()
             case "--progress":
                 let text = try cursor.string()
                 guard let mode = ProgressReporter.Mode(rawValue: text) else {
@@ -146,6 +151,16 @@ enum SendCommand {
         }
         guard let send = options.send, FileManager.default.isReadableFile(atPath: send.jobsPath) else {
             return fail("job file \(options.send?.jobsPath ?? "") cannot be read")
+        }
+        if let path = options.registryPath {
+            guard FileManager.default.fileExists(atPath: path) else {
+                return fail("registry \(path) does not exist (create it with fanout registry --db \(path) import ...)")
+            }
+            do {
+                configuration.registry = try SQLiteRegistryStore(path: path)
+            } catch {
+                return fail("registry \(path): \(error.description)")
+            }
         }
         let logger = FanoutLogger(format: options.logFormat)
         var endpoint: MetricsEndpoint?

@@ -13,9 +13,25 @@ extension FanoutJob {
         switch parsed.recipients {
         case .tokens(let tokens): recipients = .tokens(tokens)
         case .file(let path): recipients = .file(path: path)
+        case .activity(let app, let id): recipients = .activity(app: app, id: id)
+        case .pushToStart(let app, let attributesType, let selection, let activityID):
+            recipients = .pushToStart(
+                app: app, attributesType: attributesType, selection: RecipientSelection(selection),
+                activityID: activityID)
+        case .devices(let app, let selection): recipients = .devices(app: app, selection: RecipientSelection(selection))
         }
         self.init(
             id: parsed.id, workspace: parsed.workspace, headers: parsed.headers, payload: payload,
             recipients: recipients)
+    }
+}
+
+extension RecipientSelection {
+    init(_ selection: ParsedJob.Selection) {
+        switch selection {
+        case .users(let users): self = .users(users)
+        case .devices(let devices): self = .devices(devices)
+        case .all: self = .all
+        }
     }
 }

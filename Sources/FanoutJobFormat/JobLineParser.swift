@@ -28,8 +28,11 @@ package struct JobLineParser: Sendable {
     /// The keys of a job line.
     package static let knownKeys = [
         "id", "workspace", "topic", "push_type", "priority", "expiration", "collapse_id", "live_activity", "payload",
-        "tokens", "tokens_file",
+        "tokens", "tokens_file", "app", "activity_id", "push_to_start", "users", "devices",
     ]
+
+    /// The longest activity id, in UTF-8 bytes.
+    package static let maximumActivityIDBytes = 256
 
     /// The workspace of a job that names none.
     package static let defaultWorkspace = "default"
@@ -113,7 +116,7 @@ private struct LineReader {
         guard !workspace.isEmpty else { throw LineFailure("workspace", "workspace must not be empty") }
         let headers = try readHeaders()
         let payload = try readPayload(pushType: headers.pushType, now: now)
-        let recipients = try readRecipients(jobFileDirectory: jobFileDirectory)
+        let recipients = try readRecipients(jobFileDirectory: jobFileDirectory, headers: headers)
         return ParsedJob(id: id, workspace: workspace, headers: headers, payload: payload, recipients: recipients)
     }
 
@@ -192,7 +195,42 @@ private struct LineReader {
 
     // MARK: Recipients
 
-    private func readRecipients(jobFileDirectory: String) throws(LineFailure) -> ParsedJob.Recipients {
+    private func readRecipients(jobFileDirectory: String, headers: NotificationHeaders) throws(LineFailure)
+        -> ParsedJob.Recipients
+    {
+        // Exactly one way of naming recipients; `activity_id` beside `push_to_start` names the activity to start.
+        // (An empty `tokens` array counts as no tokens, as it always has.)
+        let ways = ["tokens", "tokens_file", "activity_id", "push_to_start", "users", "devices"].filter { key in
+            guard let value = members[key] else { return false }
+            if key == "tokens", case .array(let elements) = value.value, elements.isEmpty { return false }
+            return true
+        }
+        let addressing = ways.filter { !($0 == "activity_id" && ways.contains("push_to_start")) }
+        if addressing.count > 1 {
+            throw LineFailure(
+                addressing[1],
+                "\(addressing.joined(separator: " and ")) are both given; a job names its recipients one way")
+        }
+        let activityID = try readActivityID()
+        if let way = addressing.first, way != "tokens", way != "tokens_file" {
+            let app = try string("app") ?? Self.bundleID(of: headers)
+            guard !app.isEmpty else { throw LineFailure("app", "app must not be empty") }
+            switch way {
+            case "activity_id":
+                return .activity(app: app, id: activityID!)
+            case "push_to_start":
+                let (attributesType, selection) = try readPushToStart()
+                return .pushToStart(
+                    app: app, attributesType: attributesType, selection: selection, activityID: activityID)
+            case "users":
+                return .devices(app: app, selection: .users(try strings("users")))
+            default:
+                return .devices(app: app, selection: .devices(try strings("devices")))
+            }
+        }
+        if members["app"] != nil {
+            throw LineFailure("app", "app goes with activity_id, push_to_start, users or devices, not with tokens")
+        }
         let tokens = try readTokens()
         let tokensFile = try string("tokens_file")
         switch (tokens.isEmpty, tokensFile) {
@@ -211,6 +249,72 @@ private struct LineReader {
             }
             return .file(path: resolved)
         }
+    }
+
+    /// The bundle id a topic is for: the topic less its push type's suffix.
+    private static func bundleID(of headers: NotificationHeaders) -> String {
+        guard let suffix = headers.pushType.requiredTopicSuffix, !suffix.isEmpty, headers.topic.hasSuffix(suffix)
+        else { return headers.topic }
+        return String(headers.topic.dropLast(suffix.count))
+    }
+
+    private func readActivityID() throws(LineFailure) -> String? {
+        guard let id = try string("activity_id") else { return nil }
+        guard !id.isEmpty else { throw LineFailure("activity_id", "activity_id must not be empty") }
+        guard id.utf8.count <= JobLineParser.maximumActivityIDBytes else {
+            throw LineFailure(
+                "activity_id",
+                "activity_id is \(id.utf8.count) bytes, over the \(JobLineParser.maximumActivityIDBytes)-byte limit")
+        }
+        return id
+    }
+
+    /// `push_to_start`: `{"attributes_type": "...", "users": [...]}`, or `"devices": [...]`, or `"all": true`.
+    private func readPushToStart() throws(LineFailure) -> (String?, ParsedJob.Selection) {
+        guard let raw = members["push_to_start"], case .object(let object) = raw.value else {
+            throw LineFailure("push_to_start", "push_to_start must be an object")
+        }
+        var attributesType: String?
+        var selections: [ParsedJob.Selection] = []
+        for member in object {
+            let field = "push_to_start.\(member.key)"
+            switch (member.key, member.value) {
+            case ("attributes_type", .string(let text)) where !text.isEmpty: attributesType = text
+            case ("attributes_type", .null): break
+            case ("users", let value): selections.append(.users(try Self.strings(value, field: field)))
+            case ("devices", let value): selections.append(.devices(try Self.strings(value, field: field)))
+            case ("all", .bool(true)): selections.append(.all)
+            case ("attributes_type", _), ("all", _):
+                throw LineFailure(
+                    field, member.key == "all" ? "\(field) must be true" : "\(field) must be a non-empty string")
+            default:
+                throw LineFailure(
+                    field, "unknown key \(Self.quoted(member.key)) (known: attributes_type, users, devices, all)")
+            }
+        }
+        guard selections.count == 1 else {
+            throw LineFailure("push_to_start", "push_to_start needs exactly one of users, devices or all: true")
+        }
+        return (attributesType, selections[0])
+    }
+
+    private func strings(_ key: String) throws(LineFailure) -> [String] {
+        try Self.strings(members[key]!.value, field: key)
+    }
+
+    /// A non-empty array of non-empty strings.
+    private static func strings(_ value: JSONValue, field: String) throws(LineFailure) -> [String] {
+        guard case .array(let elements) = value, !elements.isEmpty else {
+            throw LineFailure(field, "\(field) must be a non-empty array of strings")
+        }
+        var result: [String] = []
+        for (index, element) in elements.enumerated() {
+            guard case .string(let text) = element, !text.isEmpty else {
+                throw LineFailure("\(field)[\(index)]", "\(field)[\(index)] must be a non-empty string")
+            }
+            result.append(text)
+        }
+        return result
     }
 
     /// The inline tokens, validated and in lowercase hex; empty when absent.

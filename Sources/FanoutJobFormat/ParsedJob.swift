@@ -20,11 +20,25 @@ package struct ParsedJob: Sendable {
     }
 
     /// Who a job goes to.
-    package enum Recipients: Sendable {
+    package enum Recipients: Sendable, Equatable {
         /// `tokens`: validated lowercase hex tokens.
         case tokens([String])
         /// `tokens_file`: the path, resolved against the job file's directory, of a file that could be opened.
         case file(path: String)
+        /// `activity_id`: every live update token of the activity, from the registry.
+        case activity(app: String, id: String)
+        /// `push_to_start`: the push-to-start tokens of the selected devices; `activityID` (the job's
+        /// `activity_id`, if any) is written into the start payload's attributes.
+        case pushToStart(app: String, attributesType: String?, selection: Selection, activityID: String?)
+        /// `users` or `devices`: the selected devices' regular push tokens.
+        case devices(app: String, selection: Selection)
+    }
+
+    /// Which devices of an app: by user id, by device id, or all of them.
+    package enum Selection: Sendable, Equatable {
+        case users([String])
+        case devices([String])
+        case all
     }
 
     package var id: String

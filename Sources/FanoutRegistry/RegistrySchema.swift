@@ -3,7 +3,7 @@
 /// All times are Unix milliseconds except `last_content_timestamp` (the `aps` timestamp, Unix seconds). Tables are
 /// STRICT, so a value of the wrong type is refused instead of silently stored. Apps and activities are interned as
 /// integer ids, so a million-token activity does not repeat its id string a million times. Tokens are found by their
-/// `token_key` (the first 64 bits of the token, see `RegistrySchema.tokenKey`): an index of 8-byte integers instead
+/// `token_key` (a 64-bit hash of the token, see `RegistrySchema.tokenKey`): an index of 8-byte integers instead
 /// of 64-character strings is five times smaller, and since tokens are random, a commit of a batch of new tokens
 /// dirties (and writes to the WAL) as many of its pages as fit, so its size is what bulk import speed depends on.
 enum RegistrySchema {
@@ -103,13 +103,15 @@ enum RegistrySchema {
 }
 
 extension RegistrySchema {
-    /// The first 16 hex digits of a lowercase hex token as a 64-bit integer: the key of the token indexes. Tokens are
-    /// random, so keys rarely collide, and every lookup compares the whole token too.
+    /// A 64-bit hash of a lowercase hex token (FNV-1a): the key of the token indexes. Keys rarely collide,
+    /// and every lookup compares the whole token too.
     static func tokenKey(_ token: String) -> Int64 {
-        var key: UInt64 = 0
-        for byte in token.utf8.prefix(16) {
-            let digit = byte <= UInt8(ascii: "9") ? byte &- UInt8(ascii: "0") : byte &- UInt8(ascii: "a") &+ 10
-            key = key << 4 | UInt64(digit & 0xF)
+        // FNV-1a over the whole token. A prefix of the token would do for random tokens, but tokens that share a
+        // prefix (sequential test tokens, or a client registering crafted ones) would all land on one key and turn
+        // every lookup into a scan of them.
+        var key: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in token.utf8 {
+            key = (key ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
         }
         return Int64(bitPattern: key)
     }

@@ -2,6 +2,7 @@
 import Fanout
 import FanoutCore
 import FanoutJobFile
+import FanoutJobFormat
 import Foundation
 import XCTest
 
@@ -289,6 +290,71 @@ final class JobFileParserTests: XCTestCase {
         assertRefused(
             Self.jobLine(["tokens_file": #""tokens.txt""#]), field: "tokens_file",
             prefix: "tokens and tokens_file are both given")
+    }
+
+    // MARK: Registry addressing
+
+    private func recipients(_ changes: [String: String?]) throws -> ParsedJob.Recipients {
+        switch parse(Self.jobLine(changes)) {
+        case .success(let parsed): return parsed.job.recipients
+        case .failure(let error): throw error
+        }
+    }
+
+    func testActivityIDAddressesTheActivityOfTheTopicsApp() throws {
+        XCTAssertEqual(
+            try recipients(["tokens": nil, "activity_id": #""match-7""#]), .activity(app: "com.acme.app", id: "match-7")
+        )
+        XCTAssertEqual(
+            try recipients(["tokens": nil, "activity_id": #""match-7""#, "app": #""com.other""#]),
+            .activity(app: "com.other", id: "match-7"))
+    }
+
+    func testPushToStartSelectsUsersDevicesOrAllAndKeepsTheActivityID() throws {
+        let start =
+            #"{"event": "start", "content_state": {"home": 0}, "attributes_type": "MatchAttributes", "attributes": {"team": "A"}, "alert": {"title": "Kick-off"}}"#
+        XCTAssertEqual(
+            try recipients([
+                "tokens": nil, "live_activity": start, "activity_id": #""match-9""#,
+                "push_to_start": #"{"attributes_type": "MatchAttributes", "users": ["u1", "u2"]}"#,
+            ]),
+            .pushToStart(
+                app: "com.acme.app", attributesType: "MatchAttributes", selection: .users(["u1", "u2"]),
+                activityID: "match-9"))
+        XCTAssertEqual(
+            try recipients(["tokens": nil, "live_activity": start, "push_to_start": #"{"devices": ["d1"]}"#]),
+            .pushToStart(app: "com.acme.app", attributesType: nil, selection: .devices(["d1"]), activityID: nil))
+        XCTAssertEqual(
+            try recipients(["tokens": nil, "live_activity": start, "push_to_start": #"{"all": true}"#]),
+            .pushToStart(app: "com.acme.app", attributesType: nil, selection: .all, activityID: nil))
+    }
+
+    func testUsersAndDevicesAddressRegularPushTokens() throws {
+        XCTAssertEqual(
+            try recipients(["tokens": nil, "users": #"["u1"]"#]),
+            .devices(app: "com.acme.app", selection: .users(["u1"])))
+        XCTAssertEqual(
+            try recipients(["tokens": nil, "devices": #"["d1", "d2"]"#]),
+            .devices(app: "com.acme.app", selection: .devices(["d1", "d2"])))
+    }
+
+    func testRegistryAddressingErrorsNameTheField() {
+        assertRefused(
+            Self.jobLine(["activity_id": #""match-7""#]), field: "activity_id",
+            prefix: "tokens and activity_id are both given")
+        assertRefused(
+            Self.jobLine(["tokens": nil, "activity_id": "\"" + String(repeating: "a", count: 257) + "\""]),
+            field: "activity_id", prefix: "activity_id is 257 bytes, over the 256-byte limit")
+        assertRefused(
+            Self.jobLine(["tokens": nil, "push_to_start": #"{"users": ["u"], "all": true}"#]), field: "push_to_start",
+            prefix: "push_to_start needs exactly one of users, devices or all: true")
+        assertRefused(
+            Self.jobLine(["tokens": nil, "users": "[]"]), field: "users", prefix: "users must be a non-empty array")
+        assertRefused(
+            Self.jobLine(["tokens": nil, "devices": #"["d", 3]"#]), field: "devices[1]",
+            prefix: "devices[1] must be a non-empty string")
+        assertRefused(
+            Self.jobLine(["app": #""com.acme.app""#]), field: "app", prefix: "app goes with activity_id")
     }
 
     func testTokenThatIsNotHexNamesItsIndex() {

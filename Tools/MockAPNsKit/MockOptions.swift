@@ -51,6 +51,9 @@ package struct MockOptions: Sendable {
     package var blackholeEvery = 0
     /// Every stream after the Nth is accepted and never answered (0: off): the server hangs mid-run.
     package var blackholeAfter = 0
+    /// Keep every accepted notification's payload, by token (tests that check what a device got; no
+    /// flag: it grows with the tokens).
+    package var capturePayloads = false
     package var throttleAfterReject = false
     package var tokenMaxAge: Int64 = 3600
     package var seed: UInt64 = 1

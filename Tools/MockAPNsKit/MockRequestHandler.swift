@@ -83,7 +83,10 @@ final class MockRequestHandler: HTTP2ServerHandler {
         var body: [UInt8] = []
         if answer.status == 200 {
             headers.append(("apns-unique-id", APNsID.generate(using: &random)))
-            if let token = answer.token { shared.record?.append(token: token, apnsID: apnsID) }
+            if let token = answer.token {
+                shared.record?.append(token: token, apnsID: apnsID)
+                if shared.options.capturePayloads { shared.stats.recordPayload(request.body, token: token) }
+            }
         } else {
             body = APNsResponse.errorBody(
                 reason: APNsReason(answer.reason ?? "InternalServerError"), timestamp: answer.timestamp)

@@ -21,6 +21,7 @@ package final class MockStats: Sendable {
         var connectionsDropped = 0
         var streamsRefused = 0
         var streamsBlackholed = 0
+        var payloadsByToken: [String: [[UInt8]]] = [:]
     }
 
     private let tallies = Mutex(Tallies())
@@ -42,6 +43,12 @@ package final class MockStats: Sendable {
 
     func recordRefused() { tallies.withLock { $0.streamsRefused += 1 } }
     func recordBlackholed() { tallies.withLock { $0.streamsBlackholed += 1 } }
+    func recordPayload(_ payload: [UInt8], token: String) {
+        tallies.withLock { $0.payloadsByToken[token, default: []].append(payload) }
+    }
+
+    /// The payloads accepted for each token, in the order they were accepted (with `capturePayloads`).
+    package var payloadsByToken: [String: [[UInt8]]] { tallies.withLock { $0.payloadsByToken } }
     func recordConnection() { tallies.withLock { $0.connections += 1 } }
     func recordViolation() { tallies.withLock { $0.streamLimitViolations += 1 } }
     func recordGoaway() { tallies.withLock { $0.goawaysSent += 1 } }

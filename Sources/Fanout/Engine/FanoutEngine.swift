@@ -171,8 +171,9 @@ public final class FanoutEngine: Sendable {
         var reader: RecipientReader
         do {
             prepared = try await prepare(job, run: run)
-            reader = try RecipientReader(
-                job.recipients, registry: configuration.registry, now: Int64(Date().timeIntervalSince1970 * 1000))
+            // One moment for the whole job, on the registry's clock, so every page agrees on what has expired.
+            let now = configuration.registry?.clock.now() ?? Int64(Date().timeIntervalSince1970 * 1000)
+            reader = try RecipientReader(job.recipients, registry: configuration.registry, now: now)
         } catch {
             run.didSubmit(1)
             run.record(NotificationResult(jobID: job.id, token: nil, outcome: .invalid, reason: error.message))

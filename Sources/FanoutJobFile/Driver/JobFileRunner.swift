@@ -206,7 +206,8 @@ package final class JobFileRunner: Sendable {
 
     /// How many notifications the job file names (inline tokens, lines of token files, one per
     /// invalid line), counted in the background for the progress line's total and ETA; nil when a
-    /// file cannot be read to the end (the progress line then shows no total).
+    /// file cannot be read to the end, or a job addresses the registry (the progress line then shows
+    /// no total).
     static func countNotifications(jobsPath: String) -> Int? {
         do {
             let reader = try JobFileReader(path: jobsPath)
@@ -222,6 +223,7 @@ package final class JobFileRunner: Sendable {
                     switch parsed.job.recipients {
                     case .tokens(let tokens): total += tokens.count
                     case .file(let path): total += try countLines(path)
+                    case .activity, .pushToStart, .devices: return nil  // known only once read from the registry
                     }
                 }
             }

@@ -1,0 +1,256 @@
+import Fanout
+import Foundation
+import Synchronization
+import XCTest
+
+/// Jobs that address the registry instead of naming tokens, against mock-apns: an activity's live
+/// tokens are read in pages, sent to once each, and the ones APNs invalidates are pruned.
+final class RegistryEngineTests: XCTestCase {
+    static let app = "com.example.app"
+    /// Unix ms of the tests' "now": the registry's clock is moved around it.
+    static let realNow = Int64(Date().timeIntervalSince1970 * 1000)
+
+    private func makeRegistry(clock: TestClock) throws -> SQLiteRegistryStore {
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "registry")
+        var configuration = RegistryConfiguration()
+        configuration.clock = clock.registryClock
+        let store = try SQLiteRegistryStore(path: "\(directory)/registry.db", configuration: configuration)
+        addTeardownBlock { store.close() }
+        return store
+    }
+
+    private func registerUpdateTokens(
+        _ store: SQLiteRegistryStore, activity: String, tokens: some Sequence<(device: String, token: String)>
+    ) async throws {
+        var batch: [RegistryChange] = []
+        for entry in tokens {
+            batch.append(
+                .updateToken(
+                    UpdateTokenRegistration(
+                        app: Self.app, activityID: activity, deviceID: entry.device, token: entry.token)
+                ))
+            if batch.count == 10_000 {
+                try await store.apply(batch)
+                batch.removeAll(keepingCapacity: true)
+            }
+        }
+        if !batch.isEmpty { try await store.apply(batch) }
+    }
+
+    private func liveTokens(_ store: SQLiteRegistryStore, activity: String) async throws -> Set<String> {
+        var tokens = Set<String>()
+        var cursor: RegistryCursor?
+        repeat {
+            let page = try await store.liveUpdateTokens(app: Self.app, activityID: activity, after: cursor, limit: 5000)
+            tokens.formUnion(page.items.map(\.token))
+            cursor = page.next
+        } while cursor != nil
+        return tokens
+    }
+
+    private func updateJob(_ id: String, activity: String, timestamp: Int64 = 1_764_460_800) -> FanoutJob {
+        FanoutJob.liveActivity(
+            id: id, bundleID: Self.app,
+            content: LiveActivityContent(
+                event: .update, timestamp: timestamp, contentState: try! RawJSON(validating: #"{"home":2,"away":1}"#)),
+            recipients: .activity(app: Self.app, id: activity))
+    }
+
+    /// 100,000 live tokens of `match-7`, 1,000 of another activity and 5,000 expired ones of `match-7`:
+    /// an update by activity id reaches exactly the 100,000, with one encoding; the 500 the mock calls
+    /// unregistered leave the registry, each with one removed/unregistered event.
+    func testUpdateByActivityReachesEveryLiveTokenOnceAndPrunesUnregistered() async throws {
+        let clock = TestClock(Self.realNow - 9 * 3_600_000)
+        let store = try makeRegistry(clock: clock)
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        // Registered 9 hours ago: expired by now.
+        try await registerUpdateTokens(
+            store, activity: "match-7", tokens: (0..<5000).map { ("old-\($0)", testDeviceToken(500_000 + $0)) })
+        clock.set(Self.realNow - 3_600_000)
+        let live = (0..<100_000).map { testDeviceToken($0) }
+        try await registerUpdateTokens(store, activity: "match-7", tokens: live.enumerated().map { ("d\($0)", $1) })
+        try await registerUpdateTokens(
+            store, activity: "match-8", tokens: (0..<1000).map { ("other-\($0)", testDeviceToken(700_000 + $0)) })
+        clock.set(Self.realNow)
+
+        let gone = Array(live[1000..<1500])
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "unregistered")
+        let unregisteredFile = "\(directory)/unregistered.txt"
+        try gone.joined(separator: "\n").write(toFile: unregisteredFile, atomically: true, encoding: .utf8)
+        let mock = try MockHarness { $0.unregisteredPath = unregisteredFile }
+        defer { mock.stop() }
+
+        let events = store.subscribe()
+        let removed = Task {
+            var reasons: [String: Int] = [:]
+            for await event in events where event.change == .removed {
+                reasons[event.reason?.rawValue ?? "nil", default: 0] += 1
+                if reasons.values.reduce(0, +) == 500 { break }
+            }
+            return reasons
+        }
+
+        let engine = try makeEngine(for: mock) { $0.registry = store }
+        let log = ResultLog()
+        let summary = try await engine.run(updateJob("match-7-update", activity: "match-7")) { log.add($0) }
+        await engine.shutdown()
+
+        XCTAssertEqual(summary.notifications, 100_000)
+        XCTAssertEqual(summary.counts.delivered, 99_500)
+        XCTAssertEqual(summary.counts.unregistered, 500)
+        XCTAssertEqual(summary.payloadEncodings, 1)
+        XCTAssertEqual(log.tokensWithResults, 100_000)
+        XCTAssertEqual(log.tokensWithMoreThanOneResult, 0)
+        XCTAssertEqual(mock.stats.accepted, 99_500)
+        XCTAssertEqual(mock.stats.snapshot()["distinct_tokens"] as? Int, 99_500)
+
+        let remaining = try await liveTokens(store, activity: "match-7")
+        XCTAssertEqual(remaining.count, 99_500)
+        XCTAssertTrue(remaining.isDisjoint(with: gone), "unregistered tokens were pruned")
+        let other = try await liveTokens(store, activity: "match-8")
+        XCTAssertEqual(other.count, 1000, "another activity is untouched")
+        let reasons = await withTaskGroup(of: [String: Int]?.self) { group in
+            group.addTask { await removed.value }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(10))
+                return nil
+            }
+            let first = await group.next()!
+            group.cancelAll()
+            removed.cancel()
+            return first
+        }
+        XCTAssertEqual(reasons, ["unregistered": 500])
+    }
+
+    /// The 410 rule through the engine: a token registered again after APNs's timestamp stays.
+    func testA410RemovesOnlyTokensRegisteredBeforeItsTimestamp() async throws {
+        let clock = TestClock(Self.realNow - 3_600_000)
+        let store = try makeRegistry(clock: clock)
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        let before = testDeviceToken(1)
+        let after = testDeviceToken(2)
+        try await registerUpdateTokens(store, activity: "m", tokens: [("a", before)])
+        // Registered an hour from now: later than the mock's 410 timestamp (its own now).
+        clock.set(Self.realNow + 3_600_000)
+        try await registerUpdateTokens(store, activity: "m", tokens: [("b", after)])
+
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "unregistered")
+        let unregisteredFile = "\(directory)/unregistered.txt"
+        try [before, after].joined(separator: "\n").write(toFile: unregisteredFile, atomically: true, encoding: .utf8)
+        let mock = try MockHarness { $0.unregisteredPath = unregisteredFile }
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1) { $0.registry = store }
+        let summary = try await engine.run(updateJob("m-update", activity: "m")) { _ in }
+        await engine.shutdown()
+        XCTAssertEqual(summary.counts.unregistered, 2)
+        let kept = try await liveTokens(store, activity: "m")
+        XCTAssertEqual(kept, [after])
+    }
+
+    /// Push-to-start by users and by attributes type; the activity id lands in `attributes` at each
+    /// preset's key path.
+    func testPushToStartWritesTheActivityIDUnderEachPresetKey() async throws {
+        let clock = TestClock(Self.realNow)
+        let store = try makeRegistry(clock: clock)
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        var changes: [RegistryChange] = []
+        for index in 0..<6 {
+            changes.append(
+                .pushToStartToken(
+                    PushToStartRegistration(
+                        app: Self.app, deviceID: "dev-\(index)", userID: index < 3 ? "fan" : "other",
+                        attributesType: index % 2 == 0 ? "MatchAttributes" : "OtherAttributes",
+                        token: testDeviceToken(900 + index))))
+        }
+        try await store.apply(changes)
+        let mock = try MockHarness { $0.capturePayloads = true }
+        defer { mock.stop() }
+
+        let presets: [(ActivityIDAttribute, String)] = [
+            (.fanout, #""activityId":"match-9""#),
+            (.pushwoosh, #""pushwoosh":{"activityId":"match-9"}"#),
+            (.braze, #""brazeActivityId":"match-9""#),
+        ]
+        for (preset, expected) in presets {
+            let engine = try makeEngine(for: mock, loops: 1, connections: 1) {
+                $0.registry = store
+                $0.activityIDAttribute = preset
+            }
+            let start = FanoutJob.liveActivity(
+                id: "start-\(expected.count)", bundleID: Self.app,
+                content: LiveActivityContent(
+                    event: .start, timestamp: 1_764_460_800, contentState: try RawJSON(validating: #"{"home":0}"#),
+                    alert: LiveActivityAlert(title: "Kick-off"), attributesType: "MatchAttributes",
+                    attributes: try RawJSON(validating: #"{"team":"A"}"#)),
+                recipients: .pushToStart(
+                    app: Self.app, attributesType: "MatchAttributes", selection: .users(["fan"]), activityID: "match-9")
+            )
+            let summary = try await engine.run(start) { _ in }
+            await engine.shutdown()
+            // Users "fan" own devices 0, 1, 2; of those, 0 and 2 registered MatchAttributes.
+            XCTAssertEqual(summary.counts.delivered, 2, "\(preset)")
+        }
+        let payloads = mock.stats.payloadsByToken
+        XCTAssertEqual(Set(payloads.keys), [testDeviceToken(900), testDeviceToken(902)])
+        for token in payloads.keys {
+            let texts = payloads[token]!.map { String(decoding: $0, as: UTF8.self) }
+            XCTAssertEqual(texts.count, 3)
+            for ((_, expected), text) in zip(presets, texts) {
+                XCTAssertTrue(text.contains(expected), "\(expected) in \(text)")
+                XCTAssertTrue(text.contains(#""team":"A""#), "the job's own attributes are kept: \(text)")
+            }
+        }
+    }
+
+    /// An app the registry does not know, and a registry job on an engine without a registry, are
+    /// refused naming the field; nothing is sent.
+    func testUnknownAppAndMissingRegistryAreRefused() async throws {
+        let store = try makeRegistry(clock: TestClock(Self.realNow))
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock) { $0.registry = store }
+        do {
+            _ = try await engine.run(updateJob("unknown", activity: "x")) { _ in }
+            XCTFail("an unknown app was accepted")
+        } catch {
+            XCTAssertTrue(error.message.contains("app"), error.message)
+        }
+        let bare = try makeEngine(for: mock)
+        do {
+            _ = try await bare.run(updateJob("no-registry", activity: "x")) { _ in }
+            XCTFail("a registry job ran without a registry")
+        } catch {
+            XCTAssertTrue(error.message.contains("registry"), error.message)
+        }
+        await engine.shutdown()
+        await bare.shutdown()
+        XCTAssertEqual(mock.stats.snapshot()["requests"] as? Int, 0)
+    }
+
+    /// An activity with no live tokens is not an error: the job ends with 0 notifications.
+    func testAnActivityWithNoLiveTokensEndsWithNothingSent() async throws {
+        let store = try makeRegistry(clock: TestClock(Self.realNow))
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock) { $0.registry = store }
+        let summary = try await engine.run(updateJob("empty", activity: "nobody-watches")) { _ in }
+        await engine.shutdown()
+        XCTAssertEqual(summary.notifications, 0)
+        XCTAssertEqual(mock.stats.snapshot()["requests"] as? Int, 0)
+    }
+}
+
+/// A registry clock a test moves by hand.
+final class TestClock: Sendable {
+    private let millis: Atomic<Int64>
+
+    init(_ start: Int64) {
+        millis = Atomic(start)
+    }
+
+    func set(_ value: Int64) { millis.store(value, ordering: .relaxed) }
+    func now() -> Int64 { millis.load(ordering: .relaxed) }
+    var registryClock: RegistryClock { RegistryClock { self.now() } }
+}
