@@ -203,6 +203,125 @@ final class RegistryEngineTests: XCTestCase {
         }
     }
 
+    // MARK: Latest wins
+
+    /// Ten updates to one activity of 20,000 tokens, submitted together against a mock that answers
+    /// in 20 ms: every token gets the newest, older ones still queued end `superseded`, and far fewer
+    /// than 200,000 requests reach the mock.
+    func testNewerUpdatesSupersedeQueuedOlderOnes() async throws {
+        let clock = TestClock(Self.realNow)
+        let store = try makeRegistry(clock: clock)
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        let tokens = (0..<20_000).map { testDeviceToken($0) }
+        try await registerUpdateTokens(store, activity: "match-7", tokens: tokens.enumerated().map { ("d\($0)", $1) })
+        let mock = try MockHarness {
+            $0.latencyMilliseconds = 20
+            $0.capturePayloads = true
+        }
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock) { $0.registry = store }
+        let base: Int64 = 1_764_460_800
+        var runs: [FanoutRun] = []
+        for index in 1...10 {
+            runs.append(
+                try engine.submit(updateJob("update-\(index)", activity: "match-7", timestamp: base + Int64(index))))
+        }
+        var delivered = 0
+        var superseded = 0
+        var notifications = 0
+        for run in runs {
+            let summary = await run.summary()
+            notifications += summary.notifications
+            delivered += summary.counts.delivered
+            superseded += summary.counts.superseded
+            XCTAssertEqual(summary.counts.delivered + summary.counts.superseded, summary.notifications, run.jobID)
+        }
+        let newest = await runs.last!.summary()
+        await engine.shutdown()
+
+        XCTAssertEqual(newest.counts.delivered, 20_000, "the newest update reaches every token")
+        XCTAssertEqual(notifications, 200_000)
+        XCTAssertEqual(delivered + superseded, notifications)
+        XCTAssertGreaterThan(superseded, 0)
+        let requests = mock.stats.snapshot()["requests"] as? Int ?? 0
+        XCTAssertEqual(requests, delivered)
+        XCTAssertLessThan(requests, 200_000)
+        let newestTimestamp = "\"timestamp\":\(base + 10)"
+        let payloads = mock.stats.payloadsByToken
+        XCTAssertEqual(payloads.count, 20_000)
+        let missing = tokens.filter { token in
+            !(payloads[token] ?? []).contains { String(decoding: $0, as: UTF8.self).contains(newestTimestamp) }
+        }
+        XCTAssertEqual(missing.count, 0, "tokens that never got the newest update")
+        let stored = try await store.activity(app: Self.app, activityID: "match-7")
+        XCTAssertEqual(stored?.lastContentTimestamp, base + 10)
+    }
+
+    /// A job whose timestamp is not newer than what was already sent ends `superseded`, unsent.
+    func testAnUpdateNoNewerThanTheLastSentIsSupersededWithoutSending() async throws {
+        let clock = TestClock(Self.realNow)
+        let store = try makeRegistry(clock: clock)
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        try await registerUpdateTokens(store, activity: "m", tokens: (0..<10).map { ("d\($0)", testDeviceToken($0)) })
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock) { $0.registry = store }
+        let first = try await engine.run(updateJob("first", activity: "m", timestamp: 1_000)) { _ in }
+        let again = try await engine.run(updateJob("same", activity: "m", timestamp: 1_000)) { _ in }
+        let older = try await engine.run(updateJob("older", activity: "m", timestamp: 999)) { _ in }
+        await engine.shutdown()
+        XCTAssertEqual(first.counts.delivered, 10)
+        XCTAssertEqual(again.counts.superseded, 10)
+        XCTAssertEqual(older.counts.superseded, 10)
+        XCTAssertEqual(mock.stats.accepted, 10)
+        // Another engine (another process) sees the registry's record.
+        let mock2 = try MockHarness()
+        defer { mock2.stop() }
+        let engine2 = try makeEngine(for: mock2) { $0.registry = store }
+        let elsewhere = try await engine2.run(updateJob("elsewhere", activity: "m", timestamp: 1_000)) { _ in }
+        await engine2.shutdown()
+        XCTAssertEqual(elsewhere.counts.superseded, 10)
+        XCTAssertEqual(mock2.stats.snapshot()["requests"] as? Int, 0)
+    }
+
+    // MARK: Priority-10 guard
+
+    /// With a limit of 2 priority-10 updates per activity per hour, the 3rd and 4th go out at
+    /// priority 5 and count as demoted; an update with an alert and an end keep priority 10.
+    func testPriority10GuardDemotesUpdatesPastTheLimit() async throws {
+        let store = try makeRegistry(clock: TestClock(Self.realNow))
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        try await registerUpdateTokens(store, activity: "m", tokens: (0..<5).map { ("d\($0)", testDeviceToken($0)) })
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock) {
+            $0.registry = store
+            $0.priority10UpdatesPerHour = [Self.app: 2]
+        }
+        var demoted: [Int] = []
+        for index in 1...4 {
+            let summary = try await engine.run(updateJob("u\(index)", activity: "m", timestamp: Int64(index))) { _ in }
+            XCTAssertEqual(summary.counts.delivered, 5)
+            demoted.append(summary.demoted)
+        }
+        XCTAssertEqual(demoted, [0, 0, 5, 5])
+        var alert = updateJob("alert", activity: "m", timestamp: 10)
+        if case .liveActivity(var content) = alert.payload {
+            content.alert = LiveActivityAlert(title: "Goal!")
+            alert.payload = .liveActivity(content)
+        }
+        let withAlert = try await engine.run(alert) { _ in }
+        XCTAssertEqual(withAlert.demoted, 0, "an alert keeps priority 10")
+        let end = FanoutJob.liveActivity(
+            id: "end", bundleID: Self.app, content: LiveActivityContent(event: .end, timestamp: 11, dismissalDate: 12),
+            recipients: .activity(app: Self.app, id: "m"))
+        let ended = try await engine.run(end) { _ in }
+        XCTAssertEqual(ended.demoted, 0, "an end keeps priority 10")
+        XCTAssertEqual(ended.counts.delivered, 5)
+        await engine.shutdown()
+        XCTAssertEqual(mock.stats.snapshot()["by_status"] as? [String: Int], ["200": 30])
+    }
+
     /// An app the registry does not know, and a registry job on an engine without a registry, are
     /// refused naming the field; nothing is sent.
     func testUnknownAppAndMissingRegistryAreRefused() async throws {

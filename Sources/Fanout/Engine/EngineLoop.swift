@@ -149,7 +149,10 @@ final class EngineLoop: @unchecked Sendable {
         for slot in slots {
             guard let connection = slot.connection, connection.isReady, connection.isAcceptingRequests else { continue }
             while connection.outstanding < connection.streamLimit, let pending = waiting.popFirst() {
-                if hasExpired(pending, nowSeconds: &nowSeconds) {
+                if pending.job.run.isSuperseded {
+                    // A newer update for the activity came before this one left: it is never sent.
+                    finish(pending, outcome: .superseded, reason: "Superseded")
+                } else if hasExpired(pending, nowSeconds: &nowSeconds) {
                     finish(pending, outcome: .expired, reason: "Expired")
                 } else {
                     send(pending, on: connection, bearer: bearer, now: now)
@@ -257,6 +260,10 @@ final class EngineLoop: @unchecked Sendable {
     private func retryOrFail(_ pending: PendingNotification, immediately: Bool = false) {
         if pending.job.run.isCancelled {
             finish(pending, outcome: .cancelled, reason: "Cancelled")
+            return
+        }
+        if pending.job.run.isSuperseded {
+            finish(pending, outcome: .superseded, reason: "Superseded")
             return
         }
         guard !isStopping, pending.attempts < configuration.maxAttempts else {

@@ -23,6 +23,8 @@ public final class FanoutEngine: Sendable {
     private let loops: [EngineLoop]
     private let nextLoop = Atomic<Int>(0)
     private let state = Mutex(EngineState())
+    /// Latest-wins and the priority-10 guard, per activity.
+    let activities = ActivityLedger()
     /// Tokens APNs invalidated (410, BadDeviceToken, DeviceTokenNotForTopic), from every job, for the
     /// caller to drop from its token store. Holds the newest 100,000 when nobody reads it.
     public let invalidTokens: AsyncStream<InvalidatedToken>
@@ -157,9 +159,22 @@ public final class FanoutEngine: Sendable {
     private enum FeedStop {
         case shutdown
         case cancelled
+        case superseded
 
-        var outcome: NotificationOutcome { self == .shutdown ? .failed : .cancelled }
-        var reason: String { self == .shutdown ? "NotSent" : "Cancelled" }
+        var outcome: NotificationOutcome {
+            switch self {
+            case .shutdown: return .failed
+            case .cancelled: return .cancelled
+            case .superseded: return .superseded
+            }
+        }
+        var reason: String {
+            switch self {
+            case .shutdown: return "NotSent"
+            case .cancelled: return "Cancelled"
+            case .superseded: return "Superseded"
+            }
+        }
     }
 
     /// Streams the job's tokens to the loops in batches, waiting for room in flight. A job that fails
@@ -167,10 +182,10 @@ public final class FanoutEngine: Sendable {
     /// or the job is cancelled, the recipients not yet handed to a loop end `failed` (NotSent) or
     /// `cancelled` without being sent, so every recipient still gets exactly one result.
     private func feed(_ job: FanoutJob, into run: FanoutRun) async throws(FanoutError) {
-        let prepared: PreparedJob
+        let checked: PreparedJob
         var reader: RecipientReader
         do {
-            prepared = try await prepare(job, run: run)
+            checked = try await prepare(job, run: run)
             // One moment for the whole job, on the registry's clock, so every page agrees on what has expired.
             let now = configuration.registry?.clock.now() ?? Int64(Date().timeIntervalSince1970 * 1000)
             reader = try RecipientReader(job.recipients, registry: configuration.registry, now: now)
@@ -182,12 +197,16 @@ public final class FanoutEngine: Sendable {
         }
 
         state.withLock { $0.payloadEncodings += 1 }
+        let rules = await applyActivityRules(job, prepared: checked, run: run)
+        let prepared = rules.send
         var demoted: PreparedJob?
         let isShuttingDown = { self.state.withLock { $0.shuttingDown } }
-        var stop: FeedStop?
+        var stop: FeedStop? = rules.stale ? .superseded : nil
         func checkStop() {
             guard stop == nil else { return }
-            if run.isCancelled || Task.isCancelled {
+            if run.isSuperseded {
+                stop = .superseded
+            } else if run.isCancelled || Task.isCancelled {
                 stop = .cancelled
             } else if isShuttingDown() {
                 stop = .shutdown
@@ -203,7 +222,7 @@ public final class FanoutEngine: Sendable {
         let countsNotifications = configuration.rateLimits?.budget(for: job.workspace).countingUnit == .notification
         // Counting per job: one decision for the whole job, before anything is sent.
         var jobAdmission: Admission = .send(prepared)
-        if !countsNotifications {
+        if !countsNotifications && stop == nil {
             jobAdmission = await admit(
                 job, prepared: prepared, demoted: &demoted, cost: 1, isShuttingDown: isShuttingDown)
             stop = stopped(by: jobAdmission)
@@ -302,6 +321,7 @@ public final class FanoutEngine: Sendable {
                     job: target, token: entry.token,
                     apnsID: job.singleNotificationID ?? APNsID.generate(using: &random), position: entry.position)
             }
+            if rules.demotedByGuard { run.countDemoted(notifications.count) }
             do {
                 try engineLoop.loop.execute { engineLoop.enqueue(notifications) }
             } catch {

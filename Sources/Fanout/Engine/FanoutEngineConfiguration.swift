@@ -28,6 +28,12 @@ public struct FanoutEngineConfiguration: Sendable {
     public var registry: (any RegistryStore)?
     /// Where push-to-start jobs write their activity id inside `attributes` (default `activityId`).
     public var activityIDAttribute: ActivityIDAttribute
+    /// The priority-10 guard, per app (bundle id): at most this many priority-10 updates per activity
+    /// over a rolling hour; later ones go out at priority 5 and count as `demoted`. Alerts and `end`
+    /// events keep priority 10. Off (empty) by default: Apple publishes no number for the budget a
+    /// device allows (it depends on the device and on NSSupportsLiveActivitiesFrequentUpdates), so a
+    /// limit is a choice each app makes from what it sees (throttled updates arriving late).
+    public var priority10UpdatesPerHour: [String: Int]
     /// Where the engine counts outcomes, retries, in-flight work, connections and round trips
     /// (served by `MetricsEndpoint`); nil: not counted.
     public var metrics: FanoutMetrics?
@@ -63,6 +69,7 @@ public struct FanoutEngineConfiguration: Sendable {
         maxInFlight = nil
         registry = nil
         activityIDAttribute = .fanout
+        priority10UpdatesPerHour = [:]
         metrics = nil
         rateLimits = try! RateLimiterRegistry()  // the default budget is valid
         maxAttempts = 8

@@ -9,6 +9,8 @@ public struct JobSummary: Sendable {
     public var counts: OutcomeCounts
     /// Payload encodings done for this job: 1 with batch encoding, whatever the token count.
     public var payloadEncodings: Int
+    /// Notifications sent at priority 5 instead of 10 by the activity priority-10 guard.
+    public var demoted = 0
     public var seconds: Double
 }
 
@@ -27,6 +29,7 @@ public final class FanoutRun: Sendable {
     private let onResult: (@Sendable (NotificationResult) -> Void)?
     private let started = DispatchTime.now()
     private let cancelledFlag = Atomic<Bool>(false)
+    private let supersededFlag = Atomic<Bool>(false)
     /// Tells the engine's loops to drop this run's queued notifications and reset its open streams.
     private let cancelOnLoops: @Sendable (FanoutRun) -> Void
     /// The task feeding a `submit`ted job, cancelled with the run.
@@ -40,6 +43,7 @@ public final class FanoutRun: Sendable {
         var summary: JobSummary?
         var waiters: [CheckedContinuation<JobSummary, Never>] = []
         var payloadEncodings = 0
+        var demoted = 0
     }
     private let state = Mutex(State())
 
@@ -75,6 +79,16 @@ public final class FanoutRun: Sendable {
 
     /// Whether `cancel()` was called.
     public var isCancelled: Bool { cancelledFlag.load(ordering: .acquiring) }
+
+    /// A newer update for the same activity replaced this job: what is not on the wire yet ends
+    /// `superseded`.
+    func markSuperseded() { supersededFlag.store(true, ordering: .releasing) }
+
+    var isSuperseded: Bool { supersededFlag.load(ordering: .acquiring) }
+
+    func countDemoted(_ count: Int) {
+        state.withLock { $0.demoted += count }
+    }
 
     func setFeeder(_ task: Task<Void, Never>) {
         feeder.withLock { $0 = task }
@@ -125,7 +139,7 @@ public final class FanoutRun: Sendable {
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
             let summary = JobSummary(
                 jobID: jobID, notifications: state.completed, counts: state.counts,
-                payloadEncodings: state.payloadEncodings, seconds: seconds)
+                payloadEncodings: state.payloadEncodings, demoted: state.demoted, seconds: seconds)
             state.summary = summary
             let waiters = state.waiters
             state.waiters = []

@@ -20,9 +20,11 @@ public struct NotificationOutcome: Hashable, Sendable, CustomStringConvertible {
     /// The caller cancelled before an answer came: not sent, or its stream was reset (CANCEL). A
     /// notification whose stream was open may still have reached the device.
     public static let cancelled = NotificationOutcome(name: "cancelled")
+    /// A newer update (greater `timestamp`) for the same activity replaced it before it was sent.
+    public static let superseded = NotificationOutcome(name: "superseded")
 
     public static let all: [NotificationOutcome] = [
-        delivered, rejected, unregistered, failed, expired, rateLimited, invalid, cancelled,
+        delivered, rejected, unregistered, failed, expired, rateLimited, invalid, cancelled, superseded,
     ]
 
     /// The outcome a results line names (`"rate_limited"`, ...); an unknown name reads as `invalid`.
@@ -87,13 +89,14 @@ public struct OutcomeCounts: Codable, Sendable, Equatable {
     public var rateLimited = 0
     public var invalid = 0
     public var cancelled = 0
+    public var superseded = 0
     /// Attempts beyond the first, summed over notifications.
     public var retries = 0
 
     public init() {}
 
     public var total: Int {
-        delivered + rejected + unregistered + failed + expired + rateLimited + invalid + cancelled
+        delivered + rejected + unregistered + failed + expired + rateLimited + invalid + cancelled + superseded
     }
 
     public mutating func add(_ result: NotificationResult) {
@@ -110,6 +113,7 @@ public struct OutcomeCounts: Codable, Sendable, Equatable {
         case .expired: expired += 1
         case .rateLimited: rateLimited += 1
         case .cancelled: cancelled += 1
+        case .superseded: superseded += 1
         default: invalid += 1
         }
         retries += extra

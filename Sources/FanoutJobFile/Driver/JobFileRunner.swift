@@ -37,6 +37,7 @@ package struct SendSummary: Sendable {
             ("failed", "\(counts.outcomes.failed)"),
             ("expired", "\(counts.outcomes.expired)"), ("rate_limited", "\(counts.outcomes.rateLimited)"),
             ("invalid", "\(counts.outcomes.invalid)"), ("cancelled", "\(counts.outcomes.cancelled)"),
+            ("superseded", "\(counts.outcomes.superseded)"), ("demoted", "\(counts.demoted)"),
             ("retries", "\(counts.outcomes.retries)"), ("payload_encodings", "\(counts.payloadEncodings)"),
             ("seconds", String(format: "%.2f", seconds)), ("rate", String(format: "%.1f", rate)),
         ]
@@ -109,7 +110,7 @@ package final class JobFileRunner: Sendable {
                     writer.record(
                         NotificationResult(jobID: id, token: nil, outcome: .invalid, reason: error.description),
                         line: line.number)
-                    writer.finishJob(line: line.number, payloadEncodings: 0)
+                    writer.finishJob(line: line.number, payloadEncodings: 0, demoted: 0)
                 case .success(let parsed):
                     var job = FanoutJob(parsed.job)
                     if resume.finishedJobIDs.contains(job.id) { continue }
@@ -132,10 +133,11 @@ package final class JobFileRunner: Sendable {
                     group.addTask {
                         do {
                             let summary = try await engine.run(job) { result in writer.record(result, line: number) }
-                            writer.finishJob(line: number, payloadEncodings: summary.payloadEncodings)
+                            writer.finishJob(
+                                line: number, payloadEncodings: summary.payloadEncodings, demoted: summary.demoted)
                         } catch {
                             // The engine recorded the job's one `invalid` result through onResult.
-                            writer.finishJob(line: number, payloadEncodings: 0)
+                            writer.finishJob(line: number, payloadEncodings: 0, demoted: 0)
                         }
                     }
                 }

@@ -67,10 +67,10 @@ package final class ProgressReporter: @unchecked Sendable {
         }
         let outcomes = String(
             format:
-                "%d delivered, %d rejected, %d unregistered, %d failed, %d expired, %d rate_limited, %d invalid, %d cancelled",
+                "%d delivered, %d rejected, %d unregistered, %d failed, %d expired, %d rate_limited, %d invalid, %d cancelled, %d superseded",
             counts.outcomes.delivered, counts.outcomes.rejected, counts.outcomes.unregistered, counts.outcomes.failed,
             counts.outcomes.expired, counts.outcomes.rateLimited,
-            counts.outcomes.invalid, counts.outcomes.cancelled)
+            counts.outcomes.invalid, counts.outcomes.cancelled, counts.outcomes.superseded)
         let text = String(
             format: "%d jobs, %@ notifications (%.0f/s): %@, %d retries, %.0f s", counts.jobs, done, rate, outcomes,
             counts.outcomes.retries, seconds)

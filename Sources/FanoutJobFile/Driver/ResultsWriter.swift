@@ -100,12 +100,13 @@ final class ResultsWriter: Sendable {
     }
 
     /// The job on `line` has all its results.
-    func finishJob(line: Int, payloadEncodings: Int) {
+    func finishJob(line: Int, payloadEncodings: Int, demoted: Int) {
         state.withLock { state in
             state.progress[line] = nil
             state.finished.insert(line)
             state.counts.jobs += 1
             state.counts.payloadEncodings += payloadEncodings
+            state.counts.demoted += demoted
         }
     }
 

@@ -88,6 +88,8 @@ package struct SendError: Error, CustomStringConvertible, Sendable {
 package struct SendCounts: Codable, Equatable, Sendable {
     package var jobs = 0
     package var payloadEncodings = 0
+    /// Notifications sent at priority 5 by the activity priority-10 guard.
+    package var demoted = 0
     /// Notifications by outcome, and retries.
     package var outcomes = OutcomeCounts()
 

@@ -1,0 +1,107 @@
+import FanoutCore
+import FanoutRegistry
+import Foundation
+import Synchronization
+
+/// Per-activity decisions for jobs addressed by activity id: latest-wins coalescing and the
+/// priority-10 guard.
+final class ActivityLedger: Sendable {
+    private struct Latest {
+        var timestamp: Int64
+        weak var run: FanoutRun?
+    }
+    private struct State {
+        /// The newest content accepted per activity, and the job sending it.
+        var latest: [String: Latest] = [:]
+        /// Monotonic seconds of the priority-10 updates sent per activity in the last hour.
+        var priority10: [String: [Int64]] = [:]
+    }
+    private let state = Mutex(State())
+
+    /// What a job's content is to its activity.
+    enum Claim {
+        /// Newer than everything sent or being sent: it goes out; older jobs still sending are superseded.
+        case latest
+        /// Not newer than what was already sent (or is sending): it is superseded without sending.
+        case stale
+    }
+
+    /// Records `run`'s content as the newest for the activity unless something newer, or as new,
+    /// was sent already (here, or by any process, per `persistedTimestamp`). A resumed job may equal
+    /// the persisted timestamp: that is its own earlier run.
+    func claim(key: String, timestamp: Int64, persistedTimestamp: Int64?, resuming: Bool, run: FanoutRun) -> Claim {
+        let older = state.withLock { state -> (Claim, FanoutRun?) in
+            if let persistedTimestamp, resuming ? persistedTimestamp > timestamp : persistedTimestamp >= timestamp {
+                return (.stale, nil)
+            }
+            if let latest = state.latest[key], latest.run !== run, latest.timestamp >= timestamp {
+                return (.stale, nil)
+            }
+            let previous = state.latest[key]?.run
+            state.latest[key] = Latest(timestamp: timestamp, run: run)
+            return (.latest, previous === run ? nil : previous)
+        }
+        older.1?.markSuperseded()
+        return older.0
+    }
+
+    /// Whether a priority-10 update to the activity is over `limit` for the last hour (then it is sent
+    /// at priority 5); counts it when it is not.
+    func overPriority10Limit(key: String, limit: Int, nowSeconds: Int64) -> Bool {
+        state.withLock { state in
+            var sent = state.priority10[key, default: []]
+            sent.removeAll { nowSeconds - $0 >= 3600 }
+            let over = sent.count >= limit
+            if !over { sent.append(nowSeconds) }
+            state.priority10[key] = sent
+            return over
+        }
+    }
+}
+
+extension FanoutEngine {
+    /// The activity a job updates or ends, with its content's timestamp; nil for any other job.
+    static func activityContent(of job: FanoutJob) -> (app: String, id: String, content: LiveActivityContent)? {
+        guard case .activity(let app, let id) = job.recipients, case .liveActivity(let content) = job.payload,
+            content.event == .update || content.event == .end
+        else { return nil }
+        return (app, id, content)
+    }
+
+    /// For a job by activity id: whether it is stale (superseded before sending), and the prepared job
+    /// to send (at priority 5 when the priority-10 guard says so).
+    func applyActivityRules(_ job: FanoutJob, prepared: PreparedJob, run: FanoutRun) async
+        -> (stale: Bool, send: PreparedJob, demotedByGuard: Bool)
+    {
+        guard let (app, id, content) = Self.activityContent(of: job) else { return (false, prepared, false) }
+        let key = app + "\u{0}" + id
+        var persisted: Int64?
+        if let registry = configuration.registry {
+            do throws(RegistryError) {
+                persisted = try await registry.activity(app: app, activityID: id)?.lastContentTimestamp
+            } catch {
+                // Without the registry's record, this process's own ledger still orders its jobs.
+                persisted = nil
+            }
+        }
+        let claim = activities.claim(
+            key: key, timestamp: content.timestamp, persistedTimestamp: persisted, resuming: job.alreadyDone != nil,
+            run: run)
+        guard case .latest = claim else { return (true, prepared, false) }
+        if let registry = configuration.registry {
+            do throws(RegistryError) {
+                _ = try await registry.apply([.contentSent(app: app, activityID: id, timestamp: content.timestamp)])
+            } catch {
+                // The send goes on; only another process's view of "latest" is older.
+            }
+        }
+        if let limit = configuration.priority10UpdatesPerHour[app], job.headers.effectivePriority == 10,
+            content.event == .update, content.alert == nil,
+            activities.overPriority10Limit(
+                key: key, limit: limit, nowSeconds: Int64(ProcessInfo.processInfo.systemUptime))
+        {
+            return (false, PreparedJob(demoting: prepared, to: 5), true)
+        }
+        return (false, prepared, false)
+    }
+}
