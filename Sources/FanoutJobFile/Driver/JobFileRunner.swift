@@ -77,7 +77,8 @@ package final class JobFileRunner: Sendable {
         let countsAtStart = writer.counts.notifications
         let flusher = DispatchSource.makeTimerSource(queue: .global())
         flusher.schedule(deadline: .now() + .milliseconds(200), repeating: .milliseconds(200))
-        flusher.setEventHandler { try? writer.flush() }
+        // A failed flush is kept by the writer; the final flush below throws it and ends the run.
+        flusher.setEventHandler { _ = Result { try writer.flush() } }
         flusher.resume()
         let invalidTokens = startInvalidTokensWriter()
         let progress = ProgressReporter(mode: options.progress) { writer.counts }

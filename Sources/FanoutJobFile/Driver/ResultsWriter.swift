@@ -89,7 +89,8 @@ final class ResultsWriter: Sendable {
             }
             return state.buffer.count >= Self.flushThreshold
         }
-        if mustFlush { try? flush() }
+        // A failure is kept by the writer and ends the run at its next flush.
+        if mustFlush { _ = Result { try flush() } }
     }
 
     /// Marks recipients that an earlier run finished (found in the results file's tail) as done.
@@ -112,8 +113,24 @@ final class ResultsWriter: Sendable {
 
     var counts: SendCounts { state.withLock { $0.counts } }
 
+    /// The first write that failed: results taken from the buffer for it are lost, so every later
+    /// flush fails with it too, and the run ends with this error instead of a results file with a hole.
+    private let writeFailure = Mutex<SendError?>(nil)
+
     /// Writes what is buffered, syncs it, then records the journal describing it.
+    /// - Throws: the first failure to write the results or the journal, now and on every later call.
     func flush() throws {
+        if let failure = writeFailure.withLock({ $0 }) { throw failure }
+        do {
+            try flushOnce()
+        } catch {
+            let failure = error as? SendError ?? SendError("cannot write the results journal: \(error)")
+            writeFailure.withLock { $0 = $0 ?? failure }
+            throw failure
+        }
+    }
+
+    private func flushOnce() throws {
         try flushLock.withLock { _ in
             let (bytes, journal) = state.withLock { state -> ([UInt8], SendJournal?) in
                 let bytes = state.buffer
@@ -135,7 +152,9 @@ final class ResultsWriter: Sendable {
                 let count = bytes.withUnsafeBytes {
                     Foundation.write(descriptor, $0.baseAddress! + written, bytes.count - written)
                 }
-                guard count > 0 else { throw SendError("cannot write the results file") }
+                guard count > 0 else {
+                    throw SendError("cannot write the results file: \(String(cString: strerror(errno)))")
+                }
                 written += count
             }
             offset.withLock { $0 += bytes.count }
