@@ -1,34 +1,133 @@
 #!/usr/bin/env bash
-# make demo: start mock-apns on a free port with freshly generated TLS material and signing key,
-# send examples/jobs.jsonl with `fanout send`, print the summary, stop the mock.
+# make demo, in two parts.
+# Part 1: start mock-apns on a free port with freshly generated TLS material and signing key, send
+# examples/jobs.jsonl with `fanout send`, print the summary, stop the mock.
+# Part 2: the token registry. Import generated registrations, restart the mock with ~50 of activity
+# match-7's tokens answered 410 Unregistered, send examples/activity-jobs.jsonl (an update and an end
+# addressed by activity_id) with `fanout send --registry`, and show the registry pruned of those tokens.
+# Exits 0 when both parts behave as expected.
 set -euo pipefail
 bin=$(swift build -c release --show-bin-path)
 demo=.demo
 rm -rf "$demo" && mkdir -p "$demo"
 
-"$bin/mock-apns" --listen 127.0.0.1:0 --tls-dir "$demo/tls" --key-id DEMOKEY123 --team-id DEMOTEAM12 \
-    --stats "$demo/stats.json" > "$demo/mock.out" 2> "$demo/mock.err" &
-mock=$!
-trap 'kill $mock 2>/dev/null; wait $mock 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-    grep -q '^listening on' "$demo/mock.out" 2>/dev/null && break
-    kill -0 $mock 2>/dev/null || { cat "$demo/mock.err"; exit 1; }
-    sleep 0.1
-done
-port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$demo/mock.out")
+# start_mock NAME [ARGS...]: mock-apns in the background (pid in $mock, port in $port), its output in
+# $demo/NAME.out and $demo/NAME.err, sharing the TLS material and signing key in $demo/tls.
+start_mock() {
+    local name=$1
+    shift
+    "$bin/mock-apns" --listen 127.0.0.1:0 --tls-dir "$demo/tls" --key-id DEMOKEY123 --team-id DEMOTEAM12 \
+        "$@" > "$demo/$name.out" 2> "$demo/$name.err" &
+    mock=$!
+    trap 'kill $mock 2>/dev/null; wait $mock 2>/dev/null || true' EXIT
+    for _ in $(seq 100); do
+        grep -q '^listening on' "$demo/$name.out" 2>/dev/null && break
+        kill -0 $mock 2>/dev/null || { cat "$demo/$name.err"; exit 1; }
+        sleep 0.1
+    done
+    port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$demo/$name.out")
+}
+
+stop_mock() {
+    kill $mock; wait $mock 2>/dev/null || true
+    trap - EXIT
+}
+
+# field FILE KEY: the integer value of "KEY" in the one-line JSON object in FILE (empty when absent).
+field() {
+    sed -n "s/.*\"$2\": *\([0-9][0-9]*\).*/\1/p" "$1" | head -1
+}
+
+send_flags=(--endpoint "localhost:PORT" --ca-file "$demo/tls/ca.pem"
+    --key "$demo/tls/auth-key.p8" --key-id DEMOKEY123 --team-id DEMOTEAM12 --progress never)
+
+echo "== Part 1: a job file of raw tokens =="
+start_mock mock --stats "$demo/stats.json"
 echo "mock-apns listening on 127.0.0.1:$port (TLS material in $demo/tls)"
 
 echo "fanout send: examples/jobs.jsonl (a Live Activity start, two updates, an end to 3,000 tokens, and an alert)"
 set +e
 "$bin/fanout" send --jobs examples/jobs.jsonl --results "$demo/results.jsonl" --summary "$demo/summary.json" \
-    --invalid-tokens "$demo/invalid-tokens.jsonl" \
-    --endpoint "localhost:$port" --ca-file "$demo/tls/ca.pem" \
-    --key "$demo/tls/auth-key.p8" --key-id DEMOKEY123 --team-id DEMOTEAM12 --progress never
+    --invalid-tokens "$demo/invalid-tokens.jsonl" "${send_flags[@]/PORT/$port}"
 status=$?
 set -e
 echo "results: $(wc -l < "$demo/results.jsonl") lines in $demo/results.jsonl; first one:"
 head -1 "$demo/results.jsonl"
-kill $mock; wait $mock 2>/dev/null || true
-trap - EXIT
+stop_mock
 echo "mock-apns stats: $(cat "$demo/stats.json")"
+
+echo
+echo "== Part 2: Live Activities addressed by id through the token registry =="
+# The registrations: 2,000 update tokens of activity match-7 (devices dev-0001..dev-2000 of 500 users),
+# 100 of activity match-8, 20 push-to-start tokens and 50 devices' regular push tokens, all of the app
+# com.acme.app. Every 40th match-7 token (50 of them) is one the mock answers 410 Unregistered.
+match7=2000 match8=100 every=40
+gone=$((match7 / every))
+registrations="$demo/registrations.jsonl"
+awk -v match7=$match7 -v match8=$match8 'BEGIN {
+    app = "\"app\": \"com.acme.app\""
+    for (i = 1; i <= match7; i++)
+        printf "{%s, \"activity_id\": \"match-7\", \"token\": \"a7%062x\", \"device\": \"dev-%04d\", \"user\": \"user-%03d\"}\n", app, i, i, i % 500
+    for (i = 1; i <= match8; i++)
+        printf "{%s, \"activity_id\": \"match-8\", \"token\": \"a8%062x\", \"device\": \"dev-%04d\", \"user\": \"user-%03d\"}\n", app, i, match7 + i, i % 500
+    for (i = 1; i <= 20; i++)
+        printf "{%s, \"push_to_start_token\": \"b1%062x\", \"attributes_type\": \"MatchAttributes\", \"device\": \"dev-%04d\", \"user\": \"user-%03d\"}\n", app, i, i, i % 500
+    for (i = 1; i <= 50; i++)
+        printf "{%s, \"device\": \"dev-%04d\", \"user\": \"user-%03d\", \"push_token\": \"c1%062x\"}\n", app, i, i % 500, i
+}' > "$registrations"
+awk -v match7=$match7 -v every=$every 'BEGIN { for (i = every; i <= match7; i += every) printf "a7%062x\n", i }' \
+    > "$demo/unregistered.txt"
+
+registry="$demo/registry.db"
+echo "fanout registry import: $(wc -l < "$registrations") registrations generated into $registrations"
+"$bin/fanout" registry --db "$registry" import "$registrations" --workspace acme
+"$bin/fanout" registry --db "$registry" stats > "$demo/stats-before.json"
+echo "fanout registry stats, before: $(cat "$demo/stats-before.json")"
+
+start_mock mock-registry --stats "$demo/stats-registry.json" --unregistered "$demo/unregistered.txt"
+echo "mock-apns restarted on 127.0.0.1:$port, answering 410 Unregistered for the $gone tokens in $demo/unregistered.txt"
+
+echo "fanout send --registry: examples/activity-jobs.jsonl (an update of match-7 by activity_id, then its end; one job at a time)"
+set +e
+"$bin/fanout" send --jobs examples/activity-jobs.jsonl --registry "$registry" --concurrent-jobs 1 \
+    --results "$demo/activity-results.jsonl" --summary "$demo/activity-summary.json" "${send_flags[@]/PORT/$port}" \
+    > /dev/null
+send_status=$?
+set -e
+echo "summary: $(cat "$demo/activity-summary.json")"
+stop_mock
+echo "mock-apns stats: $(cat "$demo/stats-registry.json")"
+
+"$bin/fanout" registry --db "$registry" stats > "$demo/stats-after.json"
+echo "fanout registry stats, after: $(cat "$demo/stats-after.json")"
+"$bin/fanout" registry --db "$registry" events > "$demo/events.jsonl"
+pruned=$(grep -c '"change":"removed","reason":"unregistered"' "$demo/events.jsonl" || true)
+echo "fanout registry events: $(wc -l < "$demo/events.jsonl") lines, $pruned removed/unregistered; the last three:"
+tail -3 "$demo/events.jsonl"
+
+# The checks: every live match-7 token gets the update and the end; the 410s are pruned from the registry
+# (the end may still reach a few of them, if their removal had not landed when it was read).
+live=$((match7 - gone))
+before=$(field "$demo/stats-before.json" update_tokens)
+after=$(field "$demo/stats-after.json" update_tokens)
+delivered=$(field "$demo/activity-summary.json" delivered)
+unregistered=$(field "$demo/activity-summary.json" unregistered)
+accepted=$(field "$demo/stats-registry.json" accepted)
+problems=()
+[ "$send_status" = 1 ] || problems+=("fanout send exited $send_status, not 1 (some tokens were unregistered)")
+[ "$before" = $((match7 + match8)) ] || problems+=("update_tokens before is $before, not $((match7 + match8))")
+[ "$delivered" = $((2 * live)) ] || problems+=("delivered is $delivered, not $((2 * live)) (2 jobs x $live live tokens)")
+[ "$accepted" = "$delivered" ] || problems+=("the mock accepted $accepted, not $delivered")
+[ "${unregistered:-0}" -ge "$gone" ] || problems+=("unregistered is $unregistered, under $gone")
+[ "$((before - after))" = "$gone" ] || problems+=("update_tokens dropped by $((before - after)), not $gone")
+[ "$pruned" = "$gone" ] || problems+=("$pruned removed/unregistered events, not $gone")
+
+echo
+if [ ${#problems[@]} -eq 0 ]; then
+    echo "Part 2 OK: $delivered delivered ($live live tokens x 2 jobs), update_tokens $before -> $after (-$gone unregistered)"
+else
+    echo "Part 2 FAILED:"
+    printf '  %s\n' "${problems[@]}"
+    exit 1
+fi
 exit $status
