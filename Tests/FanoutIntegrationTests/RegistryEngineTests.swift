@@ -284,6 +284,38 @@ final class RegistryEngineTests: XCTestCase {
         XCTAssertEqual(mock2.stats.snapshot()["requests"] as? Int, 0)
     }
 
+    /// An `end` by activity id marks the activity ended in the registry: with a dismissal date already
+    /// past, its tokens are gone from reads at once; without one, they stay (4 hours by default).
+    func testAnEndByActivityMarksTheActivityEnded() async throws {
+        let store = try makeRegistry(clock: TestClock(Self.realNow))
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        try await registerUpdateTokens(store, activity: "past", tokens: (0..<3).map { ("p\($0)", testDeviceToken($0)) })
+        try await registerUpdateTokens(
+            store, activity: "later", tokens: (3..<6).map { ("l\($0)", testDeviceToken($0)) })
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock) { $0.registry = store }
+        func end(_ activity: String, dismissal: Int64?) -> FanoutJob {
+            FanoutJob.liveActivity(
+                id: "end-\(activity)", bundleID: Self.app,
+                content: LiveActivityContent(event: .end, timestamp: 100, dismissalDate: dismissal),
+                recipients: .activity(app: Self.app, id: activity))
+        }
+        let pastEnd = try await engine.run(end("past", dismissal: Self.realNow / 1000 - 60)) { _ in }
+        let laterEnd = try await engine.run(end("later", dismissal: nil)) { _ in }
+        await engine.shutdown()
+        XCTAssertEqual(pastEnd.counts.delivered, 3)
+        XCTAssertEqual(laterEnd.counts.delivered, 3)
+        let past = try await store.activity(app: Self.app, activityID: "past")
+        XCTAssertNotEqual(past?.state, .active)
+        let pastTokens = try await liveTokens(store, activity: "past")
+        XCTAssertEqual(pastTokens.count, 0, "dismissed: no token is returned")
+        let later = try await store.activity(app: Self.app, activityID: "later")
+        XCTAssertEqual(later?.state, .ended)
+        let laterTokens = try await liveTokens(store, activity: "later")
+        XCTAssertEqual(laterTokens.count, 3, "kept until the default dismissal, 4 hours on")
+    }
+
     // MARK: Priority-10 guard
 
     /// With a limit of 2 priority-10 updates per activity per hour, the 3rd and 4th go out at

@@ -60,6 +60,22 @@ final class ActivityLedger: Sendable {
 }
 
 extension FanoutEngine {
+    /// After an `end` by activity id has read all its recipients: the registry marks the activity ended and
+    /// keeps its tokens until the dismissal date (Apple's 4 hours when none is given), then removes them with
+    /// reason `ended`. Not before reading: a dismissal date already past removes the tokens at once.
+    func recordActivityEnded(_ job: FanoutJob) async {
+        guard let registry = configuration.registry, let (app, id, content) = Self.activityContent(of: job),
+            content.event == .end
+        else { return }
+        do throws(RegistryError) {
+            _ = try await registry.apply([
+                .endActivity(app: app, activityID: id, dismissalDate: content.dismissalDate.map { $0 * 1000 })
+            ])
+        } catch {
+            // The end was sent; the tokens then expire on their own (8 hours after registration).
+        }
+    }
+
     /// The activity a job updates or ends, with its content's timestamp; nil for any other job.
     static func activityContent(of job: FanoutJob) -> (app: String, id: String, content: LiveActivityContent)? {
         guard case .activity(let app, let id) = job.recipients, case .liveActivity(let content) = job.payload,

@@ -340,6 +340,7 @@ public final class FanoutEngine: Sendable {
                     jobID: job.id, token: nil, outcome: .invalid,
                     reason: "\(failure.message)\(reader.position); the rest was not sent"))
         }
+        if stop == nil { await recordActivityEnded(job) }
         run.didFinishSubmitting()
     }
 
