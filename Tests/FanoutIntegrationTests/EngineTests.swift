@@ -8,21 +8,6 @@ import XCTest
 
 /// The fan-out engine against mock-apns on port 0, with TLS and provider tokens on.
 final class EngineTests: XCTestCase {
-    private func makeEngine(
-        _ mock: MockHarness, loops: Int = 2, connections: Int = 2,
-        configure: (inout FanoutEngineConfiguration) -> Void = { _ in }
-    ) throws -> FanoutEngine {
-        var configuration = FanoutEngineConfiguration(
-            endpoint: APNsEndpoint(host: "localhost", port: mock.port),
-            credentials: ProviderCredentials(
-                keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
-            caFile: mock.material.caPEMPath)
-        configuration.loops = loops
-        configuration.connectionsPerLoop = connections
-        configure(&configuration)
-        return try FanoutEngine(configuration: configuration)
-    }
-
     /// A Live Activity update built from typed fields (`contentState` defaults to a score).
     private func liveActivityJob(id: String, tokens: [String], payload contentState: String? = nil) -> FanoutJob {
         let state = try! RawJSON(validating: contentState ?? #"{"home":2,"away":1}"#)
@@ -35,7 +20,7 @@ final class EngineTests: XCTestCase {
     func testOneJobOf200000TokensIsDeliveredOnceEachWithOneEncoding() async throws {
         let mock = try MockHarness()
         defer { mock.stop() }
-        let engine = try makeEngine(mock)
+        let engine = try makeEngine(for: mock)
         let tokens = (0..<200_000).map { testDeviceToken($0) }
         let delivered = Atomic<Int>(0)
         let summary = try await engine.run(liveActivityJob(id: "big", tokens: tokens)) { result in
@@ -56,7 +41,7 @@ final class EngineTests: XCTestCase {
     func testThousandJobsWithDistinctPayloadsEncodeEachOnce() async throws {
         let mock = try MockHarness()
         defer { mock.stop() }
-        let engine = try makeEngine(mock)
+        let engine = try makeEngine(for: mock)
         let summaries = try await withThrowingTaskGroup(of: JobSummary.self) { group in
             for job in 0..<1000 {
                 let tokens = (0..<100).map { testDeviceToken(job * 100 + $0) }
@@ -76,7 +61,7 @@ final class EngineTests: XCTestCase {
     func testStreamLimitOfTenIsNeverExceeded() async throws {
         let mock = try MockHarness { $0.maxStreams = 10 }
         defer { mock.stop() }
-        let engine = try makeEngine(mock)
+        let engine = try makeEngine(for: mock)
         let tokens = (0..<20_000).map { testDeviceToken($0) }
         let summary = try await engine.run(liveActivityJob(id: "narrow", tokens: tokens)) { _ in }
         await engine.shutdown()
@@ -93,7 +78,7 @@ final class EngineTests: XCTestCase {
         try unregistered.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
         let mock = try MockHarness { $0.unregisteredPath = file }
         defer { mock.stop() }
-        let engine = try makeEngine(mock)
+        let engine = try makeEngine(for: mock)
         let valid = (0..<950).map { testDeviceToken($0) }
         let outcomes = Mutex<[String: NotificationResult]>([:])
         let summary = try await engine.run(liveActivityJob(id: "mixed", tokens: (valid + unregistered).shuffled())) {
@@ -117,7 +102,7 @@ final class EngineTests: XCTestCase {
     func testTokensFileIsStreamedAndBadTokensAreRejectedWithoutSending() async throws {
         let mock = try MockHarness()
         defer { mock.stop() }
-        let engine = try makeEngine(mock, loops: 1, connections: 1)
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1)
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("tokens-\(UUID().uuidString)").path
         let lines = (0..<5000).map { testDeviceToken($0) } + ["not-a-token", "", "  \(testDeviceToken(9999))  "]
         try lines.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
@@ -134,7 +119,7 @@ final class EngineTests: XCTestCase {
     func testShutdownDuringALargeJobAccountsForEveryNotification() async throws {
         let mock = try MockHarness { $0.latencyMilliseconds = 20 }
         defer { mock.stop() }
-        let engine = try makeEngine(mock, loops: 1, connections: 1) { $0.maxInFlight = 2000 }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1) { $0.maxInFlight = 2000 }
         let total = 50_000
         let tokens = (0..<total).map { testDeviceToken($0) }
         let run = try engine.submit(liveActivityJob(id: "interrupted", tokens: tokens))
@@ -155,7 +140,7 @@ final class EngineTests: XCTestCase {
     func testInvalidJobsEndWithOneInvalidResultNamingTheFieldAndSendNothing() async throws {
         let mock = try MockHarness()
         defer { mock.stop() }
-        let engine = try makeEngine(mock, loops: 1, connections: 1)
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1)
         let wrongTopic = FanoutJob(
             id: "wrong-topic", headers: NotificationHeaders(pushType: .liveactivity, topic: "com.example.app"),
             payload: .raw(Array(#"{"aps":{"timestamp":1,"event":"update"}}"#.utf8)),
