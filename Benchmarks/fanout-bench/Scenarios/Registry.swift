@@ -92,6 +92,11 @@ func runRegistry(_ bench: BenchContext) throws {
     let ratio = rate.median / max(fileRate.median, 1)
     let pairRatios = Spread(zip(activitySends, fileSends).map { number($0["rate"]) / max(number($1["rate"]), 1) })
     let growth = rss.median - smallRSS.median
+    // Resident memory at the end of each send (before shutdown), split into anonymous and file-backed pages.
+    let anon = spread(activitySends, "rss_anon_mb")
+    let file = spread(activitySends, "rss_file_mb")
+    let smallAnon = spread(smallSends, "rss_anon_mb")
+    let smallFileRSS = spread(smallSends, "rss_file_mb")
     print(
         String(
             format:
@@ -113,6 +118,11 @@ func runRegistry(_ bench: BenchContext) throws {
         String(
             format: "registry peak RSS: %d-token activity %.1f MB vs %d-token activity %.1f MB: %+.1f MB (goal <= +16)",
             tokens, rss.median, smallTokens, smallRSS.median, growth))
+    print(
+        String(
+            format: "registry resident at the end of the send: anonymous %.1f MB vs %.1f MB, file-backed "
+                + "(the mapped registry) %.1f MB vs %.1f MB", anon.median, smallAnon.median, file.median,
+            smallFileRSS.median))
     bench.record([
         "scenario": "registry", "notifications": tokens, "seconds": Double(tokens) / max(rate.median, 1),
         "rate": rate.median, "rate_min": rate.min, "rate_max": rate.max, "cpu_seconds": cpu.median,
@@ -124,10 +134,30 @@ func runRegistry(_ bench: BenchContext) throws {
         "tokens_file_peak_rss_mb": fileRSS.median, "ratio_vs_tokens_file": ratio,
         "ratio_vs_tokens_file_min": pairRatios.min, "ratio_vs_tokens_file_max": pairRatios.max,
         "small_activity_tokens": smallTokens, "small_activity_peak_rss_mb": smallRSS.median, "rss_growth_mb": growth,
+        "end_rss_anon_mb": anon.median, "end_rss_file_mb": file.median,
+        "small_activity_end_rss_anon_mb": smallAnon.median,
+        "small_activity_end_rss_file_mb": smallFileRSS.median,
         "key_figure": String(
             format: "import %.0f/s, resolve %.2fM/s, ratio_vs_tokens_file %.2f, RSS %+.1f MB vs %d tokens",
             importRate.median, resolveRate.median / 1e6, ratio, growth, smallTokens),
     ])
+}
+
+/// This process's resident memory now, split as /proc/self/status gives it: anonymous (heap, stacks) and file-backed
+/// (for the registry, mostly SQLite's memory-mapped database file), in MB.
+func residentBreakdown() -> [String: Any] {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return [:] }
+    var fields: [String: Any] = [:]
+    for line in status.split(separator: "\n") {
+        let parts = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+        guard parts.count >= 2, let kilobytes = Double(parts[1]) else { continue }
+        switch parts[0] {
+        case "RssAnon:": fields["rss_anon_mb"] = kilobytes / 1024
+        case "RssFile:": fields["rss_file_mb"] = kilobytes / 1024
+        default: break
+        }
+    }
+    return fields
 }
 
 /// Removes a registry and its WAL files.
@@ -209,11 +239,12 @@ func childRegistryImport(_ options: ChildOptions) async throws -> ([String: Any]
     let summary = try await RegistryImporter().run(path: file, into: store)
     let elapsed = seconds(since: start)
     let after = processUsage()
-    let line: [String: Any] = [
+    var line: [String: Any] = [
         "registrations": summary.registrations, "added": summary.added, "invalid": summary.invalid,
         "seconds": elapsed, "rate": Double(summary.registrations) / elapsed,
         "cpu_seconds": after.cpuSeconds - before.cpuSeconds, "peak_rss_mb": after.peakRSSMegabytes,
     ]
+    line.merge(residentBreakdown()) { $1 }
     return (line, summary.invalid == 0)
 }
 
@@ -239,10 +270,11 @@ func childRegistryResolve(_ options: ChildOptions) async throws -> ([String: Any
     } while cursor != nil
     let elapsed = seconds(since: start)
     let after = processUsage()
-    let line: [String: Any] = [
+    var line: [String: Any] = [
         "tokens": total, "token_bytes": bytes, "seconds": elapsed, "rate": Double(total) / elapsed,
         "cpu_seconds": after.cpuSeconds - before.cpuSeconds, "peak_rss_mb": after.peakRSSMegabytes,
     ]
+    line.merge(residentBreakdown()) { $1 }
     return (line, true)
 }
 
@@ -274,6 +306,7 @@ func childRegistryJob(_ options: ChildOptions) async throws -> ([String: Any], B
     let summary = try await engine.run(job) { _ in }
     let elapsed = seconds(since: start)
     let after = processUsage()
+    let resident = residentBreakdown()
     await engine.shutdown()
     var line: [String: Any] = [
         "notifications": summary.notifications, "seconds": elapsed,
@@ -281,5 +314,6 @@ func childRegistryJob(_ options: ChildOptions) async throws -> ([String: Any], B
         "peak_rss_mb": after.peakRSSMegabytes, "payload_encodings": summary.payloadEncodings,
     ]
     line.merge(countFields(summary.counts)) { $1 }
+    line.merge(resident) { $1 }
     return (line, summary.counts.delivered == summary.notifications)
 }
