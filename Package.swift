@@ -103,7 +103,8 @@ let package = Package(
         .executableTarget(
             name: "fanout-bench",
             dependencies: [
-                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "FanoutTestSupport", "CommandLineSupport",
+                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutRegistry", "FanoutTransport", "FanoutTestSupport",
+                "CommandLineSupport",
             ],
             path: "Benchmarks/fanout-bench"),
 

@@ -11,6 +11,7 @@ import Synchronization
 /// - `job`: one job to `tokens` tokens (or the tokens file).
 /// - `many-jobs`: `jobs` jobs of `tokens` tokens each, distinct payloads, `inFlightJobs` at a time.
 /// - `load`: open loop at `rate` notifications per second for `duration` seconds.
+/// - `registry-import`, `registry-resolve`, `registry-job`: the registry scenario's runs (Scenarios/Registry.swift).
 ///
 /// The child prints one JSON line with its figures, CPU seconds and peak RSS.
 struct ChildOptions {
@@ -30,6 +31,10 @@ struct ChildOptions {
     var duration = 0.0
     /// Exit 0 even when some notifications did not end `delivered` (the faults scenario).
     var allowFailures = false
+    /// The registry file (the registry modes).
+    var registry: String?
+    /// The activity whose tokens are read or sent to (the registry modes).
+    var activity: String?
 
     func arguments() -> [String] {
         var arguments = [
@@ -40,6 +45,8 @@ struct ChildOptions {
         ]
         if let tokensFile { arguments += ["--tokens-file", tokensFile] }
         if allowFailures { arguments.append("--allow-failures") }
+        if let registry { arguments += ["--registry", registry] }
+        if let activity { arguments += ["--activity", activity] }
         return arguments
     }
 
@@ -64,6 +71,8 @@ struct ChildOptions {
             case "--rate": options.rate = try cursor.double(in: 0...1e9)
             case "--duration": options.duration = try cursor.double(in: 0...1e6)
             case "--allow-failures": options.allowFailures = true
+            case "--registry": options.registry = try cursor.string()
+            case "--activity": options.activity = try cursor.string()
             default: throw UsageError("--child: unknown option \(flag)")
             }
         }
@@ -101,6 +110,9 @@ func runChild(_ arguments: [String]) async -> Int32 {
         case "job": (line, ok) = try await childJob(options)
         case "many-jobs": (line, ok) = try await childManyJobs(options)
         case "load": (line, ok) = try await childLoad(options)
+        case "registry-import": (line, ok) = try await childRegistryImport(options)
+        case "registry-resolve": (line, ok) = try await childRegistryResolve(options)
+        case "registry-job": (line, ok) = try await childRegistryJob(options)
         default: throw UsageError("--child: unknown mode \(options.mode)")
         }
         if options.allowFailures { ok = true }

@@ -30,6 +30,12 @@ let usage = """
                                            ratio_vs_aioapns (Fanout's rate for the same count / aioapns's).
                                            Skipped with a note when python3, venv or PyPI is missing.
                                            With --quick: --quick --scenario peer-aioapns (2,000).
+                          registry         the token registry: 1,000,000 update-token JSON lines imported into a
+                                           fresh registry (import_rate, registrations/s); the activity's tokens
+                                           paged out 4,096 at a time (resolve_rate, tokens/s); one update job by
+                                           activity_id to them, beside a tokens_file job to the same tokens
+                                           (ratio_vs_tokens_file) and an activity_id job to 10,000 tokens
+                                           (rss_growth_mb: peak RSS over the small one's). --quick: 20,000 and 1,000
       --json FILE       also write the results as JSON (one object per scenario)
       --quick           small sizes (seconds, not minutes), for CI
       --runs N          runs per measurement; the median is reported (default 3, 1 with --quick)
@@ -41,7 +47,7 @@ let usage = """
 
 let allScenarios = [
     "throughput-1c", "throughput-4c", "fanout-scaling", "many-jobs", "encode", "ratelimit", "faults", "load",
-    "peer-aioapns",
+    "peer-aioapns", "registry",
 ]
 /// Left out of `--quick` unless named: installing aioapns alone takes longer than the rest.
 let slowScenarios: Set = ["peer-aioapns"]
@@ -103,6 +109,7 @@ func runParent(_ options: Options) throws -> Int32 {
         case "faults": try runFaults(bench)
         case "load": try runLoad(bench)
         case "peer-aioapns": try runPeerAioapns(bench)
+        case "registry": try runRegistry(bench)
         default: break
         }
     }
