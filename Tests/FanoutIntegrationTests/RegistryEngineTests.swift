@@ -352,6 +352,8 @@ final class RegistryEngineTests: XCTestCase {
         XCTAssertEqual(ended.counts.delivered, 5)
         await engine.shutdown()
         XCTAssertEqual(mock.stats.snapshot()["by_status"] as? [String: Int], ["200": 30])
+        // Two updates of five tokens went at priority 5; the rest (2 updates, the alert, the end) at 10.
+        XCTAssertEqual(mock.stats.snapshot()["accepted_by_priority"] as? [String: Int], ["5": 10, "10": 20])
     }
 
     /// An app the registry does not know, and a registry job on an engine without a registry, are

@@ -40,6 +40,8 @@ private struct MockAnswer {
     var reason: String?
     var token: String?
     var timestamp: Int64?
+    /// `apns-priority` of an accepted request.
+    var priority: Int?
 }
 
 /// Answers requests as APNs does, on one loop: provider-token check, request validation, then the
@@ -92,7 +94,9 @@ final class MockRequestHandler: HTTP2ServerHandler {
                 reason: APNsReason(answer.reason ?? "InternalServerError"), timestamp: answer.timestamp)
             headers.append(("content-type", "application/json"))
         }
-        shared.stats.recordAnswer(status: answer.status, reason: answer.reason, token: answer.token, apnsID: apnsID)
+        shared.stats.recordAnswer(
+            status: answer.status, reason: answer.reason, token: answer.token, apnsID: apnsID, priority: answer.priority
+        )
         adjustThrottle(connection, state: state, accepted: answer.status == 200)
         if let delayed {
             delayed.add(
@@ -139,7 +143,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
             let milliseconds = Int64(Date().timeIntervalSince1970 * 1000)
             return MockAnswer(status: 410, reason: "Unregistered", token: token, timestamp: milliseconds)
         }
-        return MockAnswer(status: 200, token: token)
+        return MockAnswer(status: 200, token: token, priority: validated.priority)
     }
 
     /// APNs drops a connection's stream limit to 1 after a rejection and restores it after the

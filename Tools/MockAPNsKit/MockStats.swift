@@ -21,6 +21,8 @@ package final class MockStats: Sendable {
         var connectionsDropped = 0
         var streamsRefused = 0
         var streamsBlackholed = 0
+        /// Accepted requests by `apns-priority` (1 to 10).
+        var acceptedByPriority = [Int](repeating: 0, count: 11)
         var payloadsByToken: [String: [[UInt8]]] = [:]
     }
 
@@ -29,13 +31,14 @@ package final class MockStats: Sendable {
     package init() {}
 
     /// Counts a request answered with `status` (and `reason` when it is an error).
-    func recordAnswer(status: Int, reason: String?, token: String?, apnsID: String?) {
+    func recordAnswer(status: Int, reason: String?, token: String?, apnsID: String?, priority: Int? = nil) {
         tallies.withLock { tallies in
             tallies.requests += 1
             tallies.byStatus[min(max(status, 0), 599)] += 1
             if let reason { tallies.byReason[reason, default: 0] += 1 }
             guard status == 200 else { return }
             tallies.accepted += 1
+            if let priority, (0...10).contains(priority) { tallies.acceptedByPriority[priority] += 1 }
             if let token { tallies.tokens.insert(digest(token)) }
             if let apnsID, !tallies.apnsIDs.insert(digest(apnsID)).inserted { tallies.duplicateApnsIDs += 1 }
         }
@@ -73,6 +76,10 @@ package final class MockStats: Sendable {
                 "connections_dropped": tallies.connectionsDropped,
                 "streams_refused": tallies.streamsRefused,
                 "streams_blackholed": tallies.streamsBlackholed,
+                "accepted_by_priority": Dictionary(
+                    uniqueKeysWithValues: tallies.acceptedByPriority.enumerated().filter { $0.element > 0 }.map {
+                        (String($0.offset), $0.element)
+                    }),
             ]
         }
     }
