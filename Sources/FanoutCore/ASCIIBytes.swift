@@ -22,13 +22,13 @@ package enum ASCIIBytes {
         hexValue(byte) != nil
     }
 
-    @inline(__always)
+    @inlinable @inline(__always)
     package static func isUppercaseLetter(_ byte: UInt8) -> Bool {
         byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z")
     }
 
     /// Lowercases an ASCII letter and leaves every other byte alone.
-    @inline(__always)
+    @inlinable @inline(__always)
     package static func lowercased(_ byte: UInt8) -> UInt8 {
         isUppercaseLetter(byte) ? byte | 0x20 : byte
     }
@@ -63,8 +63,15 @@ package enum ASCIIBytes {
     }
 
     /// Whether two byte sequences are equal, ignoring ASCII case (HTTP scheme names such as `bearer`).
+    /// `@inlinable` so that callers in other modules (mock-apns checks every request's `authorization`) get a
+    /// specialised copy instead of generic code that looks up type metadata at run time.
+    @inlinable
     package static func equalsIgnoringCase(_ lhs: some Collection<UInt8>, _ rhs: some Collection<UInt8>) -> Bool {
         guard lhs.count == rhs.count else { return false }
-        return zip(lhs, rhs).allSatisfy { lowercased($0) == lowercased($1) }
+        var right = rhs.makeIterator()
+        for byte in lhs {
+            guard let other = right.next(), lowercased(byte) == lowercased(other) else { return false }
+        }
+        return true
     }
 }
