@@ -289,14 +289,24 @@ struct RegistryOutput {
         buffer.reserveCapacity(1 << 16)
     }
 
+    /// Prints one line and flushes: the whole output of a command that answers with one JSON object.
+    static func printLine(_ text: String) throws(RegistryCommandError) {
+        var output = RegistryOutput()
+        try output.line(text)
+        try output.flush()
+    }
+
     mutating func line(_ text: String) throws(RegistryCommandError) {
         buffer.append(contentsOf: text.utf8)
-        buffer.append(UInt8(ascii: "\n"))
-        if buffer.count >= 1 << 16 { try flush() }
+        try endLine()
     }
 
     mutating func line(_ bytes: [UInt8]) throws(RegistryCommandError) {
         buffer.append(contentsOf: bytes)
+        try endLine()
+    }
+
+    private mutating func endLine() throws(RegistryCommandError) {
         buffer.append(UInt8(ascii: "\n"))
         if buffer.count >= 1 << 16 { try flush() }
     }

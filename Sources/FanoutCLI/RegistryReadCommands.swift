@@ -203,9 +203,7 @@ enum StatsCommand {
             let store = try RegistryFiles.open(path, create: false)
             defer { store.close() }
             let stats = try await registry { () async throws(RegistryError) in try await store.stats() }
-            var output = RegistryOutput()
-            try output.line(stats.jsonLine)
-            try output.flush()
+            try RegistryOutput.printLine(stats.jsonLine)
             return 0
         }
     }
@@ -237,9 +235,7 @@ enum PruneCommand {
             line.add("ended", result.ended)
             line.add("activities_removed", result.activitiesRemoved)
             line.add("events_pruned", result.eventsPruned)
-            var output = RegistryOutput()
-            try output.line(line.text)
-            try output.flush()
+            try RegistryOutput.printLine(line.text)
             return 0
         }
     }

@@ -139,9 +139,7 @@ enum RegisterCommand {
                 RegistryCommand.note("register", "defined app \(defined) in workspace \(workspaceName)")
             }
             let result = try apply([registration.change], to: store)
-            var output = RegistryOutput()
-            try output.line(applyResultLine(result))
-            try output.flush()
+            try RegistryOutput.printLine(applyResultLine(result))
             return 0
         }
     }
@@ -189,9 +187,7 @@ enum StopCommand {
             defer { store.close() }
             let result = try apply(
                 [.stopUpdateTokens(app: app, activityID: activity, deviceID: device)], to: store)
-            var output = RegistryOutput()
-            try output.line(applyResultLine(result))
-            try output.flush()
+            try RegistryOutput.printLine(applyResultLine(result))
             return 0
         }
     }
@@ -261,9 +257,7 @@ enum EndCommand {
             line.add("state", "ended")
             if let date = ended?.dismissalDate ?? dismissalDate { line.add("dismissal_date", Int(date / 1000)) }
             line.add("removed", result.removed)
-            var output = RegistryOutput()
-            try output.line(line.text)
-            try output.flush()
+            try RegistryOutput.printLine(line.text)
             return 0
         }
     }
@@ -370,9 +364,7 @@ enum ImportCommand {
                 RegistryCommand.note(
                     "import", "skipped \(summary.invalid - reportedInvalidLines) more bad lines (not shown)")
             }
-            var output = RegistryOutput()
-            try output.line(summary.jsonLine)
-            try output.flush()
+            try RegistryOutput.printLine(summary.jsonLine)
             return summary.invalid > 0 ? 1 : 0
         }
     }

@@ -295,10 +295,7 @@ struct ExpiryCursor: Hashable {
             self = .start
             return
         }
-        let parts = cursor.rawValue.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count == 2, let expiresAt = Int64(parts[0]), let row = Int64(parts[1]), row >= 0 else {
-            return nil
-        }
+        guard let (expiresAt, row) = cursor.pair, row >= 0 else { return nil }
         self.init(expiresAt: expiresAt, row: row)
     }
 }
@@ -323,10 +320,7 @@ struct ListCursor: Hashable {
             self = .start
             return
         }
-        let parts = cursor.rawValue.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count == 2, let index = Int(parts[0]), let row = Int64(parts[1]), index >= 0, row >= 0 else {
-            return nil
-        }
+        guard let (index, row) = cursor.pair, let index = Int(exactly: index), index >= 0, row >= 0 else { return nil }
         self.init(index: index, row: row)
     }
 }
@@ -357,4 +351,13 @@ enum ReadSQL {
         SELECT id, device_id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_by_activity
         WHERE activity = ?1 AND expires_at > ?2 ORDER BY expires_at, id LIMIT ?4
         """)
+}
+
+extension RegistryCursor {
+    /// The two integers of a `first:second` cursor (both cursor kinds of this store), or nil.
+    fileprivate var pair: (Int64, Int64)? {
+        let parts = rawValue.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let first = Int64(parts[0]), let second = Int64(parts[1]) else { return nil }
+        return (first, second)
+    }
 }
