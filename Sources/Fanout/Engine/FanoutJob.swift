@@ -44,14 +44,6 @@ public enum Recipients: Sendable {
     case pushToStart(app: String, attributesType: String?, selection: RecipientSelection, activityID: String? = nil)
     /// The regular push tokens of the selected devices (alert and background pushes).
     case devices(app: String, selection: RecipientSelection)
-
-    /// Whether the recipients come from the engine's registry.
-    var needsRegistry: Bool {
-        switch self {
-        case .tokens, .file: return false
-        case .activity, .pushToStart, .devices: return true
-        }
-    }
 }
 
 /// Where a push-to-start job writes its activity id inside `attributes`: a path of keys.

@@ -4,76 +4,59 @@ import FanoutRegistry
 /// Reads a job's recipients one token at a time, in recipient order: inline, from a tokens file, or
 /// from the registry a page at a time, so a million-token activity never sits in memory.
 struct RecipientReader {
-    private enum Source {
-        case inline(IndexingIterator<[String]>)
-        case file(TokenFileReader)
-        case registry(RegistryPager)
-    }
-    private var source: Source
+    // Exactly one of the three is set. Separate optionals rather than an enum with payloads, so that each
+    // token advances its source in place (`inline!.next()`), with no copy of it in and out per token.
+    private var inline: IndexingIterator<[String]>?
+    private var file: TokenFileReader?
+    private var pager: RegistryPager?
     /// Why reading stopped before the end, when it did: `next()` then returns nil as at the end.
     private(set) var failure: FanoutError?
 
     /// - Parameter now: the registry's moment for the whole job (Unix ms), so pages agree on expiry.
+    /// - Throws: a tokens file that cannot be opened. (A registry job without a registry was refused when the job
+    ///   was prepared.)
     init(_ recipients: Recipients, registry: (any RegistryStore)?, now: Int64) throws(FanoutError) {
+        func pager(_ query: RegistryPager.Query) -> RegistryPager {
+            guard let registry else {
+                preconditionFailure("FanoutEngine.checkRegistryApp refuses registry jobs without a registry")
+            }
+            return RegistryPager(store: registry, query: query, now: now)
+        }
         switch recipients {
         case .tokens(let tokens):
-            source = .inline(tokens.makeIterator())
+            inline = tokens.makeIterator()
         case .file(let path):
-            source = .file(try TokenFileReader(path: path))
+            file = try TokenFileReader(path: path)
         case .activity(let app, let id):
-            source = .registry(
-                RegistryPager(store: try Self.require(registry), query: .activity(app: app, id: id), now: now))
+            self.pager = pager(.activity(app: app, id: id))
         case .pushToStart(let app, let attributesType, let selection, _):
-            source = .registry(
-                RegistryPager(
-                    store: try Self.require(registry),
-                    query: .pushToStart(app: app, attributesType: attributesType, selection: selection), now: now))
+            self.pager = pager(.pushToStart(app: app, attributesType: attributesType, selection: selection))
         case .devices(let app, let selection):
-            source = .registry(
-                RegistryPager(
-                    store: try Self.require(registry), query: .devices(app: app, selection: selection), now: now))
+            self.pager = pager(.devices(app: app, selection: selection))
         }
-    }
-
-    private static func require(_ registry: (any RegistryStore)?) throws(FanoutError) -> any RegistryStore {
-        guard let registry else {
-            throw FanoutError(
-                .invalidNotification, "recipients: addressing by activity, push-to-start or device needs a registry")
-        }
-        return registry
     }
 
     /// The next token, or nil at the end (or after a failure: see `failure`).
     mutating func next() async -> String? {
-        switch source {
-        case .inline(var iterator):
-            let token = iterator.next()
-            source = .inline(iterator)
+        if inline != nil { return inline!.next() }
+        if file != nil {
+            let token = file!.nextLine()
+            if token == nil { failure = file!.failure }
             return token
-        case .file(var reader):
-            let token = reader.nextLine()
-            if token == nil { failure = reader.failure }
-            source = .file(reader)
-            return token
-        case .registry(var pager):
-            do {
-                let token = try await pager.next()
-                source = .registry(pager)
-                return token
-            } catch {
-                failure = FanoutError(.connection, "registry: \(error.description)")
-                return nil
-            }
+        }
+        do {
+            return try await pager!.next()
+        } catch {
+            failure = FanoutError(.connection, "registry: \(error.description)")
+            return nil
         }
     }
 
     /// Where reading stopped, for a failure's message.
     var position: String {
-        switch source {
-        case .inline: return ""
-        case .file(let reader): return " (after line \(reader.lineNumber))"
-        case .registry(let pager): return " (after \(pager.delivered) recipients)"
-        }
+        if let file { return " (after line \(file.lineNumber))" }
+        if let pager { return " (after \(pager.delivered) recipients)" }
+        return ""
     }
 }
 

@@ -8,8 +8,6 @@ final class RegistryPruner: Sendable {
     private struct State {
         var pending: [RegistryChange] = []
         var closed = false
-        var failures = 0
-        var lastFailure: String?
     }
     /// Shared with the pruning task (which must not hold the pruner: dropping it ends the task).
     private final class SharedState: Sendable {
@@ -40,10 +38,8 @@ final class RegistryPruner: Sendable {
                 do throws(RegistryError) {
                     _ = try await store.apply(batch)
                 } catch {
-                    shared.mutex.withLock { state in
-                        state.failures += 1
-                        state.lastFailure = error.description
-                    }
+                    // A batch the registry refuses (a database error) is dropped: its tokens are invalidated
+                    // again by the next send that reaches them, and update tokens expire on their own.
                 }
             }
             if closed { break }
@@ -69,7 +65,4 @@ final class RegistryPruner: Sendable {
         wake.yield()
         await task.value
     }
-
-    /// Batches the registry refused (a database error), and the last error's message.
-    var failures: (count: Int, last: String?) { shared.mutex.withLock { ($0.failures, $0.lastFailure) } }
 }
