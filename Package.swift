@@ -65,11 +65,20 @@ let package = Package(
         .target(name: "FanoutJobFile", dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFormat"]),
         // Running a Fanout process: structured logs with redaction, the Prometheus endpoint.
         .target(name: "FanoutObservability", dependencies: ["Fanout", "FanoutTransport"]),
+        // `fanout serve`: the HTTP service (native, Pushwoosh- and Braze-shaped APIs), its configuration, keys, rate
+        // limits, the durable dispatch queue and the status page.
+        .target(
+            name: "FanoutService",
+            dependencies: [
+                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutRegistry", "FanoutSQLite", "FanoutTransport",
+                "FanoutJobFile", "FanoutObservability",
+            ]),
         // The `fanout` command (binary name from the product).
         .executableTarget(
             name: "FanoutCLI",
             dependencies: [
-                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFile", "FanoutObservability", "CommandLineSupport",
+                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFile", "FanoutObservability", "FanoutService",
+                "CommandLineSupport",
             ]),
 
         // Test-only transport: the HTTP/2 server, the test certificate authority, the JWT verifier.
@@ -113,6 +122,12 @@ let package = Package(
         .testTarget(name: "FanoutRegistryTests", dependencies: ["FanoutRegistry", "FanoutSQLite", "FanoutCore"]),
         .testTarget(
             name: "FanoutTransportTests", dependencies: ["FanoutTransport", "FanoutCore", "FanoutTestSupport"]),
+        .testTarget(
+            name: "FanoutServiceTests",
+            dependencies: [
+                "FanoutService", "Fanout", "FanoutCore", "FanoutRegistry", "FanoutTransport", "FanoutJobFile",
+                "FanoutTestSupport", "MockAPNsKit",
+            ]),
         .testTarget(name: "MockAPNsKitTests", dependencies: ["MockAPNsKit", "FanoutCore"]),
         .testTarget(
             name: "FanoutIntegrationTests",

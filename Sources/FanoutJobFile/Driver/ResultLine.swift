@@ -5,8 +5,8 @@ import Foundation
 /// The results file's line for one notification, as product.md gives it:
 /// `{"job":…,"token":…,"outcome":…,"status":…,"reason":…,"apns_id":…,"apns_unique_id":…,"attempts":…,
 /// "latency_ms":…,"timestamp":…}`, written straight into a byte buffer (no JSONSerialization per line).
-enum ResultLine {
-    static func append(_ result: NotificationResult, to output: inout [UInt8]) {
+package enum ResultLine {
+    package static func append(_ result: NotificationResult, to output: inout [UInt8]) {
         func key(_ name: StaticString) {
             output.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
         }
@@ -44,7 +44,7 @@ enum ResultLine {
     }
 
     /// The job, token and outcome of a results line (for resuming from the results file's tail).
-    static func parse(_ line: some Collection<UInt8>) -> (job: String, token: String?, outcome: String)? {
+    package static func parse(_ line: some Collection<UInt8>) -> (job: String, token: String?, outcome: String)? {
         // A line that does not parse (the torn last line of an interrupted run) is simply not a result.
         guard case .object(let object)? = try? JSONValue.parse(line), let job = object["job"]?.stringValue,
             let outcome = object["outcome"]?.stringValue
