@@ -59,6 +59,12 @@ package final class SQLiteStatement {
         try bind(value, at: index)
     }
 
+    /// Binds a floating-point number, or NULL for nil.
+    package func bind(_ value: Double?, at index: Int32) throws(SQLiteError) {
+        guard let value else { return try bindNull(at: index) }
+        try check(sqlite3_bind_double(statement, index, value))
+    }
+
     /// Binds text, or NULL for nil. SQLite copies the UTF-8 bytes before this returns (SQLITE_TRANSIENT, passed by
     /// `CSQLite_bind_text_transient`), because the pointer Swift lends is valid only inside `withUTF8`.
     package func bind(_ value: String?, at index: Int32) throws(SQLiteError) {
@@ -138,6 +144,16 @@ package final class SQLiteStatement {
     /// The column as an integer, nil for NULL.
     package func optionalInt64(at column: Int32) -> Int64? {
         isNull(at: column) ? nil : int64(at: column)
+    }
+
+    /// The column as a floating-point number (0 for NULL).
+    package func double(at column: Int32) -> Double {
+        sqlite3_column_double(statement, column)
+    }
+
+    /// The column as a floating-point number, nil for NULL.
+    package func optionalDouble(at column: Int32) -> Double? {
+        isNull(at: column) ? nil : double(at: column)
     }
 
     /// The column as text ("" for NULL). The bytes are copied out: SQLite's pointer dies at the next step.

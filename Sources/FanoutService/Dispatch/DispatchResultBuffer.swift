@@ -1,0 +1,168 @@
+import Fanout
+import Foundation
+
+/// Batches one dispatch's results from the engine's threads into `DispatchStore.appendResults` transactions, off
+/// those threads.
+///
+/// - `add` is callable from any thread and does no I/O: it appends under a lock and wakes the writer only when the
+///   batch starts or fills.
+/// - One writer thread per buffer (SQLite blocks, so not a task on the cooperative pool) commits a batch once it has
+///   `batchSize` (4,096) results or `interval` (50 ms) after its first result, whichever comes first, and at once
+///   when `flush()` waits. The thread ends after the buffer is released, once what was added is written.
+/// - `flush()` returns once everything added before it is committed; it throws the first commit that failed (that
+///   batch is lost: its recipients have no result, so the dispatch must not be marked done, and a restart sends them
+///   again).
+///
+/// Memory: `add` never blocks (an engine loop thread must not wait on disk), so nothing caps the backlog; the writer
+/// commits up to `maxTransaction` results per transaction and measured several times faster than a dispatch sends
+/// (see the report in `DispatchStoreTests`), so the backlog stays at about one batch. `waiting` and `maxWaiting`
+/// expose it for the status page and metrics.
+package final class DispatchResultBuffer: Sendable {
+    package static let batchSize = 4_096
+    package static let interval: TimeInterval = 0.05
+    /// The most results one transaction takes when the writer is behind (it then keeps the write lock about 50 ms).
+    package static let maxTransaction = 16_384
+
+    private let core: Core
+
+    package init(store: DispatchStore, dispatchID: String) {
+        core = Core(store: store, dispatchID: dispatchID)
+        let core = self.core
+        let thread = Thread { core.run() }
+        thread.name = "fanout-dispatch-writer"
+        thread.start()
+    }
+
+    deinit {
+        core.close()
+    }
+
+    /// Queues one result. Any thread; no I/O.
+    package func add(_ result: NotificationResult) {
+        core.add(result)
+    }
+
+    /// Returns once every result added so far is committed; throws the first failed commit.
+    package func flush() async throws(DispatchStoreError) {
+        let result = await withCheckedContinuation { continuation in core.flush(continuation) }
+        try result.get()
+    }
+
+    /// Results added and not yet committed.
+    package var waiting: Int { core.waiting }
+    /// The largest `waiting` seen.
+    package var maxWaiting: Int { core.maxWaiting }
+}
+
+extension DispatchResultBuffer {
+    /// The state the writer thread shares with the buffer (the thread holds this, not the buffer, so releasing the
+    /// buffer ends it). Every mutable field is guarded by `condition`'s lock, hence `@unchecked Sendable`.
+    private final class Core: @unchecked Sendable {
+        typealias Waiter = CheckedContinuation<Result<Void, DispatchStoreError>, Never>
+
+        let store: DispatchStore
+        let dispatchID: String
+        private let condition = NSCondition()
+        private var pending: [NotificationResult] = []
+        /// Results added, and results the writer has finished with (committed or lost to a failed commit).
+        private var added = 0
+        private var written = 0
+        private var highWater = 0
+        /// `flush()` callers, each waiting for `written` to reach its target.
+        private var waiters: [(target: Int, continuation: Waiter)] = []
+        private var failure: DispatchStoreError?
+        private var closed = false
+
+        init(store: DispatchStore, dispatchID: String) {
+            self.store = store
+            self.dispatchID = dispatchID
+        }
+
+        func add(_ result: NotificationResult) {
+            condition.lock()
+            pending.append(result)
+            added += 1
+            let count = pending.count
+            if added - written > highWater { highWater = added - written }
+            // The writer waits for a batch's first result, then for it to fill (or for the interval).
+            if count == 1 || count == DispatchResultBuffer.batchSize { condition.signal() }
+            condition.unlock()
+        }
+
+        func flush(_ continuation: Waiter) {
+            condition.lock()
+            guard written < added else {
+                let failure = self.failure
+                condition.unlock()
+                continuation.resume(returning: failure.map { .failure($0) } ?? .success(()))
+                return
+            }
+            waiters.append((added, continuation))
+            condition.signal()
+            condition.unlock()
+        }
+
+        var waiting: Int {
+            condition.lock()
+            defer { condition.unlock() }
+            return added - written
+        }
+
+        var maxWaiting: Int {
+            condition.lock()
+            defer { condition.unlock() }
+            return highWater
+        }
+
+        func close() {
+            condition.lock()
+            closed = true
+            condition.signal()
+            condition.unlock()
+        }
+
+        /// The writer thread: waits for a batch, commits it, resumes the flushes it satisfied; ends once closed and
+        /// drained.
+        func run() {
+            condition.lock()
+            while true {
+                while pending.isEmpty && !closed { condition.wait() }
+                if pending.isEmpty { break }
+                let deadline = Date(timeIntervalSinceNow: DispatchResultBuffer.interval)
+                while pending.count < DispatchResultBuffer.batchSize && waiters.isEmpty && !closed {
+                    if !condition.wait(until: deadline) { break }
+                }
+                var batch: [NotificationResult] = []
+                if pending.count <= DispatchResultBuffer.maxTransaction {
+                    swap(&batch, &pending)
+                } else {
+                    batch = Array(pending[..<DispatchResultBuffer.maxTransaction])
+                    pending.removeFirst(DispatchResultBuffer.maxTransaction)
+                }
+                condition.unlock()
+
+                var error: DispatchStoreError?
+                do {
+                    try store.appendResults(batch, dispatch: dispatchID)
+                } catch let failed {
+                    error = failed
+                }
+
+                condition.lock()
+                written += batch.count
+                if failure == nil { failure = error }
+                var ready: [Waiter] = []
+                waiters.removeAll { waiter in
+                    guard waiter.target <= written else { return false }
+                    ready.append(waiter.continuation)
+                    return true
+                }
+                let outcome: Result<Void, DispatchStoreError> = failure.map { .failure($0) } ?? .success(())
+                condition.unlock()
+                for continuation in ready { continuation.resume(returning: outcome) }
+                condition.lock()
+            }
+            condition.unlock()
+        }
+    }
+}

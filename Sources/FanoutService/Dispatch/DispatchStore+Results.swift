@@ -1,0 +1,196 @@
+import Fanout
+import FanoutJobFile
+import FanoutSQLite
+
+extension DispatchStore {
+    /// One transaction: inserts each result under (dispatch, position) — a position already recorded is ignored, so
+    /// a notification resent after a crash never gets a second result — and adds the inserted ones to the dispatch's
+    /// counts (outcome and retries) in the same transaction. Results with position < 0 (a job-level `invalid`) are
+    /// keyed by a negative sequence (`DispatchSchema.jobLevelKeyBase` up), so each is stored once.
+    package func appendResults(_ results: [NotificationResult], dispatch id: String) throws(DispatchStoreError) {
+        guard !results.isEmpty else { return }
+        let found = try write { connection throws(SQLiteError) -> Bool in
+            let database = connection.database
+            guard let row = try Self.dispatchRow(id: id, in: database) else { return false }
+            var added = OutcomeCounts()
+            var jobID = row.jobID
+            var prefix = row.donePrefix
+            var prefixFilled = false
+            var nextJobLevelKey: Int64?
+            for result in results {
+                let key: Int64
+                if result.position >= 0 {
+                    key = Int64(result.position)
+                } else {
+                    if nextJobLevelKey == nil { nextJobLevelKey = try Self.nextJobLevelKey(row.seq, in: database) }
+                    key = nextJobLevelKey!
+                    nextJobLevelKey! += 1
+                }
+                if jobID == nil { jobID = result.jobID }
+                let inserted = try database.withStatement(DispatchSchema.insertResult) { statement throws(SQLiteError) in
+                    try statement.bind(row.seq, at: 1)
+                    try statement.bind(key, at: 2)
+                    try statement.bind(result.token, at: 3)
+                    try statement.bind(result.outcome.code, at: 4)
+                    try statement.bind(result.status.map(Int64.init), at: 5)
+                    try statement.bind(result.reason, at: 6)
+                    try statement.bind(result.apnsID, at: 7)
+                    try statement.bind(result.apnsUniqueID, at: 8)
+                    try statement.bind(Int64(result.attempts), at: 9)
+                    try statement.bind(result.latencyMilliseconds, at: 10)
+                    try statement.bind(result.timestamp, at: 11)
+                    try statement.bind(result.retryAfterSeconds, at: 12)
+                    try statement.bind(result.jobID == jobID ? nil : result.jobID, at: 13)
+                    try statement.run()
+                    return database.changes == 1
+                }
+                guard inserted else { continue }
+                added.add(result)
+                if key == prefix { prefixFilled = true }
+            }
+            // The prefix moves only when its first missing position arrived; it then walks the rows that follow
+            // it, each of which joins the prefix and is never walked again.
+            if prefixFilled { prefix = try Self.extendPrefix(row.seq, from: prefix, in: database) }
+            try database.withStatement(
+                """
+                UPDATE dispatches SET delivered = delivered + ?2, rejected = rejected + ?3,
+                    unregistered = unregistered + ?4, failed = failed + ?5, expired = expired + ?6,
+                    rate_limited = rate_limited + ?7, invalid = invalid + ?8, cancelled = cancelled + ?9,
+                    superseded = superseded + ?10, retries = retries + ?11, done_prefix = ?12,
+                    job_id = coalesce(job_id, ?13)
+                WHERE seq = ?1
+                """
+            ) { statement throws(SQLiteError) in
+                try statement.bind(row.seq, at: 1)
+                let values = [
+                    added.delivered, added.rejected, added.unregistered, added.failed, added.expired,
+                    added.rateLimited, added.invalid, added.cancelled, added.superseded, added.retries,
+                ]
+                for (offset, value) in values.enumerated() { try statement.bind(Int64(value), at: Int32(offset + 2)) }
+                try statement.bind(prefix, at: 12)
+                try statement.bind(jobID, at: 13)
+                try statement.run()
+            }
+            return true
+        }
+        guard found else { throw Self.notFound(id) }
+    }
+
+    /// What an interrupted dispatch already finished, as the engine's `ResumePoint`: `prefix` is the first position
+    /// without a result (kept up to date by `appendResults`), `beyondPrefix` the positions past it that have one (a
+    /// scan of the rows past the prefix only, however long the prefix is).
+    package func resumePoint(id: String) throws(DispatchStoreError) -> ResumePoint {
+        let point = try read { connection throws(SQLiteError) -> ResumePoint? in
+            let database = connection.database
+            guard let row = try Self.dispatchRow(id: id, in: database) else { return nil }
+            var beyond = Set<Int>()
+            try database.withStatement(
+                "SELECT position FROM dispatch_results WHERE dispatch = ?1 AND position > ?2"
+            ) { statement throws(SQLiteError) in
+                try statement.bind(row.seq, at: 1)
+                try statement.bind(row.donePrefix, at: 2)
+                while try statement.step() { beyond.insert(Int(statement.int64(at: 0))) }
+            }
+            return ResumePoint(prefix: Int(row.donePrefix), beyondPrefix: beyond)
+        }
+        guard let point else { throw Self.notFound(id) }
+        return point
+    }
+
+    /// Results as JSON lines in the results-file format (`ResultLine`), in position order, at most `limit`, plus the
+    /// last position returned (pass it as `after` for the next page; `after` itself when the page is empty).
+    ///
+    /// Start with `after: -1`: any `after` from -1 down to `DispatchSchema.jobLevelKeyLimit` starts at the
+    /// beginning, where the job-level results (stored under keys far below every position) come first. Nil when
+    /// there is no such dispatch or it belongs to another workspace.
+    package func results(id: String, workspace: String, after: Int, limit: Int) throws(DispatchStoreError)
+        -> (lines: [UInt8], last: Int)?
+    {
+        let lower = after < 0 && Int64(after) > DispatchSchema.jobLevelKeyLimit ? Int64.min : Int64(after)
+        return try read { connection throws(SQLiteError) -> (lines: [UInt8], last: Int)? in
+            let database = connection.database
+            let dispatch = try database.withStatement(
+                "SELECT seq, job_id FROM dispatches WHERE id = ?1 AND workspace = ?2"
+            ) { statement throws(SQLiteError) -> (seq: Int64, jobID: String)? in
+                try statement.bind(id, at: 1)
+                try statement.bind(workspace, at: 2)
+                return try statement.step() ? (statement.int64(at: 0), statement.optionalString(at: 1) ?? "") : nil
+            }
+            guard let dispatch else { return nil }
+            var lines: [UInt8] = []
+            var last = after
+            try database.withStatement(
+                """
+                SELECT position, token, outcome, status, reason, apns_id, apns_unique_id, attempts, latency_ms,
+                    timestamp, retry_after_s, job
+                FROM dispatch_results WHERE dispatch = ?1 AND position > ?2 ORDER BY position LIMIT ?3
+                """
+            ) { statement throws(SQLiteError) in
+                try statement.bind(dispatch.seq, at: 1)
+                try statement.bind(lower, at: 2)
+                try statement.bind(Int64(max(0, limit)), at: 3)
+                while try statement.step() {
+                    let position = statement.int64(at: 0)
+                    var result = NotificationResult(
+                        jobID: statement.optionalString(at: 11) ?? dispatch.jobID,
+                        token: statement.optionalString(at: 1), outcome: NotificationOutcome(code: statement.int64(at: 2)),
+                        status: statement.optionalInt64(at: 3).map { Int($0) }, reason: statement.optionalString(at: 4),
+                        apnsID: statement.optionalString(at: 5), apnsUniqueID: statement.optionalString(at: 6),
+                        attempts: Int(statement.int64(at: 7)), latencyMilliseconds: statement.double(at: 8),
+                        timestamp: statement.optionalInt64(at: 9), retryAfterSeconds: statement.optionalDouble(at: 10))
+                    result.position = position >= 0 ? Int(position) : -1
+                    ResultLine.append(result, to: &lines)
+                    last = Int(position)
+                }
+            }
+            return (lines, last)
+        }
+    }
+
+    // MARK: Helpers (inside a transaction)
+
+    struct DispatchRow {
+        var seq: Int64
+        var jobID: String?
+        var donePrefix: Int64
+    }
+
+    static func dispatchRow(id: String, in database: SQLiteDatabase) throws(SQLiteError) -> DispatchRow? {
+        try database.withStatement("SELECT seq, job_id, done_prefix FROM dispatches WHERE id = ?1") {
+            statement throws(SQLiteError) in
+            try statement.bind(id, at: 1)
+            guard try statement.step() else { return nil }
+            return DispatchRow(
+                seq: statement.int64(at: 0), jobID: statement.optionalString(at: 1), donePrefix: statement.int64(at: 2))
+        }
+    }
+
+    /// The key for the dispatch's next job-level result: one past its last, or the base.
+    private static func nextJobLevelKey(_ seq: Int64, in database: SQLiteDatabase) throws(SQLiteError) -> Int64 {
+        try database.withStatement(
+            "SELECT max(position) FROM dispatch_results WHERE dispatch = ?1 AND position <= ?2"
+        ) { statement throws(SQLiteError) in
+            try statement.bind(seq, at: 1)
+            try statement.bind(DispatchSchema.jobLevelKeyLimit, at: 2)
+            guard try statement.step(), let last = statement.optionalInt64(at: 0) else {
+                return DispatchSchema.jobLevelKeyBase
+            }
+            return last + 1
+        }
+    }
+
+    /// The first position at or after `prefix` (which has a row) without a row.
+    private static func extendPrefix(_ seq: Int64, from prefix: Int64, in database: SQLiteDatabase)
+        throws(SQLiteError) -> Int64
+    {
+        try database.withStatement(
+            "SELECT position FROM dispatch_results WHERE dispatch = ?1 AND position >= ?2 ORDER BY position"
+        ) { statement throws(SQLiteError) in
+            try statement.bind(seq, at: 1)
+            try statement.bind(prefix, at: 2)
+            var next = prefix
+            while try statement.step(), statement.int64(at: 0) == next { next += 1 }
+            return next
+        }
+    }
+}

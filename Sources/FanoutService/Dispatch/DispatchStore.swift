@@ -1,0 +1,338 @@
+import Fanout
+import FanoutRegistry
+import FanoutSQLite
+import Synchronization
+
+/// Where a dispatch is in its life: accepted, being sent, finished.
+package enum DispatchState: String, Sendable {
+    case queued, running, done
+}
+
+/// One accepted API call: the job to run and what has come of it so far.
+package struct DispatchRecord: Sendable, Equatable {
+    /// Random and unguessable: `d_` and 20 base32 characters (100 bits) from the system's CSPRNG.
+    package var id: String
+    package var workspace: String
+    package var app: String
+    /// What the API call was: `start`, `update`, `end` or `push`.
+    package var kind: String
+    /// The canonical job line to run; opaque to the store.
+    package var jobLine: [UInt8]
+    package var state: DispatchState
+    /// Of the results recorded so far.
+    package var counts: OutcomeCounts
+    package var payloadEncodings: Int
+    package var demoted: Int
+    /// Unix milliseconds.
+    package var createdAt: Int64
+    package var startedAt: Int64?
+    package var finishedAt: Int64?
+    package var idempotencyKey: String?
+    package var notifications: Int { counts.total }
+}
+
+/// The durable dispatch queue of `fanout serve`, in the registry's SQLite file (`--db`), in tables of its own
+/// (`dispatch_*`, see `DispatchSchema`).
+///
+/// A dispatch is committed before `accept` returns, so the `202` that follows survives kill -9: WAL with
+/// `synchronous=NORMAL` has the commit in the WAL file (the OS's page cache) when `COMMIT` returns, which a process
+/// kill cannot lose (a power loss can lose the last commits, never tear one). Results are recorded under
+/// (dispatch, position), once each, with the dispatch's counts in the same transaction, so after a restart
+/// `resumePoint` says exactly which recipients are done and the counts equal the rows.
+///
+/// Two connections of its own, as the registry has: a writer (`BEGIN IMMEDIATE` transactions, waiting up to
+/// `busyTimeoutMilliseconds` for the registry's writer or another process) and a reader that never waits for a
+/// writer. Each is behind its own mutex; calls block their thread for one transaction or one page.
+package final class DispatchStore: Sendable {
+    package let path: String
+    private let writer: Mutex<DispatchConnection>
+    private let reader: Mutex<DispatchConnection>
+
+    /// How long a write waits for another connection's lock (the registry's import commits 50,000 rows at a time).
+    package static let busyTimeoutMilliseconds: Int32 = 5_000
+
+    /// Opens the dispatch tables in the registry file at `path`, creating them (and the registry, when the file is
+    /// missing or empty) as needed. The registry's own open decides whether the file is acceptable (`notARegistry`,
+    /// `corrupt`, `unsupportedVersion`, `busy`), so a file that is not a registry is never written to; dispatch
+    /// tables from a newer Fanout are `unsupportedVersion`.
+    package init(path: String) throws(DispatchStoreError) {
+        self.path = path
+        do {
+            // The registry creates the file (page size, WAL, its schema) or checks it is one; then it is closed.
+            let registry = try SQLiteRegistryStore(path: path)
+            registry.close()
+        } catch {
+            throw DispatchStoreError.map(error)
+        }
+        do {
+            let writerDatabase = try SQLiteDatabase(
+                path: path, mode: .readWrite, busyTimeoutMilliseconds: Self.busyTimeoutMilliseconds)
+            try writerDatabase.useWriteAheadLog()
+            try writerDatabase.execute("PRAGMA temp_store = MEMORY")
+            try Self.prepareSchema(writerDatabase, path: path)
+            let readerDatabase = try SQLiteDatabase(
+                path: path, mode: .readWrite, busyTimeoutMilliseconds: Self.busyTimeoutMilliseconds)
+            // The reader never writes (query_only makes SQLite refuse it if a bug tried) and maps nothing, as the
+            // registry's reader: paging a million results should not grow the service's resident memory.
+            try readerDatabase.execute("PRAGMA cache_size = -8192; PRAGMA mmap_size = 0; PRAGMA query_only = 1")
+            writer = Mutex(DispatchConnection(database: writerDatabase))
+            reader = Mutex(DispatchConnection(database: readerDatabase))
+        } catch let error as DispatchStoreError {
+            throw error
+        } catch let error as SQLiteError {
+            throw DispatchStoreError.map(error, path: path)
+        } catch {
+            throw DispatchStoreError(.storage, "\(path): \(error)")
+        }
+    }
+
+    /// Creates the tables when they are missing (checked again under the write lock, in case another process created
+    /// them meanwhile) and refuses a newer version.
+    private static func prepareSchema(_ database: SQLiteDatabase, path: String) throws {
+        let exists = "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'dispatch_meta'"
+        if try database.scalarInt64(exists) == 0 {
+            try database.transaction { () throws(SQLiteError) in
+                guard try database.scalarInt64(exists) == 0 else { return }
+                try database.execute(DispatchSchema.create)
+            }
+        }
+        let version = try database.scalarInt64("SELECT value FROM dispatch_meta WHERE name = 'version'") ?? 0
+        guard version <= DispatchSchema.version else {
+            throw DispatchStoreError(
+                .unsupportedVersion,
+                "\(path) has dispatch tables of version \(version); this Fanout reads version \(DispatchSchema.version)"
+            )
+        }
+    }
+
+    /// Closes both connections (idempotent). Calls after it fail `unavailable`.
+    package func close() {
+        writer.withLock { $0.database.close() }
+        reader.withLock { $0.database.close() }
+    }
+
+    deinit {
+        close()
+    }
+
+    // MARK: Running on a connection
+
+    func write<R: Sendable>(_ body: (DispatchConnection) throws(SQLiteError) -> R) throws(DispatchStoreError) -> R {
+        try writer.withLock { connection throws(DispatchStoreError) -> R in
+            guard connection.database.isOpen else { throw DispatchStoreError(.unavailable, "\(path) is closed") }
+            return try Self.transaction(.immediate, on: connection, path: path, body)
+        }
+    }
+
+    /// Reads in one deferred transaction on the reader, so every statement of `body` sees the same commit.
+    func read<R: Sendable>(_ body: (DispatchConnection) throws(SQLiteError) -> R) throws(DispatchStoreError) -> R {
+        try reader.withLock { connection throws(DispatchStoreError) -> R in
+            guard connection.database.isOpen else { throw DispatchStoreError(.unavailable, "\(path) is closed") }
+            return try Self.transaction(.deferred, on: connection, path: path, body)
+        }
+    }
+
+    private static func transaction<R>(
+        _ kind: SQLiteDatabase.TransactionKind, on connection: DispatchConnection, path: String,
+        _ body: (DispatchConnection) throws(SQLiteError) -> R
+    ) throws(DispatchStoreError) -> R {
+        do {
+            return try connection.database.transaction(kind) { () throws(SQLiteError) in try body(connection) }
+        } catch {
+            throw DispatchStoreError.map(error, path: path)
+        }
+    }
+
+    // MARK: Dispatches
+
+    /// Commits a new queued dispatch before returning. If the workspace already used `idempotencyKey`, returns that
+    /// earlier dispatch and `created == false` (nothing written).
+    package func accept(
+        workspace: String, app: String, kind: String, jobLine: [UInt8], idempotencyKey: String?, now: Int64
+    ) throws(DispatchStoreError) -> (record: DispatchRecord, created: Bool) {
+        let id = Self.newID()
+        return try write { connection throws(SQLiteError) in
+            let database = connection.database
+            if let idempotencyKey {
+                let earlier = try database.withStatement(
+                    "SELECT \(DispatchSchema.recordColumns) FROM dispatches WHERE workspace = ?1 AND idempotency_key = ?2"
+                ) { statement throws(SQLiteError) in
+                    try statement.bind(workspace, at: 1)
+                    try statement.bind(idempotencyKey, at: 2)
+                    return try statement.step() ? DispatchRecord(row: statement) : nil
+                }
+                if let earlier { return (earlier, false) }
+            }
+            try database.withStatement(
+                """
+                INSERT INTO dispatches (id, workspace, app, kind, job_line, state, created_at, idempotency_key)
+                VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7)
+                """
+            ) { statement throws(SQLiteError) in
+                try statement.bind(id, at: 1)
+                try statement.bind(workspace, at: 2)
+                try statement.bind(app, at: 3)
+                try statement.bind(kind, at: 4)
+                try statement.bind(jobLine, at: 5)
+                try statement.bind(now, at: 6)
+                try statement.bind(idempotencyKey, at: 7)
+                try statement.run()
+            }
+            let record = DispatchRecord(
+                id: id, workspace: workspace, app: app, kind: kind, jobLine: jobLine, state: .queued,
+                counts: OutcomeCounts(), payloadEncodings: 0, demoted: 0, createdAt: now, startedAt: nil,
+                finishedAt: nil, idempotencyKey: idempotencyKey)
+            return (record, true)
+        }
+    }
+
+    /// nil when there is no such dispatch OR it belongs to another workspace (the API answers 404 either way).
+    package func dispatch(id: String, workspace: String) throws(DispatchStoreError) -> DispatchRecord? {
+        try read { connection throws(SQLiteError) in
+            try connection.database.withStatement(
+                "SELECT \(DispatchSchema.recordColumns) FROM dispatches WHERE id = ?1 AND workspace = ?2"
+            ) { statement throws(SQLiteError) in
+                try statement.bind(id, at: 1)
+                try statement.bind(workspace, at: 2)
+                return try statement.step() ? DispatchRecord(row: statement) : nil
+            }
+        }
+    }
+
+    /// Queued and running dispatches, oldest first (what a restart must finish).
+    package func unfinished() throws(DispatchStoreError) -> [DispatchRecord] {
+        try read { connection throws(SQLiteError) in
+            try connection.database.withStatement(
+                "SELECT \(DispatchSchema.recordColumns) FROM dispatches WHERE state < 2 ORDER BY seq"
+            ) { statement throws(SQLiteError) in
+                var records: [DispatchRecord] = []
+                while try statement.step() { records.append(DispatchRecord(row: statement)) }
+                return records
+            }
+        }
+    }
+
+    /// The newest dispatches (all workspaces when nil), newest first, for the status page.
+    package func recent(workspace: String?, limit: Int) throws(DispatchStoreError) -> [DispatchRecord] {
+        try read { connection throws(SQLiteError) in
+            let database = connection.database
+            let sql =
+                workspace == nil
+                ? "SELECT \(DispatchSchema.recordColumns) FROM dispatches ORDER BY seq DESC LIMIT ?1"
+                : "SELECT \(DispatchSchema.recordColumns) FROM dispatches WHERE workspace = ?2 ORDER BY seq DESC LIMIT ?1"
+            return try database.withStatement(sql) { statement throws(SQLiteError) in
+                try statement.bind(Int64(max(0, limit)), at: 1)
+                if let workspace { try statement.bind(workspace, at: 2) }
+                var records: [DispatchRecord] = []
+                while try statement.step() { records.append(DispatchRecord(row: statement)) }
+                return records
+            }
+        }
+    }
+
+    /// Marks the dispatch running (a done one stays done). Its `startedAt` is the first time it started: a dispatch
+    /// resumed after a restart keeps it.
+    package func markRunning(id: String, now: Int64) throws(DispatchStoreError) {
+        let found = try write { connection throws(SQLiteError) in
+            let database = connection.database
+            try database.withStatement(
+                "UPDATE dispatches SET state = max(state, 1), started_at = coalesce(started_at, ?2) WHERE id = ?1"
+            ) { statement throws(SQLiteError) in
+                try statement.bind(id, at: 1)
+                try statement.bind(now, at: 2)
+                try statement.run()
+            }
+            return database.changes == 1
+        }
+        guard found else { throw Self.notFound(id) }
+    }
+
+    /// Marks the dispatch done, with what its run counted beside the results.
+    package func markDone(id: String, now: Int64, payloadEncodings: Int, demoted: Int) throws(DispatchStoreError) {
+        let found = try write { connection throws(SQLiteError) in
+            let database = connection.database
+            try database.withStatement(
+                """
+                UPDATE dispatches SET state = 2, started_at = coalesce(started_at, ?2), finished_at = ?2,
+                    payload_encodings = ?3, demoted = ?4
+                WHERE id = ?1
+                """
+            ) { statement throws(SQLiteError) in
+                try statement.bind(id, at: 1)
+                try statement.bind(now, at: 2)
+                try statement.bind(Int64(payloadEncodings), at: 3)
+                try statement.bind(Int64(demoted), at: 4)
+                try statement.run()
+            }
+            return database.changes == 1
+        }
+        guard found else { throw Self.notFound(id) }
+    }
+
+    static func notFound(_ id: String) -> DispatchStoreError {
+        // The id came from the caller, maybe from a URL: quoted only when it looks like one of ours.
+        let shown = isWellFormedID(id) ? id : "(malformed id)"
+        return DispatchStoreError(.notFound, "no dispatch \(shown)")
+    }
+
+    // MARK: Ids
+
+    /// RFC 4648's base32 alphabet, lowercase.
+    private static let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567".utf8)
+
+    /// `d_` and 20 base32 characters: 100 random bits from `SystemRandomNumberGenerator` (the kernel's CSPRNG).
+    package static func newID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let high = generator.next() as UInt64
+        let low = generator.next() as UInt64
+        var bytes: [UInt8] = Array("d_".utf8)
+        bytes.reserveCapacity(22)
+        for index in 0..<20 {
+            // 12 characters from `high` (60 bits), 8 from `low` (40 bits).
+            let word = index < 12 ? high >> (UInt64(index) * 5) : low >> (UInt64(index - 12) * 5)
+            bytes.append(alphabet[Int(word & 31)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Whether `id` has the shape `newID()` makes.
+    package static func isWellFormedID(_ id: String) -> Bool {
+        let bytes = Array(id.utf8)
+        return bytes.count == 22 && bytes[0] == UInt8(ascii: "d") && bytes[1] == UInt8(ascii: "_")
+            && bytes[2...].allSatisfy { alphabet.contains($0) }
+    }
+}
+
+/// One of the store's SQLite connections. `@unchecked Sendable` because the store's mutex around it confines it to one
+/// thread at a time (it is only ever used inside `withLock`); without it, region checking refuses handing the
+/// connection to the closures `write` and `read` run.
+final class DispatchConnection: @unchecked Sendable {
+    let database: SQLiteDatabase
+
+    init(database: SQLiteDatabase) {
+        self.database = database
+    }
+}
+
+extension DispatchRecord {
+    /// The record from a row of `DispatchSchema.recordColumns`.
+    init(row: SQLiteStatement) {
+        var counts = OutcomeCounts()
+        counts.delivered = Int(row.int64(at: 12))
+        counts.rejected = Int(row.int64(at: 13))
+        counts.unregistered = Int(row.int64(at: 14))
+        counts.failed = Int(row.int64(at: 15))
+        counts.expired = Int(row.int64(at: 16))
+        counts.rateLimited = Int(row.int64(at: 17))
+        counts.invalid = Int(row.int64(at: 18))
+        counts.cancelled = Int(row.int64(at: 19))
+        counts.superseded = Int(row.int64(at: 20))
+        counts.retries = Int(row.int64(at: 21))
+        self.init(
+            id: row.string(at: 0), workspace: row.string(at: 1), app: row.string(at: 2), kind: row.string(at: 3),
+            jobLine: row.data(at: 4).map { [UInt8]($0) } ?? [], state: DispatchState(code: row.int64(at: 5)),
+            counts: counts, payloadEncodings: Int(row.int64(at: 10)), demoted: Int(row.int64(at: 11)),
+            createdAt: row.int64(at: 6), startedAt: row.optionalInt64(at: 7), finishedAt: row.optionalInt64(at: 8),
+            idempotencyKey: row.optionalString(at: 9))
+    }
+}
