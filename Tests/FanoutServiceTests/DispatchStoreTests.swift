@@ -261,7 +261,9 @@ final class DispatchStoreTests: XCTestCase {
         XCTAssertEqual(try store.resumePoint(id: id).prefix, total)
         XCTAssertEqual(try store.resumePoint(id: id).beyondPrefix, [])
         try await buffer.flush()  // nothing new: returns at once
-        print("DispatchResultBuffer: \(total) results from \(threads) threads in \(elapsed), max waiting \(buffer.maxWaiting)")
+        print(
+            "DispatchResultBuffer: \(total) results from \(threads) threads in \(elapsed), max waiting \(buffer.maxWaiting)"
+        )
     }
 
     /// The rate the buffer commits at: 1,000,000 results of one dispatch. Only with FANOUT_DISPATCH_BENCH=1 (it takes

@@ -27,7 +27,8 @@ extension DispatchStore {
                     nextJobLevelKey! += 1
                 }
                 if jobID == nil { jobID = result.jobID }
-                let inserted = try database.withStatement(DispatchSchema.insertResult) { statement throws(SQLiteError) in
+                let inserted = try database.withStatement(DispatchSchema.insertResult) {
+                    statement throws(SQLiteError) in
                     try statement.bind(row.seq, at: 1)
                     try statement.bind(key, at: 2)
                     try statement.bind(result.token, at: 3)
@@ -133,7 +134,8 @@ extension DispatchStore {
                     let position = statement.int64(at: 0)
                     var result = NotificationResult(
                         jobID: statement.optionalString(at: 11) ?? dispatch.jobID,
-                        token: statement.optionalString(at: 1), outcome: NotificationOutcome(code: statement.int64(at: 2)),
+                        token: statement.optionalString(at: 1),
+                        outcome: NotificationOutcome(code: statement.int64(at: 2)),
                         status: statement.optionalInt64(at: 3).map { Int($0) }, reason: statement.optionalString(at: 4),
                         apnsID: statement.optionalString(at: 5), apnsUniqueID: statement.optionalString(at: 6),
                         attempts: Int(statement.int64(at: 7)), latencyMilliseconds: statement.double(at: 8),
