@@ -1,6 +1,7 @@
 /// Why a request head or a chunked body was refused, with the status the server answers before closing.
 package struct HTTP1ParseError: Error, Sendable, Equatable {
-    /// 400 (malformed), 413 (body too large), 501 (a transfer coding we do not implement), 505 (HTTP version).
+    /// 400 (malformed), 413 (body too large), 417 (an expectation other than 100-continue), 501 (a transfer
+    /// coding we do not implement).
     package var status: Int
     package var message: String
 
@@ -84,12 +85,9 @@ package struct HTTP1RequestHead: Sendable {
             minorVersion = 1
         } else if equals(version, "HTTP/1.0") {
             minorVersion = 0
-        } else if version.count == 8, equals(version.prefix(5), "HTTP/"), isDigit(version[version.startIndex + 5]),
-            version[version.startIndex + 6] == UInt8(ascii: "."), isDigit(version[version.startIndex + 7])
-        {
-            return .failure(HTTP1ParseError(505, "HTTP version not supported"))
         } else {
-            return .failure(HTTP1ParseError(400, "malformed HTTP version"))
+            // HTTP/2.0 on an HTTP/1 connection included: a client speaking anything else is lost here.
+            return .failure(HTTP1ParseError(400, "unsupported HTTP version"))
         }
 
         var head = HTTP1RequestHead(

@@ -308,7 +308,7 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
     private func arm(_ use: TimerUse) {
         timerUse = use
         switch use {
-        case .none: timer.cancel()
+        case .none: timer.stop()
         case .header: timer.restart(milliseconds: limits.headerTimeoutMilliseconds)
         case .idle: timer.restart(milliseconds: limits.idleTimeoutMilliseconds)
         case .linger: timer.restart(milliseconds: limits.lingerMilliseconds)
