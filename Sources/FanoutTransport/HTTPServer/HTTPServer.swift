@@ -184,9 +184,10 @@ final class HTTPRejectedConnection: TCPSocketDelegate {
     func start() {
         socket.delegate = self
         socket.startReading()
+        let message = "too many connections\n"
         let text =
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 20\r\n"
-            + "connection: close\r\n\r\ntoo many connections\n"
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            + "content-length: \(message.utf8.count)\r\nconnection: close\r\n\r\n\(message)"
         let bytes = Array(text.utf8)
         // Owned by the socket's write from here.
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 1)
