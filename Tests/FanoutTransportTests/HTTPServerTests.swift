@@ -271,9 +271,11 @@ final class HTTPServerTests: XCTestCase {
 
         // The connection stays: nghttp sends the same body on two streams of one connection; both get 413, and
         // the server sends no GOAWAY and resets nothing but with NO_ERROR.
-        let nghttp = try Curl.runTool("nghttp", [
-            "-v", "-d", file.path, "http://127.0.0.1:\(server.port)/big1", "http://127.0.0.1:\(server.port)/big2",
-        ])
+        let nghttp = try Curl.runTool(
+            "nghttp",
+            [
+                "-v", "-d", file.path, "http://127.0.0.1:\(server.port)/big1", "http://127.0.0.1:\(server.port)/big2",
+            ])
         XCTAssertEqual(nghttp.components(separatedBy: ":status: 413").count - 1, 2, nghttp)
         XCTAssertFalse(nghttp.contains("recv GOAWAY"), nghttp)
     }
@@ -314,7 +316,8 @@ private enum Curl {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = [tool] + arguments
         let output = Pipe()
-        let errors = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-\(tool)-\(UUID().uuidString)")
+        let errors = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "fanout-\(tool)-\(UUID().uuidString)")
         FileManager.default.createFile(atPath: errors.path, contents: nil)
         defer { try? FileManager.default.removeItem(at: errors) }
         process.standardOutput = output
@@ -395,7 +398,9 @@ final class RawHTTPClient {
         let bytes = Array(text.utf8)
         var offset = 0
         while offset < bytes.count {
-            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let sent = bytes[offset...].withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+            }
             guard sent > 0 else { throw Failure(description: "send: errno \(errno)") }
             offset += sent
         }
@@ -432,7 +437,8 @@ final class RawHTTPClient {
         var headers: [String: String] = [:]
         for line in lines {
             guard let colon = line.firstIndex(of: ":") else { throw Failure(description: "bad header \(line)") }
-            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
+                in: .whitespaces)
         }
         let length = bodyExpected ? Int(headers["content-length"] ?? "0") ?? 0 : 0
         while buffer.count < headEnd + length {

@@ -110,8 +110,10 @@ final class HTTPServerLoopState {
     /// Connections refused past `maxConnections`, until their linger ends.
     var rejected: [ObjectIdentifier: HTTPRejectedConnection] = [:]
 
-    init(tls: TLSServerContext?, limits: HTTPServerLimits, handler: @escaping HTTPServer.Handler,
-         counter: HTTPConnectionCounter) {
+    init(
+        tls: TLSServerContext?, limits: HTTPServerLimits, handler: @escaping HTTPServer.Handler,
+        counter: HTTPConnectionCounter
+    ) {
         self.tls = tls
         self.limits = limits
         self.handler = handler
