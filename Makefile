@@ -50,7 +50,7 @@ demo: release
 soak: deps release
 	@bash scripts/soak.sh
 
-## fuzz: libFuzzer targets for the job-line parser, the APNs response parser and mock-apns's validator.
+## fuzz: libFuzzer targets for the job-line parser, the APNs response parser, mock-apns's validator and the HTTP/1.1 request parser.
 fuzz: deps-build
 	@bash scripts/fuzz.sh
 

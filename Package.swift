@@ -6,10 +6,13 @@
 //   Fanout (the library) ──> FanoutCore, FanoutPolicy (re-exported), FanoutTransport (internal)
 //   FanoutJobFormat (the job-file line reader and parser; pure Swift, fuzzed on its own) ──> FanoutCore
 //   FanoutJobFile (`fanout send`'s driver; re-exports FanoutJobFormat) ──> Fanout, FanoutJobFormat
+//   FanoutTransport (loops, TCP, TLS, HTTP/2, the HTTP server) ──> FanoutCore, FanoutHTTP1 (the HTTP/1.1 head
+//   parser and chunked decoder; pure Swift, fuzzed on its own)
 //   FanoutObservability (logs, the metrics endpoint) ──> Fanout, FanoutTransport
 //   FanoutCLI (the `fanout` binary) ──> FanoutJobFile, FanoutObservability, Fanout
 //   FanoutRegistry (the token registry: store protocol, SQLite store) ──> FanoutSQLite ──> CSQLite
-//   FanoutTestSupport, MockAPNsKit (test-only: HTTP/2 server, test CA, JWT verifier), MockAPNsValidation (the
+//   FanoutTestSupport, MockAPNsKit (test-only: the HTTP/2 server over FanoutTransport's HTTP2ServerConnection,
+//   test CA, JWT verifier), MockAPNsValidation (the
 //   mock's request validator; pure Swift, fuzzed on its own, re-exported by MockAPNsKit)
 import PackageDescription
 
@@ -43,10 +46,14 @@ let package = Package(
         // Pure Swift policies: workspace rate limits (hierarchical token buckets, injectable clock).
         .target(name: "FanoutPolicy", swiftSettings: internalImports),
         // The only production Swift that imports the C modules: loop thread, TCP, TLS, the nghttp2
-        // session, a plain HTTP/1.1 server, ES256 keys and provider tokens. Everything is `package`.
+        // session (client and server connections), the HTTP server (HTTP/1.1 and HTTP/2, for `fanout serve` and
+        // the metrics endpoint), ES256 keys and provider tokens. Everything is `package`.
         .target(
             name: "FanoutTransport",
-            dependencies: ["FanoutCore", "CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
+            dependencies: ["FanoutCore", "FanoutHTTP1", "CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
+        // The HTTP/1.1 request-head parser and chunked-body decoder. Pure Swift with no dependency, so that
+        // scripts/fuzz.sh can build it as a module.
+        .target(name: "FanoutHTTP1"),
         // The only Swift code that imports CSQLite: a small SQLite binding (connections, cached
         // statements, transactions, errors).
         .target(name: "FanoutSQLite", dependencies: ["CSQLite"]),
@@ -121,7 +128,8 @@ let package = Package(
         .testTarget(name: "FanoutPolicyTests", dependencies: ["FanoutPolicy"]),
         .testTarget(name: "FanoutRegistryTests", dependencies: ["FanoutRegistry", "FanoutSQLite", "FanoutCore"]),
         .testTarget(
-            name: "FanoutTransportTests", dependencies: ["FanoutTransport", "FanoutCore", "FanoutTestSupport"]),
+            name: "FanoutTransportTests",
+            dependencies: ["FanoutTransport", "FanoutCore", "FanoutHTTP1", "FanoutTestSupport"]),
         .testTarget(
             name: "FanoutServiceTests",
             dependencies: [

@@ -2,13 +2,15 @@
 # make fuzz: build the libFuzzer targets in Fuzz/ and run each for SECONDS (default 60).
 #
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]        targets: job-line response-parser request-validator json
+#                                                     http1-request
 #   bash scripts/fuzz.sh --reproduce TARGET FILE...   run a target once on saved inputs (e.g. a crash file)
 #
 # The code under test is built as the package's own modules, by SwiftPM from Package.swift (so the fuzzers see the
 # same sources, settings and `package` access as `swift build`), with libFuzzer coverage and AddressSanitizer:
 # `swift build -c release --build-path .build/fuzz/spm -Xswiftc -sanitize=fuzzer,address --target <module>`.
 # Only pure-Swift modules are fuzzed, so no C library is instrumented or linked: FanoutCore (JSON, APNs responses,
-# payloads), FanoutJobFormat (the job-line parser) and MockAPNsValidation (mock-apns's request validator). Each
+# payloads), FanoutJobFormat (the job-line parser), MockAPNsValidation (mock-apns's request validator) and FanoutHTTP1
+# (the HTTP server's HTTP/1.1 head parser and chunked decoder). Each
 # target in Fuzz/ is then compiled with `swiftc -sanitize=fuzzer,address`, importing those modules and linking their
 # objects. Everything goes into .build/fuzz/:
 #   bin/<target>         the fuzzers           corpus/<target>/   the seeds (Tests/Fuzz/Corpus) plus what runs add
@@ -20,17 +22,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 out=$root/.build/fuzz
-all_targets=(job-line response-parser request-validator json)
+all_targets=(job-line response-parser request-validator json http1-request)
 SWIFT=${SWIFT:-swift}
 SWIFTC=${SWIFTC:-swiftc}
 
 declare -A source=([job-line]=JobLine.swift [response-parser]=ResponseParser.swift
-    [request-validator]=RequestValidator.swift [json]=JSONParser.swift)
+    [request-validator]=RequestValidator.swift [json]=JSONParser.swift [http1-request]=HTTP1Request.swift)
 # The package modules each target imports, dependencies first.
 declare -A modules=([job-line]="FanoutCore FanoutJobFormat MockAPNsValidation" [response-parser]=FanoutCore
-    [request-validator]="FanoutCore MockAPNsValidation" [json]=FanoutCore)
-# Longest input libFuzzer generates: room for a 4 KiB payload (5 KiB for voip) inside a job line or a request.
-declare -A max_len=([job-line]=8192 [response-parser]=2048 [request-validator]=8192 [json]=4096)
+    [request-validator]="FanoutCore MockAPNsValidation" [json]=FanoutCore [http1-request]=FanoutHTTP1)
+# Longest input libFuzzer generates: room for a 4 KiB payload (5 KiB for voip) inside a job line or a request; an
+# HTTP/1.1 head with a few chunks after it.
+declare -A max_len=([job-line]=8192 [response-parser]=2048 [request-validator]=8192 [json]=4096 [http1-request]=4096)
 
 spm=$out/spm
 products=$spm/release

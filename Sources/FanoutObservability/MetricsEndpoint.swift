@@ -2,7 +2,8 @@ import Fanout
 import FanoutTransport
 
 /// Serves a registry at `GET /metrics` in the Prometheus text format (`--metrics-listen HOST:PORT`), on its own
-/// loop thread. Other paths get 404, other methods 405.
+/// loop thread of the transport's `HTTPServer`. Other paths get 404, other methods 405. A scrape comes every few
+/// seconds at most, so each answer closes its connection (`Connection: close`) rather than keeping it open.
 package final class MetricsEndpoint: Sendable {
     /// The Prometheus text format's media type.
     package static let contentType = "text/plain; version=0.0.4; charset=utf-8"
@@ -10,14 +11,23 @@ package final class MetricsEndpoint: Sendable {
     package let host: String
     /// The port bound (the real one when 0 was asked).
     package let port: Int
-    private let server: PlainHTTPServer
+    private let server: HTTPServer
 
     /// Binds `host:port` (a numeric IP address, or `localhost`; port 0 picks a free one) and starts serving.
     package init(registry: MetricsRegistry, host: String, port: Int) throws(TransportError) {
         let host = host == "localhost" ? "127.0.0.1" : host
         self.host = host
-        server = try PlainHTTPServer(host: host, port: port) { method, target in
-            Self.respond(registry: registry, method: method, target: target)
+        var limits = HTTPServerLimits()
+        limits.maxHeadBytes = 8192
+        limits.maxBodyBytes = 64 * 1024
+        limits.headerTimeout = .seconds(5)
+        limits.maxConnections = 64
+        server = try HTTPServer(host: host, port: port, threads: 1, tls: nil, limits: limits) { request, responder in
+            let (status, contentType, body) = Self.respond(
+                registry: registry, method: request.method, target: request.target)
+            responder.respond(
+                HTTPResponse(
+                    status: status, headers: [("content-type", contentType), ("connection", "close")], body: body))
         }
         self.port = server.port
     }

@@ -37,6 +37,12 @@ package final class LoopTimer {
         uv_timer_start(handle, loopTimerCallback, milliseconds, 0)
     }
 
+    /// Stops the timer but keeps its action, for a later `restart`.
+    package func stop() {
+        guard !closed else { return }
+        uv_timer_stop(handle)
+    }
+
     package func cancel() {
         guard !closed else { return }
         action = nil

@@ -194,6 +194,23 @@ package final class HTTP2Session: SecureChannelDelegate {
         channel.start()
     }
 
+    /// Runs HTTP/2 over `channel`, which is already ready (a server that read the first bytes to choose the
+    /// protocol, or chose it by ALPN): the nghttp2 session starts at once and is fed `readAhead` (the bytes
+    /// already read, client preface included) before anything else. Call once, instead of `start`.
+    package func adopt(_ channel: SecureChannel, readAhead: UnsafeRawBufferPointer) {
+        loop.assertInLoop()
+        precondition(self.channel == nil, "a session runs over one channel")
+        precondition(channel.isReady, "adopt takes a channel that is ready")
+        guard !isClosed else {
+            channel.close(error: nil)
+            return
+        }
+        self.channel = channel
+        channel.delegate = self
+        channelDidBecomeReady(channel)
+        if readAhead.count > 0 && !isClosed { self.channel(channel, didRead: readAhead) }
+    }
+
     // MARK: Streams
 
     /// Open streams (including ones this side reset whose RST_STREAM has not gone out yet).

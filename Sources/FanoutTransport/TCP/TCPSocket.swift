@@ -131,6 +131,18 @@ package final class TCPSocket {
         delegate?.tcpSocket(self, didCloseWith: error)
     }
 
+    /// Half-closes: the FIN goes out after the writes already queued; reading goes on. Idempotent enough: a
+    /// second call fails inside libuv and is ignored.
+    package func shutdownWrites() {
+        loop.assertInLoop()
+        guard !isClosed else { return }
+        let request = UnsafeMutablePointer<uv_shutdown_t>.allocate(capacity: 1)
+        // Owned by libuv until the callback (called with UV_ECANCELED if the handle closes first), which frees it.
+        if uv_shutdown(request, streamHandle, tcpShutdownCallback) != 0 {
+            request.deallocate()
+        }
+    }
+
     /// Closes the socket. Idempotent. Pending writes are cancelled; their buffers are freed.
     package func close() {
         guard !isClosed else { return }
@@ -182,4 +194,8 @@ private func tcpWriteCallback(_ request: UnsafeMutablePointer<uv_write_t>?, _ st
     request.deallocate()
     guard let stream, let owner = stream.pointee.data else { return }
     Unmanaged<TCPSocket>.fromOpaque(owner).takeUnretainedValue().didWrite(count: written, status: status)
+}
+
+private func tcpShutdownCallback(_ request: UnsafeMutablePointer<uv_shutdown_t>?, _ status: Int32) {
+    request?.deallocate()
 }

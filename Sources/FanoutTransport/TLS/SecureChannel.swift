@@ -14,14 +14,16 @@ package protocol SecureChannelDelegate: AnyObject {
 }
 
 /// TCP plus TLS on one loop: ciphertext flows between the socket and the TLS engine, plaintext
-/// between the engine and the delegate. Output is coalesced: the delegate writes into a 16 KiB
+/// between the engine and the delegate. Without a TLS engine (plaintext mode: HTTP/1.1 and h2c on
+/// `HTTPServer`) bytes pass straight between the socket and the delegate, through the same staging. Output is coalesced: the delegate writes into a 16 KiB
 /// plaintext staging buffer (one TLS record per 16 KiB, not per frame), and all ciphertext of a
 /// loop turn leaves in one `uv_write`. Past `highWaterMark` bytes queued on the socket it stops
 /// asking for output until the socket drains (h2load's back-off).
 package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     package let loop: LoopThread
     private let socket: TCPSocket
-    private let tls: TLSEngine
+    /// Nil in plaintext mode.
+    private let tls: TLSEngine?
     /// Strong (no side table on the hot path); cleared when the channel closes, which breaks the
     /// cycle with the connection that owns this channel.
     package var delegate: SecureChannelDelegate?
@@ -29,6 +31,11 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     private(set) var isReady = false
     private(set) var isClosed = false
     private var closeAfterFlush = false
+    /// Half-close once what is pending has been written (`shutdownWhenFlushed`).
+    private var shutdownAfterFlush = false
+    private var shutdownSent = false
+    /// Plaintext mode: output waiting for the next flush, which hands it to the socket in one write.
+    private var plainOutput: [UInt8] = []
 
     /// Owned: freed in deinit. Plaintext staged for one SSL_write.
     private let staging: UnsafeMutableRawBufferPointer
@@ -44,14 +51,17 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     /// Bytes queued on the socket past which no more output is produced until it drains.
     package static let highWaterMark = 64 * 1024
 
-    package init(socket: TCPSocket, tls: TLSEngine, handshakeTimeoutMilliseconds: UInt64) {
+    /// A TLS channel (`tls` non-nil) that is ready once the handshake is done, or a plaintext one (`tls` nil),
+    /// ready as soon as it starts.
+    package init(socket: TCPSocket, tls: TLSEngine?, handshakeTimeoutMilliseconds: UInt64) {
         self.loop = socket.loop
         self.socket = socket
         self.tls = tls
         staging = .allocate(byteCount: Self.stagingSize, alignment: 16)
-        plaintextBuffer = .allocate(byteCount: 64 * 1024, alignment: 16)
+        plaintextBuffer = .allocate(byteCount: tls == nil ? 16 : 64 * 1024, alignment: 16)
         super.init()
         socket.delegate = self
+        guard tls != nil else { return }
         let timer = LoopTimer(loop: loop)
         handshakeTimer = timer
         // Strong capture (no weak side table on self): the cycle ends when the timer closes, at the
@@ -71,8 +81,21 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     /// Starts the handshake (the client speaks first; a server waits for the ClientHello).
     package func start() {
         socket.startReading()
+        guard tls != nil else {
+            isReady = true
+            scheduleFlush()
+            delegate?.channelDidBecomeReady(self)
+            return
+        }
         advanceHandshake()
     }
+
+    /// Whether the channel runs TLS.
+    package var isSecure: Bool { tls != nil }
+
+    /// The ALPN protocol the TLS handshake chose (nil in plaintext mode, before the handshake, or when the
+    /// client offered none).
+    package var negotiatedProtocol: String? { isReady ? tls?.negotiatedProtocol() : nil }
 
     /// Appends protocol output. Call from `channelProduceOutput` or any time; it leaves at the next
     /// flush. If TLS fails to encrypt it, the channel closes with a `.tlsWriteFailed` error (the
@@ -104,6 +127,10 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
 
     /// Hands plaintext to TLS, behind the backlog if there is one. A failed write closes the channel.
     private func encrypt(_ plaintext: UnsafeRawBufferPointer) {
+        guard let tls else {
+            plainOutput.append(contentsOf: plaintext)
+            return
+        }
         guard backlog.isEmpty else {
             backlog.append(contentsOf: plaintext)
             return
@@ -117,7 +144,7 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
 
     /// Hands the backlog to TLS again (the same bytes first, as OpenSSL wants for a retried write).
     private func retryBacklog() {
-        guard !backlog.isEmpty, !isClosed else { return }
+        guard !backlog.isEmpty, !isClosed, let tls else { return }
         switch backlog.withUnsafeBytes({ tls.writePlaintext($0) }) {
         case .written: backlog = []
         case .retryLater: break
@@ -141,8 +168,21 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         if isReady && canWrite { delegate?.channelProduceOutput(self) }
         encryptStaged()
         guard !isClosed else { return }
-        if let (buffer, count) = tls.takeCiphertext() {
+        if shutdownAfterFlush && !shutdownSent { tls?.shutdown() }  // close_notify goes out with the rest
+        if let tls {
+            if let (buffer, count) = tls.takeCiphertext() { socket.write(taking: buffer, count: count) }
+        } else if !plainOutput.isEmpty {
+            // Owned by the socket's write from here (freed once written).
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: plainOutput.count, alignment: 16)
+            buffer.copyMemory(from: plainOutput.withUnsafeBytes { $0 })
+            let count = plainOutput.count
+            plainOutput.removeAll(keepingCapacity: true)
             socket.write(taking: buffer, count: count)
+        }
+        if shutdownAfterFlush && !shutdownSent && !socket.isClosed {
+            // libuv sends the FIN after the writes queued before it.
+            shutdownSent = true
+            socket.shutdownWrites()
         }
         if closeAfterFlush && socket.queuedWriteBytes == 0 { close(error: nil) }
     }
@@ -152,6 +192,15 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     package func closeWhenFlushed() {
         guard !closeAfterFlush else { return }
         closeAfterFlush = true
+        scheduleFlush()
+    }
+
+    /// Sends what is pending, then half-closes (TLS close_notify, TCP FIN) and goes on reading until the peer
+    /// closes: closing with unread input could reset the connection and lose the last answer. The owner bounds
+    /// the wait with a timer of its own.
+    package func shutdownWhenFlushed() {
+        guard !shutdownAfterFlush else { return }
+        shutdownAfterFlush = true
         scheduleFlush()
     }
 
@@ -168,6 +217,7 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     }
 
     private func advanceHandshake() {
+        guard let tls else { return }
         switch tls.advanceHandshake() {
         case .inProgress:
             scheduleFlush()
@@ -187,6 +237,11 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     // MARK: TCPSocketDelegate
 
     package func tcpSocket(_ socket: TCPSocket, didRead bytes: UnsafeRawBufferPointer) {
+        guard let tls else {
+            delegate?.channel(self, didRead: bytes)
+            scheduleFlush()
+            return
+        }
         tls.feed(bytes)
         if !tls.handshakeDone {
             advanceHandshake()

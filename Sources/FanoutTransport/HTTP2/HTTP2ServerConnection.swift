@@ -1,4 +1,3 @@
-import FanoutTransport
 import Foundation
 
 /// A complete request received by a server connection.
@@ -13,7 +12,7 @@ package struct HTTP2ServerRequest: Sendable {
     package var bodyTruncated = false
 }
 
-/// What a server connection asks of the application (mock-apns). Calls on the loop thread.
+/// What a server connection asks of the application (mock-apns, `HTTPServer`). Calls on the loop thread.
 package protocol HTTP2ServerHandler: AnyObject {
     /// A request is complete; answer it (now or later) with `connection.respond` or `refuse`.
     func serverConnection(_ connection: HTTP2ServerConnection, didReceive request: HTTP2ServerRequest)
@@ -24,17 +23,21 @@ package protocol HTTP2ServerHandler: AnyObject {
     func serverConnection(_ connection: HTTP2ServerConnection, didCloseStream streamID: Int32, errorCode: UInt32)
     /// The connection is gone.
     func serverConnectionDidClose(_ connection: HTTP2ServerConnection, error: TransportError?)
+    /// Stream `streamID`'s body went past `maxRequestBody`: from here its data is dropped, and the request is
+    /// delivered with `bodyTruncated` when the client ends it. Called once per stream, on the loop. Optional.
+    func serverConnection(_ connection: HTTP2ServerConnection, bodyTooLarge streamID: Int32)
 }
 
 extension HTTP2ServerHandler {
     package func serverConnection(
         _ connection: HTTP2ServerConnection, didCloseStream streamID: Int32, errorCode: UInt32
     ) {}
+    package func serverConnection(_ connection: HTTP2ServerConnection, bodyTooLarge streamID: Int32) {}
 }
 
-/// The server side of one HTTP/2 connection over TLS: the server role of FanoutTransport's
-/// `HTTP2Session` (which does all the nghttp2 work) on a secure channel, turning each stream into an
-/// `HTTP2ServerRequest` for the handler. A malformed or hostile peer gets a GOAWAY from nghttp2 and
+/// The server side of one HTTP/2 connection (over TLS, or plaintext h2c): the server role of `HTTP2Session`
+/// (which does all the nghttp2 work) on a secure channel, turning each stream into an `HTTP2ServerRequest` for
+/// the handler. Shared by the test server mock-apns runs (`HTTP2Server`, in FanoutTestSupport) and `HTTPServer`. A malformed or hostile peer gets a GOAWAY from nghttp2 and
 /// this connection closes; nothing it sends can crash the process. Confined to its loop.
 ///
 /// `@unchecked Sendable`: referenced from any thread, used only on its loop.
@@ -51,28 +54,51 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     private var goawayLastStreamID: Int32 = .max
 
     /// Lets the server that owns this connection forget it.
-    var onClose: (() -> Void)?
+    package var onClose: (() -> Void)?
     /// A free slot for the application (mock-apns keeps its per-connection state here).
     package var userInfo: AnyObject?
 
-    /// Largest request body kept; past it the rest is dropped and the request is marked truncated
-    /// (APNs's own limit is 5 KiB), so a hostile client cannot make the server buffer without bound.
-    static let maxRequestBody = 64 * 1024
+    /// Largest request body kept; past it the rest is dropped, the handler hears `bodyTooLarge`, and the
+    /// request is marked truncated, so a hostile client cannot make the server buffer without bound. 64 KiB for
+    /// mock-apns (APNs's own limit is 5 KiB).
+    package let maxRequestBody: Int
+    package static let defaultMaxRequestBody = 64 * 1024
 
     /// Wraps an accepted socket. Starts the TLS handshake at once.
-    init(
+    package convenience init(
         socket: TCPSocket, tlsContext: TLSServerContext, handler: HTTP2ServerHandler, initialMaxStreams: UInt32,
         handshakeTimeoutMilliseconds: UInt64 = 10_000
     ) throws(TransportError) {
-        loop = socket.loop
-        self.handler = handler
         let tls = try TLSEngine(context: tlsContext.context)
-        session = HTTP2Session(
-            role: .server, loop: loop,
-            settings: .server(maxConcurrentStreams: initialMaxStreams))
-        session.delegate = self
+        self.init(loop: socket.loop, handler: handler, settings: .server(maxConcurrentStreams: initialMaxStreams))
         session.start(
             SecureChannel(socket: socket, tls: tls, handshakeTimeoutMilliseconds: handshakeTimeoutMilliseconds))
+    }
+
+    /// A connection not yet running: `start(adopting:readAhead:)` gives it its channel.
+    package init(
+        loop: LoopThread, handler: HTTP2ServerHandler, settings: HTTP2SessionSettings,
+        maxRequestBody: Int = HTTP2ServerConnection.defaultMaxRequestBody
+    ) {
+        self.loop = loop
+        self.handler = handler
+        self.maxRequestBody = maxRequestBody
+        session = HTTP2Session(role: .server, loop: loop, settings: settings)
+        session.delegate = self
+    }
+
+    /// Runs over `channel`, already ready (TLS with ALPN h2, or plaintext after the client preface was seen),
+    /// feeding nghttp2 `readAhead` first (see `HTTP2Session.adopt`).
+    package func start(adopting channel: SecureChannel, readAhead: UnsafeRawBufferPointer) {
+        session.adopt(channel, readAhead: readAhead)
+    }
+
+    /// Streams open now.
+    package var openStreamCount: Int { session.openStreamCount }
+
+    /// Closes gracefully: GOAWAY once no stream is open, then the connection closes.
+    package func drain() {
+        session.drain()
     }
 
     package var isClosed: Bool { session.isClosed }
@@ -122,7 +148,9 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
 
     package func session(_ session: HTTP2Session, contextForStream streamID: Int32) -> AnyObject {
         streamsReceived += 1
-        return ServerStream()
+        let stream = ServerStream()
+        stream.streamID = streamID
+        return stream
     }
 
     package func session(
@@ -142,8 +170,11 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
 
     package func session(_ session: HTTP2Session, stream: AnyObject, didReceiveData data: UnsafeRawBufferPointer) {
         let stream = unsafeDowncast(stream, to: ServerStream.self)
-        if stream.body.count + data.count > Self.maxRequestBody {
-            stream.overflow = true
+        if stream.body.count + data.count > maxRequestBody || stream.overflow {
+            if !stream.overflow {
+                stream.overflow = true
+                if let streamID = stream.streamID { handler.serverConnection(self, bodyTooLarge: streamID) }
+            }
             return
         }
         stream.body.append(contentsOf: data)
@@ -191,6 +222,7 @@ private final class ServerStream {
     var body: [UInt8] = []
     var overflow = false
     var delivered = false
+    var streamID: Int32?
 
     init() {
         headers.reserveCapacity(12)  // an APNs request has up to 9 regular headers: one allocation

@@ -1,0 +1,348 @@
+import FanoutHTTP1
+import Foundation
+
+/// HTTP/1.1 (and 1.0) over one channel of `HTTPServer`: keep-alive, bodies by Content-Length or chunked,
+/// `Expect: 100-continue`, one request at a time. Pipelined bytes wait in `input` until the previous answer is
+/// written, so answers go out in request order. Confined to its loop.
+///
+/// The connection's one timer (owned by `HTTPServerConnection`, re-armed, never one per request) bounds each
+/// phase: `headerTimeout` from the start of a head (or of the connection), `idleTimeout` while a kept-alive
+/// connection waits for its next request or a body stalls, and the linger after a last answer.
+final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
+    private enum Phase {
+        /// Waiting for (the rest of) a request head.
+        case head
+        /// Reading a body of known length.
+        case body(HTTP1RequestHead, remaining: Int)
+        /// Reading a chunked body.
+        case chunked(HTTP1RequestHead, HTTP1ChunkedDecoder)
+        /// The handler has the request; its answer has not come yet.
+        case responding(HTTP1RequestHead, requestID: Int64)
+        /// The last answer is written (or queued); waiting, bounded, for the peer to close.
+        case lingering
+        case closed
+    }
+
+    /// What the timer means now.
+    private enum TimerUse {
+        case none, header, idle, linger
+    }
+
+    let channel: SecureChannel
+    private let loop: LoopThread
+    private let limits: HTTPServerLimits
+    private let handler: HTTPServer.Handler
+    private let timer: LoopTimer
+    private let onClose: () -> Void
+    private var phase = Phase.head
+    private var timerUse = TimerUse.none
+    /// Unconsumed input from `inputStart` on.
+    private var input: [UInt8] = []
+    private var inputStart = 0
+    /// Where the search for the end of the head resumes.
+    private var headScanned = 0
+    private var body: [UInt8] = []
+    private var nextRequestID: Int64 = 0
+    /// Inside `processInput`: an answer delivered meanwhile lets the loop there go on instead of recursing.
+    private var processing = false
+    /// `HTTPServer.stopAccepting`: close once the request in progress (if any) is answered.
+    private var stopRequested = false
+
+    init(
+        channel: SecureChannel, limits: HTTPServerLimits, handler: @escaping HTTPServer.Handler, timer: LoopTimer,
+        onClose: @escaping () -> Void
+    ) {
+        self.channel = channel
+        self.loop = channel.loop
+        self.limits = limits
+        self.handler = handler
+        self.timer = timer
+        self.onClose = onClose
+    }
+
+    /// Takes over the channel with the bytes already read. `headStarted`: the timer already runs for this head
+    /// (from the connection's start).
+    func start(readAhead: UnsafeRawBufferPointer) {
+        channel.delegate = self
+        timerUse = .header
+        if readAhead.count > 0 {
+            input.append(contentsOf: readAhead)
+            processInput()
+        }
+    }
+
+    /// Called by the connection's timer.
+    func timerFired() {
+        switch timerUse {
+        case .none:
+            break
+        case .header:
+            if case .head = phase {
+                finish(with: .plain(408, "request timeout"))
+            } else {
+                close()
+            }
+        case .idle:
+            if case .head = phase, input.count == inputStart {
+                close()
+            } else {
+                finish(with: .plain(408, "request timeout"))
+            }
+        case .linger:
+            close()
+        }
+    }
+
+    /// Stop taking requests: close now when idle, else after the answer in progress.
+    func stopAccepting() {
+        stopRequested = true
+        switch phase {
+        case .head where input.count == inputStart: close()
+        case .lingering, .closed: break
+        default: break
+        }
+    }
+
+    func close() {
+        channel.close(error: nil)
+    }
+
+    // MARK: SecureChannelDelegate
+
+    func channelDidBecomeReady(_ channel: SecureChannel) {}
+
+    func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
+        switch phase {
+        case .lingering, .closed:
+            return  // discarded while the peer takes its last answer
+        default:
+            break
+        }
+        if input.count == inputStart, case .head = phase, timerUse != .header {
+            arm(.header)  // the first byte of a new head
+        }
+        if inputStart > 0 && inputStart == input.count {
+            input.removeAll(keepingCapacity: true)
+            inputStart = 0
+            headScanned = 0
+        } else if inputStart >= 16 * 1024 {
+            input.removeSubrange(0..<inputStart)  // headScanned counts from inputStart: unchanged
+            inputStart = 0
+        }
+        input.append(contentsOf: plaintext)
+        // Pipelined input waits while a request is answered, but not without bound.
+        if case .responding = phase, input.count - inputStart > limits.maxHeadBytes + limits.maxBodyBytes {
+            close()
+            return
+        }
+        processInput()
+    }
+
+    func channel(_ channel: SecureChannel, didCloseWith error: TransportError?) {
+        guard !isClosed else { return }
+        phase = .closed
+        timerUse = .none
+        input = []
+        body = []
+        onClose()
+    }
+
+    func channelProduceOutput(_ channel: SecureChannel) {}
+
+    private var isClosed: Bool {
+        if case .closed = phase { return true }
+        return false
+    }
+
+    // MARK: Input
+
+    /// Moves through the buffered input as far as it goes: heads, bodies, and the handler's calls.
+    private func processInput() {
+        guard !processing else { return }
+        processing = true
+        defer { processing = false }
+        while true {
+            switch phase {
+            case .head:
+                guard parseHead() else { return }
+            case .body(let head, let remaining):
+                let take = min(remaining, input.count - inputStart)
+                if take > 0 {
+                    body.append(contentsOf: input[inputStart..<(inputStart + take)])
+                    inputStart += take
+                }
+                if take == remaining {
+                    dispatch(head)
+                } else {
+                    phase = .body(head, remaining: remaining - take)
+                    arm(.idle)
+                    return
+                }
+            case .chunked(let head, var decoder):
+                let (consumed, outcome) = input.withUnsafeBytes { bytes in
+                    decoder.decode(UnsafeRawBufferPointer(rebasing: bytes[inputStart...]), into: &body)
+                }
+                inputStart += consumed
+                switch outcome {
+                case .needMore:
+                    phase = .chunked(head, decoder)
+                    arm(.idle)
+                    return
+                case .done:
+                    dispatch(head)
+                case .tooLarge:
+                    finish(with: .plain(413, "request body larger than \(limits.maxBodyBytes) bytes"))
+                    return
+                case .malformed(let message):
+                    finish(with: .plain(400, message))
+                    return
+                }
+            case .responding, .lingering, .closed:
+                return
+            }
+        }
+    }
+
+    /// Parses a head when the whole of it is buffered; true when it moved on (to a body or the handler).
+    private func parseHead() -> Bool {
+        let available = input.count - inputStart
+        guard available > 0 else { return false }
+        let end = input.withUnsafeBytes { bytes in
+            HTTP1RequestHead.endOfHead(
+                in: UnsafeRawBufferPointer(rebasing: bytes[inputStart...]), from: max(0, headScanned - 3))
+        }
+        guard let end else {
+            headScanned = available
+            if available > limits.maxHeadBytes { finish(with: .plain(431, "request head too large")) }
+            return false
+        }
+        headScanned = 0
+        guard end <= limits.maxHeadBytes else {
+            finish(with: .plain(431, "request head too large"))
+            return false
+        }
+        let parsed = input.withUnsafeBytes { bytes in
+            HTTP1RequestHead.parse(UnsafeRawBufferPointer(rebasing: bytes[inputStart..<(inputStart + end)]))
+        }
+        inputStart += end
+        switch parsed {
+        case .failure(let error):
+            finish(with: .plain(error.status, error.message))
+            return false
+        case .success(let head):
+            body = []
+            switch head.framing {
+            case .none:
+                dispatch(head)
+            case .contentLength(let length):
+                guard length <= limits.maxBodyBytes else {
+                    finish(with: .plain(413, "request body larger than \(limits.maxBodyBytes) bytes"))
+                    return false
+                }
+                body.reserveCapacity(length)
+                continueIfExpected(head)
+                phase = .body(head, remaining: length)
+            case .chunked:
+                continueIfExpected(head)
+                phase = .chunked(head, HTTP1ChunkedDecoder(maxBodyBytes: limits.maxBodyBytes))
+            }
+            return true
+        }
+    }
+
+    private func continueIfExpected(_ head: HTTP1RequestHead) {
+        guard head.expectsContinue, input.count == inputStart else { return }  // the body is already coming
+        writeRaw("HTTP/1.1 100 Continue\r\n\r\n")
+    }
+
+    /// The request is complete: hand it to the handler.
+    private func dispatch(_ head: HTTP1RequestHead) {
+        nextRequestID += 1
+        let requestID = nextRequestID
+        phase = .responding(head, requestID: requestID)
+        arm(.none)
+        let request = HTTPRequest(
+            method: head.method, target: head.target, headers: head.headers, body: body,
+            version: head.minorVersion == 0 ? .http1_0 : .http1_1)
+        body = []
+        handler(request, HTTPResponder(loop: loop, sink: self, requestID: requestID))
+    }
+
+    // MARK: Output
+
+    func deliver(_ response: HTTPResponse, for requestID: Int64) {
+        guard case .responding(let head, let current) = phase, current == requestID else { return }
+        let keepAlive = head.keepAlive && !stopRequested && !Self.asksToClose(response)
+        write(response, keepAlive: keepAlive, omitBody: head.method == "HEAD")
+        if keepAlive {
+            phase = .head
+            if input.count == inputStart {
+                arm(.idle)
+            } else {
+                arm(.header)  // a pipelined request is already waiting
+            }
+            if !processing { processInput() }
+        } else {
+            linger()
+        }
+    }
+
+    /// Answers on the server's own (400, 408, 413, 431) and closes.
+    private func finish(with response: HTTPResponse) {
+        switch phase {
+        case .lingering, .closed: return
+        default: break
+        }
+        write(response, keepAlive: false, omitBody: false)
+        linger()
+    }
+
+    private func linger() {
+        phase = .lingering
+        input = []
+        inputStart = 0
+        channel.shutdownWhenFlushed()
+        arm(.linger)
+    }
+
+    private func arm(_ use: TimerUse) {
+        timerUse = use
+        switch use {
+        case .none: timer.stop()
+        case .header: timer.restart(milliseconds: limits.headerTimeoutMilliseconds)
+        case .idle: timer.restart(milliseconds: limits.idleTimeoutMilliseconds)
+        case .linger: timer.restart(milliseconds: limits.lingerMilliseconds)
+        }
+    }
+
+    private func write(_ response: HTTPResponse, keepAlive: Bool, omitBody: Bool) {
+        let status = (100...999).contains(response.status) ? response.status : 500
+        let bodyless = status == 204 || status == 304 || status < 200
+        var text = "HTTP/1.1 \(status) \(HTTPResponse.reasonPhrase(status))\r\n"
+        for header in response.headers where !HTTPResponse.isServerManaged(header.name) {
+            let name = header.name.filter { $0 != "\r" && $0 != "\n" && $0 != ":" }
+            guard !name.isEmpty else { continue }
+            text += "\(name): \(header.value.filter { $0 != "\r" && $0 != "\n" })\r\n"
+        }
+        if !bodyless { text += "content-length: \(response.body.count)\r\n" }
+        text += keepAlive ? "connection: keep-alive\r\n\r\n" : "connection: close\r\n\r\n"
+        writeRaw(text)
+        if !omitBody && !bodyless && !response.body.isEmpty {
+            response.body.withUnsafeBytes { channel.write($0) }
+        }
+        channel.scheduleFlush()
+    }
+
+    /// The handler's `Connection: close`: the connection closes after this answer.
+    private static func asksToClose(_ response: HTTPResponse) -> Bool {
+        response.headers.contains {
+            $0.name.lowercased() == "connection" && $0.value.lowercased().contains("close")
+        }
+    }
+
+    private func writeRaw(_ text: String) {
+        var text = text
+        text.withUTF8 { channel.write(UnsafeRawBufferPointer($0)) }
+        channel.scheduleFlush()
+    }
+}

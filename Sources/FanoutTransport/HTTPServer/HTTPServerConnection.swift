@@ -1,0 +1,212 @@
+import Foundation
+
+/// One accepted connection of `HTTPServer`, from accept to close: it owns the connection's one timer and picks
+/// the protocol, then hands the channel over.
+/// - With TLS: ALPN `h2` means HTTP/2; `http/1.1` or no ALPN, HTTP/1.1.
+/// - Without: it reads the first bytes. The 24-byte HTTP/2 client preface means HTTP/2 with prior knowledge
+///   (h2c); anything else is HTTP/1.1, as soon as a byte differs from the preface.
+///
+/// For HTTP/2 it is also the `HTTP2ServerHandler` of the `HTTP2ServerConnection` it starts, turning its requests
+/// into `HTTPRequest`s. Confined to its loop.
+final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTTPResponseSink {
+    private enum Mode {
+        case choosing
+        case http1(HTTP1ServerConnection)
+        case http2(HTTP2ServerConnection)
+        case closed
+    }
+
+    private let loop: LoopThread
+    private let limits: HTTPServerLimits
+    private let handler: HTTPServer.Handler
+    private let channel: SecureChannel
+    /// The connection's one timer: choosing the protocol (headerTimeout), then HTTP/1.1's phases or HTTP/2's
+    /// idle time. Closed with the connection.
+    private let timer: LoopTimer
+    private var mode = Mode.choosing
+    /// Plaintext bytes read while choosing, handed to the protocol chosen.
+    private var readAhead: [UInt8] = []
+    /// Called once, when the connection is gone (the server forgets it and counts it out).
+    var onClose: (() -> Void)?
+    private var stopRequested = false
+    /// HTTP/2 streams that asked HEAD: their answers go without a body.
+    private var headStreams: Set<Int32> = []
+
+    /// The HTTP/2 client connection preface (RFC 9113 section 3.4).
+    static let http2Preface: [UInt8] = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+
+    init(socket: TCPSocket, tls: TLSServerContext?, limits: HTTPServerLimits, handler: @escaping HTTPServer.Handler)
+        throws(TransportError)
+    {
+        loop = socket.loop
+        self.limits = limits
+        self.handler = handler
+        let engine: TLSEngine?
+        do {
+            engine = try tls.map { context throws(TransportError) in try TLSEngine(context: context.context) }
+        } catch {
+            socket.close()
+            throw error
+        }
+        channel = SecureChannel(
+            socket: socket, tls: engine, handshakeTimeoutMilliseconds: limits.headerTimeoutMilliseconds)
+        timer = LoopTimer(loop: loop)
+        channel.delegate = self
+        // Strong capture: the cycle ends when the timer closes, with the connection.
+        timer.schedule(milliseconds: limits.headerTimeoutMilliseconds) { [self] in timerFired() }
+    }
+
+    func start() {
+        channel.start()
+    }
+
+    /// `HTTPServer.stopAccepting`: idle connections close, requests in progress still get their answers.
+    func stopAccepting() {
+        stopRequested = true
+        switch mode {
+        case .choosing: channel.close(error: nil)
+        case .http1(let connection): connection.stopAccepting()
+        case .http2(let connection): connection.drain()
+        case .closed: break
+        }
+    }
+
+    /// Drops the connection now.
+    func close() {
+        switch mode {
+        case .http2(let connection): connection.drop()
+        case .closed: break
+        default: channel.close(error: nil)
+        }
+    }
+
+    private func timerFired() {
+        switch mode {
+        case .choosing:
+            // No complete head (nor preface) in time.
+            if channel.isReady && !readAhead.isEmpty && !channel.isSecure {
+                startHTTP1()
+                if case .http1(let connection) = mode { connection.timerFired() }
+            } else {
+                channel.close(error: nil)
+            }
+        case .http1(let connection):
+            connection.timerFired()
+        case .http2(let connection):
+            if connection.openStreamCount > 0 {
+                timer.restart(milliseconds: limits.idleTimeoutMilliseconds)
+            } else {
+                connection.drain()
+            }
+        case .closed:
+            break
+        }
+    }
+
+    // MARK: Choosing the protocol
+
+    func channelDidBecomeReady(_ channel: SecureChannel) {
+        guard channel.isSecure else { return }  // plaintext: wait for the first bytes
+        if channel.negotiatedProtocol == "h2" {
+            startHTTP2()
+        } else {
+            startHTTP1()
+        }
+    }
+
+    func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
+        guard case .choosing = mode else { return }
+        readAhead.append(contentsOf: plaintext)
+        let preface = Self.http2Preface
+        let compared = min(readAhead.count, preface.count)
+        if readAhead[0..<compared].elementsEqual(preface[0..<compared]) {
+            if readAhead.count >= preface.count { startHTTP2() }
+        } else {
+            startHTTP1()
+        }
+    }
+
+    func channel(_ channel: SecureChannel, didCloseWith error: TransportError?) {
+        // Closed before a protocol took the channel over.
+        finish()
+    }
+
+    func channelProduceOutput(_ channel: SecureChannel) {}
+
+    private func startHTTP1() {
+        let connection = HTTP1ServerConnection(
+            channel: channel, limits: limits, handler: handler, timer: timer,
+            onClose: { [self] in finish() })
+        mode = .http1(connection)
+        let bytes = readAhead
+        readAhead = []
+        bytes.withUnsafeBytes { connection.start(readAhead: $0) }
+        if stopRequested { connection.stopAccepting() }
+    }
+
+    private func startHTTP2() {
+        var settings = HTTP2SessionSettings.server(maxConcurrentStreams: limits.maxConcurrentStreams)
+        settings.maxHeaderListSize = UInt32(clamping: limits.maxHeadBytes)
+        let connection = HTTP2ServerConnection(
+            loop: loop, handler: self, settings: settings, maxRequestBody: limits.maxBodyBytes)
+        mode = .http2(connection)
+        timer.restart(milliseconds: limits.idleTimeoutMilliseconds)
+        let bytes = readAhead
+        readAhead = []
+        bytes.withUnsafeBytes { connection.start(adopting: channel, readAhead: $0) }
+        if stopRequested { connection.drain() }
+    }
+
+    private func finish() {
+        if case .closed = mode { return }
+        mode = .closed
+        timer.close()
+        let onClose = self.onClose
+        self.onClose = nil
+        onClose?()
+    }
+
+    // MARK: HTTP2ServerHandler
+
+    func serverConnection(_ connection: HTTP2ServerConnection, didReceive request: HTTP2ServerRequest) {
+        guard !request.bodyTruncated else { return }  // answered 413 when it went past the limit
+        if request.method == "HEAD" { headStreams.insert(request.streamID) }
+        let httpRequest = HTTPRequest(
+            method: request.method, target: request.path, headers: request.headers, body: request.body,
+            version: .http2)
+        handler(httpRequest, HTTPResponder(loop: loop, sink: self, requestID: Int64(request.streamID)))
+    }
+
+    func serverConnection(_ connection: HTTP2ServerConnection, bodyTooLarge streamID: Int32) {
+        deliver(.plain(413, "request body larger than \(limits.maxBodyBytes) bytes"), for: Int64(streamID))
+    }
+
+    func serverConnectionStreamLimitViolated(_ connection: HTTP2ServerConnection) {}
+
+    func serverConnection(_ connection: HTTP2ServerConnection, didCloseStream streamID: Int32, errorCode: UInt32) {
+        if connection.openStreamCount == 0 { timer.restart(milliseconds: limits.idleTimeoutMilliseconds) }
+    }
+
+    func serverConnectionDidClose(_ connection: HTTP2ServerConnection, error: TransportError?) {
+        finish()
+    }
+
+    // MARK: HTTPResponseSink (HTTP/2; HTTP/1.1 answers go to its own connection)
+
+    func deliver(_ response: HTTPResponse, for requestID: Int64) {
+        guard case .http2(let connection) = mode else { return }
+        var headers: [(name: String, value: String)] = []
+        headers.reserveCapacity(response.headers.count + 1)
+        for header in response.headers where !HTTPResponse.isServerManaged(header.name) {
+            let name = header.name.lowercased().filter { $0 != "\r" && $0 != "\n" && $0 != ":" }
+            guard !name.isEmpty else { continue }
+            headers.append((name, header.value.filter { $0 != "\r" && $0 != "\n" }))
+        }
+        let streamID = Int32(truncatingIfNeeded: requestID)
+        let bodyless = response.status == 204 || response.status == 304
+        if !bodyless { headers.append(("content-length", String(response.body.count))) }
+        let omitBody = bodyless || headStreams.remove(streamID) != nil
+        let status = (100...999).contains(response.status) ? response.status : 500
+        connection.respond(streamID: streamID, status: status, headers: headers, body: omitBody ? [] : response.body)
+    }
+}

@@ -1,0 +1,457 @@
+import FanoutTestSupport
+import Foundation
+import XCTest
+
+@testable import FanoutTransport
+
+/// `HTTPServer` over real sockets on port 0: HTTP/1.1 keep-alive, chunked bodies and pipelining with a raw client;
+/// curl for HTTP/1.1, h2c with prior knowledge and h2 over TLS; late answers from other threads; and the limits
+/// (413, 408, 503, 400).
+final class HTTPServerTests: XCTestCase {
+    /// Answers every request with `<METHOD> <target> <body>` (and the version), at once.
+    private static let echo: HTTPServer.Handler = { request, responder in
+        responder.respond(echoResponse(request))
+    }
+
+    private static func echoResponse(_ request: HTTPRequest) -> HTTPResponse {
+        let version =
+            switch request.version {
+            case .http1_0: "1.0"
+            case .http1_1: "1.1"
+            case .http2: "2"
+            }
+        let text = "\(request.method) \(request.target) \(String(decoding: request.body, as: UTF8.self))"
+        return HTTPResponse(
+            status: 200, headers: [("content-type", "text/plain"), ("x-version", version)], body: Array(text.utf8))
+    }
+
+    private func makeServer(
+        limits: HTTPServerLimits = HTTPServerLimits(), tls: TLSServerContext? = nil,
+        handler: @escaping HTTPServer.Handler = HTTPServerTests.echo
+    ) throws -> HTTPServer {
+        try HTTPServer(host: "127.0.0.1", port: 0, threads: 2, tls: tls, limits: limits, handler: handler)
+    }
+
+    // MARK: HTTP/1.1 over a raw socket
+
+    func testKeepAliveServesContentLengthChunkedAndPipelinedRequestsInOrder() throws {
+        let server = try makeServer()
+        defer { server.shutdown() }
+        let client = try RawHTTPClient(port: server.port)
+        defer { client.close() }
+
+        try client.send("POST /a?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello")
+        var response = try client.readResponse()
+        XCTAssertEqual(response.status, 200)
+        XCTAssertEqual(response.bodyText, "POST /a?x=1 hello")
+        XCTAssertEqual(response.headers["connection"], "keep-alive")
+        XCTAssertEqual(response.headers["x-version"], "1.1")
+
+        try client.send(
+            "POST /chunked HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + "4\r\nWiki\r\n6;ext=1\r\npedia \r\nE\r\nin \r\n\r\nchunks.\r\n0\r\nX-Trailer: t\r\n\r\n")
+        response = try client.readResponse()
+        XCTAssertEqual(response.bodyText, "POST /chunked Wikipedia in \r\n\r\nchunks.")
+
+        // Three requests in one write, one of them chunked and one HEAD: answered in order on the same connection.
+        try client.send(
+            "GET /1 HTTP/1.1\r\nHost: h\r\n\r\n"
+                + "POST /2 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+                + "HEAD /3 HTTP/1.1\r\nHost: h\r\n\r\n"
+                + "PUT /4 HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nzz")
+        XCTAssertEqual(try client.readResponse().bodyText, "GET /1 ")
+        XCTAssertEqual(try client.readResponse().bodyText, "POST /2 abc")
+        let head = try client.readResponse(bodyExpected: false)
+        XCTAssertEqual(head.headers["content-length"], "8")
+        XCTAssertEqual(head.body, [])
+        XCTAssertEqual(try client.readResponse().bodyText, "PUT /4 zz")
+        XCTAssertEqual(server.openConnections, 1)
+
+        // Connection: close is honoured.
+        try client.send("GET /last HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        response = try client.readResponse()
+        XCTAssertEqual(response.headers["connection"], "close")
+        XCTAssertTrue(try client.readsEndOfStream())
+    }
+
+    func testExpect100ContinueAndHTTP10() throws {
+        let server = try makeServer()
+        defer { server.shutdown() }
+        let client = try RawHTTPClient(port: server.port)
+        defer { client.close() }
+        try client.send("POST /e HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n")
+        XCTAssertEqual(try client.readResponse(bodyExpected: false).status, 100)
+        try client.send("abc")
+        XCTAssertEqual(try client.readResponse().bodyText, "POST /e abc")
+
+        let old = try RawHTTPClient(port: server.port)
+        defer { old.close() }
+        try old.send("GET /old HTTP/1.0\r\n\r\n")
+        let response = try old.readResponse()
+        XCTAssertEqual(response.headers["x-version"], "1.0")
+        XCTAssertEqual(response.headers["connection"], "close")
+        XCTAssertTrue(try old.readsEndOfStream())
+    }
+
+    func testMalformedHeadsGet400AndAreClosed() throws {
+        let server = try makeServer()
+        defer { server.shutdown() }
+        for request in [
+            "GET /x HTTP/1.1\r\n\r\n",  // no Host
+            "GET /x HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+            "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "GET /x HTTP/1.1\r\nHost : h\r\n\r\n",
+            "GET /x HTTP/1.1\r\nHost: h\r\n folded\r\n\r\n",
+            "GET x HTTP/1.1\r\nHost: h\r\n\r\n",
+            "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        ] {
+            let client = try RawHTTPClient(port: server.port)
+            defer { client.close() }
+            try client.send(request)
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, 400, request.debugDescription)
+            XCTAssertEqual(response.headers["connection"], "close", request.debugDescription)
+            XCTAssertTrue(try client.readsEndOfStream(), request.debugDescription)
+        }
+    }
+
+    func testBodyPastTheLimitGets413OnHTTP1() throws {
+        let server = try makeServer()
+        defer { server.shutdown() }
+        let client = try RawHTTPClient(port: server.port)
+        defer { client.close() }
+        try client.send("POST /big HTTP/1.1\r\nHost: h\r\nContent-Length: \((1 << 20) + 1)\r\n\r\n")
+        try? client.send(String(repeating: "a", count: 64 * 1024))  // the server may be gone already
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 413)
+        XCTAssertEqual(response.headers["connection"], "close")
+        XCTAssertTrue(try client.readsEndOfStream())
+
+        // A chunked body that grows past the limit, too.
+        let chunked = try RawHTTPClient(port: server.port)
+        defer { chunked.close() }
+        try chunked.send("POST /big HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n100000\r\n")
+        try chunked.send(String(repeating: "a", count: 1 << 20) + "\r\n1\r\n")
+        XCTAssertEqual(try chunked.readResponse().status, 413)
+    }
+
+    func testIncompleteHeadGets408AfterTheHeaderTimeout() throws {
+        var limits = HTTPServerLimits()
+        limits.headerTimeout = .milliseconds(300)
+        let server = try makeServer(limits: limits)
+        defer { server.shutdown() }
+        let started = Date()
+        let client = try RawHTTPClient(port: server.port)
+        defer { client.close() }
+        try client.send("GET /slow HTTP/1.1\r\nHost: h\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 408)
+        XCTAssertTrue(try client.readsEndOfStream())
+        XCTAssertLessThan(Date().timeIntervalSince(started), 3)
+
+        // A prompt client on the same server is unaffected.
+        let prompt = try RawHTTPClient(port: server.port)
+        defer { prompt.close() }
+        try prompt.send("GET /ok HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertEqual(try prompt.readResponse().status, 200)
+    }
+
+    func testPastMaxConnectionsNewConnectionsGet503WhileTheOpenOneIsServed() throws {
+        var limits = HTTPServerLimits()
+        limits.maxConnections = 1
+        let server = try makeServer(limits: limits)
+        defer { server.shutdown() }
+        let first = try RawHTTPClient(port: server.port)
+        defer { first.close() }
+        try first.send("GET /first HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertEqual(try first.readResponse().status, 200)
+        XCTAssertEqual(server.openConnections, 1)
+
+        let second = try RawHTTPClient(port: server.port)
+        defer { second.close() }
+        let refused = try second.readResponse()
+        XCTAssertEqual(refused.status, 503)
+        XCTAssertEqual(refused.headers["connection"], "close")
+        XCTAssertTrue(try second.readsEndOfStream())
+
+        try first.send("GET /again HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertEqual(try first.readResponse().bodyText, "GET /again ")
+        XCTAssertEqual(server.openConnections, 1)
+    }
+
+    func testStopAcceptingLetsTheRequestInProgressFinish() throws {
+        let pending = PendingResponders()
+        let server = try makeServer { request, responder in pending.add(request, responder) }
+        defer { server.shutdown() }
+        let client = try RawHTTPClient(port: server.port)
+        defer { client.close() }
+        try client.send("GET /held HTTP/1.1\r\nHost: h\r\n\r\n")
+        let (request, responder) = try XCTUnwrap(pending.wait())
+        server.stopAccepting()
+        responder.respond(Self.echoResponse(request))
+        XCTAssertEqual(try client.readResponse().bodyText, "GET /held ")
+        XCTAssertTrue(try client.readsEndOfStream())
+    }
+
+    // MARK: Late answers
+
+    func testResponseFromAnotherThreadLaterOnBothProtocols() throws {
+        let handler: HTTPServer.Handler = { request, responder in
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) {
+                responder.respond(Self.echoResponse(request))
+                responder.respond(HTTPResponse(status: 500))  // ignored
+            }
+        }
+        let server = try makeServer(handler: handler)
+        defer { server.shutdown() }
+        let client = try RawHTTPClient(port: server.port)
+        defer { client.close() }
+        try client.send("POST /late HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx")
+        XCTAssertEqual(try client.readResponse().bodyText, "POST /late x")
+        try client.send("GET /late2 HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertEqual(try client.readResponse().bodyText, "GET /late2 ")
+
+        let curl = try Curl.run([
+            "--http2-prior-knowledge", "--data-binary", "yz", "http://127.0.0.1:\(server.port)/late-h2",
+        ])
+        XCTAssertEqual(curl.versions, ["2"])
+        XCTAssertEqual(curl.body, "POST /late-h2 yz")
+    }
+
+    // MARK: curl
+
+    func testCurlSpeaksHTTP1AndH2cPlaintextAndH2OverTLS() throws {
+        let material = try makeTLSMaterial()
+        let tls = try TLSServerContext(
+            TLSServerConfiguration(
+                certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath,
+                alpnProtocols: ["h2", "http/1.1"]))
+        let plain = try makeServer()
+        defer { plain.shutdown() }
+        let secure = try makeServer(tls: tls)
+        defer { secure.shutdown() }
+
+        let http1 = try Curl.run(["--http1.1", "http://127.0.0.1:\(plain.port)/one?q=1"])
+        XCTAssertEqual(http1.versions, ["1.1"])
+        XCTAssertEqual(http1.body, "GET /one?q=1 ")
+
+        // One URL per run: curl 7.88 fails (exit 16) a second prior-knowledge request on a reused connection, with
+        // nghttpd as with this server.
+        let h2c = try Curl.run(["--http2-prior-knowledge", "-d", "body", "http://127.0.0.1:\(plain.port)/two"])
+        XCTAssertEqual(h2c.versions, ["2"])
+        XCTAssertEqual(h2c.body, "POST /two body")
+
+        let h2 = try Curl.run([
+            "--http2", "--cacert", material.caPEMPath, "--resolve", "localhost:\(secure.port):127.0.0.1",
+            "https://localhost:\(secure.port)/secure",
+        ])
+        XCTAssertEqual(h2.versions, ["2"])
+        XCTAssertEqual(h2.body, "GET /secure ")
+
+        // A client that offers only http/1.1 by ALPN gets HTTP/1.1 over TLS.
+        let tls1 = try Curl.run([
+            "--http1.1", "--cacert", material.caPEMPath, "--resolve", "localhost:\(secure.port):127.0.0.1",
+            "https://localhost:\(secure.port)/secure1",
+        ])
+        XCTAssertEqual(tls1.versions, ["1.1"])
+        XCTAssertEqual(tls1.body, "GET /secure1 ")
+    }
+
+    func testBodyPastTheLimitGets413OnHTTP2AndTheConnectionStays() throws {
+        let server = try makeServer()
+        defer { server.shutdown() }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-413-\(UUID().uuidString)")
+        try Data(repeating: 0x61, count: (1 << 20) + 1).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let result = try Curl.run([
+            "--http2-prior-knowledge", "--data-binary", "@\(file.path)", "http://127.0.0.1:\(server.port)/big",
+        ])
+        XCTAssertEqual(result.versions, ["2"])
+        XCTAssertEqual(result.statuses, ["413"])
+
+        // The connection stays: nghttp sends the same body on two streams of one connection; both get 413, and
+        // the server sends no GOAWAY and resets nothing but with NO_ERROR.
+        let nghttp = try Curl.runTool(
+            "nghttp",
+            [
+                "-v", "-d", file.path, "http://127.0.0.1:\(server.port)/big1", "http://127.0.0.1:\(server.port)/big2",
+            ])
+        XCTAssertEqual(nghttp.components(separatedBy: ":status: 413").count - 1, 2, nghttp)
+        XCTAssertFalse(nghttp.contains("recv GOAWAY"), nghttp)
+    }
+}
+
+// MARK: - Test helpers
+
+/// Requests the handler keeps, for the test to answer.
+private final class PendingResponders: @unchecked Sendable {
+    private let lock = NSLock()
+    private var held: [(HTTPRequest, HTTPResponder)] = []
+    private let arrived = DispatchSemaphore(value: 0)
+
+    func add(_ request: HTTPRequest, _ responder: HTTPResponder) {
+        lock.withLock { held.append((request, responder)) }
+        arrived.signal()
+    }
+
+    func wait() -> (HTTPRequest, HTTPResponder)? {
+        guard arrived.wait(timeout: .now() + 5) == .success else { return nil }
+        return lock.withLock { held.removeFirst() }
+    }
+}
+
+/// curl, run with `-w` printing each transfer's version and status after its body.
+private enum Curl {
+    struct Result {
+        var body: String
+        var versions: [String]
+        var statuses: [String]
+    }
+
+    static let marker = "\n@@curl@@"
+
+    /// Runs `tool` (found on PATH) and returns its standard output; throws when it fails.
+    static func runTool(_ tool: String, _ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [tool] + arguments
+        let output = Pipe()
+        let errors = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "fanout-\(tool)-\(UUID().uuidString)")
+        FileManager.default.createFile(atPath: errors.path, contents: nil)
+        defer { try? FileManager.default.removeItem(at: errors) }
+        process.standardOutput = output
+        process.standardError = try FileHandle(forWritingTo: errors)
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            let errorText = (try? String(contentsOf: errors, encoding: .utf8)) ?? ""
+            throw RawHTTPClient.Failure(
+                description: "\(tool) \(arguments) exited \(process.terminationStatus): \(errorText)")
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func run(_ arguments: [String]) throws -> Result {
+        let output = try runTool(
+            "curl", ["-sS", "--max-time", "8", "-w", "\(marker)%{http_version} %{http_code}\(marker)"] + arguments)
+        var body = ""
+        var versions: [String] = []
+        var statuses: [String] = []
+        let parts = output.components(separatedBy: marker)
+        for (index, part) in parts.enumerated() {
+            if index % 2 == 0 {
+                body += part
+            } else {
+                let fields = part.split(separator: " ")
+                versions.append(String(fields.first ?? ""))
+                statuses.append(String(fields.last ?? ""))
+            }
+        }
+        return Result(body: body, versions: versions, statuses: statuses)
+    }
+}
+
+/// A blocking HTTP/1.1 client over one TCP connection, every wait bounded (5 s).
+final class RawHTTPClient {
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    struct Response {
+        var status: Int
+        var headers: [String: String]
+        var body: [UInt8]
+        var bodyText: String { String(decoding: body, as: UTF8.self) }
+    }
+
+    private let fd: Int32
+    private var buffer: [UInt8] = []
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else {
+            Glibc.close(fd)
+            throw Failure(description: "connect: errno \(errno)")
+        }
+    }
+
+    func close() {
+        Glibc.close(fd)
+    }
+
+    func send(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let sent = bytes[offset...].withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+            }
+            guard sent > 0 else { throw Failure(description: "send: errno \(errno)") }
+            offset += sent
+        }
+    }
+
+    /// Reads more bytes; false at end of stream (or a reset).
+    private func fill() throws -> Bool {
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        if count > 0 {
+            buffer += chunk[0..<count]
+            return true
+        }
+        if count == 0 || errno == ECONNRESET { return false }
+        throw Failure(description: "recv: errno \(errno) (timed out?)")
+    }
+
+    /// Reads one response: head, then `content-length` bytes of body (none when `bodyExpected` is false).
+    func readResponse(bodyExpected: Bool = true) throws -> Response {
+        var end: Int?
+        while true {
+            if buffer.count >= 4 {
+                end = (0...(buffer.count - 4)).first { buffer[$0..<$0 + 4].elementsEqual([13, 10, 13, 10]) }
+            }
+            if end != nil { break }
+            guard try fill() else { throw Failure(description: "closed before a response head") }
+        }
+        let headEnd = end! + 4
+        var lines = String(decoding: buffer[..<end!], as: UTF8.self).components(separatedBy: "\r\n")
+        let statusLine = lines.removeFirst().split(separator: " ")
+        guard statusLine.count >= 2, statusLine[0] == "HTTP/1.1", let status = Int(statusLine[1]) else {
+            throw Failure(description: "bad status line")
+        }
+        var headers: [String: String] = [:]
+        for line in lines {
+            guard let colon = line.firstIndex(of: ":") else { throw Failure(description: "bad header \(line)") }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
+                in: .whitespaces)
+        }
+        let length = bodyExpected ? Int(headers["content-length"] ?? "0") ?? 0 : 0
+        while buffer.count < headEnd + length {
+            guard try fill() else { throw Failure(description: "closed inside a body") }
+        }
+        let body = Array(buffer[headEnd..<(headEnd + length)])
+        buffer.removeFirst(headEnd + length)
+        return Response(status: status, headers: headers, body: body)
+    }
+
+    /// True when the server closes with nothing more sent.
+    func readsEndOfStream() throws -> Bool {
+        while try fill() {}
+        return buffer.isEmpty
+    }
+}
