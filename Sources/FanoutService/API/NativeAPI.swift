@@ -1,0 +1,328 @@
+import Fanout
+import FanoutCore
+import FanoutRegistry
+
+/// The native API under `/v1/` (README: "HTTP API"). Device endpoints take a device or server key, the others a
+/// server key, as `Authorization: Bearer <key>`. Errors: `{"error": "...", "field": "..."}`.
+struct NativeAPI {
+    let core: ServiceCore
+
+    func handle(_ request: APIRequest, segments: [String]) async -> APIResponse {
+        do throws(APIError) {
+            let route = try Route(request.method, segments)
+            let caller = try core.authenticate(
+                key: Self.bearer(request), needs: route.isDeviceRoute ? .device : .server)
+            let (headers, refused) = core.admit(caller, budget: route.isDeviceRoute ? .devices : .api)
+            var response: APIResponse
+            if refused != nil {
+                response = Self.error(APIError(429, "rate limited: this workspace's request budget is spent"))
+            } else {
+                do throws(APIError) {
+                    response = try await serve(route, request, caller)
+                } catch {
+                    response = Self.error(error)
+                }
+            }
+            response.headers += headers
+            return response
+        } catch {
+            return Self.error(error)
+        }
+    }
+
+    static func bearer(_ request: APIRequest) -> String? {
+        guard let value = request.header("authorization") else { return nil }
+        for scheme in ["Bearer ", "Token "] where value.count > scheme.count && value.hasPrefix(scheme) {
+            return String(value.dropFirst(scheme.count)).trimmingCharacters(in: .whitespaces)
+        }
+        return nil
+    }
+
+    static func error(_ error: APIError) -> APIResponse {
+        var members: [JSONObject.Member] = [.init(key: "error", value: .string(error.message))]
+        if let field = error.field { members.append(.init(key: "field", value: .string(field))) }
+        return .json(error.status, .object(JSONObject(members)))
+    }
+
+    /// The endpoints, by method and path.
+    enum Route {
+        case registerDevice
+        case registerUpdateToken(activity: String)
+        case stopUpdateToken(activity: String)
+        case registerPushToStart
+        case liveActivity(activity: String, event: String)
+        case push
+        case dispatch(String)
+        case dispatchResults(String)
+        case activity(String)
+        case status
+
+        init(_ method: String, _ segments: [String]) throws(APIError) {
+            switch (method, segments.dropFirst().first, segments.count) {
+            case ("POST", "devices", 2): self = .registerDevice
+            case ("POST", "push-to-start-tokens", 2): self = .registerPushToStart
+            case ("POST", "push", 2): self = .push
+            case ("GET", "status", 2): self = .status
+            case ("GET", "dispatches", 3): self = .dispatch(segments[2])
+            case ("GET", "dispatches", 4) where segments[3] == "results": self = .dispatchResults(segments[2])
+            case ("GET", "activities", 3): self = .activity(segments[2])
+            case ("POST", "activities", 4) where segments[3] == "tokens":
+                self = .registerUpdateToken(activity: segments[2])
+            case ("DELETE", "activities", 4) where segments[3] == "tokens":
+                self = .stopUpdateToken(activity: segments[2])
+            case ("POST", "activities", 4) where ["start", "update", "end"].contains(segments[3]):
+                self = .liveActivity(activity: segments[2], event: segments[3])
+            default: throw APIError(404, "no such endpoint: \(method) /\(segments.joined(separator: "/"))")
+            }
+        }
+
+        var isDeviceRoute: Bool {
+            switch self {
+            case .registerDevice, .registerUpdateToken, .stopUpdateToken, .registerPushToStart: return true
+            default: return false
+            }
+        }
+    }
+
+    private func serve(_ route: Route, _ request: APIRequest, _ caller: Caller) async throws(APIError) -> APIResponse {
+        switch route {
+        case .registerDevice:
+            let body = try RequestBody.parse(request.body)
+            try body.rejectUnknown(["app", "device_id", "user_id", "push_token"])
+            let app = try core.app(try body.string("app"), of: caller)
+            let registration = DeviceRegistration(
+                app: app.bundleID, deviceID: try body.requiredString("device_id"), userID: try body.string("user_id"),
+                pushToken: try body.string("push_token"))
+            return Self.applied(try await core.register([.device(registration)]))
+        case .registerUpdateToken(let activity):
+            let body = try RequestBody.parse(request.body)
+            try body.rejectUnknown(["app", "token", "device_id", "user_id"])
+            let app = try core.app(try body.string("app"), of: caller)
+            let token = try body.string("token") ?? ""
+            let change: RegistryChange =
+                token.isEmpty
+                ? .stopUpdateTokens(app: app.bundleID, activityID: activity, deviceID: try body.string("device_id"))
+                : .updateToken(
+                    UpdateTokenRegistration(
+                        app: app.bundleID, activityID: activity, deviceID: try body.string("device_id"),
+                        userID: try body.string("user_id"), token: token))
+            return Self.applied(try await core.register([change]))
+        case .stopUpdateToken(let activity):
+            let body = request.body.isEmpty ? RequestBody(object: JSONObject()) : try RequestBody.parse(request.body)
+            try body.rejectUnknown(["app", "device_id"])
+            let app = try core.app(try body.string("app") ?? request.query["app"], of: caller)
+            let device = try body.string("device_id") ?? request.query["device_id"]
+            return Self.applied(
+                try await core.register([.stopUpdateTokens(app: app.bundleID, activityID: activity, deviceID: device)]))
+        case .registerPushToStart:
+            let body = try RequestBody.parse(request.body)
+            try body.rejectUnknown(["app", "device_id", "user_id", "attributes_type", "token"])
+            let app = try core.app(try body.string("app"), of: caller)
+            let registration = PushToStartRegistration(
+                app: app.bundleID, deviceID: try body.requiredString("device_id"), userID: try body.string("user_id"),
+                attributesType: try body.string("attributes_type"), token: try body.requiredString("token"))
+            return Self.applied(try await core.register([.pushToStartToken(registration)]))
+        case .liveActivity(let activity, let event):
+            let body = try RequestBody.parse(request.body)
+            let spec = try liveActivitySpec(body, activity: activity, event: event, caller: caller)
+            return Self.accepted(
+                try await core.accept(spec, caller: caller, idempotencyKey: request.header("idempotency-key")))
+        case .push:
+            let body = try RequestBody.parse(request.body)
+            let spec = try pushSpec(body, caller: caller)
+            return Self.accepted(
+                try await core.accept(spec, caller: caller, idempotencyKey: request.header("idempotency-key")))
+        case .dispatch(let id):
+            return .json(200, try core.dispatch(id, of: caller).json)
+        case .dispatchResults(let id):
+            return try results(id, request, caller)
+        case .activity(let id):
+            return try await activity(id, app: request.query["app"], caller)
+        case .status:
+            return .json(200, await StatusReport.make(core, workspace: caller.workspace))
+        }
+    }
+
+    static func applied(_ result: RegistryApplyResult) -> APIResponse {
+        .json(
+            200,
+            [
+                "status": "ok", "added": .integer(Int64(result.added)), "rotated": .integer(Int64(result.rotated)),
+                "removed": .integer(Int64(result.removed)), "unchanged": .integer(Int64(result.unchanged)),
+            ])
+    }
+
+    static func accepted(_ record: DispatchRecord) -> APIResponse {
+        var response = APIResponse.json(
+            202,
+            [
+                "dispatch_id": .string(record.id), "state": .string(record.state.rawValue),
+                "url": .string("/v1/dispatches/\(record.id)"),
+            ])
+        response.headers.append(("location", "/v1/dispatches/\(record.id)"))
+        return response
+    }
+
+    // MARK: Live Activities
+
+    private func liveActivitySpec(_ body: RequestBody, activity: String, event: String, caller: Caller)
+        throws(APIError) -> DispatchSpec
+    {
+        var known: Set<String> = [
+            "app", "content_state", "stale_date", "relevance_score", "alert", "priority", "timestamp",
+        ]
+        known.formUnion(event == "start" ? ["attributes_type", "attributes", "audience"] : ["dismissal_date"])
+        try body.rejectUnknown(known)
+        let app = try core.app(try body.string("app"), of: caller)
+        var fields = LiveActivityFields(
+            event: event, timestamp: try body.integer("timestamp") ?? ServiceCore.nowSeconds(),
+            contentState: body.value("content_state"), staleDate: try body.date("stale_date"),
+            dismissalDate: event == "start" ? nil : try body.date("dismissal_date"),
+            relevanceScore: try body.number("relevance_score"), alert: body.value("alert"))
+        let priority = Int(try body.integer("priority") ?? 10)
+        guard event == "start" else {
+            var spec = DispatchSpec.liveActivity(
+                app: app, fields: fields, priority: priority, audience: .activity(activity))
+            spec.timestampGiven = body.value("timestamp") != nil
+            return spec
+        }
+        let attributesType = try body.requiredString("attributes_type")
+        fields.attributesType = attributesType
+        fields.attributes = (body.value("attributes") ?? .object(JSONObject()))
+            .setting(.string(activity), at: ActivityIDAttribute.fanout.path[...])
+        let audience = try self.audience(try body.object("audience"), field: "audience")
+        let dispatchAudience: DispatchAudience
+        switch audience {
+        case .tokens(let tokens): dispatchAudience = .tokens(tokens)
+        case .selection(let selection):
+            dispatchAudience = .pushToStart(activityID: activity, attributesType: attributesType, selection: selection)
+        }
+        var spec = DispatchSpec.liveActivity(app: app, fields: fields, priority: priority, audience: dispatchAudience)
+        spec.timestampGiven = body.value("timestamp") != nil
+        return spec
+    }
+
+    enum Audience {
+        case selection(DeviceSelection)
+        case tokens([String])
+    }
+
+    /// `{"users": [...]}`, `{"devices": [...]}`, `{"tokens": [...]}` or `{"all": true}` (the default when absent).
+    private func audience(_ body: RequestBody?, field: String, allowAll: Bool = true) throws(APIError) -> Audience {
+        guard let body else {
+            guard allowAll else { throw APIError(400, field: field, "\(field) is required (users, devices or tokens)") }
+            return .selection(.all)
+        }
+        try body.rejectUnknown(allowAll ? ["users", "devices", "tokens", "all"] : ["users", "devices", "tokens"])
+        var ways: [Audience] = []
+        if let users = try body.strings("users") { ways.append(.selection(.users(users))) }
+        if let devices = try body.strings("devices") { ways.append(.selection(.devices(devices))) }
+        if let tokens = try body.strings("tokens") { ways.append(.tokens(tokens)) }
+        if try body.bool("all") == true { ways.append(.selection(.all)) }
+        guard ways.count == 1 else {
+            throw APIError(
+                400, field: field, "\(field) needs exactly one of users, devices, tokens\(allowAll ? " or all" : "")")
+        }
+        return ways[0]
+    }
+
+    // MARK: Regular pushes
+
+    private func pushSpec(_ body: RequestBody, caller: Caller) throws(APIError) -> DispatchSpec {
+        try body.rejectUnknown(["app", "push_type", "payload", "alert", "priority", "collapse_id", "audience"])
+        let app = try core.app(try body.string("app"), of: caller)
+        let pushType = try body.string("push_type") ?? "alert"
+        let payload: JSONValue
+        switch (body.value("payload"), try body.object("alert")) {
+        case (let raw?, nil): payload = raw
+        case (nil, let alert?): payload = ["aps": ["alert": .object(alert.object)]]
+        default: throw APIError(400, field: "payload", "give exactly one of payload (an APNs JSON object) or alert")
+        }
+        let priority = Int(try body.integer("priority") ?? (pushType == "background" ? 5 : 10))
+        let audience: DispatchAudience
+        switch try self.audience(try body.object("audience"), field: "audience", allowAll: false) {
+        case .tokens(let tokens): audience = .tokens(tokens)
+        case .selection(let selection): audience = .devices(selection)
+        }
+        return .push(
+            app: app, pushType: pushType, payload: payload, priority: priority,
+            collapseID: try body.string("collapse_id"), audience: audience)
+    }
+
+    // MARK: Reads
+
+    private func results(_ id: String, _ request: APIRequest, _ caller: Caller) throws(APIError) -> APIResponse {
+        let after = Int(request.query["after"] ?? "") ?? Int.min
+        let limit = min(max(Int(request.query["limit"] ?? "") ?? 100_000, 1), 1_000_000)
+        let page: (lines: [UInt8], last: Int)?
+        do {
+            page = try core.store.results(id: id, workspace: caller.workspace, after: after, limit: limit)
+        } catch {
+            throw APIError(503, "the dispatch store cannot be read: \(error)")
+        }
+        guard let page else { throw APIError.notFound }
+        return APIResponse(
+            status: 200,
+            headers: [("content-type", "application/x-ndjson"), ("x-fanout-last-position", String(page.last))],
+            body: page.lines)
+    }
+
+    private func activity(_ id: String, app bundleID: String?, _ caller: Caller) async throws(APIError) -> APIResponse {
+        let app = try core.app(bundleID, of: caller)
+        let record: ActivityRecord?
+        var live = 0
+        do {
+            record = try await core.registry.activity(app: app.bundleID, activityID: id)
+            var cursor: RegistryCursor?
+            repeat {
+                let page = try await core.registry.liveUpdateTokens(
+                    app: app.bundleID, activityID: id, after: cursor, limit: 10_000)
+                live += page.items.count
+                cursor = page.next
+            } while cursor != nil
+        } catch {
+            throw APIError(503, "the registry cannot be read: \(error)")
+        }
+        guard let record else { throw APIError.notFound }
+        var members: [JSONObject.Member] = [
+            .init(key: "activity_id", value: .string(id)), .init(key: "app", value: .string(app.bundleID)),
+            .init(key: "state", value: .string(record.state.rawValue)),
+            .init(key: "live_tokens", value: .integer(Int64(live))),
+        ]
+        if let type = record.attributesType { members.append(.init(key: "attributes_type", value: .string(type))) }
+        return .json(200, .object(JSONObject(members)))
+    }
+}
+
+extension DispatchRecord {
+    /// `GET /v1/dispatches/{id}`: the summary's counts (product.md), the state and the timing.
+    var json: JSONValue {
+        let counts = self.counts
+        var members: [JSONObject.Member] = [
+            .init(key: "id", value: .string(id)), .init(key: "state", value: .string(state.rawValue)),
+            .init(key: "app", value: .string(app)), .init(key: "kind", value: .string(kind)),
+            .init(key: "notifications", value: .integer(Int64(notifications))),
+        ]
+        for (name, value) in [
+            ("delivered", counts.delivered), ("rejected", counts.rejected), ("unregistered", counts.unregistered),
+            ("failed", counts.failed), ("expired", counts.expired), ("rate_limited", counts.rateLimited),
+            ("invalid", counts.invalid), ("cancelled", counts.cancelled), ("superseded", counts.superseded),
+            ("retries", counts.retries), ("payload_encodings", payloadEncodings), ("demoted", demoted),
+            ("broadcasts", 0),
+        ] {
+            members.append(.init(key: name, value: .integer(Int64(value))))
+        }
+        func time(_ key: String, _ milliseconds: Int64?) {
+            members.append(.init(key: key, value: milliseconds.map { .integer($0) } ?? .null))
+        }
+        time("created_at_ms", createdAt)
+        time("started_at_ms", startedAt)
+        time("finished_at_ms", finishedAt)
+        let end = finishedAt ?? ServiceCore.nowMilliseconds()
+        let seconds = startedAt.map { Double(max(0, end - $0)) / 1000 } ?? 0
+        members.append(.init(key: "seconds", value: JSONValue.double(seconds) ?? .null))
+        let rate = seconds > 0 ? Double(notifications) / seconds : 0
+        members.append(.init(key: "rate", value: JSONValue.double(rate.rounded()) ?? .null))
+        return .object(JSONObject(members))
+    }
+}

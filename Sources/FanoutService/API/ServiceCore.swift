@@ -1,0 +1,149 @@
+import Fanout
+import FanoutObservability
+import FanoutPolicy
+import FanoutRegistry
+import Foundation
+
+/// What every API flavour shares: who a key belongs to, the workspace budgets, the registry, the dispatch store and
+/// the dispatcher. Each flavour (native, Pushwoosh, Braze) reads its own request shape, calls these, and renders
+/// the answer in its own shape.
+package final class ServiceCore: Sendable {
+    package let configuration: ServiceConfiguration
+    package let keyring: APIKeyring
+    package let quotas: RequestQuotas
+    package let registry: any RegistryStore
+    package let store: DispatchStore
+    package let dispatcher: Dispatcher
+    package let metrics: FanoutMetrics
+    package let logger: FanoutLogger
+    let started = Date()
+    private let timestamps = ContentTimestamps()
+
+    package init(
+        configuration: ServiceConfiguration, quotas: RequestQuotas, registry: any RegistryStore, store: DispatchStore,
+        dispatcher: Dispatcher, metrics: FanoutMetrics, logger: FanoutLogger
+    ) {
+        self.configuration = configuration
+        keyring = APIKeyring(configuration)
+        self.quotas = quotas
+        self.registry = registry
+        self.store = store
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    static func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
+    static func nowMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    // MARK: Keys and budgets
+
+    /// The caller of a presented key, refusing a device key where a server key is needed (403: the key is valid,
+    /// its kind is not enough).
+    func authenticate(key: String?, needs kind: APIKeyKind) throws(APIError) -> Caller {
+        guard let key, let caller = keyring.caller(forKey: key) else {
+            throw APIError(401, "missing or unknown API key")
+        }
+        if kind == .server && caller.kind != .server {
+            throw APIError(403, "a device key cannot call this endpoint; use a server key")
+        }
+        return caller
+    }
+
+    /// Counts the request against the caller's budget: the headers to send back, or a 429 refusal with them.
+    func admit(_ caller: Caller, budget: RequestQuotas.Budget) -> (
+        headers: [(name: String, value: String)], refused: Int?
+    ) {
+        guard let decision = quotas.take(workspace: caller.workspace, budget: budget) else { return ([], nil) }
+        var headers: [(name: String, value: String)] = [
+            ("x-ratelimit-limit", String(decision.limit)), ("x-ratelimit-remaining", String(decision.remaining)),
+            ("x-ratelimit-reset", String(decision.resetAtUnixSeconds)),
+        ]
+        guard decision.admitted else {
+            headers.append(("retry-after", String(decision.retryAfterSeconds)))
+            return (headers, decision.retryAfterSeconds)
+        }
+        return (headers, nil)
+    }
+
+    // MARK: Apps
+
+    func workspace(of caller: Caller) -> WorkspaceConfiguration {
+        configuration.workspaces[caller.workspace]!
+    }
+
+    /// The caller's app by bundle id; when none is named, the workspace's only app. Another workspace's app is
+    /// "unknown" (404), never "forbidden", so app ids do not leak.
+    func app(_ bundleID: String?, of caller: Caller, field: String = "app") throws(APIError) -> AppConfiguration {
+        let apps = workspace(of: caller).apps
+        guard let bundleID else {
+            guard apps.count == 1, let only = apps.values.first else {
+                throw APIError(400, field: field, "\(field) is required: this workspace has \(apps.count) apps")
+            }
+            return only
+        }
+        guard let app = apps[bundleID] else { throw APIError(404, field: field, "unknown app \(quoted(bundleID))") }
+        return app
+    }
+
+    func app(where matches: (AppConfiguration) -> Bool, of caller: Caller) -> AppConfiguration? {
+        workspace(of: caller).apps.values.first(where: matches)
+    }
+
+    // MARK: Registry
+
+    /// Applies registrations; the registry's refusals (a malformed token, an unknown app) are the caller's 400.
+    func register(_ changes: [RegistryChange]) async throws(APIError) -> RegistryApplyResult {
+        do {
+            return try await registry.apply(changes)
+        } catch {
+            throw APIError(400, "\(error)")
+        }
+    }
+
+    // MARK: Dispatches
+
+    /// Checks a dispatch, writes it to the store (committed before this returns) and queues it. With an
+    /// idempotency key the workspace used before, returns the earlier dispatch and queues nothing.
+    func accept(_ spec: DispatchSpec, caller: Caller, idempotencyKey: String?) async throws(APIError)
+        -> DispatchRecord
+    {
+        var spec = spec
+        if let activityID = spec.activityID, !spec.timestampGiven {
+            let lastSent = try? await registry.activity(app: spec.app.bundleID, activityID: activityID)?
+                .lastContentTimestamp
+            spec.setTimestamp(
+                timestamps.next(
+                    app: spec.app.bundleID, activityID: activityID, now: Self.nowSeconds(), lastSent: lastSent))
+        }
+        try spec.validate(now: Self.nowSeconds())
+        if let idempotencyKey, idempotencyKey.isEmpty || idempotencyKey.utf8.count > 255 {
+            throw APIError(400, field: "Idempotency-Key", "Idempotency-Key must be 1 to 255 bytes")
+        }
+        do {
+            let (record, created) = try store.accept(
+                workspace: caller.workspace, app: spec.app.bundleID, kind: spec.kind, jobLine: spec.jobLine,
+                idempotencyKey: idempotencyKey, now: Self.nowMilliseconds())
+            if created { dispatcher.submit(record) }
+            return record
+        } catch {
+            logger.error("cannot record a dispatch", fields: ["error": "\(error)"])
+            throw APIError(503, "the dispatch could not be recorded; nothing was sent, retry later")
+        }
+    }
+
+    func dispatch(_ id: String, of caller: Caller) throws(APIError) -> DispatchRecord {
+        do {
+            guard let record = try store.dispatch(id: id, workspace: caller.workspace) else { throw APIError.notFound }
+            return record
+        } catch let error as APIError {
+            throw error
+        } catch {
+            throw APIError(503, "the dispatch store cannot be read: \(error)")
+        }
+    }
+}
+
+func quoted(_ text: String) -> String {
+    JSONValue.string(String(text.prefix(200))).description
+}

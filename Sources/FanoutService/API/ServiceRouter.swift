@@ -1,0 +1,35 @@
+import FanoutCore
+
+/// Sends each request to its API by path: `/v1/` native, `/json/1.3/` Pushwoosh, `/messages/live_activity/` Braze,
+/// and the service's own `/healthz`, `/metrics` and `/` (the status page).
+package struct ServiceRouter: Sendable {
+    let core: ServiceCore
+
+    package init(core: ServiceCore) {
+        self.core = core
+    }
+
+    package func handle(_ request: APIRequest) async -> APIResponse {
+        guard let segments = request.segments else {
+            return NativeAPI.error(APIError(400, "the path is not valid percent-encoded UTF-8"))
+        }
+        switch segments.first {
+        case "v1":
+            return await NativeAPI(core: core).handle(request, segments: segments)
+        case "json" where segments.count == 3 && segments[1] == "1.3":
+            return await PushwooshAPI(core: core).handle(request, method: segments[2])
+        case "messages" where segments.count == 3 && segments[1] == "live_activity":
+            return await BrazeAPI(core: core).handle(request, endpoint: segments[2])
+        case "healthz" where segments.count == 1:
+            return .json(200, ["status": "ok"])
+        case "metrics" where segments.count == 1:
+            return APIResponse(
+                status: 200, headers: [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+                body: Array(core.metrics.registry.exposition().utf8))
+        case nil where request.method == "GET" || request.method == "HEAD":
+            return StatusPage.response
+        default:
+            return NativeAPI.error(APIError(404, "no such endpoint: \(request.method) \(request.path)"))
+        }
+    }
+}

@@ -1,0 +1,312 @@
+import Fanout
+import FanoutCore
+import FanoutPolicy
+import Foundation
+
+/// `fanout serve --config FILE`: the workspaces, their apps and API keys, and the server's limits (product.md):
+/// ```json
+/// {"listen": "127.0.0.1:8080", "db": "fanout.db", "max_connections": 10000,
+///  "workspaces": {"acme": {
+///     "server_keys_sha256": ["<hex sha256 of a key>"], "device_keys_sha256": ["..."],
+///     "rate_limit": {"requests_per_hour": 250000, "burst_seconds": 60},
+///     "device_rate_limit": {"requests_per_hour": 2500000, "burst": 50000},
+///     "apps": {"com.acme.app": {"team_id": "...", "key_id": "...", "key_path": "AuthKey.p8",
+///                               "endpoint": "sandbox" | "production" | "HOST:PORT", "ca_file": null,
+///                               "pushwoosh_application": "XXXXX-XXXXX", "braze_app_id": "..."}}}}}
+/// ```
+/// Paths are relative to the config file's directory. An unknown key is an error, and every error names the key
+/// path at fault. Keys are only ever given as SHA-256 digests.
+package struct ServiceConfiguration: Sendable {
+    package var listenHost = "127.0.0.1"
+    package var listenPort = 8080
+    package var database = "fanout.db"
+    package var maxConnections = 10_000
+    /// HTTP loop threads.
+    package var threads = 2
+    package var tlsCertificate: String?
+    package var tlsKey: String?
+    /// How long SIGTERM lets running dispatches go on before the rest is left queued for the next start.
+    package var gracePeriod: Duration = .seconds(10)
+    /// Dispatches sending at once (the rest wait their turn, oldest first).
+    package var maxRunningDispatches = 8
+    /// Engine settings shared by every team's engine.
+    package var loopsPerEngine = 1
+    package var connectionsPerLoop = 2
+    package var maxAttempts = 3
+    package var workspaces: [String: WorkspaceConfiguration] = [:]
+
+    package init() {}
+
+    /// The app with this bundle id (bundle ids are unique across workspaces).
+    package func app(_ bundleID: String) -> AppConfiguration? {
+        for workspace in workspaces.values { if let app = workspace.apps[bundleID] { return app } }
+        return nil
+    }
+}
+
+package struct WorkspaceConfiguration: Sendable {
+    package var name: String
+    package var serverKeyDigests: [[UInt8]]
+    package var deviceKeyDigests: [[UInt8]]
+    /// API requests (start, update, end, push, reads).
+    package var rateLimit: RequestQuotaRule
+    /// Device registrations: their own, larger budget (10× the API's by default).
+    package var deviceRateLimit: RequestQuotaRule
+    package var apps: [String: AppConfiguration]
+}
+
+package struct AppConfiguration: Sendable, Hashable {
+    package var bundleID: String
+    package var workspace: String
+    package var teamID: String
+    package var keyID: String
+    package var keyPath: String
+    package var endpoint: APNsEndpoint
+    package var caFile: String?
+    package var pushwooshApplication: String?
+    package var brazeAppID: String?
+}
+
+/// A configuration that cannot be used, with the key path at fault.
+package struct ServiceConfigurationError: Error, CustomStringConvertible, Sendable {
+    package let description: String
+    init(_ path: String, _ problem: String) { description = path.isEmpty ? problem : "\(path): \(problem)" }
+}
+
+extension ServiceConfiguration {
+    /// Reads and checks the file at `path`.
+    package static func load(path: String) throws(ServiceConfigurationError) -> ServiceConfiguration {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ServiceConfigurationError("", "config file \(path) cannot be read")
+        }
+        let directory = (path as NSString).deletingLastPathComponent
+        return try parse(Array(data), relativeTo: directory)
+    }
+
+    /// Parses a configuration; relative paths are resolved against `directory`.
+    package static func parse(_ bytes: [UInt8], relativeTo directory: String) throws(ServiceConfigurationError)
+        -> ServiceConfiguration
+    {
+        let root: JSONValue
+        do { root = try JSONValue.parse(bytes) } catch {
+            throw ServiceConfigurationError("", "the config file is not valid JSON: \(error)")
+        }
+        var reader = ConfigReader(directory: directory)
+        return try reader.read(root)
+    }
+}
+
+/// Walks the JSON with the current key path for errors.
+private struct ConfigReader {
+    let directory: String
+
+    func object(_ value: JSONValue, _ path: String, keys: Set<String>) throws(ServiceConfigurationError) -> JSONObject {
+        guard let object = value.objectValue else { throw ServiceConfigurationError(path, "must be an object") }
+        for member in object where !keys.contains(member.key) {
+            throw ServiceConfigurationError(
+                join(path, member.key), "unknown key (known: \(keys.sorted().joined(separator: ", ")))")
+        }
+        return object
+    }
+
+    func join(_ path: String, _ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
+
+    func string(_ object: JSONObject, _ key: String, _ path: String) throws(ServiceConfigurationError) -> String? {
+        guard let value = object[key], !value.isNull else { return nil }
+        guard let text = value.stringValue, !text.isEmpty else {
+            throw ServiceConfigurationError(join(path, key), "must be a non-empty string")
+        }
+        return text
+    }
+
+    func required(_ object: JSONObject, _ key: String, _ path: String) throws(ServiceConfigurationError) -> String {
+        guard let text = try string(object, key, path) else {
+            throw ServiceConfigurationError(join(path, key), "is required")
+        }
+        return text
+    }
+
+    func positive(_ object: JSONObject, _ key: String, _ path: String) throws(ServiceConfigurationError) -> Int? {
+        guard let value = object[key], !value.isNull else { return nil }
+        guard let number = value.int64Value, number > 0, number <= Int64(Int32.max) else {
+            throw ServiceConfigurationError(join(path, key), "must be a positive whole number")
+        }
+        return Int(number)
+    }
+
+    func resolve(_ file: String) -> String {
+        file.hasPrefix("/") || directory.isEmpty ? file : directory + "/" + file
+    }
+
+    mutating func read(_ root: JSONValue) throws(ServiceConfigurationError) -> ServiceConfiguration {
+        let object = try object(
+            root, "",
+            keys: [
+                "listen", "db", "max_connections", "threads", "tls_cert", "tls_key", "grace_seconds",
+                "max_running_dispatches", "loops", "connections", "max_attempts", "workspaces",
+            ])
+        var config = ServiceConfiguration()
+        if let listen = try string(object, "listen", "") {
+            guard let (host, port) = HostPort.parse(listen) else {
+                throw ServiceConfigurationError("listen", "must be HOST:PORT")
+            }
+            (config.listenHost, config.listenPort) = (host, port)
+        }
+        if let db = try string(object, "db", "") { config.database = resolve(db) }
+        config.maxConnections = try positive(object, "max_connections", "") ?? config.maxConnections
+        config.threads = try positive(object, "threads", "") ?? config.threads
+        config.tlsCertificate = try string(object, "tls_cert", "").map(resolve)
+        config.tlsKey = try string(object, "tls_key", "").map(resolve)
+        if let grace = try positive(object, "grace_seconds", "") { config.gracePeriod = .seconds(grace) }
+        config.maxRunningDispatches = try positive(object, "max_running_dispatches", "") ?? config.maxRunningDispatches
+        config.loopsPerEngine = try positive(object, "loops", "") ?? config.loopsPerEngine
+        config.connectionsPerLoop = try positive(object, "connections", "") ?? config.connectionsPerLoop
+        config.maxAttempts = try positive(object, "max_attempts", "") ?? config.maxAttempts
+        guard let workspaces = object["workspaces"] else {
+            throw ServiceConfigurationError("workspaces", "is required (at least one workspace)")
+        }
+        guard let members = workspaces.objectValue, !members.isEmpty else {
+            throw ServiceConfigurationError("workspaces", "must be an object with at least one workspace")
+        }
+        var owner: [String: String] = [:]
+        for member in members {
+            let workspace = try readWorkspace(member.value, name: member.key)
+            for bundleID in workspace.apps.keys {
+                if let other = owner[bundleID] {
+                    throw ServiceConfigurationError(
+                        "workspaces.\(member.key).apps.\(bundleID)",
+                        "the app is already in workspace \(other); an app belongs to one workspace")
+                }
+                owner[bundleID] = member.key
+            }
+            config.workspaces[member.key] = workspace
+        }
+        return config
+    }
+
+    func readWorkspace(_ value: JSONValue, name: String) throws(ServiceConfigurationError) -> WorkspaceConfiguration {
+        let path = "workspaces.\(name)"
+        let object = try object(
+            value, path,
+            keys: ["server_keys_sha256", "device_keys_sha256", "rate_limit", "device_rate_limit", "apps"])
+        let serverKeys = try digests(object, "server_keys_sha256", path)
+        let deviceKeys = try digests(object, "device_keys_sha256", path)
+        guard !serverKeys.isEmpty else {
+            throw ServiceConfigurationError(join(path, "server_keys_sha256"), "needs at least one key digest")
+        }
+        let rateLimit =
+            try quota(object["rate_limit"], join(path, "rate_limit"))
+            ?? RequestQuotaRule(requestsPerHour: 250_000, burstSeconds: 60)
+        let deviceRateLimit =
+            try quota(object["device_rate_limit"], join(path, "device_rate_limit"))
+            ?? RequestQuotaRule(requestsPerHour: rateLimit.requestsPerHour * 10, burst: rateLimit.burst * 10)
+        guard let apps = object["apps"]?.objectValue, !apps.isEmpty else {
+            throw ServiceConfigurationError(join(path, "apps"), "must be an object with at least one app")
+        }
+        var byBundle: [String: AppConfiguration] = [:]
+        for app in apps {
+            byBundle[app.key] = try readApp(
+                app.value, bundleID: app.key, workspace: name, path: "\(path).apps.\(app.key)")
+        }
+        return WorkspaceConfiguration(
+            name: name, serverKeyDigests: serverKeys, deviceKeyDigests: deviceKeys, rateLimit: rateLimit,
+            deviceRateLimit: deviceRateLimit, apps: byBundle)
+    }
+
+    func digests(_ object: JSONObject, _ key: String, _ path: String) throws(ServiceConfigurationError) -> [[UInt8]] {
+        guard let value = object[key], !value.isNull else { return [] }
+        guard let array = value.arrayValue else {
+            throw ServiceConfigurationError(join(path, key), "must be an array of hex SHA-256 digests")
+        }
+        var digests: [[UInt8]] = []
+        for (index, element) in array.enumerated() {
+            guard let text = element.stringValue, text.utf8.count == 64, let bytes = HexDigest.decode(text) else {
+                throw ServiceConfigurationError(
+                    "\(join(path, key))[\(index)]", "must be 64 hex digits (the SHA-256 of a key, not the key)")
+            }
+            digests.append(bytes)
+        }
+        return digests
+    }
+
+    func quota(_ value: JSONValue?, _ path: String) throws(ServiceConfigurationError) -> RequestQuotaRule? {
+        guard let value, !value.isNull else { return nil }
+        let object = try object(value, path, keys: ["requests_per_hour", "burst_seconds", "burst"])
+        guard let perHour = try positive(object, "requests_per_hour", path) else {
+            throw ServiceConfigurationError(join(path, "requests_per_hour"), "is required")
+        }
+        if let burst = try positive(object, "burst", path) {
+            if object["burst_seconds"] != nil {
+                throw ServiceConfigurationError(join(path, "burst"), "give burst or burst_seconds, not both")
+            }
+            return RequestQuotaRule(requestsPerHour: perHour, burst: burst)
+        }
+        return RequestQuotaRule(
+            requestsPerHour: perHour, burstSeconds: try positive(object, "burst_seconds", path) ?? 60)
+    }
+
+    func readApp(_ value: JSONValue, bundleID: String, workspace: String, path: String)
+        throws(ServiceConfigurationError)
+        -> AppConfiguration
+    {
+        let object = try object(
+            value, path,
+            keys: [
+                "team_id", "key_id", "key_path", "endpoint", "ca_file", "pushwoosh_application", "braze_app_id",
+            ])
+        let endpoint: APNsEndpoint
+        switch try string(object, "endpoint", path) {
+        case nil, "production": endpoint = .production
+        case "sandbox": endpoint = .sandbox
+        case let text?:
+            guard let (host, port) = HostPort.parse(text) else {
+                throw ServiceConfigurationError(join(path, "endpoint"), "must be sandbox, production or HOST:PORT")
+            }
+            endpoint = APNsEndpoint(host: host, port: port)
+        }
+        return AppConfiguration(
+            bundleID: bundleID, workspace: workspace, teamID: try required(object, "team_id", path),
+            keyID: try required(object, "key_id", path), keyPath: resolve(try required(object, "key_path", path)),
+            endpoint: endpoint, caFile: try string(object, "ca_file", path).map(resolve),
+            pushwooshApplication: try string(object, "pushwoosh_application", path),
+            brazeAppID: try string(object, "braze_app_id", path))
+    }
+}
+
+/// `HOST:PORT`, with `[v6]:PORT` for IPv6.
+enum HostPort {
+    static func parse(_ text: String) -> (String, Int)? {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+            (0...65535).contains(port)
+        else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return host.isEmpty ? nil : (host, port)
+    }
+}
+
+/// Lowercase or uppercase hex to bytes.
+enum HexDigest {
+    static func decode(_ text: String) -> [UInt8]? {
+        let digits = Array(text.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        var index = 0
+        while index < digits.count {
+            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        return bytes
+    }
+
+    private static func value(_ digit: UInt8) -> UInt8? {
+        switch digit {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return digit - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return digit - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return digit - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}

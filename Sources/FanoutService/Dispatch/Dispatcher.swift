@@ -1,0 +1,159 @@
+import Fanout
+import FanoutJobFile
+import FanoutJobFormat
+import Foundation
+import Synchronization
+
+/// Runs accepted dispatches through the engines, oldest first, at most `maxRunning` at once.
+///
+/// Every dispatch is already in the store when it gets here. Its results go to the store in batches
+/// (`DispatchResultBuffer`), each keyed by the recipient's position, and it is marked done only after the last
+/// batch is committed. So when the process dies, a restart (`resumeUnfinished`) finds each dispatch queued or
+/// running, skips the positions already recorded and sends the rest: only what was in flight at the death is sent
+/// twice, and no recipient gets a second result. A notification the engine reports `cancelled` (the process was
+/// stopping) is not recorded, so it is sent on the next start.
+package final class Dispatcher: Sendable {
+    private struct State {
+        var waiting: [DispatchRecord] = []
+        var running: [String: Task<Void, Never>] = [:]
+        var stopping = false
+        var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let store: DispatchStore
+    private let engines: TeamEngines
+    private let maxRunning: Int
+    private let state = Mutex(State())
+    private let log: @Sendable (String) -> Void
+
+    package init(
+        store: DispatchStore, engines: TeamEngines, maxRunning: Int,
+        log: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
+        precondition(maxRunning > 0)
+        self.store = store
+        self.engines = engines
+        self.maxRunning = maxRunning
+        self.log = log
+    }
+
+    /// Queues every dispatch a previous process left queued or running (oldest first).
+    package func resumeUnfinished() throws(DispatchStoreError) -> Int {
+        let unfinished = try store.unfinished()
+        for record in unfinished { submit(record) }
+        return unfinished.count
+    }
+
+    /// Queues an accepted dispatch; it starts when a slot is free.
+    package func submit(_ record: DispatchRecord) {
+        state.withLock { state in
+            guard !state.stopping else { return }
+            state.waiting.append(record)
+        }
+        launchWhatFits()
+    }
+
+    /// Dispatches sending now.
+    package var runningCount: Int { state.withLock { $0.running.count } }
+
+    /// Stops starting dispatches, lets the running ones go on for `gracePeriod`, then cancels what is left (it
+    /// stays in the store, queued or running, for the next start). Returns when every dispatch task has ended.
+    package func stop(gracePeriod: Duration) async {
+        let tasks = state.withLock { state in
+            state.stopping = true
+            state.waiting.removeAll()
+            return Array(state.running.values)
+        }
+        guard !tasks.isEmpty else { return }
+        let finished = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                for task in tasks { await task.value }
+                return true
+            }
+            group.addTask {
+                try? await Task.sleep(for: gracePeriod)
+                return false
+            }
+            let first = await group.next() ?? true
+            group.cancelAll()
+            return first
+        }
+        if !finished {
+            for task in tasks { task.cancel() }
+            for task in tasks { await task.value }
+        }
+    }
+
+    private func launchWhatFits() {
+        state.withLock { state in
+            while !state.stopping, state.running.count < maxRunning, !state.waiting.isEmpty {
+                let record = state.waiting.removeFirst()
+                guard state.running[record.id] == nil else { continue }
+                state.running[record.id] = Task { [self] in
+                    await run(record)
+                    finished(record.id)
+                }
+            }
+        }
+    }
+
+    private func finished(_ id: String) {
+        state.withLock { state in _ = state.running.removeValue(forKey: id) }
+        launchWhatFits()
+    }
+
+    private static func nowMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    /// Sends one dispatch to the end, or until its task is cancelled.
+    private func run(_ record: DispatchRecord) async {
+        do {
+            try store.markRunning(id: record.id, now: Self.nowMilliseconds())
+            let buffer = DispatchResultBuffer(store: store, dispatchID: record.id)
+            guard let job = try job(for: record, buffer: buffer), let engine = engines.engine(forApp: record.app)
+            else {
+                try await buffer.flush()
+                try store.markDone(id: record.id, now: Self.nowMilliseconds(), payloadEncodings: 0, demoted: 0)
+                return
+            }
+            let summary: JobSummary
+            do {
+                summary = try await engine.run(job) { result in
+                    // Not sent for sure: left for the next start, which resends it.
+                    guard result.outcome != .cancelled else { return }
+                    buffer.add(result)
+                }
+            } catch {
+                // The engine is shutting down (or refused the job, whose `invalid` result is in the buffer).
+                try await buffer.flush()
+                if Task.isCancelled || error.kind == .shutdown { return }
+                try store.markDone(id: record.id, now: Self.nowMilliseconds(), payloadEncodings: 0, demoted: 0)
+                return
+            }
+            try await buffer.flush()
+            // Cancelled while sending: what is recorded stays; the rest runs on the next start.
+            guard !Task.isCancelled, summary.counts.cancelled == 0 else { return }
+            try store.markDone(
+                id: record.id, now: Self.nowMilliseconds(), payloadEncodings: summary.payloadEncodings,
+                demoted: summary.demoted)
+        } catch {
+            log("dispatch \(record.id): \(error)")
+        }
+    }
+
+    /// The engine job of a dispatch (resuming after what is recorded), or nil when the line no longer parses
+    /// (recorded as its one `invalid` result).
+    private func job(for record: DispatchRecord, buffer: DispatchResultBuffer) throws(DispatchStoreError) -> FanoutJob?
+    {
+        let now = Int64(Date().timeIntervalSince1970)
+        switch JobLineParser().parse(line: record.jobLine, lineNumber: 1, jobFileDirectory: "", now: now) {
+        case .failure(let error):
+            buffer.add(NotificationResult(jobID: record.id, token: nil, outcome: .invalid, reason: error.message))
+            return nil
+        case .success(var parsed):
+            parsed.job.id = record.id
+            var job = FanoutJob(parsed.job)
+            if record.state != .queued { job.alreadyDone = try store.resumePoint(id: record.id) }
+            return job
+        }
+    }
+}

@@ -1,0 +1,68 @@
+import Fanout
+import FanoutRegistry
+
+/// One `FanoutEngine` per APNs team and endpoint, shared by that team's apps: a team has one provider token and
+/// Apple counts its connections together, so two apps of a team never open separate pools.
+package final class TeamEngines: Sendable {
+    private struct TeamKey: Hashable {
+        var teamID: String
+        var endpoint: APNsEndpoint
+        var caFile: String?
+    }
+
+    private let byApp: [String: FanoutEngine]
+    private let engines: [FanoutEngine]
+    package let metrics: FanoutMetrics
+
+    /// Starts the engines. Apps of one team must share one key (`key_id`, `key_path`).
+    package init(
+        configuration: ServiceConfiguration, registry: any RegistryStore, metrics: FanoutMetrics
+    ) throws(ServiceConfigurationError) {
+        var byTeam: [TeamKey: (app: AppConfiguration, engine: FanoutEngine)] = [:]
+        var byApp: [String: FanoutEngine] = [:]
+        let apps = configuration.workspaces.values.flatMap(\.apps.values).sorted { $0.bundleID < $1.bundleID }
+        for app in apps {
+            let key = TeamKey(teamID: app.teamID, endpoint: app.endpoint, caFile: app.caFile)
+            if let existing = byTeam[key] {
+                guard existing.app.keyID == app.keyID, existing.app.keyPath == app.keyPath else {
+                    throw ServiceConfigurationError(
+                        "workspaces.\(app.workspace).apps.\(app.bundleID)",
+                        "team \(app.teamID) already uses key \(existing.app.keyID) (app \(existing.app.bundleID)); "
+                            + "one team has one provider key")
+                }
+                byApp[app.bundleID] = existing.engine
+                continue
+            }
+            var engineConfiguration = FanoutEngineConfiguration(
+                endpoint: app.endpoint,
+                credentials: ProviderCredentials(keyPath: app.keyPath, keyID: app.keyID, teamID: app.teamID),
+                caFile: app.caFile)
+            engineConfiguration.loops = configuration.loopsPerEngine
+            engineConfiguration.connectionsPerLoop = configuration.connectionsPerLoop
+            engineConfiguration.maxAttempts = configuration.maxAttempts
+            engineConfiguration.registry = registry
+            engineConfiguration.metrics = metrics
+            let engine: FanoutEngine
+            do {
+                engine = try FanoutEngine(configuration: engineConfiguration)
+            } catch {
+                throw ServiceConfigurationError(
+                    "workspaces.\(app.workspace).apps.\(app.bundleID)", "cannot start its engine: \(error)")
+            }
+            byTeam[key] = (app, engine)
+            byApp[app.bundleID] = engine
+        }
+        self.byApp = byApp
+        engines = byTeam.values.map(\.engine)
+        self.metrics = metrics
+    }
+
+    package func engine(forApp bundleID: String) -> FanoutEngine? { byApp[bundleID] }
+
+    /// Shuts every engine down (each waits up to `gracePeriod` for what it has in flight).
+    package func shutdown(gracePeriod: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            for engine in engines { group.addTask { await engine.shutdown(gracePeriod: gracePeriod) } }
+        }
+    }
+}

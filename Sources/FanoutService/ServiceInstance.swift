@@ -1,0 +1,123 @@
+import Fanout
+import FanoutObservability
+import FanoutRegistry
+import FanoutTransport
+import Foundation
+
+/// A running `fanout serve`: the registry and dispatch store (one SQLite file), one engine per APNs team, the
+/// dispatcher, and the HTTP server (HTTP/1.1 and HTTP/2) in front of the router.
+///
+/// Start order: stores, engines, dispatcher (which queues what a previous process left unfinished), and only then
+/// the listener, so that the first request finds everything ready. Stop order is the reverse: stop accepting,
+/// let running dispatches finish within the grace period (what is left stays in the store for the next start),
+/// shut the engines down, close the connections and the stores.
+package final class ServiceInstance: Sendable {
+    package let port: Int
+    /// Dispatches found queued or running at start (a previous process stopped or died before they finished).
+    package let resumedDispatches: Int
+    private let http: HTTPServer
+    private let core: ServiceCore
+    private let engines: TeamEngines
+    private let registry: SQLiteRegistryStore
+    private let sweeper: Task<Void, Never>
+
+    package static func start(configuration: ServiceConfiguration, logger: FanoutLogger) async throws(ServiceStartError)
+        -> ServiceInstance
+    {
+        let registry: SQLiteRegistryStore
+        let store: DispatchStore
+        do {
+            registry = try SQLiteRegistryStore(path: configuration.database)
+            store = try DispatchStore(path: configuration.database)
+        } catch {
+            throw ServiceStartError("cannot open the database \(configuration.database): \(error)")
+        }
+        let metrics = FanoutMetrics()
+        // The registry learns which workspace each app is in (its own isolation key).
+        let apps = configuration.workspaces.values.flatMap { workspace in
+            workspace.apps.keys.map { RegistryApp(bundleID: $0, workspace: workspace.name) }
+        }
+        do {
+            try await registry.defineApps(apps)
+        } catch {
+            registry.close()
+            throw ServiceStartError("cannot record the apps in the registry: \(error)")
+        }
+        let engines: TeamEngines
+        do {
+            engines = try TeamEngines(configuration: configuration, registry: registry, metrics: metrics)
+        } catch {
+            registry.close()
+            throw ServiceStartError("\(error)")
+        }
+        let dispatcher = Dispatcher(
+            store: store, engines: engines, maxRunning: configuration.maxRunningDispatches,
+            log: { message in logger.error(message) })
+        let core = ServiceCore(
+            configuration: configuration, quotas: RequestQuotas(configuration), registry: registry, store: store,
+            dispatcher: dispatcher, metrics: metrics, logger: logger)
+        return try ServiceInstance(configuration: configuration, core: core, engines: engines, registry: registry)
+    }
+
+    private init(
+        configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, registry: SQLiteRegistryStore
+    ) throws(ServiceStartError) {
+        self.core = core
+        self.engines = engines
+        self.registry = registry
+        do {
+            resumedDispatches = try core.dispatcher.resumeUnfinished()
+        } catch {
+            throw ServiceStartError("cannot read the dispatch queue: \(error)")
+        }
+        sweeper = Task { await registry.sweepPeriodically(every: .seconds(60)) }
+        var tls: TLSServerContext?
+        if let certificate = configuration.tlsCertificate, let key = configuration.tlsKey {
+            do {
+                tls = try TLSServerContext(
+                    TLSServerConfiguration(
+                        certificateFile: certificate, privateKeyFile: key, alpnProtocols: ["h2", "http/1.1"]))
+            } catch {
+                throw ServiceStartError("cannot load the TLS certificate or key: \(error)")
+            }
+        }
+        var limits = HTTPServerLimits()
+        limits.maxConnections = configuration.maxConnections
+        let router = ServiceRouter(core: core)
+        do {
+            http = try HTTPServer(
+                host: configuration.listenHost, port: configuration.listenPort, threads: configuration.threads,
+                tls: tls, limits: limits
+            ) { request, responder in
+                let apiRequest = APIRequest(
+                    method: request.method, target: request.target, headers: request.headers, body: request.body)
+                Task {
+                    let response = await router.handle(apiRequest)
+                    responder.respond(
+                        HTTPResponse(status: response.status, headers: response.headers, body: response.body))
+                }
+            }
+        } catch {
+            sweeper.cancel()
+            throw ServiceStartError(
+                "cannot listen on \(configuration.listenHost):\(configuration.listenPort): \(error)")
+        }
+        port = http.port
+    }
+
+    /// SIGTERM: stop accepting, give running dispatches `gracePeriod`, leave the rest queued, stop everything.
+    package func stop(gracePeriod: Duration) async {
+        http.stopAccepting()
+        await core.dispatcher.stop(gracePeriod: gracePeriod)
+        await engines.shutdown(gracePeriod: .seconds(2))
+        sweeper.cancel()
+        http.shutdown()
+        registry.close()
+    }
+}
+
+/// Why `fanout serve` could not start, in one line.
+package struct ServiceStartError: Error, CustomStringConvertible, Sendable {
+    package let description: String
+    init(_ description: String) { self.description = description }
+}

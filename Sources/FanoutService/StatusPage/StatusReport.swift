@@ -1,0 +1,25 @@
+import Fanout
+import FanoutCore
+import Foundation
+
+/// `GET /v1/status`: what the status page shows for the caller's workspace: its newest dispatches with their
+/// counts and rates, the budget left, open APNs connections (server-wide: engines are per APNs team), and how many of its dispatches are sending now.
+enum StatusReport {
+    static func make(_ core: ServiceCore, workspace: String) async -> JSONValue {
+        let dispatches = (try? core.store.recent(workspace: workspace, limit: 50)) ?? []
+        let rule = core.configuration.workspaces[workspace]?.rateLimit
+        let budget: JSONValue = [
+            "limit_per_hour": .integer(Int64(rule?.requestsPerHour ?? 0)),
+            "remaining": .integer(Int64(core.quotas.remaining(workspace: workspace) ?? 0)),
+        ]
+        return [
+            "workspace": .string(workspace),
+            "uptime_s": .integer(Int64(Date().timeIntervalSince(core.started))),
+            "apns_connections": .integer(Int64(core.metrics.openConnections.value)),
+            "in_flight": .integer(Int64(core.metrics.inFlight.value)),
+            "running_dispatches": .integer(Int64(dispatches.count { $0.state == .running })),
+            "budget": budget,
+            "dispatches": .array(dispatches.map(\.json)),
+        ]
+    }
+}

@@ -1,0 +1,148 @@
+// The Pushwoosh- and Braze-shaped endpoints of `fanout serve`, played by real clients: a Python script that sends
+// what the Pushwoosh iOS SDK and a Pushwoosh backend send, and curl for Braze's REST calls. The mock must receive
+// exactly the expected pushes, with the activity id where each SDK reads it.
+import Foundation
+import XCTest
+
+final class ServeCompatibilityTests: XCTestCase {
+    private var mock: MockHarness!
+    private var serve: ServeHarness!
+
+    override func setUpWithError() throws {
+        mock = try MockHarness { $0.capturePayloads = true }
+        serve = try ServeHarness(testCase: self, mock: mock)
+        try serve.start()
+    }
+
+    override func tearDown() {
+        serve?.stop()
+        mock?.stop()
+    }
+
+    private func payloads(_ token: String) throws -> [[String: Any]] {
+        try (mock.stats.payloadsByToken[token] ?? []).map { bytes in
+            try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+        }
+    }
+
+    private static var scriptsDirectory: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scripts").path
+    }
+
+    func testPushwooshSDKAndServerCallsFieldByField() throws {
+        let python = try XCTUnwrap(ProcessSupport.findTool("python3"), "python3 is needed for the SDK script")
+        let pushToken = ServeNativeAPITests.token("c1", 1)
+        let startToken = ServeNativeAPITests.token("b1", 1)
+        let activityToken = ServeNativeAPITests.token("a9", 1)
+        let result = try ProcessSupport.run(
+            python,
+            [
+                Self.scriptsDirectory + "/pushwoosh_sdk_flow.py", serve.baseURL, ServeHarness.pushwooshApplication,
+                ServeKeys.acmeDevice, ServeKeys.acmeServer, pushToken, startToken, activityToken,
+            ], timeout: 60)
+        XCTAssertEqual(result.exitCode, 0, result.summary)
+        let ids = try XCTUnwrap(
+            try JSONSerialization.jsonObject(with: Data(try XCTUnwrap(result.stdoutLines.last).utf8))
+                as? [String: String], result.summary)
+
+        let start = try serve.waitForDispatch(try XCTUnwrap(ids["start"]))
+        XCTAssertEqual(start["delivered"] as? Int, 1, "\(start)")
+        let update = try serve.waitForDispatch(try XCTUnwrap(ids["update"]))
+        XCTAssertEqual(update["delivered"] as? Int, 1, "\(update)")
+        let afterStop = try serve.waitForDispatch(try XCTUnwrap(ids["after_stop"]))
+        XCTAssertEqual(afterStop["notifications"] as? Int, 0, "the stopped token gets nothing: \(afterStop)")
+        let end = try serve.waitForDispatch(try XCTUnwrap(ids["end"]))
+        XCTAssertEqual(end["notifications"] as? Int, 0, "\(end)")
+
+        // Exactly: one start to the push-to-start token, one update to the activity token, nothing else.
+        XCTAssertEqual(mock.stats.accepted, 2)
+        let startPayload = try XCTUnwrap(try payloads(startToken).first)
+        let aps = try XCTUnwrap(startPayload["aps"] as? [String: Any])
+        XCTAssertEqual(aps["event"] as? String, "start")
+        XCTAssertEqual(aps["attributes-type"] as? String, "MatchAttributes")
+        let attributes = try XCTUnwrap(aps["attributes"] as? [String: Any])
+        XCTAssertEqual((attributes["pushwoosh"] as? [String: Any])?["activityId"] as? String, "match-9")
+        XCTAssertEqual(attributes["home"] as? String, "Acme FC")
+        XCTAssertEqual(((aps["alert"] as? [String: Any])?["title"] as? String), "Kick-off")
+        let updatePayload = try XCTUnwrap(try payloads(activityToken).first)
+        let updateAPS = try XCTUnwrap(updatePayload["aps"] as? [String: Any])
+        XCTAssertEqual(updateAPS["event"] as? String, "update")
+        XCTAssertEqual((updateAPS["content-state"] as? [String: Any])?["home"] as? Int, 1)
+        XCTAssertTrue(try payloads(pushToken).isEmpty)
+    }
+
+    func testBrazeStartAndUpdateEndpoints() throws {
+        // A user with a push-to-start token, registered through the native device API.
+        let startToken = ServeNativeAPITests.token("b2", 1)
+        let registered = try serve.curl(
+            "POST", "/v1/push-to-start-tokens", key: ServeKeys.acmeDevice,
+            json:
+                #"{"device_id": "dev-1", "user_id": "ext-user-1", "attributes_type": "MatchAttributes", "token": "\#(startToken)"}"#
+        )
+        XCTAssertEqual(registered.status, 200, registered.text)
+
+        let start = try serve.curl(
+            "POST", "/messages/live_activity/start", key: ServeKeys.acmeServer,
+            json: """
+                {"app_id": "\(ServeHarness.brazeAppID)", "activity_id": "game-1", "activity_attributes_type": "MatchAttributes",
+                 "activity_attributes": {"home": "Acme FC"}, "content_state": {"home": 0},
+                 "stale_date": "2030-01-01T00:00:00+0000",
+                 "notification": {"alert": {"title": "Kick-off", "body": "It starts"}},
+                 "external_user_ids": ["ext-user-1"]}
+                """)
+        XCTAssertEqual(start.status, 201, start.text)
+        XCTAssertEqual(try start.object()["message"] as? String, "success")
+        XCTAssertNotNil(start.headers["x-ratelimit-remaining"])
+        let started = try serve.waitForDispatch(try XCTUnwrap(try start.object()["dispatch_id"] as? String))
+        XCTAssertEqual(started["delivered"] as? Int, 1, "\(started)")
+        let aps = try XCTUnwrap(try payloads(startToken).first?["aps"] as? [String: Any])
+        XCTAssertEqual((aps["attributes"] as? [String: Any])?["brazeActivityId"] as? String, "game-1")
+        XCTAssertEqual(aps["stale-date"] as? Int, 1_893_456_000)
+
+        // The app uploads the activity's update token; Braze's update and then end reach it.
+        let activityToken = ServeNativeAPITests.token("a2", 1)
+        XCTAssertEqual(
+            try serve.curl(
+                "POST", "/v1/activities/game-1/tokens", key: ServeKeys.acmeDevice,
+                json: #"{"token": "\#(activityToken)", "device_id": "dev-1"}"#
+            ).status, 200)
+        let update = try serve.curl(
+            "POST", "/messages/live_activity/update", key: ServeKeys.acmeServer,
+            json:
+                #"{"app_id": "\#(ServeHarness.brazeAppID)", "activity_id": "game-1", "content_state": {"home": 1}, "notification": {"alert": {"title": "Goal", "body": "1-0"}, "apns_priority": 5}}"#
+        )
+        XCTAssertEqual(update.status, 201, update.text)
+        let updated = try serve.waitForDispatch(try XCTUnwrap(try update.object()["dispatch_id"] as? String))
+        XCTAssertEqual(updated["delivered"] as? Int, 1, "\(updated)")
+        let end = try serve.curl(
+            "POST", "/messages/live_activity/update", key: ServeKeys.acmeServer,
+            json:
+                #"{"app_id": "\#(ServeHarness.brazeAppID)", "activity_id": "game-1", "content_state": {"home": 2}, "end_activity": true, "dismissal_date": "2020-01-01T00:00:00Z"}"#
+        )
+        XCTAssertEqual(end.status, 201, end.text)
+        _ = try serve.waitForDispatch(try XCTUnwrap(try end.object()["dispatch_id"] as? String))
+        let events = try payloads(activityToken).compactMap { ($0["aps"] as? [String: Any])?["event"] as? String }
+        XCTAssertEqual(events, ["update", "end"])
+
+        // Braze's error shapes.
+        let noAlert = try serve.curl(
+            "POST", "/messages/live_activity/start", key: ServeKeys.acmeServer,
+            json:
+                #"{"app_id": "\#(ServeHarness.brazeAppID)", "activity_id": "g", "activity_attributes_type": "T", "activity_attributes": {}, "content_state": {}, "external_user_ids": ["x"]}"#
+        )
+        XCTAssertEqual(noAlert.status, 400, noAlert.text)
+        XCTAssertTrue((try noAlert.object()["error"] as? String ?? "").contains("notification"), noAlert.text)
+        let segment = try serve.curl(
+            "POST", "/messages/live_activity/start", key: ServeKeys.acmeServer,
+            json:
+                #"{"app_id": "\#(ServeHarness.brazeAppID)", "activity_id": "g", "activity_attributes_type": "T", "activity_attributes": {}, "content_state": {}, "notification": {"alert": {"title": "t", "body": "b"}}, "segment_id": "s"}"#
+        )
+        XCTAssertEqual(segment.status, 400, segment.text)
+        let unauthorized = try serve.curl(
+            "POST", "/messages/live_activity/update", key: "wrong", json: #"{"app_id": "x"}"#)
+        XCTAssertEqual(unauthorized.status, 401)
+        XCTAssertEqual(try unauthorized.object()["message"] as? String, "Invalid API key")
+        XCTAssertEqual(mock.stats.accepted, 3)
+    }
+}

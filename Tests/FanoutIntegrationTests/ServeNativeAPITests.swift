@@ -1,0 +1,193 @@
+// The native API of `fanout serve` (`/v1/...`) through curl, against the real binary and a mock-apns: every
+// endpoint, what the mock receives, and what the reads report.
+import Foundation
+import XCTest
+
+final class ServeNativeAPITests: XCTestCase {
+    private var mock: MockHarness!
+    private var serve: ServeHarness!
+
+    override func setUpWithError() throws {
+        mock = try MockHarness { $0.capturePayloads = true }
+        serve = try ServeHarness(testCase: self, mock: mock)
+        try serve.start()
+    }
+
+    override func tearDown() {
+        serve?.stop()
+        mock?.stop()
+    }
+
+    static func token(_ kind: String, _ number: Int) -> String {
+        let hex = String(number, radix: 16)
+        return kind + String(repeating: "0", count: 62 - hex.count) + hex
+    }
+
+    private func payload(for token: String) throws -> [String: Any] {
+        let payloads = mock.stats.payloadsByToken[token] ?? []
+        XCTAssertEqual(payloads.count, 1, "exactly one push to \(token)")
+        let bytes = try XCTUnwrap(payloads.last)
+        return try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+    }
+
+    func testEveryNativeEndpointFromRegistrationToEnd() throws {
+        let device = ServeKeys.acmeDevice
+        let server = ServeKeys.acmeServer
+        XCTAssertEqual(try serve.curl("GET", "/healthz").status, 200)
+
+        // Devices: a regular push token per user, push-to-start tokens, all with the device key.
+        for index in 0..<4 {
+            let registered = try serve.curl(
+                "POST", "/v1/devices", key: device,
+                json:
+                    #"{"device_id": "d-\#(index)", "user_id": "u-\#(index % 2)", "push_token": "\#(Self.token("c0", index))"}"#
+            )
+            XCTAssertEqual(registered.status, 200, registered.text)
+            let pushToStart = try serve.curl(
+                "POST", "/v1/push-to-start-tokens", key: device,
+                json:
+                    #"{"device_id": "d-\#(index)", "user_id": "u-\#(index % 2)", "attributes_type": "MatchAttributes", "token": "\#(Self.token("b0", index))"}"#
+            )
+            XCTAssertEqual(pushToStart.status, 200, pushToStart.text)
+        }
+
+        // Start match-7 for user u-0 (devices d-0 and d-2): two push-to-start pushes carrying the activity id.
+        let start = try serve.curl(
+            "POST", "/v1/activities/match-7/start", key: server,
+            json: """
+                {"attributes_type": "MatchAttributes", "attributes": {"home": "Acme FC", "away": "Rivals"},
+                 "content_state": {"home": 0, "away": 0}, "alert": {"title": "Kick-off", "body": "Acme FC - Rivals"},
+                 "audience": {"users": ["u-0"]}}
+                """)
+        XCTAssertEqual(start.status, 202, start.text)
+        let startID = try XCTUnwrap(try start.object()["dispatch_id"] as? String)
+        XCTAssertEqual(start.headers["location"], "/v1/dispatches/\(startID)")
+        let started = try serve.waitForDispatch(startID)
+        XCTAssertEqual(started["delivered"] as? Int, 2, "\(started)")
+        XCTAssertEqual(started["notifications"] as? Int, 2)
+        for index in [0, 2] {
+            let aps = try XCTUnwrap(try payload(for: Self.token("b0", index))["aps"] as? [String: Any])
+            XCTAssertEqual(aps["event"] as? String, "start")
+            let attributes = try XCTUnwrap(aps["attributes"] as? [String: Any])
+            XCTAssertEqual(attributes["activityId"] as? String, "match-7")
+            XCTAssertEqual(attributes["home"] as? String, "Acme FC")
+            XCTAssertEqual(aps["attributes-type"] as? String, "MatchAttributes")
+        }
+        XCTAssertNil(mock.stats.payloadsByToken[Self.token("b0", 1)], "u-1's device got no start")
+
+        // The app registers the new activity's update tokens (20 devices), one stops again.
+        for index in 0..<20 {
+            let response = try serve.curl(
+                "POST", "/v1/activities/match-7/tokens", key: device,
+                json: #"{"token": "\#(Self.token("a7", index))", "device_id": "a-\#(index)"}"#)
+            XCTAssertEqual(response.status, 200, response.text)
+        }
+        let stop = try serve.curl(
+            "DELETE", "/v1/activities/match-7/tokens", key: device, json: #"{"device_id": "a-19"}"#)
+        XCTAssertEqual(stop.status, 200, stop.text)
+        XCTAssertEqual(try stop.object()["removed"] as? Int, 1, stop.text)
+        let activity = try serve.curl("GET", "/v1/activities/match-7", key: server)
+        XCTAssertEqual(activity.status, 200, activity.text)
+        XCTAssertEqual(try activity.object()["live_tokens"] as? Int, 19, activity.text)
+        XCTAssertEqual(try activity.object()["state"] as? String, "active", activity.text)
+
+        // Update by activity id: the 19 live tokens, with the content state, relevance and stale date.
+        let update = try serve.curl(
+            "POST", "/v1/activities/match-7/update", key: server,
+            json:
+                #"{"content_state": {"home": 1, "away": 0}, "relevance_score": 75, "stale_date": "2030-01-01T00:00:00Z", "priority": 5}"#
+        )
+        XCTAssertEqual(update.status, 202, update.text)
+        let updateID = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let updated = try serve.waitForDispatch(updateID)
+        XCTAssertEqual(updated["delivered"] as? Int, 19, "\(updated)")
+        let aps = try XCTUnwrap(try payload(for: Self.token("a7", 3))["aps"] as? [String: Any])
+        XCTAssertEqual(aps["event"] as? String, "update")
+        XCTAssertEqual((aps["content-state"] as? [String: Any])?["home"] as? Int, 1)
+        XCTAssertEqual(aps["stale-date"] as? Int, 1_893_456_000)
+        XCTAssertNil(mock.stats.payloadsByToken[Self.token("a7", 19)], "the stopped token got nothing")
+
+        // Its results, as JSON lines, one per token.
+        let results = try serve.curl("GET", "/v1/dispatches/\(updateID)/results", key: server)
+        XCTAssertEqual(results.status, 200, results.text)
+        let lines = results.text.split(separator: "\n")
+        XCTAssertEqual(lines.count, 19)
+        var tokens = Set<String>()
+        for line in lines {
+            let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            XCTAssertEqual(object["job"] as? String, updateID)
+            XCTAssertEqual(object["outcome"] as? String, "delivered")
+            tokens.insert(try XCTUnwrap(object["token"] as? String))
+        }
+        XCTAssertEqual(tokens, Set((0..<19).map { Self.token("a7", $0) }))
+
+        // A regular push to user u-1's devices (d-1, d-3).
+        let push = try serve.curl(
+            "POST", "/v1/push", key: server,
+            json: #"{"alert": {"title": "Match report", "body": "Acme FC won"}, "audience": {"users": ["u-1"]}}"#)
+        XCTAssertEqual(push.status, 202, push.text)
+        let pushed = try serve.waitForDispatch(try XCTUnwrap(try push.object()["dispatch_id"] as? String))
+        XCTAssertEqual(pushed["delivered"] as? Int, 2, "\(pushed)")
+        let alert = try XCTUnwrap(try payload(for: Self.token("c0", 3))["aps"] as? [String: Any])
+        XCTAssertEqual((alert["alert"] as? [String: Any])?["title"] as? String, "Match report")
+
+        // End: the activity is ended and its tokens get the end event.
+        let end = try serve.curl(
+            "POST", "/v1/activities/match-7/end", key: server,
+            json: #"{"content_state": {"home": 2, "away": 1}, "dismissal_date": 0}"#)
+        XCTAssertEqual(end.status, 202, end.text)
+        let ended = try serve.waitForDispatch(try XCTUnwrap(try end.object()["dispatch_id"] as? String))
+        XCTAssertEqual(ended["delivered"] as? Int, 19, "\(ended)")
+        XCTAssertEqual(
+            try serve.curl("GET", "/v1/activities/match-7", key: server).object()["state"] as? String, "ended")
+
+        // Metrics count what was sent.
+        let metrics = try serve.curl("GET", "/metrics")
+        XCTAssertEqual(metrics.status, 200)
+        XCTAssertTrue(metrics.text.contains("fanout_notifications_total"), metrics.text)
+        XCTAssertEqual(mock.stats.duplicateApnsIDs, 0)
+    }
+
+    func testRefusalsNameTheFieldAndChangeNothing() throws {
+        let server = ServeKeys.acmeServer
+        let malformed = try serve.curl("POST", "/v1/activities/m/update", key: server, json: #"{"content_state": "#)
+        XCTAssertEqual(malformed.status, 400)
+        XCTAssertTrue(try malformed.object()["error"] as? String ?? "" != "", malformed.text)
+        let wrongType = try serve.curl(
+            "POST", "/v1/activities/m/update", key: server, json: #"{"content_state": {"a": 1}, "priority": "high"}"#)
+        XCTAssertEqual(wrongType.status, 400, wrongType.text)
+        XCTAssertEqual(try wrongType.object()["field"] as? String, "priority", wrongType.text)
+        let unknown = try serve.curl(
+            "POST", "/v1/activities/m/update", key: server, json: #"{"content_state": {"a": 1}, "colour": "red"}"#)
+        XCTAssertEqual(unknown.status, 400, unknown.text)
+        XCTAssertEqual(try unknown.object()["field"] as? String, "colour", unknown.text)
+        let noType = try serve.curl("POST", "/v1/activities/m/start", key: server, json: #"{"content_state": {}}"#)
+        XCTAssertEqual(noType.status, 400, noType.text)
+        XCTAssertEqual(try noType.object()["field"] as? String, "attributes_type", noType.text)
+        let twoAudiences = try serve.curl(
+            "POST", "/v1/activities/m/start", key: server,
+            json: #"{"attributes_type": "T", "content_state": {}, "audience": {"users": ["u"], "devices": ["d"]}}"#)
+        XCTAssertEqual(twoAudiences.status, 400, twoAudiences.text)
+        XCTAssertEqual(try twoAudiences.object()["field"] as? String, "audience", twoAudiences.text)
+        XCTAssertEqual(try serve.curl("GET", "/v1/nothing-here", key: server).status, 404)
+        XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
+    }
+
+    func testIdempotencyKeyReturnsTheFirstDispatch() throws {
+        let body = #"{"content_state": {"home": 1}}"#
+        let first = try serve.curl(
+            "POST", "/v1/activities/m-1/update", key: ServeKeys.acmeServer, json: body,
+            headers: ["Idempotency-Key": "retry-42"])
+        let second = try serve.curl(
+            "POST", "/v1/activities/m-1/update", key: ServeKeys.acmeServer, json: body,
+            headers: ["Idempotency-Key": "retry-42"])
+        XCTAssertEqual(first.status, 202, first.text)
+        XCTAssertEqual(second.status, 202, second.text)
+        XCTAssertEqual(
+            try first.object()["dispatch_id"] as? String, try second.object()["dispatch_id"] as? String)
+        let third = try serve.curl(
+            "POST", "/v1/activities/m-1/update", key: ServeKeys.acmeServer, json: body,
+            headers: ["Idempotency-Key": "retry-43"])
+        XCTAssertNotEqual(try first.object()["dispatch_id"] as? String, try third.object()["dispatch_id"] as? String)
+    }
+}

@@ -1,0 +1,97 @@
+import FanoutPolicy
+import FanoutTransport
+import XCTest
+
+@testable import FanoutService
+
+final class ServiceConfigurationTests: XCTestCase {
+    private static let digest = SHA256Digest.hexHash("sk_test")
+
+    private func parse(_ json: String) throws(ServiceConfigurationError) -> ServiceConfiguration {
+        try ServiceConfiguration.parse(Array(json.utf8), relativeTo: "/etc/fanout")
+    }
+
+    private func app(_ extra: String = "") -> String {
+        #"{"team_id": "T1", "key_id": "K1", "key_path": "AuthKey.p8", "endpoint": "127.0.0.1:8443"\#(extra)}"#
+    }
+
+    func testReadsWorkspacesAppsKeysAndLimits() throws {
+        let config = try parse(
+            """
+            {"listen": "0.0.0.0:9000", "db": "data/fanout.db", "max_connections": 50,
+             "workspaces": {"acme": {"server_keys_sha256": ["\(Self.digest)"],
+               "rate_limit": {"requests_per_hour": 100, "burst": 10},
+               "apps": {"com.acme.app": \(app(#", "pushwoosh_application": "ACME1-00001", "braze_app_id": "b1""#))}}}}
+            """)
+        XCTAssertEqual(config.listenHost, "0.0.0.0")
+        XCTAssertEqual(config.listenPort, 9000)
+        XCTAssertEqual(config.database, "/etc/fanout/data/fanout.db")
+        XCTAssertEqual(config.maxConnections, 50)
+        let acme = try XCTUnwrap(config.workspaces["acme"])
+        XCTAssertEqual(acme.rateLimit, RequestQuotaRule(requestsPerHour: 100, burst: 10))
+        XCTAssertEqual(acme.deviceRateLimit, RequestQuotaRule(requestsPerHour: 1000, burst: 100))
+        let app = try XCTUnwrap(config.app("com.acme.app"))
+        XCTAssertEqual(app.keyPath, "/etc/fanout/AuthKey.p8")
+        XCTAssertEqual(app.endpoint.port, 8443)
+        XCTAssertEqual(app.pushwooshApplication, "ACME1-00001")
+        XCTAssertEqual(app.workspace, "acme")
+    }
+
+    func testErrorsNameTheKeyPath() {
+        func message(_ json: String) -> String {
+            do {
+                _ = try parse(json)
+                return "accepted"
+            } catch {
+                return error.description
+            }
+        }
+        XCTAssertEqual(message(#"{"workspaces": {}}"#), "workspaces: must be an object with at least one workspace")
+        XCTAssertTrue(
+            message(#"{"workspaces": {"a": {"server_keys_sha256": ["sk_test"], "apps": {}}}}"#).hasPrefix(
+                "workspaces.a.server_keys_sha256[0]: must be 64 hex digits"))
+        XCTAssertTrue(
+            message(
+                #"{"workspaces": {"a": {"server_keys_sha256": ["\#(Self.digest)"], "apps": {"x": {"key_id": "K"}}}}}"#
+            )
+            .hasPrefix("workspaces.a.apps.x.team_id: is required"))
+        XCTAssertTrue(message(#"{"workspace": {}}"#).hasPrefix("workspace: unknown key"))
+        let shared = """
+            {"workspaces": {"a": {"server_keys_sha256": ["\(Self.digest)"], "apps": {"x": \(app())}},
+                            "b": {"server_keys_sha256": ["\(Self.digest)"], "apps": {"x": \(app())}}}}
+            """
+        XCTAssertTrue(message(shared).contains("an app belongs to one workspace"), message(shared))
+    }
+
+    func testKeyringFindsTheWorkspaceAndKindOfAKey() throws {
+        let config = try parse(
+            """
+            {"workspaces": {
+              "a": {"server_keys_sha256": ["\(SHA256Digest.hexHash("sk_a"))"], "device_keys_sha256": ["\(SHA256Digest.hexHash("dk_a"))"],
+                    "apps": {"x": \(app())}},
+              "b": {"server_keys_sha256": ["\(SHA256Digest.hexHash("sk_b"))"], "apps": {"y": \(app())}}}}
+            """)
+        let keyring = APIKeyring(config)
+        XCTAssertEqual(keyring.caller(forKey: "sk_a"), Caller(workspace: "a", kind: .server))
+        XCTAssertEqual(keyring.caller(forKey: "dk_a"), Caller(workspace: "a", kind: .device))
+        XCTAssertEqual(keyring.caller(forKey: "sk_b"), Caller(workspace: "b", kind: .server))
+        XCTAssertNil(keyring.caller(forKey: "sk_c"))
+        XCTAssertNil(keyring.caller(forKey: ""))
+        XCTAssertNil(keyring.caller(forKey: SHA256Digest.hexHash("sk_a")), "the digest is not the key")
+    }
+
+    func testSHA256MatchesAKnownVector() {
+        XCTAssertEqual(
+            SHA256Digest.hexHash("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    }
+
+    func testISO8601DatesInBrazeSpellings() {
+        XCTAssertEqual(ISO8601Date.parse("2024-01-22T16:55:49+0000"), 1_705_942_549)
+        XCTAssertEqual(ISO8601Date.parse("2024-01-22T16:55:49Z"), 1_705_942_549)
+        XCTAssertEqual(ISO8601Date.parse("2024-01-22T17:55:49+01:00"), 1_705_942_549)
+        XCTAssertEqual(ISO8601Date.parse("2024-01-22T16:55:49.250Z"), 1_705_942_549)
+        XCTAssertNil(ISO8601Date.parse("2024-01-22"))
+        XCTAssertNil(ISO8601Date.parse("2024-13-22T16:55:49Z"))
+        XCTAssertNil(ISO8601Date.parse("2024-01-22T16:55:49Zjunk"))
+    }
+}
