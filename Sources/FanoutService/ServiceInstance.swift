@@ -83,6 +83,7 @@ package final class ServiceInstance: Sendable {
         }
         var limits = HTTPServerLimits()
         limits.maxConnections = configuration.maxConnections
+        limits.headerTimeout = configuration.headerTimeout
         let router = ServiceRouter(core: core)
         do {
             http = try HTTPServer(

@@ -5,7 +5,8 @@ import Foundation
 
 /// `fanout serve --config FILE`: the workspaces, their apps and API keys, and the server's limits (product.md):
 /// ```json
-/// {"listen": "127.0.0.1:8080", "db": "fanout.db", "max_connections": 10000,
+/// {"listen": "127.0.0.1:8080", "db": "fanout.db", "max_connections": 10000, "header_timeout_seconds": 10,
+///  "threads": 2, "grace_seconds": 10, "max_running_dispatches": 8, "loops": 1, "connections": 2, "max_attempts": 3,
 ///  "workspaces": {"acme": {
 ///     "server_keys_sha256": ["<hex sha256 of a key>"], "device_keys_sha256": ["..."],
 ///     "rate_limit": {"requests_per_hour": 250000, "burst_seconds": 60},
@@ -21,6 +22,8 @@ package struct ServiceConfiguration: Sendable {
     package var listenPort = 8080
     package var database = "fanout.db"
     package var maxConnections = 10_000
+    /// A request head not complete this long after its first byte gets 408 and the connection closes.
+    package var headerTimeout: Duration = .seconds(10)
     /// HTTP loop threads.
     package var threads = 2
     package var tlsCertificate: String?
@@ -142,7 +145,8 @@ private struct ConfigReader {
         let object = try object(
             root, "",
             keys: [
-                "listen", "db", "max_connections", "threads", "tls_cert", "tls_key", "grace_seconds",
+                "listen", "db", "max_connections", "header_timeout_seconds", "threads", "tls_cert", "tls_key",
+                "grace_seconds",
                 "max_running_dispatches", "loops", "connections", "max_attempts", "workspaces",
             ])
         var config = ServiceConfiguration()
@@ -154,6 +158,7 @@ private struct ConfigReader {
         }
         if let db = try string(object, "db", "") { config.database = resolve(db) }
         config.maxConnections = try positive(object, "max_connections", "") ?? config.maxConnections
+        if let seconds = try positive(object, "header_timeout_seconds", "") { config.headerTimeout = .seconds(seconds) }
         config.threads = try positive(object, "threads", "") ?? config.threads
         config.tlsCertificate = try string(object, "tls_cert", "").map(resolve)
         config.tlsKey = try string(object, "tls_key", "").map(resolve)

@@ -1,5 +1,6 @@
 // `fanout serve` as users run it: the real binary, a config written for the test, an in-process mock-apns for its
 // apps, and real HTTP clients (curl, python3) against it.
+import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import MockAPNsKit
@@ -17,7 +18,6 @@ enum ServeKeys {
 /// A running `fanout serve` with two workspaces: `acme` (app `com.acme.app`, Pushwoosh application `ACME1-00001`,
 /// Braze app id `braze-acme`) and `globex` (app `com.globex.app`), both sending to `mock`.
 final class ServeHarness: @unchecked Sendable {
-    let mock: MockHarness
     let directory: String
     let database: String
     let configPath: String
@@ -33,19 +33,30 @@ final class ServeHarness: @unchecked Sendable {
     /// - Parameters:
     ///   - acmeRateLimit: acme's API budget (`{"requests_per_hour": N, "burst": B}`), the default when nil.
     ///   - extraConfig: top-level config keys (e.g. `"max_connections": 4`).
-    init(
+    convenience init(
         testCase: XCTestCase, mock: MockHarness, acmeRateLimit: (perHour: Int, burst: Int)? = nil,
         extraConfig: [String: Any] = [:]
     ) throws {
-        self.mock = mock
+        try self.init(
+            testCase: testCase, mockPort: mock.port, material: mock.material, acmeRateLimit: acmeRateLimit,
+            extraConfig: extraConfig)
+    }
+
+    /// - Parameters:
+    ///   - mockPort, material: the mock-apns to send to, and its CA and signing key.
+    init(
+        testCase: XCTestCase, mockPort: Int, material: TestTLSMaterial,
+        acmeRateLimit: (perHour: Int, burst: Int)? = nil,
+        extraConfig: [String: Any] = [:]
+    ) throws {
         directory = try ProcessSupport.temporaryDirectory(for: testCase, "serve")
         database = (directory as NSString).appendingPathComponent("fanout.db")
         configPath = (directory as NSString).appendingPathComponent("serve.json")
         fanout = try ProcessSupport.builtExecutable("fanout")
         func app(_ extra: [String: Any]) -> [String: Any] {
             [
-                "team_id": "TEAMID1234", "key_id": "KEYID12345", "key_path": mock.material.authKeyP8Path,
-                "endpoint": "127.0.0.1:\(mock.port)", "ca_file": mock.material.caPEMPath,
+                "team_id": "TEAMID1234", "key_id": "KEYID12345", "key_path": material.authKeyP8Path,
+                "endpoint": "127.0.0.1:\(mockPort)", "ca_file": material.caPEMPath,
             ].merging(extra) { _, new in new }
         }
         var acme: [String: Any] = [

@@ -1,0 +1,93 @@
+// Nothing `fanout serve` accepted is lost: 20 dispatches of 10,000 tokens accepted, the server killed with SIGKILL
+// while they send, started again: every token of every dispatch ends with exactly one result, the mock sees each
+// token at least once and a second time only for what was in flight, and a retried POST with the same
+// Idempotency-Key still gets the first dispatch.
+import Foundation
+import XCTest
+
+final class ServeCrashTests: XCTestCase {
+    private static let dispatches = 20
+    private static let tokensPerDispatch = 10_000
+
+    func testKilledMidRunEveryAcceptedDispatchFinishesWithOneResultPerToken() throws {
+        let mock = try RestartableMock()
+        defer { _ = mock.stop() }
+        let serve = try ServeHarness(testCase: self, mockPort: mock.port, material: mock.material)
+        try serve.start()
+        defer { serve.stop() }
+
+        // The registry: activity match-i holds tokens i*10,000 ..< (i+1)*10,000, imported while serve runs.
+        var lines = ""
+        for index in 0..<(Self.dispatches * Self.tokensPerDispatch) {
+            let activity = index / Self.tokensPerDispatch
+            lines +=
+                #"{"app": "\#(ServeHarness.acmeApp)", "activity_id": "match-\#(activity)", "token": "\#(testDeviceToken(index))", "device": "d\#(index)"}"#
+            lines += "\n"
+        }
+        let importFile = (serve.directory as NSString).appendingPathComponent("import.jsonl")
+        try lines.write(toFile: importFile, atomically: true, encoding: .utf8)
+        let imported = try ProcessSupport.run(
+            serve.fanout, ["registry", "--db", serve.database, "import", importFile], timeout: 120)
+        XCTAssertEqual(imported.exitCode, 0, imported.summary)
+
+        var ids: [String] = []
+        for activity in 0..<Self.dispatches {
+            let response = try serve.curl(
+                "POST", "/v1/activities/match-\(activity)/update", key: ServeKeys.acmeServer,
+                json: #"{"content_state": {"minute": \#(activity)}}"#,
+                headers: ["Idempotency-Key": "update-\(activity)"])
+            XCTAssertEqual(response.status, 202, response.text)
+            ids.append(try XCTUnwrap(try response.object()["dispatch_id"] as? String))
+        }
+
+        // Kill it once a fifth of the notifications have been accepted by APNs.
+        let total = Self.dispatches * Self.tokensPerDispatch
+        let deadline = Date().addingTimeInterval(120)
+        while mock.totals().accepted < total / 5 {
+            XCTAssertTrue(Date() < deadline, "sending did not start")
+            if Date() >= deadline { return }
+            usleep(5_000)
+        }
+        serve.kill()
+        let acceptedAtKill = mock.totals().accepted
+        XCTAssertLessThan(acceptedAtKill, total, "the kill came before the end")
+
+        try serve.start()
+        XCTAssertTrue(serve.log.contains("resuming unfinished dispatches"), serve.log)
+        // The same POST again after the crash: the same dispatch, not a second one.
+        let retried = try serve.curl(
+            "POST", "/v1/activities/match-0/update", key: ServeKeys.acmeServer,
+            json: #"{"content_state": {"minute": 0}}"#, headers: ["Idempotency-Key": "update-0"])
+        XCTAssertEqual(try retried.object()["dispatch_id"] as? String, ids[0], retried.text)
+
+        for (activity, id) in ids.enumerated() {
+            let done = try serve.waitForDispatch(id, timeout: 180)
+            XCTAssertEqual(done["notifications"] as? Int, Self.tokensPerDispatch, "\(done)")
+            XCTAssertEqual(done["delivered"] as? Int, Self.tokensPerDispatch, "\(done)")
+            let results = try serve.curl("GET", "/v1/dispatches/\(id)/results?limit=20000", key: ServeKeys.acmeServer)
+            var tokens = Set<String>()
+            var count = 0
+            for line in results.text.split(separator: "\n") {
+                count += 1
+                let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                tokens.insert(try XCTUnwrap(object["token"] as? String))
+            }
+            XCTAssertEqual(count, Self.tokensPerDispatch, "one result line per token of \(id)")
+            let expected = Set(
+                (activity * Self.tokensPerDispatch..<(activity + 1) * Self.tokensPerDispatch).map(testDeviceToken))
+            XCTAssertEqual(tokens, expected, "the results of \(id) are its activity's tokens")
+        }
+
+        // At the mock: every token at least once; a second time only for what was in flight or not yet recorded
+        // at the kill: the engine's in-flight bound (2 × 1 loop × 2 connections × 1,000 streams) plus one unwritten
+        // result batch (4,096) per running dispatch (8).
+        serve.stop()
+        XCTAssertTrue(mock.stop())
+        let counts = try mock.acceptedPerToken(count: total)
+        XCTAssertEqual(counts.distinct, total, "every token reached APNs")
+        XCTAssertEqual(counts.foreign, 0)
+        let bound = 4_000 + 8 * 4_096
+        XCTAssertLessThanOrEqual(counts.duplicates, bound, "sent twice: \(counts.duplicates)")
+        print("serve crash test: accepted at kill \(acceptedAtKill) of \(total); sent twice \(counts.duplicates)")
+    }
+}

@@ -1,0 +1,109 @@
+// `fanout serve` left open on a network: oversized bodies, slow heads, too many connections, and HTTP/2 from a
+// real client, each answered as the README says while the server keeps serving everyone else.
+import Foundation
+import XCTest
+
+final class ServeRobustnessTests: XCTestCase {
+    private var mock: MockHarness!
+    private var serve: ServeHarness!
+
+    override func setUpWithError() throws {
+        mock = try MockHarness()
+        serve = try ServeHarness(
+            testCase: self, mock: mock, extraConfig: ["max_connections": 3, "header_timeout_seconds": 1])
+        try serve.start()
+    }
+
+    override func tearDown() {
+        serve?.stop()
+        mock?.stop()
+    }
+
+    /// A plain TCP connection to the server, with a receive timeout so no read can hang the test.
+    private func connect() throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw ProcessSupportError("socket: errno \(errno)") }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(serve.port).bigEndian
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard rc == 0 else {
+            close(fd)
+            throw ProcessSupportError("connect: errno \(errno)")
+        }
+        return fd
+    }
+
+    private func send(_ fd: Int32, _ text: String) {
+        _ = text.withCString { Foundation.send(fd, $0, strlen($0), 0) }
+    }
+
+    /// Everything the server sends until it closes the connection (or 10 s pass).
+    private func readAll(_ fd: Int32) -> String {
+        var data = [UInt8]()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count <= 0 { break }
+            data += buffer[0..<count]
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    func testBodyOverOneMebibyteGets413() throws {
+        let path = (serve.directory as NSString).appendingPathComponent("big.json")
+        let body = #"{"content_state": {"padding": ""# + String(repeating: "x", count: 1 << 20) + #""}}"#
+        try body.write(toFile: path, atomically: true, encoding: .utf8)
+        let response = try serve.curl(
+            "POST", "/v1/activities/m/update", key: ServeKeys.acmeServer,
+            extra: ["-H", "Content-Type: application/json", "--data-binary", "@" + path])
+        XCTAssertEqual(response.status, 413, response.text)
+        XCTAssertEqual(try serve.curl("GET", "/healthz").status, 200, "the server goes on")
+        XCTAssertEqual(mock.stats.requests, 0)
+    }
+
+    func testHeadNotCompleteInTimeGets408AndIsClosed() throws {
+        let fd = try connect()
+        defer { close(fd) }
+        let started = Date()
+        send(fd, "POST /v1/devices HTTP/1.1\r\nHost: fanout\r\n")  // and never the blank line
+        let answer = readAll(fd)
+        XCTAssertTrue(answer.hasPrefix("HTTP/1.1 408"), answer)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 8, "408 after header_timeout_seconds (1), not never")
+    }
+
+    func testPastMaxConnectionsNewOnesGet503AndTheOthersAreServed() throws {
+        // Three keep-alive connections, each with a request answered: the server's limit.
+        var open: [Int32] = []
+        defer { open.forEach { close($0) } }
+        for _ in 0..<3 {
+            let fd = try connect()
+            open.append(fd)
+            send(fd, "GET /healthz HTTP/1.1\r\nHost: fanout\r\n\r\n")
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = recv(fd, &buffer, buffer.count, 0)
+            XCTAssertTrue(count > 0 && String(decoding: buffer[0..<count], as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+        }
+        let refused = try connect()
+        defer { close(refused) }
+        XCTAssertTrue(readAll(refused).hasPrefix("HTTP/1.1 503"))
+        // An open connection is still served.
+        send(open[0], "GET /healthz HTTP/1.1\r\nHost: fanout\r\nConnection: close\r\n\r\n")
+        XCTAssertTrue(readAll(open[0]).hasPrefix("HTTP/1.1 200"))
+    }
+
+    func testHTTP2PriorKnowledgeFromCurl() throws {
+        let response = try serve.curl(
+            "POST", "/v1/devices", key: ServeKeys.acmeDevice, json: #"{"device_id": "d-h2"}"#,
+            extra: ["--http2-prior-knowledge"])
+        XCTAssertEqual(response.status, 200, response.text)
+        XCTAssertNotNil(response.headers["x-ratelimit-limit"], "the headers come over HTTP/2 too")
+    }
+}
