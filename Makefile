@@ -1,15 +1,16 @@
 # Fanout: the two commands a newcomer runs are `make demo` and `make test`.
 SHELL := /bin/bash
 SWIFT ?= swift
-# Packages the build needs (found through pkg-config) and the tools the interop tests use.
+# Packages the build needs (found through pkg-config) and the tools the interop and serve tests use.
 BUILD_PACKAGES := libuv1-dev libnghttp2-dev libssl-dev libsqlite3-dev pkg-config
-TEST_TOOLS := nghttp2-client nghttp2-server curl openssl
+TEST_TOOLS := nghttp2-client nghttp2-server curl openssl python3 chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR := .demo
 
 .PHONY: deps deps-build deps-test build release test demo soak fuzz sanitize lint format clean
 
-## deps: install the C libraries and the interop tools (h2load, nghttpd, curl) when missing.
+## deps: install the C libraries and the test tools (h2load, nghttpd, curl, python3 for the Pushwoosh SDK
+## script, chromium for the status page in a headless browser) when missing.
 deps: deps-build deps-test
 
 deps-build:
@@ -24,6 +25,8 @@ deps-test:
 	command -v nghttpd >/dev/null || missing="$$missing nghttp2-server"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
 	command -v openssl >/dev/null || missing="$$missing openssl"; \
+	command -v python3 >/dev/null || missing="$$missing python3"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
