@@ -107,3 +107,60 @@ final class ServeRobustnessTests: XCTestCase {
         XCTAssertNotNil(response.headers["x-ratelimit-limit"], "the headers come over HTTP/2 too")
     }
 }
+
+final class ServeLifecycleTests: XCTestCase {
+    func testHTTPSWithALPNChoosesHTTP2AndHTTP11() throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let serve = try ServeHarness(testCase: self, mock: mock)
+        try serve.start(arguments: [
+            "--tls-cert", mock.material.serverCertPath, "--tls-key", mock.material.serverKeyPath,
+        ])
+        defer { serve.stop() }
+        serve.scheme = "https"
+        for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
+            let response = try serve.curl(
+                "GET", "/healthz", extra: [flag, "--cacert", mock.material.caPEMPath, "-w", "\n%{http_version}"])
+            XCTAssertEqual(response.status, 200, response.text)
+            XCTAssertEqual(response.text.split(separator: "\n").last.map(String.init), version, response.text)
+        }
+    }
+
+    func testSIGTERMLeavesWhatIsNotSentQueuedAndTheNextStartFinishesIt() throws {
+        // A slow APNs (20 ms per answer, 10 streams per connection: about 1,000 answers a second over the engine's
+        // two connections) so the dispatch is still sending when SIGTERM comes; a 1 s grace period.
+        let mock = try RestartableMock {
+            $0.latencyMilliseconds = 20
+            $0.maxStreams = 10
+        }
+        defer { _ = mock.stop() }
+        let serve = try ServeHarness(
+            testCase: self, mockPort: mock.port, material: mock.material, extraConfig: ["grace_seconds": 1])
+        try serve.start()
+        let tokens = (0..<6_000).map { testDeviceToken($0) }
+        let tokensJSON = "[" + tokens.map { "\"\($0)\"" }.joined(separator: ",") + "]"
+        let accepted = try serve.curl(
+            "POST", "/v1/push", key: ServeKeys.acmeServer,
+            json: #"{"alert": {"title": "t", "body": "b"}, "audience": {"tokens": \#(tokensJSON)}}"#)
+        XCTAssertEqual(accepted.status, 202, accepted.text)
+        let id = try XCTUnwrap(try accepted.object()["dispatch_id"] as? String)
+        let deadline = Date().addingTimeInterval(60)
+        while mock.totals().accepted < 1_000 && Date() < deadline { usleep(5_000) }
+        let started = Date()
+        XCTAssertEqual(serve.stop(), 0, "SIGTERM exits 0: \(serve.log)")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 15, "within the grace period and the engines' drain")
+        let sentBeforeStop = mock.totals().accepted
+        XCTAssertLessThan(sentBeforeStop, tokens.count, "the stop came before the end")
+
+        try serve.start()
+        let done = try serve.waitForDispatch(id, timeout: 120)
+        XCTAssertEqual(done["notifications"] as? Int, tokens.count, "\(done)")
+        XCTAssertEqual(done["delivered"] as? Int, tokens.count, "\(done)")
+        XCTAssertEqual(done["cancelled"] as? Int, 0, "a graceful stop records no cancelled outcome")
+        serve.stop()
+        XCTAssertTrue(mock.stop())
+        let counts = try mock.acceptedPerToken(count: tokens.count)
+        XCTAssertEqual(counts.distinct, tokens.count)
+        XCTAssertLessThanOrEqual(counts.duplicates, 20, "only what was in flight at the stop (2 × 10 streams)")
+    }
+}

@@ -65,23 +65,14 @@ package final class Dispatcher: Sendable {
             return Array(state.running.values)
         }
         guard !tasks.isEmpty else { return }
-        let finished = await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                for task in tasks { await task.value }
-                return true
-            }
-            group.addTask {
-                try? await Task.sleep(for: gracePeriod)
-                return false
-            }
-            let first = await group.next() ?? true
-            group.cancelAll()
-            return first
-        }
-        if !finished {
+        // Cancelled from a separate task: awaiting `task.value` does not end when the awaiting task is cancelled.
+        let canceller = Task {
+            try? await Task.sleep(for: gracePeriod)
+            guard !Task.isCancelled else { return }
             for task in tasks { task.cancel() }
-            for task in tasks { await task.value }
         }
+        for task in tasks { await task.value }
+        canceller.cancel()
     }
 
     private func launchWhatFits() {

@@ -119,7 +119,9 @@ final class ServeHarness: @unchecked Sendable {
     /// What the server logged so far (stderr).
     var log: String { process?.stderrText() ?? "" }
 
-    var baseURL: String { "http://127.0.0.1:\(port)" }
+    /// `https` after `start(arguments: ["--tls-cert", ..., "--tls-key", ...])`.
+    var scheme = "http"
+    var baseURL: String { "\(scheme)://127.0.0.1:\(port)" }
 
     /// One curl request: status, headers (lowercased names), body.
     func curl(
@@ -132,7 +134,13 @@ final class ServeHarness: @unchecked Sendable {
         var arguments = ["-sS", "-X", method, "-D", headerFile, "--max-time", "20", "-o", "-"]
         if let key { arguments += ["-H", "Authorization: \(scheme) \(key)"] }
         for (name, value) in headers { arguments += ["-H", "\(name): \(value)"] }
-        if let json { arguments += ["-H", "Content-Type: application/json", "--data-binary", json] }
+        if let json {
+            // Through a file: a body of many tokens is longer than an argument may be.
+            let bodyFile = headerFile + ".body"
+            try Data(json.utf8).write(to: URL(fileURLWithPath: bodyFile))
+            arguments += ["-H", "Content-Type: application/json", "--data-binary", "@" + bodyFile]
+        }
+        defer { try? FileManager.default.removeItem(atPath: headerFile + ".body") }
         arguments += extra
         arguments.append(baseURL + path)
         let result = try ProcessSupport.run(curl, arguments, timeout: 30)
