@@ -57,6 +57,25 @@ extension RegistryConnection {
         return RegistryPage(items: items, next: items.count == limit ? last.cursor : nil)
     }
 
+    /// How many update tokens of an activity are live at `now`: a count over the activity's range of
+    /// `update_tokens_by_activity`, in SQLite, without reading the rows out.
+    func liveUpdateTokenCount(app: AppRef, activityID: String, now: Int64) throws(SQLiteError) -> Int {
+        try database.withStatement(
+            """
+            SELECT count(*) FROM update_tokens INDEXED BY update_tokens_by_activity
+            WHERE activity = (SELECT id FROM activities WHERE app = ?1 AND activity_id = ?2
+                              AND NOT (state = 1 AND dismissal_at <= ?3))
+              AND expires_at > ?3
+            """
+        ) { statement throws(SQLiteError) -> Int in
+            try statement.bind(app.id, at: 1)
+            try statement.bind(activityID, at: 2)
+            try statement.bind(now, at: 3)
+            guard try statement.step() else { return 0 }
+            return Int(statement.int64(at: 0))
+        }
+    }
+
     /// One probe of `update_tokens_by_device` per activity of the app.
     func updateTokens(app: AppRef, deviceID: String, after: Int64, limit: Int, now: Int64)
         throws(SQLiteError) -> RegistryPage<UpdateTokenRecord>

@@ -39,6 +39,9 @@ public protocol RegistryStore: Sendable {
     func liveUpdateTokens(app: String, activityID: String, after: RegistryCursor?, limit: Int, now: Int64)
         async throws(RegistryError) -> RegistryPage<UpdateTokenRecord>
 
+    /// How many update tokens of an activity are live at `now` (what `liveUpdateTokens` would return in all).
+    func liveUpdateTokenCount(app: String, activityID: String, now: Int64) async throws(RegistryError) -> Int
+
     /// The live update tokens registered for one device, across the app's activities (for listing).
     func updateTokens(app: String, deviceID: String, after: RegistryCursor?, limit: Int, now: Int64)
         async throws(RegistryError) -> RegistryPage<UpdateTokenRecord>

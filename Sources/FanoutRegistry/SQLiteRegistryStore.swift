@@ -224,6 +224,16 @@ public final class SQLiteRegistryStore: RegistryStore {
         }
     }
 
+    public func liveUpdateTokenCount(app: String, activityID: String, now: Int64) async throws(RegistryError) -> Int {
+        let activityID = try RegistryValidation.identifier(activityID, field: "activity_id")
+        return try read { connection throws(RegistryError) in
+            let app = try connection.requireApp(app)
+            return try storage { () throws(SQLiteError) in
+                try connection.liveUpdateTokenCount(app: app, activityID: activityID, now: now)
+            }
+        }
+    }
+
     public func updateTokens(app: String, deviceID: String, after: RegistryCursor?, limit: Int, now: Int64)
         async throws(RegistryError) -> RegistryPage<UpdateTokenRecord>
     {

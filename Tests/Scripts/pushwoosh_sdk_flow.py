@@ -52,6 +52,21 @@ def call(method, request, token=None, expect_http=200):
     return answer
 
 
+def wait_done(dispatch, timeout=30):
+    """Polls the native dispatch endpoint until the dispatch has been sent (dispatches run asynchronously and
+    resolve their audience when they run, so a stop registered before that would change what they reach)."""
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        req = urllib.request.Request(base + "/v1/dispatches/" + dispatch,
+                                     headers={"Authorization": "Bearer " + server_key})
+        with urllib.request.urlopen(req, timeout=20) as response:
+            if json.loads(response.read()).get("state") == "done":
+                return
+        time.sleep(0.02)
+    fail(f"dispatch {dispatch} not done after {timeout} s")
+
+
 def device(method, fields):
     request = {"application": application, "hwid": HWID, "userId": USER, "v": "7.1.3", "device_type": 1}
     request.update(fields)
@@ -106,6 +121,8 @@ update = server(
     "updateLiveActivity",
     [{"live_activity": {"event": "update", "content-state": {"home": 1, "away": 0}}, "live_activity_id": ACTIVITY}],
 )
+
+wait_done(update)
 
 # The user dismisses it: the SDK's stop is setActivityToken with an empty token (and the legacy one leaves it out).
 device("setActivityToken", {"activity_token": "", "activity_id": ACTIVITY})

@@ -273,13 +273,8 @@ struct NativeAPI {
         var live = 0
         do {
             record = try await core.registry.activity(app: app.bundleID, activityID: id)
-            var cursor: RegistryCursor?
-            repeat {
-                let page = try await core.registry.liveUpdateTokens(
-                    app: app.bundleID, activityID: id, after: cursor, limit: 10_000)
-                live += page.items.count
-                cursor = page.next
-            } while cursor != nil
+            live = try await core.registry.liveUpdateTokenCount(
+                app: app.bundleID, activityID: id, now: core.registry.clock.now())
         } catch {
             throw APIError(503, "the registry cannot be read: \(error)")
         }

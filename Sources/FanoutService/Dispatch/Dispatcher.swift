@@ -1,10 +1,13 @@
 import Fanout
+import FanoutCore
 import FanoutJobFile
 import FanoutJobFormat
 import Foundation
 import Synchronization
 
-/// Runs accepted dispatches through the engines, oldest first, at most `maxRunning` at once.
+/// Runs accepted dispatches through the engines, oldest first, at most `maxRunning` at once, and the dispatches of
+/// one activity one after another in the order they were accepted. (Run side by side, the engine's latest-wins rule
+/// would drop the older one as superseded, even when the newer one reaches other tokens, such as after a stop.)
 ///
 /// Every dispatch is already in the store when it gets here. Its results go to the store in batches
 /// (`DispatchResultBuffer`), each keyed by the recipient's position, and it is marked done only after the last
@@ -14,8 +17,10 @@ import Synchronization
 /// stopping) is not recorded, so it is sent on the next start.
 package final class Dispatcher: Sendable {
     private struct State {
-        var waiting: [DispatchRecord] = []
+        var waiting: [(record: DispatchRecord, activity: String?)] = []
         var running: [String: Task<Void, Never>] = [:]
+        /// Activities with a dispatch sending: the next one of the same activity waits for it.
+        var busyActivities: Set<String> = []
         var stopping = false
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
     }
@@ -46,9 +51,10 @@ package final class Dispatcher: Sendable {
 
     /// Queues an accepted dispatch; it starts when a slot is free.
     package func submit(_ record: DispatchRecord) {
+        let activity = Self.activityKey(of: record)
         state.withLock { state in
             guard !state.stopping else { return }
-            state.waiting.append(record)
+            state.waiting.append((record, activity))
         }
         launchWhatFits()
     }
@@ -77,20 +83,38 @@ package final class Dispatcher: Sendable {
 
     private func launchWhatFits() {
         state.withLock { state in
-            while !state.stopping, state.running.count < maxRunning, !state.waiting.isEmpty {
-                let record = state.waiting.removeFirst()
+            var index = 0
+            while !state.stopping, state.running.count < maxRunning, index < state.waiting.count {
+                let (record, activity) = state.waiting[index]
+                if let activity, state.busyActivities.contains(activity) {
+                    index += 1  // behind an earlier dispatch of its activity
+                    continue
+                }
+                state.waiting.remove(at: index)
                 guard state.running[record.id] == nil else { continue }
+                if let activity { state.busyActivities.insert(activity) }
                 state.running[record.id] = Task { [self] in
                     await run(record)
-                    finished(record.id)
+                    finished(record.id, activity: activity)
                 }
             }
         }
     }
 
-    private func finished(_ id: String) {
-        state.withLock { state in _ = state.running.removeValue(forKey: id) }
+    private func finished(_ id: String, activity: String?) {
+        state.withLock { state in
+            _ = state.running.removeValue(forKey: id)
+            if let activity { state.busyActivities.remove(activity) }
+        }
         launchWhatFits()
+    }
+
+    /// `app` and `activity_id` of a job line that names an activity (update, end, or a start into it).
+    static func activityKey(of record: DispatchRecord) -> String? {
+        guard let line = try? JSONValue.parse(record.jobLine), let activity = line["activity_id"]?.stringValue else {
+            return nil
+        }
+        return record.app + "\u{0}" + activity
     }
 
     private static func nowMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
