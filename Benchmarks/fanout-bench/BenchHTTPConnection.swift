@@ -7,18 +7,18 @@ import Foundation
 /// One keep-alive HTTP/1.1 connection to a loopback server, blocking, for the serve scenario's requests whose
 /// latency is measured: no client library, no thread hops, so what is timed is the server's answer. Send and
 /// receive time out after `timeoutSeconds`, so a stuck server fails the run instead of hanging it. Responses must
-/// carry `content-length` (fanout serve always sends it). A connection the server closed is opened again on the
-/// next request.
+/// carry `content-length` (fanout serve always sends it). The socket is opened at the first request, and opened
+/// again when the server closed it in between (fanout serve closes a connection that sends no request for 10 s
+/// after opening, or none for 75 s after the last).
 final class BenchHTTPConnection {
     let port: Int
     let timeoutSeconds: Int
     private var descriptor: Int32 = -1
     private var buffer: [UInt8] = []
 
-    init(port: Int, timeoutSeconds: Int = 30) throws {
+    init(port: Int, timeoutSeconds: Int = 30) {
         self.port = port
         self.timeoutSeconds = timeoutSeconds
-        try open()
     }
 
     deinit { close() }
@@ -59,6 +59,7 @@ final class BenchHTTPConnection {
     func request(_ method: String, _ path: String, bearer: String? = nil, json: String? = nil) throws -> (
         status: Int, body: [UInt8]
     ) {
+        if descriptor >= 0 && closedByPeer() { close() }
         if descriptor < 0 { try open() }
         var head = "\(method) \(path) HTTP/1.1\r\nhost: 127.0.0.1:\(port)\r\n"
         if let bearer { head += "authorization: Bearer \(bearer)\r\n" }
@@ -84,6 +85,13 @@ final class BenchHTTPConnection {
                 "\(method) \(path): \(status), not a JSON object: \(String(decoding: body, as: UTF8.self))")
         }
         return (status, object)
+    }
+
+    /// Whether the idle socket is readable: between requests that can only be the server's close (or a stray byte,
+    /// which would spoil the next response as well).
+    private func closedByPeer() -> Bool {
+        var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        return poll(&entry, 1, 0) > 0
     }
 
     private func write(_ bytes: [UInt8]) throws {

@@ -43,7 +43,8 @@ private struct ServeSizes {
 ///    same loops and connections, interleaved: `ratio_vs_send` (goal >= 0.9).
 /// 3. The `202` of small updates (to a 10-token activity, 50 a second on one keep-alive connection) while an update
 ///    to a 1,000,000-token activity sends: p50 and p99 from each request's scheduled time, so a stall counts for
-///    every request it delays (goal p99 <= 10 ms).
+///    every request it delays (goal p99 <= 10 ms); beside the same small updates on the idle server just before
+///    (100 of them, `p99_vs_idle`).
 ///
 /// The activities' tokens are imported with `fanout registry import` before serve starts. Budgets are 10^9 an hour,
 /// so the quotas decide every request but refuse none. --quick: 640 registrations, 2,000-token activities.
@@ -79,7 +80,7 @@ func runServe(_ bench: BenchContext) throws {
     let server = try ServeProcess.start(
         fanout: fanout, work: work, database: database, mock: bench.mock, sizes: sizes)
     defer { server.stop() }
-    let control = try BenchHTTPConnection(port: server.port)
+    let control = BenchHTTPConnection(port: server.port)
     defer { control.close() }
 
     // 1. Registrations through HTTP, beside /healthz.
@@ -142,6 +143,8 @@ func runServe(_ bench: BenchContext) throws {
     let serviceP99 = spread(probeRuns, "service_ms_p99")
     let bigRate = spread(probeRuns, "big_rate")
     let probes = spread(probeRuns, "probes")
+    let idleP50 = spread(probeRuns, "idle_latency_ms_p50")
+    let idleP99 = spread(probeRuns, "idle_latency_ms_p99")
     let load = String(
         format: "load average %.2f %.2f %.2f before, %.2f %.2f %.2f after", loadBefore[0], loadBefore[1],
         loadBefore[2], loadAfter[0], loadAfter[1], loadAfter[2])
@@ -158,6 +161,8 @@ func runServe(_ bench: BenchContext) throws {
         "latency_ms_p50": p50.median, "latency_ms_p50_min": p50.min, "latency_ms_p50_max": p50.max,
         "latency_ms_p99": p99.median, "latency_ms_p99_min": p99.min, "latency_ms_p99_max": p99.max,
         "latency_ms_max": maxLatency.median, "service_ms_p99": serviceP99.median,
+        "idle_probes": spread(probeRuns, "idle_probes").median, "idle_latency_ms_p50": idleP50.median,
+        "idle_latency_ms_p99": idleP99.median, "p99_vs_idle": p99.median / max(idleP99.median, 1e-3),
     ]
     print(
         String(
@@ -200,10 +205,14 @@ func runServe(_ bench: BenchContext) throws {
         String(
             format: "serve 202 while a %d-token update sends at %.0f/s (small updates at %.0f/s, %.0f of them): "
                 + "p50 %.2f ms [%.2f-%.2f], p99 %.2f ms [%.2f-%.2f], max %.2f ms; p99 from the send %.2f ms "
-                + "(goal p99 <= 10 ms); serve peak RSS %.0f MB",
+                + "(goal p99 <= 10 ms); idle server: p50 %.2f ms, p99 %.2f ms [%.2f-%.2f]; p99_vs_idle %.1f; "
+                + "serve peak RSS %.0f MB",
             sizes.bigTokens, bigRate.median, sizes.probeRate, probes.median, p50.median, p50.min, p50.max,
-            p99.median, p99.min, p99.max, maxLatency.median, serviceP99.median, peakRSS))
-    keyFigure += String(format: "ratio_vs_send %.2f, 202 p99 %.1f ms during %d", ratio, p99.median, sizes.bigTokens)
+            p99.median, p99.min, p99.max, maxLatency.median, serviceP99.median, idleP50.median, idleP99.median,
+            idleP99.min, idleP99.max, p99.median / max(idleP99.median, 1e-3), peakRSS))
+    keyFigure += String(
+        format: "ratio_vs_send %.2f, 202 p99 %.1f ms during %d (idle %.1f ms)", ratio, p99.median, sizes.bigTokens,
+        idleP99.median)
     entry["key_figure"] = keyFigure
     bench.record(entry)
 }
@@ -415,24 +424,13 @@ private final class ProbeLog: @unchecked Sendable {
     var lastDispatch: String?
 }
 
-/// Starts an update to the big activity, then sends small updates to the tiny one at `probeRate` from one keep-alive
-/// connection until the big dispatch is done (and at least `minProbes` were sent); each 202's latency.
-private func probeDuringBigUpdate(_ control: BenchHTTPConnection, port: Int, run: Int, sizes: ServeSizes) throws
-    -> [String: Any]
-{
-    let start = DispatchTime.now()
-    let bigID = try postUpdate(control, activity: "serve-big", content: serveContentState(run))
+/// Sends small updates to the tiny activity at `rate` from one keep-alive connection, on a thread of its own, until
+/// `stop` is set and at least `minProbes` were sent (or `maxProbes` were); `finished` is signalled when it ends.
+private func startProbes(port: Int, label: String, rate: Double, minProbes: Int, maxProbes: Int) -> ProbeLog {
     let log = ProbeLog()
-    let rate = sizes.probeRate
-    let minProbes = sizes.minProbes
-    let maxProbes = Int(sizes.timeout * rate)
     Thread.detachNewThread {
         defer { log.finished.signal() }
-        let probes: BenchHTTPConnection
-        do { probes = try BenchHTTPConnection(port: port, timeoutSeconds: 10) } catch {
-            log.failure = "small updates: \(error)"
-            return
-        }
+        let probes = BenchHTTPConnection(port: port, timeoutSeconds: 10)
         defer { probes.close() }
         let begin = DispatchTime.now().uptimeNanoseconds
         var index = 0
@@ -444,7 +442,7 @@ private func probeDuringBigUpdate(_ control: BenchHTTPConnection, port: Int, run
             do {
                 let (status, object) = try probes.requestObject(
                     "POST", "/v1/activities/serve-tiny/update", bearer: serveServerKey,
-                    json: #"{"content_state": {"score": "\#(run)-\#(index)"}}"#)
+                    json: #"{"content_state": {"score": "\#(label)-\#(index)"}}"#)
                 let done = DispatchTime.now().uptimeNanoseconds
                 guard status == 202, let id = object["dispatch_id"] as? String else {
                     log.failure = "small update \(index): \(status) \(object)"
@@ -460,7 +458,39 @@ private func probeDuringBigUpdate(_ control: BenchHTTPConnection, port: Int, run
             index += 1
         }
     }
-    // However the poll ends, the probe thread is told to stop and waited for (its socket times out in 10 s).
+    return log
+}
+
+/// Stops the probe thread and waits for it (its socket times out in 10 s), then for its last dispatch, so what
+/// comes next finds an idle server: the latencies and service times, sorted.
+private func finishProbes(_ log: ProbeLog, control: BenchHTTPConnection, timeout: Double) throws -> (
+    latencies: [Double], service: [Double]
+) {
+    log.stop.store(true, ordering: .releasing)
+    guard log.finished.wait(timeout: .now() + timeout) == .success else {
+        throw BenchError("the small-update thread did not finish")
+    }
+    if let failure = log.failure { throw BenchError("serve \(failure)") }
+    if let last = log.lastDispatch { _ = try waitForDispatch(control, last, pollInterval: 0.02, timeout: 60) }
+    return (log.latencies.sorted(), log.serviceTimes.sorted())
+}
+
+/// Small updates on an idle server (`minProbes` of them, the reference), then the same while an update to the big
+/// activity sends, until its dispatch is done (and at least `minProbes` were sent): each 202's latency.
+private func probeDuringBigUpdate(_ control: BenchHTTPConnection, port: Int, run: Int, sizes: ServeSizes) throws
+    -> [String: Any]
+{
+    let rate = sizes.probeRate
+    let maxProbes = Int(sizes.timeout * rate)
+    let idleLog = startProbes(
+        port: port, label: "idle-\(run)", rate: rate, minProbes: sizes.minProbes, maxProbes: maxProbes)
+    let idle = try finishProbes(idleLog, control: control, timeout: Double(sizes.minProbes) / rate + 30)
+
+    let start = DispatchTime.now()
+    let bigID = try postUpdate(control, activity: "serve-big", content: serveContentState(run))
+    let log = startProbes(
+        port: port, label: "busy-\(run)", rate: rate, minProbes: sizes.minProbes, maxProbes: maxProbes)
+    // However the poll ends, the probe thread is stopped and waited for.
     var big: [String: Any] = [:]
     var pollError: Error?
     do {
@@ -469,24 +499,19 @@ private func probeDuringBigUpdate(_ control: BenchHTTPConnection, port: Int, run
         pollError = error
     }
     let elapsed = seconds(since: start)
-    log.stop.store(true, ordering: .releasing)
-    let joined = log.finished.wait(timeout: .now() + 30) == .success
+    let busy = Result { try finishProbes(log, control: control, timeout: 30) }
     if let pollError { throw pollError }
-    guard joined else { throw BenchError("the small-update thread did not finish") }
-    if let failure = log.failure { throw BenchError("serve \(failure)") }
+    let (latencies, service) = try busy.get()
     let delivered = Int(number(big["delivered"]))
     guard delivered == sizes.bigTokens else {
         throw BenchError("serve dispatch \(bigID) delivered \(delivered) of \(sizes.bigTokens): \(big)")
     }
-    // The last small dispatch done too, so the next run starts on an idle server.
-    if let last = log.lastDispatch { _ = try waitForDispatch(control, last, pollInterval: 0.02, timeout: 60) }
-    let latencies = log.latencies.sorted()
-    let service = log.serviceTimes.sorted()
     return [
         "big_rate": Double(delivered) / elapsed, "big_seconds": elapsed, "probes": latencies.count,
         "latency_ms_p50": percentile(latencies, 50), "latency_ms_p99": percentile(latencies, 99),
         "latency_ms_max": latencies.last ?? 0, "service_ms_p50": percentile(service, 50),
-        "service_ms_p99": percentile(service, 99),
+        "service_ms_p99": percentile(service, 99), "idle_probes": idle.latencies.count,
+        "idle_latency_ms_p50": percentile(idle.latencies, 50), "idle_latency_ms_p99": percentile(idle.latencies, 99),
     ]
 }
 
