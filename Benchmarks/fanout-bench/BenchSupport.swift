@@ -24,13 +24,17 @@ struct ChildProcess {
     var output: String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }
     var errorOutput: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
-    /// Waits for the process to end, at most `seconds`; kills it past that.
+    /// Waits for the process to end, at most `seconds`; past that SIGTERM, and SIGKILL when that is ignored for
+    /// 5 seconds (a server draining its work), so no path waits forever.
     @discardableResult
     func wait(seconds: Double) -> Int32 {
         let deadline = Date().addingTimeInterval(seconds)
         while process.isRunning && Date() < deadline { usleep(10_000) }
         if process.isRunning {
             process.terminate()
+            let killAt = Date().addingTimeInterval(5)
+            while process.isRunning && Date() < killAt { usleep(10_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
             process.waitUntilExit()
         }
         return process.terminationStatus

@@ -36,6 +36,12 @@ let usage = """
                                            activity_id to them, beside a tokens_file job to the same tokens
                                            (ratio_vs_tokens_file) and an activity_id job to 10,000 tokens
                                            (rss_growth_mb: peak RSS over the small one's). --quick: 20,000 and 1,000
+                          serve            fanout serve (the real binary) against the mock: update-token
+                                           registrations through HTTP (h2load --h1, 64 keep-alive connections;
+                                           rate, share of 2xx, ratio_vs_healthz); an update by the API to a
+                                           100,000-token activity, POST to done, against fanout send of the same
+                                           tokens (ratio_vs_send); the 202's p50/p99 of small updates at 50/s
+                                           while a 1,000,000-token update sends. --quick: 640 and 2,000
       --json FILE       also write the results as JSON (one object per scenario)
       --quick           small sizes (seconds, not minutes), for CI
       --runs N          runs per measurement; the median is reported (default 3, 1 with --quick)
@@ -47,7 +53,7 @@ let usage = """
 
 let allScenarios = [
     "throughput-1c", "throughput-4c", "fanout-scaling", "many-jobs", "encode", "ratelimit", "faults", "load",
-    "peer-aioapns", "registry",
+    "peer-aioapns", "registry", "serve",
 ]
 /// Left out of `--quick` unless named: installing aioapns alone takes longer than the rest.
 let slowScenarios: Set = ["peer-aioapns"]
@@ -110,6 +116,7 @@ func runParent(_ options: Options) throws -> Int32 {
         case "load": try runLoad(bench)
         case "peer-aioapns": try runPeerAioapns(bench)
         case "registry": try runRegistry(bench)
+        case "serve": try runServe(bench)
         default: break
         }
     }

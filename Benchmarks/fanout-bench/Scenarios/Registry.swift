@@ -186,7 +186,7 @@ func registryBenchToken(_ index: Int, into output: inout [UInt8]) {
 
 /// Writes one registration JSON line per index (`{"app":…,"activity_id":…,"token":…,"device":"d<i>"}`) and, when
 /// `tokensPath` is given, the same tokens one per line, in chunks.
-private func writeRegistrations(_ path: String, activity: String, indices: Range<Int>, tokensPath: String?) throws {
+func writeRegistrations(_ path: String, activity: String, indices: Range<Int>, tokensPath: String?) throws {
     func open(_ path: String) throws -> FileHandle {
         guard FileManager.default.createFile(atPath: path, contents: nil),
             let handle = FileHandle(forWritingAtPath: path)
