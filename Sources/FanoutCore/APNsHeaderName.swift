@@ -13,6 +13,10 @@ package enum APNsHeaderName {
     package static let expiration = "apns-expiration"
     package static let collapseID = "apns-collapse-id"
     package static let apnsID = "apns-id"
+    /// Broadcast pushes and channel management: the base64 channel id.
+    package static let channelID = "apns-channel-id"
+    /// Broadcast pushes and channel management: the request's UUID, echoed in the answer.
+    package static let requestID = "apns-request-id"
     /// Response only (sandbox): the id to look up in the Push Notifications Console.
     package static let apnsUniqueID = "apns-unique-id"
 }

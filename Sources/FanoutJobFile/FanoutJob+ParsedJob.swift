@@ -19,6 +19,8 @@ extension FanoutJob {
                 app: app, attributesType: attributesType, selection: RecipientSelection(selection),
                 activityID: activityID)
         case .devices(let app, let selection): recipients = .devices(app: app, selection: RecipientSelection(selection))
+        case .channel(let app, let id, let policy):
+            recipients = .channel(app: app, id: id, storagePolicy: policy.flatMap(ChannelStoragePolicy.init(rawValue:)))
         }
         self.init(
             id: parsed.id, workspace: parsed.workspace, headers: parsed.headers, payload: payload,

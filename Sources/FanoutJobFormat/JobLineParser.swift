@@ -28,7 +28,8 @@ package struct JobLineParser: Sendable {
     /// The keys of a job line.
     package static let knownKeys = [
         "id", "workspace", "topic", "push_type", "priority", "expiration", "collapse_id", "live_activity", "payload",
-        "tokens", "tokens_file", "app", "activity_id", "push_to_start", "users", "devices",
+        "tokens", "tokens_file", "app", "activity_id", "push_to_start", "users", "devices", "channel_id",
+        "channel_storage_policy",
     ]
 
     /// The longest activity id, in UTF-8 bytes.
@@ -200,7 +201,8 @@ private struct LineReader {
     {
         // Exactly one way of naming recipients; `activity_id` beside `push_to_start` names the activity to start.
         // (An empty `tokens` array counts as no tokens, as it always has.)
-        let ways = ["tokens", "tokens_file", "activity_id", "push_to_start", "users", "devices"].filter { key in
+        let ways = ["tokens", "tokens_file", "activity_id", "push_to_start", "users", "devices", "channel_id"].filter {
+            key in
             guard let value = members[key] else { return false }
             if key == "tokens", case .array(let elements) = value.value, elements.isEmpty { return false }
             return true
@@ -212,6 +214,21 @@ private struct LineReader {
                 "\(addressing.joined(separator: " and ")) are both given; a job names its recipients one way")
         }
         let activityID = try readActivityID()
+        if members["channel_storage_policy"] != nil && addressing.first != "channel_id" {
+            throw LineFailure("channel_storage_policy", "channel_storage_policy goes with channel_id")
+        }
+        if addressing.first == "channel_id" {
+            guard let channel = try string("channel_id"), BroadcastRequest.isValidChannelID(channel) else {
+                throw LineFailure("channel_id", "channel_id must be a base64 channel id")
+            }
+            let policy = try integer("channel_storage_policy", "0 or 1")
+            guard policy == nil || policy == 0 || policy == 1 else {
+                throw LineFailure("channel_storage_policy", "channel_storage_policy must be 0 or 1")
+            }
+            let app = try string("app") ?? Self.bundleID(of: headers)
+            guard !app.isEmpty else { throw LineFailure("app", "app must not be empty") }
+            return .channel(app: app, id: channel, storagePolicy: policy.map(Int.init))
+        }
         if let way = addressing.first, way != "tokens", way != "tokens_file" {
             let app = try string("app") ?? Self.bundleID(of: headers)
             guard !app.isEmpty else { throw LineFailure("app", "app must not be empty") }

@@ -32,6 +32,8 @@ package struct ParsedJob: Sendable {
         case pushToStart(app: String, attributesType: String?, selection: Selection, activityID: String?)
         /// `users` or `devices`: the selected devices' regular push tokens.
         case devices(app: String, selection: Selection)
+        /// `channel_id`: one broadcast to the channel (`channel_storage_policy` 0 or 1 when known).
+        case channel(app: String, id: String, storagePolicy: Int?)
     }
 
     /// Which devices of an app: by user id, by device id, or all of them.

@@ -31,7 +31,8 @@ final class PendingNotification: @unchecked Sendable {
         self.job = job
         self.token = token
         self.position = position
-        path = "/3/device/" + token
+        // A broadcast's one recipient is its channel; the channel travels in a header, not the path.
+        path = job.broadcastPath ?? "/3/device/" + token
         self.apnsID = apnsID
     }
 }
@@ -179,8 +180,9 @@ final class EngineLoop: @unchecked Sendable {
         }
         pending.attempts += 1
         let request = HTTP2Request(
-            head: pending.job.headerBlock(bearer: bearer), path: pending.path, apnsID: pending.apnsID,
-            body: pending.job.body)
+            // A broadcast carries no apns-id (Apple lists only apns-request-id for it).
+            head: pending.job.headerBlock(bearer: bearer), path: pending.path,
+            apnsID: pending.job.isBroadcast ? nil : pending.apnsID, body: pending.job.body)
         if let slot = freeWireSlots.popLast() {
             pending.wireSlot = slot
             onWire[slot] = pending
@@ -322,19 +324,22 @@ final class EngineLoop: @unchecked Sendable {
         status: Int? = nil, apnsUniqueID: String? = nil
     ) {
         let latency = pending.firstSentAt == 0 ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt)
+        let isBroadcast = pending.job.isBroadcast
         var result = NotificationResult(
-            jobID: pending.job.id, token: pending.token, outcome: outcome,
+            jobID: pending.job.id, token: isBroadcast ? nil : pending.token, outcome: outcome,
             status: status ?? response?.status ?? pending.lastStatus,
             reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
-            apnsID: response?.apnsID ?? pending.apnsID, apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID,
+            apnsID: response?.apnsID ?? (isBroadcast ? nil : pending.apnsID),
+            apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID,
             attempts: pending.attempts,
             latencyMilliseconds: latency, timestamp: response?.timestamp)
         result.position = pending.position
+        if isBroadcast { result.channel = pending.token }
         if let metrics = configuration.metrics {
             metrics.record(outcome, reason: result.reason)
             if result.status != nil { metrics.apnsRoundTrip.observe(latency / 1000) }
         }
-        if outcome == .unregistered {
+        if outcome == .unregistered && !isBroadcast {
             let invalidated = InvalidatedToken(
                 token: pending.token, reason: result.reason ?? "Unregistered", timestamp: result.timestamp,
                 jobID: pending.job.id)

@@ -245,6 +245,9 @@ public final class FanoutEngine: Sendable {
         func recordStopped(_ stop: FeedStop) {
             for (token, position) in batch { run.record(result(token, position, stop.outcome, stop.reason)) }
         }
+        if stop == nil, case .send(let target) = jobAdmission {
+            stop = await sendChannelBroadcast(of: job, tokenJob: target, run: run, random: &random)
+        }
         while true {
             if let stop {
                 // Stopped: the rest is reported, not sent, so it needs no validation or permits.
@@ -269,7 +272,9 @@ public final class FanoutEngine: Sendable {
             while batch.count < batchSize, let token = await reader.next() {
                 position += 1
                 if resume != nil && Self.isDone(token: token, position: position, in: &resume!) { continue }
-                if let valid = DeviceToken(token) {
+                if prepared.isBroadcast {
+                    batch.append((token, position))  // the channel id, checked when the job was prepared
+                } else if let valid = DeviceToken(token) {
                     batch.append((valid.hex, position))
                 } else {
                     run.didSubmit(1)
@@ -364,6 +369,14 @@ public final class FanoutEngine: Sendable {
         try await checkRegistryApp(of: job)
         do {
             let payload = try payloadWithActivityID(job).encode()
+            if case .channel(let app, let channel, let policy) = job.recipients {
+                try Self.checkBroadcast(job, payload: payload, storagePolicy: policy)
+                let prepared = try PreparedJob(
+                    broadcastOf: job, payload: SharedBody(payload), bundleID: app, channelID: channel, run: run,
+                    authority: configuration.endpoint.authority)
+                run.countEncoding()
+                return prepared
+            }
             try PayloadLimits.check(payload, pushType: job.headers.pushType)
             let prepared = try PreparedJob(
                 job: job, payload: payload, run: run, authority: configuration.endpoint.authority)
@@ -376,11 +389,95 @@ public final class FanoutEngine: Sendable {
         }
     }
 
+    /// The position of an activity's broadcast among the job's results: past every token, so resuming skips it
+    /// once it has a result, like any recipient.
+    static let activityBroadcastPosition = Int(Int32.max)
+
+    /// A job by activity id whose activity is bound to a broadcast channel sends one broadcast to the channel
+    /// besides its token pushes (tokens registered without a channel). Returns why feeding must stop, if it must.
+    private func sendChannelBroadcast(
+        of job: FanoutJob, tokenJob: PreparedJob, run: FanoutRun, random: inout FastRandomGenerator
+    ) async -> FeedStop? {
+        guard case .activity(let app, let id) = job.recipients, let registry = configuration.registry,
+            let record = try? await registry.activity(app: app, activityID: id), let channel = record.channelID
+        else { return nil }
+        if let done = job.alreadyDone, done.beyondPrefix.contains(Self.activityBroadcastPosition) { return nil }
+        run.didSubmit(1)
+        var result = NotificationResult(jobID: job.id, token: nil, outcome: .rejected)
+        result.position = Self.activityBroadcastPosition
+        result.channel = channel
+        let broadcast: PreparedJob
+        do {
+            try Self.checkBroadcast(job, payload: Array(tokenJob.body.bytes), storagePolicy: nil)
+            broadcast = try PreparedJob(
+                broadcastOf: job, payload: tokenJob.body, bundleID: app, channelID: channel, run: run,
+                authority: configuration.endpoint.authority)
+        } catch {
+            result.outcome = .invalid
+            result.reason = "\(error)"
+            run.record(result)
+            return nil
+        }
+        guard await shared.limiter.acquire(1) else {
+            result.outcome = .cancelled
+            result.reason = "Cancelled"
+            run.record(result)
+            return .cancelled
+        }
+        let pending = PendingNotification(
+            job: broadcast, token: channel, apnsID: APNsID.generate(using: &random),
+            position: Self.activityBroadcastPosition)
+        let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
+        do {
+            try engineLoop.loop.execute { engineLoop.enqueue([pending]) }
+        } catch {
+            shared.limiter.release(1)
+            result.outcome = .failed
+            result.reason = "NotSent"
+            run.record(result)
+            return .shutdown
+        }
+        return nil
+    }
+
+    /// What APNs would refuse of a broadcast, refused before sending with the field named: another push type, a
+    /// `start` (a broadcast cannot start an activity), a payload over 5,120 bytes, and a non-zero expiration on a
+    /// channel that stores nothing.
+    static func checkBroadcast(_ job: FanoutJob, payload: [UInt8], storagePolicy: ChannelStoragePolicy?)
+        throws(FanoutError)
+    {
+        func refuse(_ field: String, _ message: String) -> FanoutError {
+            FanoutError(.invalidNotification, "job \(job.id): \(field): \(message)")
+        }
+        guard job.headers.pushType == .liveactivity else {
+            throw refuse("push_type", "a broadcast is a Live Activity push (liveactivity), not \(job.headers.pushType)")
+        }
+        guard payload.count <= BroadcastRequest.maximumPayloadBytes else {
+            throw refuse(
+                "payload", "\(payload.count) bytes, over the broadcast limit of \(BroadcastRequest.maximumPayloadBytes)"
+            )
+        }
+        let event: String?
+        switch job.payload {
+        case .liveActivity(let content): event = content.event.rawValue
+        default: event = (try? JSONValue.parse(payload))?["aps"]?["event"]?.stringValue
+        }
+        guard event == "update" || event == "end" else {
+            throw refuse(
+                "live_activity.event",
+                "a broadcast can only update or end an activity, not \(event.map { "\"\($0)\"" } ?? "no event")")
+        }
+        if storagePolicy == .noMessageStored, let expiration = job.headers.expiration, expiration != 0 {
+            throw refuse(
+                "expiration", "must be 0 for a channel that stores no message (storage policy 0), not \(expiration)")
+        }
+    }
+
     /// A job addressed through the registry must name an app the registry knows.
     private func checkRegistryApp(of job: FanoutJob) async throws(FanoutError) {
         let app: String
         switch job.recipients {
-        case .tokens, .file: return
+        case .tokens, .file, .channel: return
         case .activity(let name, _), .pushToStart(let name, _, _, _), .devices(let name, _): app = name
         }
         guard let registry = configuration.registry else {

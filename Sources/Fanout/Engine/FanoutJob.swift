@@ -44,6 +44,18 @@ public enum Recipients: Sendable {
     case pushToStart(app: String, attributesType: String?, selection: RecipientSelection, activityID: String? = nil)
     /// The regular push tokens of the selected devices (alert and background pushes).
     case devices(app: String, selection: RecipientSelection)
+    /// One broadcast to a channel (iOS 18): APNs delivers it to every Live Activity subscribed. `update` and `end`
+    /// only. With the channel's storage policy known, a non-zero expiration on a no-storage channel is refused
+    /// before sending (APNs would answer `BadExpirationDate`).
+    case channel(app: String, id: String, storagePolicy: ChannelStoragePolicy? = nil)
+}
+
+/// A broadcast channel's message storage policy, fixed when the channel is created.
+public enum ChannelStoragePolicy: Int, Sendable, Hashable {
+    /// Nothing stored: `apns-expiration` must be 0; a higher publishing budget (frequent updates).
+    case noMessageStored = 0
+    /// The latest message is kept up to 8 hours for devices that are offline.
+    case mostRecentMessageStored = 1
 }
 
 /// Where a push-to-start job writes its activity id inside `attributes`: a path of keys.

@@ -4,7 +4,7 @@ import Synchronization
 /// What a finished job came to.
 public struct JobSummary: Sendable {
     public var jobID: String
-    /// Notifications that reached an outcome (one per token).
+    /// Results (one per token, plus one per broadcast).
     public var notifications: Int
     public var counts: OutcomeCounts
     /// Payload encodings done for this job: 1 with batch encoding, whatever the token count.
@@ -12,6 +12,8 @@ public struct JobSummary: Sendable {
     /// Notifications sent at priority 5 instead of 10 by the activity priority-10 guard.
     public var demoted = 0
     public var seconds: Double
+    /// Broadcast requests among the results (one per channel the job reached; their results carry `channel`).
+    public var broadcasts = 0
 }
 
 /// One job in progress: results arrive from the loop threads, counts accumulate, and whoever
@@ -44,6 +46,7 @@ public final class FanoutRun: Sendable {
         var waiters: [CheckedContinuation<JobSummary, Never>] = []
         var payloadEncodings = 0
         var demoted = 0
+        var broadcasts = 0
     }
     private let state = Mutex(State())
 
@@ -129,6 +132,7 @@ public final class FanoutRun: Sendable {
         finishIfDone { state in
             state.counts.add(result)
             state.completed += 1
+            if result.channel != nil { state.broadcasts += 1 }
         }
     }
 
@@ -139,7 +143,8 @@ public final class FanoutRun: Sendable {
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
             let summary = JobSummary(
                 jobID: jobID, notifications: state.completed, counts: state.counts,
-                payloadEncodings: state.payloadEncodings, demoted: state.demoted, seconds: seconds)
+                payloadEncodings: state.payloadEncodings, demoted: state.demoted, seconds: seconds,
+                broadcasts: state.broadcasts)
             state.summary = summary
             let waiters = state.waiters
             state.waiters = []

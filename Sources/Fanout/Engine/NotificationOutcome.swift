@@ -59,6 +59,8 @@ public struct NotificationResult: Sendable {
     public var retryAfterSeconds: Double?
     /// The recipient's position in its job (0-based, in recipient order); -1 for job-level results.
     public var position: Int = -1
+    /// A broadcast's channel id (its `token` is nil).
+    public var channel: String?
 
     public init(
         jobID: String, token: String?, outcome: NotificationOutcome, status: Int? = nil, reason: String? = nil,

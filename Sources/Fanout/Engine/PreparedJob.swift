@@ -12,6 +12,9 @@ final class PreparedJob: Sendable {
     let headers: NotificationHeaders
     /// Unix seconds after which the notification is `expired` instead of sent; nil for none (0).
     let expiresAt: Int64?
+    /// A broadcast job's `:path` (`/4/broadcasts/apps/{bundle}`): its one "recipient" is the channel id. Nil for
+    /// device pushes, whose path is `/3/device/<token>`.
+    let broadcastPath: String?
     /// The constant request headers without `authorization`, in the order APNs sees them; checked
     /// when the job is prepared, so building a block later cannot fail.
     private let fieldsWithoutToken: [HeaderField]
@@ -29,7 +32,33 @@ final class PreparedJob: Sendable {
         self.headers = headers
         expiresAt = (job.headers.expiration ?? 0) > 0 ? job.headers.expiration : nil
         fieldsWithoutToken = try Self.constantFields(of: headers, authority: authority)
+        broadcastPath = nil
     }
+
+    /// A broadcast to `channelID` of the app `bundleID`, with the same payload bytes: its headers are
+    /// `apns-channel-id`, `apns-push-type: liveactivity`, `apns-priority` and `apns-expiration` (0 when the job
+    /// has none: one attempt, no storage, which every storage policy accepts), and no `apns-topic`.
+    init(
+        broadcastOf job: FanoutJob, payload: SharedBody, bundleID: String, channelID: String, run: FanoutRun,
+        authority: String
+    ) throws(NotificationHeaderError) {
+        id = job.id
+        self.run = run
+        body = payload
+        var headers = job.headers
+        headers.apnsID = nil
+        headers.bearerToken = nil
+        headers.collapseID = nil
+        self.headers = headers
+        let expiration = job.headers.expiration ?? 0
+        expiresAt = expiration > 0 ? expiration : nil
+        fieldsWithoutToken = try BroadcastRequest.headerFields(
+            bundleID: bundleID, channelID: channelID, priority: headers.effectivePriority, expiration: expiration,
+            authority: authority)
+        broadcastPath = BroadcastRequest.path(bundleID: bundleID)
+    }
+
+    var isBroadcast: Bool { broadcastPath != nil }
 
     /// The same job at another priority (a `demote`d Live Activity update): same payload bytes.
     init(demoting job: PreparedJob, to priority: Int) {
@@ -40,6 +69,7 @@ final class PreparedJob: Sendable {
         headers.priority = priority
         self.headers = headers
         expiresAt = job.expiresAt
+        broadcastPath = job.broadcastPath
         // apns-priority follows apns-topic; a job that left its priority implicit has none yet.
         var fields = job.fieldsWithoutToken.filter { $0.name != APNsHeaderName.priority }
         let afterTopic = (fields.firstIndex { $0.name == APNsHeaderName.topic } ?? fields.count - 1) + 1

@@ -33,6 +33,8 @@ struct RecipientReader {
             self.pager = pager(.pushToStart(app: app, attributesType: attributesType, selection: selection))
         case .devices(let app, let selection):
             self.pager = pager(.devices(app: app, selection: selection))
+        case .channel(_, let id, _):
+            inline = [id].makeIterator()
         }
     }
 

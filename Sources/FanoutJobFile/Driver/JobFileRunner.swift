@@ -32,6 +32,7 @@ package struct SendSummary: Sendable {
     package var jsonLine: String {
         let fields: [(String, String)] = [
             ("jobs", "\(counts.jobs)"), ("notifications", "\(counts.notifications)"),
+            ("broadcasts", "\(counts.broadcasts)"),
             ("delivered", "\(counts.outcomes.delivered)"),
             ("rejected", "\(counts.outcomes.rejected)"), ("unregistered", "\(counts.outcomes.unregistered)"),
             ("failed", "\(counts.outcomes.failed)"),
@@ -226,6 +227,7 @@ package final class JobFileRunner: Sendable {
                     switch parsed.job.recipients {
                     case .tokens(let tokens): total += tokens.count
                     case .file(let path): total += try countLines(path)
+                    case .channel: total += 1
                     case .activity, .pushToStart, .devices: return nil  // known only once read from the registry
                     }
                 }

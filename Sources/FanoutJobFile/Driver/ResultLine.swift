@@ -36,6 +36,10 @@ package enum ResultLine {
         output.append(contentsOf: String(format: "%.1f", result.latencyMilliseconds).utf8)
         key(",\"timestamp\":")
         integer(result.timestamp)
+        if let channel = result.channel {
+            key(",\"channel\":")
+            string(channel)
+        }
         if let retryAfter = result.retryAfterSeconds {
             key(",\"retry_after_s\":")
             output.append(contentsOf: String(format: "%.3f", retryAfter).utf8)

@@ -84,6 +84,7 @@ final class ResultsWriter: Sendable {
         let mustFlush = state.withLock { state -> Bool in
             ResultLine.append(result, to: &state.buffer)
             state.counts.outcomes.add(result)
+            if result.channel != nil { state.counts.broadcasts += 1 }
             if result.position >= 0 {
                 state.progress[line, default: Progress(job: result.jobID)].done(result.position)
             }
