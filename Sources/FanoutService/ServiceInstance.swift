@@ -18,16 +18,20 @@ package final class ServiceInstance: Sendable {
     private let http: HTTPServer
     private let core: ServiceCore
     private let engines: TeamEngines
-    private let registry: SQLiteRegistryStore
+    private let registries: [SQLiteRegistryStore]
     private let sweeper: Task<Void, Never>
 
     package static func start(configuration: ServiceConfiguration, logger: FanoutLogger) async throws(ServiceStartError)
         -> ServiceInstance
     {
         let registry: SQLiteRegistryStore
+        let engineRegistry: SQLiteRegistryStore
         let store: DispatchStore
         do {
+            // Two store objects on the one file, each with its own connections: the engines page through
+            // millions of tokens on theirs, so an API request's registry read never waits behind a page.
             registry = try SQLiteRegistryStore(path: configuration.database)
+            engineRegistry = try SQLiteRegistryStore(path: configuration.database)
             store = try DispatchStore(path: configuration.database)
         } catch {
             throw ServiceStartError("cannot open the database \(configuration.database): \(error)")
@@ -45,9 +49,10 @@ package final class ServiceInstance: Sendable {
         }
         let engines: TeamEngines
         do {
-            engines = try TeamEngines(configuration: configuration, registry: registry, metrics: metrics)
+            engines = try TeamEngines(configuration: configuration, registry: engineRegistry, metrics: metrics)
         } catch {
             registry.close()
+            engineRegistry.close()
             throw ServiceStartError("\(error)")
         }
         let dispatcher = Dispatcher(
@@ -56,15 +61,17 @@ package final class ServiceInstance: Sendable {
         let core = ServiceCore(
             configuration: configuration, quotas: RequestQuotas(configuration), registry: registry, store: store,
             dispatcher: dispatcher, metrics: metrics, logger: logger)
-        return try ServiceInstance(configuration: configuration, core: core, engines: engines, registry: registry)
+        return try ServiceInstance(
+            configuration: configuration, core: core, engines: engines, registries: [registry, engineRegistry])
     }
 
     private init(
-        configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, registry: SQLiteRegistryStore
+        configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, registries: [SQLiteRegistryStore]
     ) throws(ServiceStartError) {
         self.core = core
         self.engines = engines
-        self.registry = registry
+        self.registries = registries
+        let registry = registries[0]
         do {
             resumedDispatches = try core.dispatcher.resumeUnfinished()
         } catch {
@@ -113,7 +120,7 @@ package final class ServiceInstance: Sendable {
         await engines.shutdown(gracePeriod: .seconds(2))
         sweeper.cancel()
         http.shutdown()
-        registry.close()
+        for registry in registries { registry.close() }
     }
 }
 

@@ -7,7 +7,7 @@ import Foundation
 /// - `add` is callable from any thread and does no I/O: it appends under a lock and wakes the writer only when the
 ///   batch starts or fills.
 /// - One writer thread per buffer (SQLite blocks, so not a task on the cooperative pool) commits a batch once it has
-///   `batchSize` (4,096) results or `interval` (50 ms) after its first result, whichever comes first, and at once
+///   `batchSize` (2,048) results or `interval` (50 ms) after its first result, whichever comes first, and at once
 ///   when `flush()` waits. The thread ends after the buffer is released, once what was added is written.
 /// - `flush()` returns once everything added before it is committed; it throws the first commit that failed (that
 ///   batch is lost: its recipients have no result, so the dispatch must not be marked done, and a restart sends them
@@ -18,10 +18,12 @@ import Foundation
 /// `testResultBufferThroughputForAMillionResults`), four times what a dispatch sends at, so in a real send the
 /// backlog stays at about one batch. `waiting` and `maxWaiting` expose it for the status page and metrics.
 package final class DispatchResultBuffer: Sendable {
-    package static let batchSize = 4_096
+    /// Small enough that an API request's `accept`, which needs the same write lock, never waits long behind a
+    /// results transaction (about 5 ms for 2,048 rows in a release build).
+    package static let batchSize = 2_048
     package static let interval: TimeInterval = 0.05
-    /// The most results one transaction takes when the writer is behind (it then keeps the write lock about 50 ms).
-    package static let maxTransaction = 16_384
+    /// The most results one transaction takes when the writer is behind.
+    package static let maxTransaction = 4_096
 
     private let core: Core
 

@@ -392,6 +392,9 @@ final class ClientStream {
     var status: Int?
     var apnsID: String?
     var apnsUniqueID: String?
+    /// Channel management's answer headers (the create's new channel, the echoed request id).
+    var channelID: String?
+    var requestID: String?
     var responseBody: [UInt8] = []
     var endStreamSeen = false
 
@@ -418,11 +421,18 @@ final class ClientStream {
             apnsID = String(decoding: value, as: UTF8.self)
         } else if bytesEqual(name, "apns-unique-id") {
             apnsUniqueID = String(decoding: value, as: UTF8.self)
+        } else if bytesEqual(name, "apns-channel-id") {
+            channelID = String(decoding: value, as: UTF8.self)
+        } else if bytesEqual(name, "apns-request-id") {
+            requestID = String(decoding: value, as: UTF8.self)
         }
     }
 
     func makeResponse(status: Int) -> HTTP2Response {
-        HTTP2Response(status: status, apnsID: apnsID, apnsUniqueID: apnsUniqueID, body: responseBody)
+        var response = HTTP2Response(status: status, apnsID: apnsID, apnsUniqueID: apnsUniqueID, body: responseBody)
+        response.channelID = channelID
+        response.requestID = requestID
+        return response
     }
 }
 

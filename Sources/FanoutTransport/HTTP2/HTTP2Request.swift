@@ -21,6 +21,9 @@ package struct HTTP2Response: Sendable {
     package var status: Int
     package var apnsID: String?
     package var apnsUniqueID: String?
+    /// `apns-channel-id` and `apns-request-id` (broadcast channel management).
+    package var channelID: String?
+    package var requestID: String?
     package var body: [UInt8]
 
     package init(status: Int, apnsID: String? = nil, apnsUniqueID: String? = nil, body: [UInt8] = []) {

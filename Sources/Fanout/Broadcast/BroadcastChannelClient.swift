@@ -1,0 +1,172 @@
+public import FanoutCore
+import FanoutTransport
+import Foundation
+
+/// The APNs channel management API (iOS 18 broadcast push, apns-broadcast.md section 1): create, read, delete and
+/// list an app's broadcast channels, over HTTP/2 to the management host with the same provider token as pushes.
+///
+/// One connection on its own loop thread, opened at the first call and again after it closes. Every call has a
+/// deadline (`requestTimeout`). Apple's refusals come back as `BroadcastChannelError` with the reason.
+public final class BroadcastChannelClient: Sendable {
+    /// `api-manage-broadcast.push.apple.com:2196`.
+    public static let production = APNsEndpoint(host: "api-manage-broadcast.push.apple.com", port: 2196)
+    /// `api-manage-broadcast.sandbox.push.apple.com:2195`.
+    public static let sandbox = APNsEndpoint(host: "api-manage-broadcast.sandbox.push.apple.com", port: 2195)
+
+    private let endpoint: APNsEndpoint
+    private let loop: LoopThread
+    private let tls: TLSClientContext
+    private let tokens: ProviderTokenCache
+    private let requestTimeout: Duration
+    private let connection = ConnectionSlot()
+
+    /// - Parameters:
+    ///   - endpoint: the management host (`production`, `sandbox`, or a mock's `HOST:PORT`).
+    ///   - caFile: a CA to trust instead of the system's (a mock's test CA).
+    public init(
+        endpoint: APNsEndpoint, credentials: ProviderCredentials, caFile: String? = nil,
+        requestTimeout: Duration = .seconds(30)
+    ) throws(FanoutError) {
+        self.endpoint = endpoint
+        self.requestTimeout = requestTimeout
+        tokens = try credentials.makeTokenCache(refreshAfter: .seconds(3000), minimumInterval: .seconds(1200))
+        do {
+            tls = try TLSClientContext(TLSClientConfiguration(caFile: caFile))
+        } catch {
+            throw FanoutError(.connection, "TLS: \(error)")
+        }
+        loop = LoopThread(name: "fanout-channels")
+    }
+
+    deinit {
+        shutdown()
+    }
+
+    /// Closes the connection and stops the loop thread. Idempotent.
+    public func shutdown() {
+        guard !loop.hasExited else { return }
+        let connection = self.connection
+        try? loop.execute { connection.current?.close(immediately: true) }
+        loop.shutdown()
+    }
+
+    /// Creates a channel and returns its id (base64, chosen by APNs).
+    public func create(app: String, storagePolicy: ChannelStoragePolicy) async throws(BroadcastChannelError) -> String {
+        let body = Array(#"{"message-storage-policy": \#(storagePolicy.rawValue), "push-type": "LiveActivity"}"#.utf8)
+        let response = try await send("POST", path: "/1/apps/\(app)/channels", channelID: nil, body: body)
+        guard response.status == 201, let channel = response.channelID, BroadcastRequest.isValidChannelID(channel)
+        else {
+            throw BroadcastChannelError(status: response.status, reason: nil, message: "create: no channel id in the answer")
+        }
+        return channel
+    }
+
+    /// A channel's storage policy.
+    public func read(app: String, channelID: String) async throws(BroadcastChannelError) -> ChannelStoragePolicy {
+        let response = try await send("GET", path: "/1/apps/\(app)/channels", channelID: channelID, body: [])
+        guard let value = (try? JSONValue.parse(response.body))?["message-storage-policy"]?.int64Value,
+            let policy = ChannelStoragePolicy(rawValue: Int(value))
+        else {
+            throw BroadcastChannelError(
+                status: response.status, reason: nil, message: "read: no message-storage-policy in the answer")
+        }
+        return policy
+    }
+
+    /// Deletes a channel for good (APNs never reissues its id).
+    public func delete(app: String, channelID: String) async throws(BroadcastChannelError) {
+        _ = try await send("DELETE", path: "/1/apps/\(app)/channels", channelID: channelID, body: [])
+    }
+
+    /// Every channel id of the app (in this environment).
+    public func list(app: String) async throws(BroadcastChannelError) -> [String] {
+        let response = try await send("GET", path: "/1/apps/\(app)/all-channels", channelID: nil, body: [])
+        guard let channels = (try? JSONValue.parse(response.body))?["channels"]?.arrayValue else {
+            throw BroadcastChannelError(status: response.status, reason: nil, message: "list: no channels in the answer")
+        }
+        return channels.compactMap(\.stringValue)
+    }
+
+    // MARK: Requests
+
+    private func send(_ method: String, path: String, channelID: String?, body: [UInt8])
+        async throws(BroadcastChannelError) -> HTTP2Response
+    {
+        guard !path.contains(" "), !path.utf8.contains(where: ASCIIBytes.isForbiddenInHeaderValue) else {
+            throw BroadcastChannelError(status: nil, reason: nil, message: "the app id is not a bundle id")
+        }
+        if let channelID, !BroadcastRequest.isValidChannelID(channelID) {
+            throw BroadcastChannelError(status: nil, reason: "BadChannelId", message: "not a base64 channel id")
+        }
+        let bearer: String
+        do {
+            bearer = try tokens.currentToken()
+        } catch {
+            throw BroadcastChannelError(status: nil, reason: nil, message: "provider token: \(error)")
+        }
+        var fields: [(name: String, value: String, neverIndex: Bool)] = [
+            (":method", method, false), (":scheme", "https", false), (":authority", endpoint.authority, false),
+            ("authorization", "bearer " + bearer, true), ("apns-request-id", UUID().uuidString.lowercased(), false),
+        ]
+        if let channelID { fields.append(("apns-channel-id", channelID, false)) }
+        if !body.isEmpty { fields.append(("content-type", "application/json", false)) }
+        let request = HTTP2Request(head: HeaderBlock(fields), path: path, body: SharedBody(body))
+        let result = await submit(request)
+        switch result {
+        case .failure(let failure):
+            throw BroadcastChannelError(status: nil, reason: nil, message: "\(method) \(path): \(failure)")
+        case .success(let response):
+            guard (200..<300).contains(response.status) else {
+                let reason = (try? JSONValue.parse(response.body))?["reason"]?.stringValue
+                throw BroadcastChannelError(
+                    status: response.status, reason: reason,
+                    message: "\(method) \(path): \(response.status) \(reason ?? "")")
+            }
+            return response
+        }
+    }
+
+    private func submit(_ request: HTTP2Request) async -> Result<HTTP2Response, HTTP2StreamFailure> {
+        let loop = self.loop
+        let connection = self.connection
+        let configuration = HTTP2ClientConfiguration(
+            host: endpoint.host, port: endpoint.port, tls: tls.configuration, maxConcurrentStreams: 100,
+            requestTimeout: requestTimeout)
+        let tls = self.tls
+        return await withCheckedContinuation { continuation in
+            do {
+                try loop.execute {
+                    let open: HTTP2ClientConnection
+                    if let current = connection.current, current.isAcceptingRequests {
+                        open = current
+                    } else {
+                        open = HTTP2ClientConnection(loop: loop, configuration: configuration, tlsContext: tls)
+                        connection.current = open
+                    }
+                    _ = open.submit(request) { continuation.resume(returning: $0) }
+                }
+            } catch {
+                continuation.resume(
+                    returning: .failure(.notSent(TransportError(.cancelled, "the channel client is shut down"))))
+            }
+        }
+    }
+}
+
+/// The client's one connection. `@unchecked Sendable`: read and written only on the client's loop thread.
+private final class ConnectionSlot: @unchecked Sendable {
+    var current: HTTP2ClientConnection?
+}
+
+/// A channel management call APNs refused (or that never got an answer), with Apple's reason when there was one:
+/// `ChannelNotRegistered`, `BadChannelId`, `CannotCreateChannelConfig`, `MissingChannelId`, `InvalidPushType`,
+/// `FeatureNotEnabled`, `TopicDisallowed`, the provider-token reasons, ...
+public struct BroadcastChannelError: Error, Sendable, CustomStringConvertible, Equatable {
+    /// The HTTP status, nil when no answer came.
+    public var status: Int?
+    /// Apple's `reason`, e.g. `ChannelNotRegistered`.
+    public var reason: String?
+    public var message: String
+
+    public var description: String { message }
+}
