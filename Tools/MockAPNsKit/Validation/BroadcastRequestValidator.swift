@@ -11,6 +11,18 @@ package struct ValidatedBroadcast: Hashable, Sendable {
     package var expiration: Int64
     /// The request's `apns-request-id`; nil when absent, in which case the server generates one.
     package var requestID: String?
+
+    package init(
+        bundleID: String, channelID: String, policy: ChannelStoragePolicy, priority: Int, expiration: Int64,
+        requestID: String? = nil
+    ) {
+        self.bundleID = bundleID
+        self.channelID = channelID
+        self.policy = policy
+        self.priority = priority
+        self.expiration = expiration
+        self.requestID = requestID
+    }
 }
 
 /// Checks a broadcast send, `POST /4/broadcasts/apps/{bundleId}` on the push listener, as apns-broadcast.md section 2

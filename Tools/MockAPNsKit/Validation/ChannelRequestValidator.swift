@@ -18,6 +18,12 @@ package struct ChannelRequest: Hashable, Sendable {
     package var operation: Operation
     /// The request's `apns-request-id`; nil when absent, in which case the server generates one.
     package var requestID: String?
+
+    package init(bundleID: String, operation: Operation, requestID: String? = nil) {
+        self.bundleID = bundleID
+        self.operation = operation
+        self.requestID = requestID
+    }
 }
 
 /// Checks a channel-management request (apns-broadcast.md section 1) for the mock's management listener. Pure: it
