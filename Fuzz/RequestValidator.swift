@@ -1,5 +1,6 @@
 // libFuzzer target `request-validator`: mock-apns's check of a device-push request
-// (`APNsRequestValidator.check(method:path:headers:body:)`).
+// (`APNsRequestValidator.check(method:path:headers:body:)`), and of broadcast sends and channel-management requests
+// (`BroadcastRequestValidator`, `ChannelRequestValidator`) on the same input.
 //
 // Input framing (so the seed corpus stays readable):
 //
@@ -52,7 +53,43 @@ public func fuzzRequestValidator(_ data: UnsafePointer<UInt8>, _ size: Int) -> I
         if let apnsID = accepted.apnsID { require(APNsID.isValid(apnsID), "invalid apns-id accepted") }
         resend(accepted, body: request.body)
     }
+    checkBroadcastValidators(request)
     return 0
+}
+
+/// The broadcast-send and channel-management validators on the same input (a `/4/...` or `/1/apps/...` path in the
+/// seed corpus reaches them): no crash, 4xx statuses only, and what they accept holds together.
+private func checkBroadcastValidators(_ request: FramedRequest) {
+    let knownChannel = "AAAAAAAAAAAAAAAAAAAAAA=="
+    let broadcast = BroadcastRequestValidator().check(
+        method: request.method, path: request.path, headers: request.headers, body: request.body,
+        channelPolicy: { _, channel in channel == knownChannel ? .noMessageStored : .mostRecentMessageStored })
+    switch broadcast {
+    case .failure(let failure):
+        require([400, 404, 405, 413].contains(failure.status), "broadcast: unexpected status \(failure.status)")
+    case .success(let accepted):
+        require(request.path.hasPrefix("/4/broadcasts/apps/"), "broadcast accepted on \(request.path)")
+        require(ChannelID.isWellFormed(accepted.channelID), "malformed channel id accepted")
+        require([1, 5, 10].contains(accepted.priority), "broadcast priority \(accepted.priority)")
+        require(accepted.expiration >= 0, "negative expiration")
+        require(accepted.channelID != knownChannel || accepted.expiration == 0, "policy 0 with an expiration")
+        require(
+            !request.body.isEmpty && request.body.count <= BroadcastRequestValidator.payloadSizeLimit, "body size")
+        if let requestID = accepted.requestID { require(BroadcastRules.isValidRequestID(requestID), "request id") }
+    }
+    switch ChannelRequestValidator().check(
+        method: request.method, path: request.path, headers: request.headers, body: request.body)
+    {
+    case .failure(let failure):
+        require([400, 404, 405].contains(failure.status), "channels: unexpected status \(failure.status)")
+    case .success(let accepted):
+        require(!accepted.bundleID.isEmpty && !accepted.bundleID.contains("/"), "bundle id \(accepted.bundleID)")
+        switch accepted.operation {
+        case .read(let channel), .delete(let channel):
+            require(ChannelID.isWellFormed(channel), "malformed channel id accepted")
+        case .create, .list: break
+        }
+    }
 }
 
 /// Lays out an accepted request the way Fanout sends one and checks the validator accepts it again, unchanged.

@@ -12,9 +12,16 @@ package final class MockAPNsServer: @unchecked Sendable {
     /// The port bound (the real one when 0 was asked).
     package let port: Int
     package let stats: MockStats
+    /// This environment's broadcast channels: what the management listener creates and broadcasts are checked
+    /// against. Tests of other components create and look up channels here directly.
+    package let channels: MockChannels
+    /// The management listener's port (the real one when 0 was asked); nil without `manageListen`.
+    package let managePort: Int?
+    package let manageHost: String?
     /// The generated or reused material when started with a TLS directory.
     package let tlsMaterial: TestTLSMaterial?
     private let server: HTTP2Server
+    private let manageServer: HTTP2Server?
     private let shared: MockShared
     private let statsTimer: DispatchSourceTimer?
 
@@ -68,8 +75,11 @@ package final class MockAPNsServer: @unchecked Sendable {
         }
         let record = try options.recordPath.map { try MockRecord(path: $0) }
         let stats = MockStats()
+        let channels = MockChannels(
+            environment: options.environment, maxPerApp: options.maxChannelsPerApp, stats: stats)
         let shared = MockShared(
-            options: options, verifier: verifier, unregistered: unregistered, stats: stats, record: record)
+            options: options, verifier: verifier, unregistered: unregistered, stats: stats, record: record,
+            channels: channels)
         let tls: TLSServerContext
         do {
             tls = try TLSServerContext(TLSServerConfiguration(certificateFile: certificate, privateKeyFile: key))
@@ -84,9 +94,26 @@ package final class MockAPNsServer: @unchecked Sendable {
         } catch {
             throw MockStartError(error.message)
         }
+        if let manage = options.manageListen {
+            // One loop: management calls are rare next to pushes.
+            do {
+                manageServer = try HTTP2Server(
+                    host: manage.host, port: manage.port, threads: 1, tls: tls,
+                    initialMaxStreams: verifier == nil ? options.maxStreams : 1,
+                    makeHandler: { _ in MockManageHandler(shared: shared) })
+            } catch {
+                server.shutdown()
+                throw MockStartError("--manage-listen: \(error.message)")
+            }
+        } else {
+            manageServer = nil
+        }
         self.host = options.host
         self.port = server.port
+        self.manageHost = options.manageListen?.host
+        self.managePort = manageServer?.port
         self.stats = stats
+        self.channels = channels
         self.shared = shared
 
         if options.statsPath != nil || record != nil {
@@ -107,6 +134,7 @@ package final class MockAPNsServer: @unchecked Sendable {
     /// Stops serving, and writes the stats and record files one last time.
     package func shutdown() {
         statsTimer?.cancel()
+        manageServer?.shutdown()
         server.shutdown()
         shared.record?.flush()
         if let path = shared.options.statsPath { stats.write(to: path) }

@@ -20,6 +20,23 @@ package struct InjectedFailure: Sendable, Equatable {
     }
 }
 
+/// A host and port to listen on; port 0 picks a free one.
+package struct MockListenAddress: Sendable, Equatable {
+    package var host: String
+    package var port: Int
+
+    package init(host: String = "127.0.0.1", port: Int = 0) {
+        self.host = host
+        self.port = port
+    }
+}
+
+/// The APNs environment one mock process plays, as Apple's hosts each serve one: channels created here exist here
+/// only (a development channel cannot be used in production).
+package enum MockEnvironment: String, Sendable, CaseIterable {
+    case development, production
+}
+
 /// Everything `mock-apns` can be told, with the defaults product.md gives.
 package struct MockOptions: Sendable {
     package enum TLSMode: Sendable, Equatable {
@@ -57,6 +74,14 @@ package struct MockOptions: Sendable {
     package var throttleAfterReject = false
     package var tokenMaxAge: Int64 = 3600
     package var seed: UInt64 = 1
+    /// Where the channel-management API (`/1/apps/{bundleId}/channels`, `all-channels`) listens; nil: not served.
+    /// Same TLS material and provider-token checks as the push listener.
+    package var manageListen: MockListenAddress?
+    /// The environment this mock is (stats, docs); channels are kept per app within it.
+    package var environment = MockEnvironment.development
+    /// Channels one app may have; creating one more gets `CannotCreateChannelConfig`. Apple's limit is 10,000 per
+    /// app and environment; tests lower it to check the limit cheaply.
+    package var maxChannelsPerApp = 10_000
 
     package init() {}
 }

@@ -7,17 +7,21 @@ import Foundation
 final class MockShared: Sendable {
     let options: MockOptions
     let validator = APNsRequestValidator()
+    let broadcastValidator = BroadcastRequestValidator()
+    let channelValidator = ChannelRequestValidator()
     let verifier: ProviderTokenVerifier?
     let unregistered: Set<String>
     let stats: MockStats
     let record: MockRecord?
     let faults: FaultPlan
+    let channels: MockChannels
 
     init(
         options: MockOptions, verifier: ProviderTokenVerifier?, unregistered: Set<String>, stats: MockStats,
-        record: MockRecord?
+        record: MockRecord?, channels: MockChannels
     ) {
         self.options = options
+        self.channels = channels
         self.verifier = verifier
         self.unregistered = unregistered
         self.stats = stats
@@ -27,15 +31,35 @@ final class MockShared: Sendable {
 }
 
 /// Per-connection state, kept in the connection's `userInfo`.
-private final class MockConnectionState {
+final class MockConnectionState {
     /// A valid provider token was seen: the stream limit was raised from 1.
     var authenticated = false
     /// `--throttle-after-reject` dropped the limit to 1 after a rejection.
     var throttled = false
 }
 
+extension MockShared {
+    /// The provider-token check of both listeners: nil when the token verifies (or checks are off), else the 403
+    /// with APNs's reason. The first good token on a connection raises its stream limit from 1 to `--max-streams`.
+    func authenticate(
+        _ request: HTTP2ServerRequest, connection: HTTP2ServerConnection, state: MockConnectionState
+    ) -> MockAnswer? {
+        guard let verifier else { return nil }
+        guard let token = APNsRequestValidator.bearerToken(in: request.headers) else {
+            return MockAnswer(status: 403, reason: "MissingProviderToken")
+        }
+        let result = verifier.verify(token, now: Int64(time(nil)))
+        if let reason = result.apnsReason { return MockAnswer(status: 403, reason: reason) }
+        if !state.authenticated {
+            state.authenticated = true
+            if !state.throttled { connection.setMaxConcurrentStreams(options.maxStreams) }
+        }
+        return nil
+    }
+}
+
 /// An answer to one request.
-private struct MockAnswer {
+struct MockAnswer {
     var status: Int
     var reason: String?
     var token: String?
@@ -79,6 +103,10 @@ final class MockRequestHandler: HTTP2ServerHandler {
             connection.drop()
             return
         }
+        if BroadcastRequestValidator.isBroadcastPath(request.path) {
+            respondToBroadcast(request, connection: connection, state: state, decision: decision)
+            return
+        }
         let answer = self.answer(request, connection: connection, state: state, injected: decision.failure)
         let apnsID = request.headers.first { $0.name == "apns-id" }?.value ?? APNsID.generate(using: &random)
         var headers: [(name: String, value: String)] = [("apns-id", apnsID)]
@@ -98,11 +126,19 @@ final class MockRequestHandler: HTTP2ServerHandler {
             status: answer.status, reason: answer.reason, token: answer.token, apnsID: apnsID, priority: answer.priority
         )
         adjustThrottle(connection, state: state, accepted: answer.status == 200)
+        finish(request, connection: connection, status: answer.status, headers: headers, body: body, decision: decision)
+    }
+
+    /// Sends the answer (now, or after `--latency-ms`), then GOAWAY when the fault plan says so.
+    private func finish(
+        _ request: HTTP2ServerRequest, connection: HTTP2ServerConnection, status: Int,
+        headers: [(name: String, value: String)], body: [UInt8], decision: FaultPlan.Decision
+    ) {
         if let delayed {
             delayed.add(
-                connection: connection, streamID: request.streamID, status: answer.status, headers: headers, body: body)
+                connection: connection, streamID: request.streamID, status: status, headers: headers, body: body)
         } else {
-            connection.respond(streamID: request.streamID, status: answer.status, headers: headers, body: body)
+            connection.respond(streamID: request.streamID, status: status, headers: headers, body: body)
         }
         if decision.goaway {
             shared.stats.recordGoaway()
@@ -110,21 +146,56 @@ final class MockRequestHandler: HTTP2ServerHandler {
         }
     }
 
+    /// A broadcast send (`POST /4/broadcasts/apps/{bundleId}`): provider token, then `BroadcastRequestValidator`
+    /// against this environment's channels, then an injected failure. Answers carry `apns-request-id` (the
+    /// request's, or a new one), and `apns-unique-id` on success; counted per channel in the stats.
+    private func respondToBroadcast(
+        _ request: HTTP2ServerRequest, connection: HTTP2ServerConnection, state: MockConnectionState,
+        decision: FaultPlan.Decision
+    ) {
+        var status = 200
+        var reason: String?
+        var channel: String?
+        if let refusal = shared.authenticate(request, connection: connection, state: state) {
+            (status, reason) = (refusal.status, refusal.reason)
+        } else if request.bodyTruncated {
+            (status, reason) = (413, APNsReason.payloadTooLarge.rawValue)
+        } else {
+            let channels = shared.channels
+            switch shared.broadcastValidator.check(
+                method: request.method, path: request.path, headers: request.headers, body: request.body,
+                channelPolicy: { channels.policy(app: $0, channel: $1) })
+            {
+            case .failure(let rejection):
+                (status, reason) = (rejection.status, rejection.reason.rawValue)
+            case .success(let broadcast):
+                if let injected = decision.failure {
+                    (status, reason) = (injected.status, injected.reason)
+                } else {
+                    channel = broadcast.channelID
+                }
+            }
+        }
+        let requestID =
+            BroadcastRules.echoedRequestID(in: request.headers) ?? APNsID.generate(using: &random)
+        var headers: [(name: String, value: String)] = [("apns-request-id", requestID)]
+        var body: [UInt8] = []
+        if status == 200 {
+            headers.append(("apns-unique-id", APNsID.generate(using: &random)))
+        } else {
+            body = APNsResponse.errorBody(reason: APNsReason(reason ?? "InternalServerError"))
+            headers.append(("content-type", "application/json"))
+        }
+        shared.stats.recordBroadcast(status: status, reason: reason, channel: channel)
+        adjustThrottle(connection, state: state, accepted: status == 200)
+        finish(request, connection: connection, status: status, headers: headers, body: body, decision: decision)
+    }
+
     private func answer(
         _ request: HTTP2ServerRequest, connection: HTTP2ServerConnection, state: MockConnectionState,
         injected: InjectedFailure?
     ) -> MockAnswer {
-        if let verifier = shared.verifier {
-            guard let token = APNsRequestValidator.bearerToken(in: request.headers) else {
-                return MockAnswer(status: 403, reason: "MissingProviderToken")
-            }
-            let result = verifier.verify(token, now: Int64(time(nil)))
-            if let reason = result.apnsReason { return MockAnswer(status: 403, reason: reason) }
-            if !state.authenticated {
-                state.authenticated = true
-                if !state.throttled { connection.setMaxConcurrentStreams(shared.options.maxStreams) }
-            }
-        }
+        if let refusal = shared.authenticate(request, connection: connection, state: state) { return refusal }
         if request.bodyTruncated { return MockAnswer(status: 413, reason: "PayloadTooLarge") }
         let validated: ValidatedDeviceRequest
         switch shared.validator.check(

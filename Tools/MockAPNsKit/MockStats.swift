@@ -24,6 +24,11 @@ package final class MockStats: Sendable {
         /// Accepted requests by `apns-priority` (1 to 10).
         var acceptedByPriority = [Int](repeating: 0, count: 11)
         var payloadsByToken: [String: [[UInt8]]] = [:]
+        /// Broadcast sends accepted, in all and by channel id.
+        var broadcasts = 0
+        var broadcastsByChannel: [String: Int] = [:]
+        /// Channels that exist now (set by `MockChannels`).
+        var channels = 0
     }
 
     private let tallies = Mutex(Tallies())
@@ -43,6 +48,21 @@ package final class MockStats: Sendable {
             if let apnsID, !tallies.apnsIDs.insert(digest(apnsID)).inserted { tallies.duplicateApnsIDs += 1 }
         }
     }
+
+    /// Counts a broadcast send answered with `status`: in `requests`, `by_status` and `by_reason` like a device push,
+    /// and, when accepted, in `broadcasts` and `broadcasts_by_channel` (not in `accepted`, which counts device pushes).
+    func recordBroadcast(status: Int, reason: String?, channel: String?) {
+        tallies.withLock { tallies in
+            tallies.requests += 1
+            tallies.byStatus[min(max(status, 0), 599)] += 1
+            if let reason { tallies.byReason[reason, default: 0] += 1 }
+            guard status == 200, let channel else { return }
+            tallies.broadcasts += 1
+            tallies.broadcastsByChannel[channel, default: 0] += 1
+        }
+    }
+
+    func recordChannelCount(_ count: Int) { tallies.withLock { $0.channels = count } }
 
     func recordRefused() { tallies.withLock { $0.streamsRefused += 1 } }
     func recordBlackholed() { tallies.withLock { $0.streamsBlackholed += 1 } }
@@ -80,6 +100,9 @@ package final class MockStats: Sendable {
                     uniqueKeysWithValues: tallies.acceptedByPriority.enumerated().filter { $0.element > 0 }.map {
                         (String($0.offset), $0.element)
                     }),
+                "broadcasts": tallies.broadcasts,
+                "broadcasts_by_channel": tallies.broadcastsByChannel,
+                "channels": tallies.channels,
             ]
         }
     }
@@ -92,6 +115,14 @@ package final class MockStats: Sendable {
         tallies.withLock { (0..<600).contains(status) ? $0.byStatus[status] : 0 }
     }
     package func count(reason: String) -> Int { tallies.withLock { $0.byReason[reason] ?? 0 } }
+    /// Broadcast sends accepted, over all channels.
+    package var broadcasts: Int { tallies.withLock { $0.broadcasts } }
+    /// Broadcast sends accepted on channel `channel`.
+    package func broadcasts(channel: String) -> Int { tallies.withLock { $0.broadcastsByChannel[channel] ?? 0 } }
+    /// Broadcast sends accepted, by channel id.
+    package var broadcastsByChannel: [String: Int] { tallies.withLock { $0.broadcastsByChannel } }
+    /// Channels that exist now, over all apps.
+    package var channelCount: Int { tallies.withLock { $0.channels } }
 
     /// Writes the snapshot to `path` atomically (write a temporary file, then rename).
     package func write(to path: String) {

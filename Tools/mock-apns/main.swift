@@ -10,6 +10,7 @@ let usage = """
                      [--max-streams N] [--threads N] [--stats FILE] [--record FILE] [--unregistered FILE]
                      [--fail RATE:STATUS:REASON]... [--latency-ms N] [--goaway-every N] [--drop-every N]
                      [--refuse-every N] [--blackhole-every N] [--blackhole-after N] [--throttle-after-reject] [--token-max-age SECONDS] [--seed N]
+                     [--manage-listen HOST:PORT] [--environment development|production] [--max-channels-per-app N]
 
       --listen HOST:PORT        address to listen on; port 0 picks a free one (printed on start)
       --tls-dir DIR             create or reuse ca.pem, server.pem, server-key.pem, auth-key.p8 and
@@ -33,6 +34,10 @@ let usage = """
       --throttle-after-reject   drop the stream limit to 1 after a rejection, until the next accepted push
       --token-max-age SECONDS   oldest provider-token iat accepted (default 3600)
       --seed N                  seed of the fault draws (default 1)
+      --manage-listen HOST:PORT serve the broadcast channel-management API (/1/apps/BUNDLE/channels) there too,
+                                with the same TLS material and token checks; prints "manage listening on ..."
+      --environment ENV         development (default) or production; channels belong to this mock only
+      --max-channels-per-app N  channels one app may have before CannotCreateChannelConfig (default 10000)
     """
 
 func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
@@ -77,6 +82,16 @@ func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
         case "--throttle-after-reject": options.throttleAfterReject = true
         case "--token-max-age": options.tokenMaxAge = Int64(try cursor.int(in: 1...86_400 * 365))
         case "--seed": options.seed = UInt64(try cursor.int(in: 0...Int.max))
+        case "--manage-listen":
+            let (host, port) = try cursor.hostPort()
+            options.manageListen = MockListenAddress(host: host, port: port)
+        case "--environment":
+            let text = try cursor.string()
+            guard let environment = MockEnvironment(rawValue: text) else {
+                throw UsageError("--environment takes development or production, not '\(text)'")
+            }
+            options.environment = environment
+        case "--max-channels-per-app": options.maxChannelsPerApp = try cursor.int(in: 1...10_000_000)
         default: throw UsageError("unknown option \(flag) (see mock-apns --help)")
         }
     }
@@ -117,8 +132,12 @@ do {
     FileHandle.standardError.write(Data("mock-apns: \(error)\n".utf8))
     exit(2)
 }
-let shownHost = options.host.contains(":") ? "[\(options.host)]" : options.host
-print("listening on \(shownHost):\(server.port)")
+/// HOST as the listening lines show it: an IPv6 address in brackets.
+func shown(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
+print("listening on \(shown(options.host)):\(server.port)")
+if let manageHost = server.manageHost, let managePort = server.managePort {
+    print("manage listening on \(shown(manageHost)):\(managePort)")
+}
 fflush(nil)  // all streams: Swift 6 forbids naming the global `stdout`
 
 let stopped = DispatchSemaphore(value: 0)

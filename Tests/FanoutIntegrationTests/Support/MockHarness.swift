@@ -58,6 +58,12 @@ final class MockHarness: @unchecked Sendable {
         try RawClient(port: port, caFile: material.caPEMPath)
     }
 
+    /// A RawClient for the management listener (`MockOptions.manageListen` must be set).
+    func makeManageClient() throws -> RawClient {
+        try RawClient(
+            port: XCTUnwrap(server.managePort, "start the mock with options.manageListen"), caFile: material.caPEMPath)
+    }
+
     /// A provider token signed with the mock's own key.
     func providerToken(keyID: String = "KEYID12345", teamID: String = "TEAMID1234", issuedAt: Int64? = nil) throws
         -> String
