@@ -1,0 +1,165 @@
+// Broadcast push (iOS 18) end to end against mock-apns: channels managed through the management listener, one
+// broadcast per channel, activities bound to channels, and the refusals that happen before anything is sent.
+import Fanout
+import FanoutRegistry
+import Foundation
+import MockAPNsKit
+import Synchronization
+import XCTest
+
+final class BroadcastTests: XCTestCase {
+    static let app = "com.example.app"
+    private var mock: MockHarness!
+
+    override func setUpWithError() throws {
+        mock = try MockHarness { $0.manageListen = MockListenAddress(host: "127.0.0.1", port: 0) }
+    }
+
+    override func tearDown() {
+        mock?.stop()
+    }
+
+    private func makeChannelClient() throws -> BroadcastChannelClient {
+        try BroadcastChannelClient(
+            endpoint: APNsEndpoint(host: "localhost", port: XCTUnwrap(mock.server.managePort)),
+            credentials: ProviderCredentials(
+                keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+            caFile: mock.material.caPEMPath, requestTimeout: .seconds(10))
+    }
+
+    private func update(_ id: String, recipients: Recipients, expiration: Int64? = nil) -> FanoutJob {
+        FanoutJob.liveActivity(
+            id: id, bundleID: Self.app,
+            content: LiveActivityContent(
+                event: .update, timestamp: 1_764_460_800, contentState: try! RawJSON(validating: #"{"home":2}"#)),
+            expiration: expiration, recipients: recipients)
+    }
+
+    func testChannelsAreCreatedReadListedAndDeleted() async throws {
+        let client = try makeChannelClient()
+        defer { client.shutdown() }
+        let stored = try await client.create(app: Self.app, storagePolicy: .mostRecentMessageStored)
+        let unstored = try await client.create(app: Self.app, storagePolicy: .noMessageStored)
+        XCTAssertNotEqual(stored, unstored)
+        let storedPolicy = try await client.read(app: Self.app, channelID: stored)
+        let unstoredPolicy = try await client.read(app: Self.app, channelID: unstored)
+        XCTAssertEqual(storedPolicy, .mostRecentMessageStored)
+        XCTAssertEqual(unstoredPolicy, .noMessageStored)
+        let listed = try await client.list(app: Self.app)
+        XCTAssertEqual(Set(listed), [stored, unstored])
+        try await client.delete(app: Self.app, channelID: stored)
+        do {
+            _ = try await client.read(app: Self.app, channelID: stored)
+            XCTFail("a deleted channel cannot be read")
+        } catch {
+            XCTAssertEqual(error.reason, "ChannelNotRegistered")
+            XCTAssertEqual(error.status, 400)
+        }
+        let remaining = try await client.list(app: Self.app)
+        XCTAssertEqual(remaining, [unstored])
+    }
+
+    func testTheTenThousandAndFirstChannelIsRefused() async throws {
+        // 9,999 made directly in the mock, then the 10,000th and the 10,001st through the client.
+        for _ in 0..<9_999 { XCTAssertNotNil(mock.server.channels.create(app: Self.app)) }
+        let client = try makeChannelClient()
+        defer { client.shutdown() }
+        _ = try await client.create(app: Self.app, storagePolicy: .mostRecentMessageStored)
+        do {
+            _ = try await client.create(app: Self.app, storagePolicy: .mostRecentMessageStored)
+            XCTFail("the 10,001st channel must be refused")
+        } catch {
+            XCTAssertEqual(error.reason, "CannotCreateChannelConfig")
+        }
+        XCTAssertEqual(mock.server.channels.list(app: Self.app).count, 10_000)
+    }
+
+    func testABroadcastReachesItsChannelAndAnUnknownChannelIsRejected() async throws {
+        let channel = try XCTUnwrap(mock.server.channels.create(app: Self.app))
+        let engine = try makeEngine(for: mock)
+        let log = ResultLog()
+        let summary = try await engine.run(update("b1", recipients: .channel(app: Self.app, id: channel))) {
+            log.add($0)
+        }
+        XCTAssertEqual(summary.counts.delivered, 1)
+        XCTAssertEqual(summary.broadcasts, 1)
+        XCTAssertEqual(mock.stats.broadcasts(channel: channel), 1)
+        XCTAssertEqual(mock.stats.accepted, 0, "no device push")
+
+        let unknown = "AAAAAAAAAAAAAAAAAAAAAAAA"
+        let results = Mutex<[NotificationResult]>([])
+        let refused = try await engine.run(update("b2", recipients: .channel(app: Self.app, id: unknown))) { result in
+            results.withLock { $0.append(result) }
+        }
+        XCTAssertEqual(refused.counts.rejected, 1)
+        let result = try XCTUnwrap(results.withLock { $0.first })
+        XCTAssertEqual(result.reason, "ChannelNotRegistered")
+        XCTAssertEqual(result.channel, unknown)
+        XCTAssertNil(result.token)
+        await engine.shutdown()
+    }
+
+    func testRefusedBeforeSendingWithTheFieldNamed() async throws {
+        let engine = try makeEngine(for: mock)
+        let channel = try XCTUnwrap(mock.server.channels.create(app: Self.app, policy: .noMessageStored))
+        func refusal(_ job: FanoutJob) async -> String {
+            do {
+                _ = try await engine.run(job) { _ in }
+                return "sent"
+            } catch {
+                return error.message
+            }
+        }
+        let expiring = await refusal(
+            update(
+                "p0", recipients: .channel(app: Self.app, id: channel, storagePolicy: .noMessageStored),
+                expiration: 1_900_000_000))
+        XCTAssertTrue(expiring.contains("expiration"), expiring)
+        let startPayload =
+            #"{"aps":{"event":"start","timestamp":1,"content-state":{},"attributes-type":"T","attributes":{},"alert":{"title":"t","body":"b"}}}"#
+        let start = await refusal(
+            FanoutJob(
+                id: "s",
+                headers: NotificationHeaders(pushType: .liveactivity, topic: Self.app + ".push-type.liveactivity"),
+                payload: .raw(Array(startPayload.utf8)), recipients: .channel(app: Self.app, id: channel)))
+        XCTAssertTrue(start.contains("live_activity.event"), start)
+        // A raw payload of 5,121 bytes: one over the broadcast limit.
+        var padding = #"{"aps":{"event":"update","timestamp":1,"content-state":{"p":""}}}"#
+        let fill = String(repeating: "x", count: 5_121 - padding.utf8.count)
+        padding = #"{"aps":{"event":"update","timestamp":1,"content-state":{"p":"\#(fill)"}}}"#
+        XCTAssertEqual(padding.utf8.count, 5_121)
+        let large = FanoutJob(
+            id: "big",
+            headers: NotificationHeaders(pushType: .liveactivity, topic: Self.app + ".push-type.liveactivity"),
+            payload: .raw(Array(padding.utf8)), recipients: .channel(app: Self.app, id: channel))
+        let tooLarge = await refusal(large)
+        XCTAssertTrue(tooLarge.contains("payload") && tooLarge.contains("5121"), tooLarge)
+        XCTAssertEqual(mock.stats.requests, 0, "nothing reached APNs")
+        await engine.shutdown()
+    }
+
+    func testAnActivityWithAChannelGetsOneBroadcastPlusItsTokenPushes() async throws {
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "broadcast")
+        let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db")
+        defer { registry.close() }
+        try await registry.defineApps([RegistryApp(bundleID: Self.app)])
+        let channel = try XCTUnwrap(mock.server.channels.create(app: Self.app))
+        var changes: [RegistryChange] = [.channel(app: Self.app, activityID: "match-7", channelID: channel)]
+        for index in 0..<1_000 {
+            changes.append(
+                .updateToken(
+                    UpdateTokenRegistration(
+                        app: Self.app, activityID: "match-7", deviceID: "d\(index)", token: testDeviceToken(index))))
+        }
+        try await registry.apply(changes)
+        let engine = try makeEngine(for: mock) { $0.registry = registry }
+        let summary = try await engine.run(update("m7", recipients: .activity(app: Self.app, id: "match-7"))) { _ in }
+        XCTAssertEqual(summary.broadcasts, 1)
+        XCTAssertEqual(summary.notifications, 1_001, "1,000 token pushes and one broadcast")
+        XCTAssertEqual(summary.counts.delivered, 1_001)
+        XCTAssertEqual(mock.stats.broadcasts, 1, "exactly one broadcast")
+        XCTAssertEqual(mock.stats.broadcasts(channel: channel), 1)
+        XCTAssertEqual(mock.stats.accepted, 1_000, "and one push per token")
+        await engine.shutdown()
+    }
+}
