@@ -56,7 +56,8 @@ public final class BroadcastChannelClient: Sendable {
         let response = try await send("POST", path: "/1/apps/\(app)/channels", channelID: nil, body: body)
         guard response.status == 201, let channel = response.channelID, BroadcastRequest.isValidChannelID(channel)
         else {
-            throw BroadcastChannelError(status: response.status, reason: nil, message: "create: no channel id in the answer")
+            throw BroadcastChannelError(
+                status: response.status, reason: nil, message: "create: no channel id in the answer")
         }
         return channel
     }
@@ -82,7 +83,8 @@ public final class BroadcastChannelClient: Sendable {
     public func list(app: String) async throws(BroadcastChannelError) -> [String] {
         let response = try await send("GET", path: "/1/apps/\(app)/all-channels", channelID: nil, body: [])
         guard let channels = (try? JSONValue.parse(response.body))?["channels"]?.arrayValue else {
-            throw BroadcastChannelError(status: response.status, reason: nil, message: "list: no channels in the answer")
+            throw BroadcastChannelError(
+                status: response.status, reason: nil, message: "list: no channels in the answer")
         }
         return channels.compactMap(\.stringValue)
     }
