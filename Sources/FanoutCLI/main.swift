@@ -10,6 +10,7 @@ let usage = """
       validate  check a job file line by line; nothing is sent (fanout validate --help)
       push      send one notification and print APNs's answer (fanout push --help)
       registry  the token registry: register, import, list, end, prune, stats, events (fanout registry --help)
+      channels  an app's broadcast channels (iOS 18): create, read, delete, list (fanout channels --help)
       serve     the Live Activity HTTP service: native, Pushwoosh and Braze APIs (fanout serve --help)
     """
 
@@ -26,6 +27,8 @@ case "push":
     status = await PushCommand.run(arguments)
 case "registry":
     status = await RegistryCommand.run(arguments)
+case "channels":
+    status = await ChannelsCommand.run(arguments)
 case "serve":
     status = await ServeCommand.run(arguments)
 case "--help", "-h", "help":

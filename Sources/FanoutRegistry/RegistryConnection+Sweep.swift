@@ -27,8 +27,11 @@ extension RegistryConnection {
     {
         let dismissed = try database.withStatement(
             """
-            SELECT id, app, activity_id, dismissal_at FROM activities INDEXED BY activities_by_dismissal
-            WHERE state = 1 AND dismissal_at <= ?1 LIMIT 1
+            SELECT a.id, a.app, a.activity_id, a.dismissal_at FROM activities a INDEXED BY activities_by_dismissal
+            WHERE a.state = 1 AND a.dismissal_at <= ?1
+                AND (a.channel_id IS NULL OR EXISTS (
+                    SELECT 1 FROM update_tokens t INDEXED BY update_tokens_by_activity WHERE t.activity = a.id))
+            LIMIT 1
             """
         ) { statement throws(SQLiteError) -> (row: Int64, app: Int64, activityID: String, dismissal: Int64)? in
             try statement.bind(context.now, at: 1)
@@ -64,8 +67,12 @@ extension RegistryConnection {
                 app: app, activityID: dismissed.activityID, deviceID: deviceID, token: token, kind: .update,
                 change: .removed, reason: expiredFirst ? .expired : .ended, in: &context)
         }
+        // An activity bound to a broadcast channel stays (without tokens) until the channel is deleted at APNs and
+        // unbound (`endedChannels`), so the channel's id is never lost while the channel still counts against the
+        // app's 10,000.
         if removed.count < batchSize {
-            try database.withStatement("DELETE FROM activities WHERE id = ?1") { statement throws(SQLiteError) in
+            try database.withStatement("DELETE FROM activities WHERE id = ?1 AND channel_id IS NULL") {
+                statement throws(SQLiteError) in
                 try statement.bind(dismissed.row, at: 1)
                 try statement.run()
             }

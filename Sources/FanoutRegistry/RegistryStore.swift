@@ -39,6 +39,10 @@ public protocol RegistryStore: Sendable {
     func liveUpdateTokens(app: String, activityID: String, after: RegistryCursor?, limit: Int, now: Int64)
         async throws(RegistryError) -> RegistryPage<UpdateTokenRecord>
 
+    /// Broadcast channels bound to activities that have ended and whose dismissal date has passed: delete each at
+    /// APNs, then unbind it (`.channel(app:activityID:channelID: nil)`), and the next sweep removes the activity.
+    func endedChannels(now: Int64, limit: Int) async throws(RegistryError) -> [EndedChannel]
+
     /// How many update tokens of an activity are live at `now` (what `liveUpdateTokens` would return in all).
     func liveUpdateTokenCount(app: String, activityID: String, now: Int64) async throws(RegistryError) -> Int
 
@@ -199,5 +203,18 @@ public struct RegistryStats: Sendable, Hashable {
         "{\"apps\":\(apps),\"devices\":\(devices),\"activities\":\(activities),\"live_activities\":\(liveActivities),"
             + "\"update_tokens\":\(updateTokens),\"push_to_start_tokens\":\(pushToStartTokens),"
             + "\"expired_swept\":\(expiredSwept)}"
+    }
+}
+
+/// A broadcast channel whose activity is over (`RegistryStore.endedChannels`).
+public struct EndedChannel: Sendable, Hashable {
+    public var app: String
+    public var activityID: String
+    public var channelID: String
+
+    public init(app: String, activityID: String, channelID: String) {
+        self.app = app
+        self.activityID = activityID
+        self.channelID = channelID
     }
 }

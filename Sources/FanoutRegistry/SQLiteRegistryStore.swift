@@ -224,6 +224,19 @@ public final class SQLiteRegistryStore: RegistryStore {
         }
     }
 
+    public func endedChannels(now: Int64, limit: Int) async throws(RegistryError) -> [EndedChannel] {
+        let limit = try SQLiteRegistryStore.limit(limit)
+        return try read { connection throws(RegistryError) in
+            let rows = try storage { () throws(SQLiteError) in try connection.endedChannels(now: now, limit: limit) }
+            var channels: [EndedChannel] = []
+            for row in rows {
+                let app = try storage { () throws(SQLiteError) in try connection.bundleID(row.app) }
+                channels.append(EndedChannel(app: app, activityID: row.activityID, channelID: row.channelID))
+            }
+            return channels
+        }
+    }
+
     public func liveUpdateTokenCount(app: String, activityID: String, now: Int64) async throws(RegistryError) -> Int {
         let activityID = try RegistryValidation.identifier(activityID, field: "activity_id")
         return try read { connection throws(RegistryError) in

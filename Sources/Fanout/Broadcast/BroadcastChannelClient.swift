@@ -170,5 +170,11 @@ public struct BroadcastChannelError: Error, Sendable, CustomStringConvertible, E
     public var reason: String?
     public var message: String
 
+    public init(status: Int?, reason: String?, message: String) {
+        self.status = status
+        self.reason = reason
+        self.message = message
+    }
+
     public var description: String { message }
 }

@@ -367,6 +367,7 @@ public final class FanoutEngine: Sendable {
     private func prepare(_ job: FanoutJob, run: FanoutRun) async throws(FanoutError) -> PreparedJob {
         try checkNotShutDown()
         try await checkRegistryApp(of: job)
+        let job = await withChannelBinding(job)
         do {
             let payload = try payloadWithActivityID(job).encode()
             if case .channel(let app, let channel, let policy) = job.recipients {
@@ -498,6 +499,26 @@ public final class FanoutEngine: Sendable {
 
     /// A push-to-start job that names its activity id carries it in `attributes`, under
     /// `configuration.activityIDAttribute`, so that the app registers the new activity's token under it.
+    /// A push-to-start job that names its activity and a channel (`input_push_channel`) binds the channel to the
+    /// activity in the registry, so later jobs by that activity id broadcast to it; one that names its activity but
+    /// no channel (and no `input_push_token`) subscribes the new activity to the channel already bound, if any.
+    private func withChannelBinding(_ job: FanoutJob) async -> FanoutJob {
+        guard case .pushToStart(let app, _, _, let activityID?) = job.recipients, let registry = configuration.registry,
+            case .liveActivity(var content) = job.payload, content.event == .start
+        else { return job }
+        if let channel = content.inputPushChannel {
+            _ = try? await registry.apply([.channel(app: app, activityID: activityID, channelID: channel)])
+            return job
+        }
+        guard !content.inputPushToken,
+            let bound = try? await registry.activity(app: app, activityID: activityID)?.channelID
+        else { return job }
+        content.inputPushChannel = bound
+        var subscribed = job
+        subscribed.payload = .liveActivity(content)
+        return subscribed
+    }
+
     private func payloadWithActivityID(_ job: FanoutJob) throws(PayloadError) -> JobPayload {
         guard case .pushToStart(_, _, _, let activityID?) = job.recipients else { return job.payload }
         guard case .liveActivity(var content) = job.payload, content.event == .start else {

@@ -1,0 +1,114 @@
+// Activities bound to broadcast channels: `fanout channels` against mock-apns's management listener, a channel
+// created for an activity and bound in the registry, a start that subscribes to it, and the channel deleted at
+// APNs once the activity has ended and its dismissal date has passed.
+import Fanout
+import FanoutRegistry
+import Foundation
+import MockAPNsKit
+import XCTest
+
+final class BroadcastChannelBindingTests: XCTestCase {
+    static let app = "com.example.app"
+    private var mock: MockHarness!
+    private var directory = ""
+
+    override func setUpWithError() throws {
+        mock = try MockHarness {
+            $0.manageListen = MockListenAddress(host: "127.0.0.1", port: 0)
+            $0.capturePayloads = true
+        }
+        directory = try ProcessSupport.temporaryDirectory(for: self, "channels")
+    }
+
+    override func tearDown() {
+        mock?.stop()
+    }
+
+    private func channels(_ arguments: [String]) throws -> ProcessResult {
+        try ProcessSupport.run(
+            try ProcessSupport.builtExecutable("fanout"),
+            ["channels"] + arguments + [
+                "--manage-endpoint", "localhost:\(try XCTUnwrap(mock.server.managePort))", "--ca-file",
+                mock.material.caPEMPath, "--key", mock.material.authKeyP8Path, "--key-id", "KEYID12345", "--team-id",
+                "TEAMID1234",
+            ], environment: ProcessSupport.cleanEnvironment())
+    }
+
+    private static func object(_ result: ProcessResult) throws -> [String: Any] {
+        try XCTUnwrap(
+            try JSONSerialization.jsonObject(with: Data(XCTUnwrap(result.stdoutLines.last).utf8)) as? [String: Any],
+            result.summary)
+    }
+
+    func testTheChannelsCommand() throws {
+        let created = try channels(["create", "--app", Self.app, "--policy", "0"])
+        XCTAssertEqual(created.exitCode, 0, created.summary)
+        let id = try XCTUnwrap(try Self.object(created)["channel"] as? String)
+        let read = try channels(["read", "--app", Self.app, "--channel", id])
+        XCTAssertEqual(try Self.object(read)["policy"] as? Int, 0, read.summary)
+        let listed = try channels(["list", "--app", Self.app])
+        XCTAssertEqual(try Self.object(listed)["channels"] as? [String], [id], listed.summary)
+        XCTAssertEqual(try channels(["delete", "--app", Self.app, "--channel", id]).exitCode, 0)
+        let gone = try channels(["read", "--app", Self.app, "--channel", id])
+        XCTAssertEqual(gone.exitCode, 1, gone.summary)
+        XCTAssertTrue(gone.stderr.contains("ChannelNotRegistered"), gone.summary)
+        let usage = try channels(["read", "--app", Self.app])
+        XCTAssertEqual(usage.exitCode, 2)
+        XCTAssertTrue(usage.stderr.contains("--channel"), usage.summary)
+    }
+
+    func testABoundChannelIsSubscribedAtStartAndDeletedAfterTheActivityEnds() async throws {
+        let clock = TestClock(Int64(Date().timeIntervalSince1970 * 1000))
+        var configuration = RegistryConfiguration()
+        configuration.clock = clock.registryClock
+        let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db", configuration: configuration)
+        defer { registry.close() }
+        try await registry.defineApps([RegistryApp(bundleID: Self.app)])
+        try await registry.apply([
+            .pushToStartToken(
+                PushToStartRegistration(app: Self.app, deviceID: "d1", userID: "u1", token: testDeviceToken(1)))
+        ])
+        let client = try BroadcastChannelClient(
+            endpoint: APNsEndpoint(host: "localhost", port: XCTUnwrap(mock.server.managePort)),
+            credentials: ProviderCredentials(
+                keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+            caFile: mock.material.caPEMPath)
+        defer { client.shutdown() }
+        let channel = try await client.createChannel(
+            forActivity: "match-9", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
+        let bound = try await registry.activity(app: Self.app, activityID: "match-9")
+        XCTAssertEqual(bound?.channelID, channel)
+
+        // A start by activity id: the new activity subscribes to the bound channel.
+        let engine = try makeEngine(for: mock) { $0.registry = registry }
+        let start = FanoutJob.liveActivity(
+            id: "start", bundleID: Self.app,
+            content: LiveActivityContent(
+                event: .start, timestamp: 1_764_460_800, contentState: try RawJSON(validating: #"{"home":0}"#),
+                alert: LiveActivityAlert(title: "Kick-off", body: "0-0"), attributesType: "MatchAttributes",
+                attributes: try RawJSON(validating: #"{"home":"Acme"}"#)),
+            recipients: .pushToStart(app: Self.app, attributesType: nil, selection: .all, activityID: "match-9"))
+        let started = try await engine.run(start) { _ in }
+        XCTAssertEqual(started.counts.delivered, 1)
+        let payload = try XCTUnwrap(mock.stats.payloadsByToken[testDeviceToken(1)]?.first)
+        let aps = try XCTUnwrap(
+            (try JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any])?["aps"] as? [String: Any])
+        XCTAssertEqual(aps["input-push-channel"] as? String, channel)
+        await engine.shutdown()
+
+        // Ended with a dismissal date in the past: the channel is deleted at APNs and unbound, and the next sweep
+        // removes the activity.
+        let now = clock.registryClock.now() / 1000
+        try await registry.apply([.endActivity(app: Self.app, activityID: "match-9", dismissalDate: now - 1)])
+        XCTAssertTrue(mock.server.channels.exists(app: Self.app, channel: channel))
+        _ = try await registry.sweep()
+        let kept = try await registry.activity(app: Self.app, activityID: "match-9")
+        XCTAssertNotNil(kept, "kept while bound")
+        let deleted = try await client.deleteEndedChannels(registry: registry)
+        XCTAssertEqual(deleted.map(\.channelID), [channel])
+        XCTAssertFalse(mock.server.channels.exists(app: Self.app, channel: channel))
+        _ = try await registry.sweep()
+        let removed = try await registry.activity(app: Self.app, activityID: "match-9")
+        XCTAssertNil(removed)
+    }
+}
