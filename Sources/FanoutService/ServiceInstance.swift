@@ -55,12 +55,18 @@ package final class ServiceInstance: Sendable {
             engineRegistry.close()
             throw ServiceStartError("\(error)")
         }
+        let channels: TeamChannelClients
+        do {
+            channels = try TeamChannelClients(configuration: configuration)
+        } catch {
+            throw ServiceStartError("\(error)")
+        }
         let dispatcher = Dispatcher(
             store: store, engines: engines, maxRunning: configuration.maxRunningDispatches,
             log: { message in logger.error(message) })
         let core = ServiceCore(
             configuration: configuration, quotas: RequestQuotas(configuration), registry: registry, store: store,
-            dispatcher: dispatcher, metrics: metrics, logger: logger)
+            dispatcher: dispatcher, channels: channels, metrics: metrics, logger: logger)
         return try ServiceInstance(
             configuration: configuration, core: core, engines: engines, registries: [registry, engineRegistry])
     }
@@ -77,7 +83,13 @@ package final class ServiceInstance: Sendable {
         } catch {
             throw ServiceStartError("cannot read the dispatch queue: \(error)")
         }
-        sweeper = Task { await registry.sweepPeriodically(every: .seconds(60)) }
+        let channels = core.channels
+        sweeper = Task {
+            // Sweep, and delete the channels of ended activities, once a minute.
+            async let sweeping: Void = registry.sweepPeriodically(every: .seconds(60))
+            async let pruning: Void = channels.pruneEndedChannels(registry: registry, every: .seconds(60))
+            _ = await (sweeping, pruning)
+        }
         var tls: TLSServerContext?
         if let certificate = configuration.tlsCertificate, let key = configuration.tlsKey {
             do {
@@ -119,6 +131,7 @@ package final class ServiceInstance: Sendable {
         await core.dispatcher.stop(gracePeriod: gracePeriod)
         await engines.shutdown(gracePeriod: .seconds(2))
         sweeper.cancel()
+        core.channels.shutdown()
         http.shutdown()
         for registry in registries { registry.close() }
     }

@@ -21,7 +21,10 @@ extension BroadcastChannelClient {
     /// Deletes the channels of activities that have ended and whose dismissal date has passed, and unbinds them
     /// (a channel APNs no longer knows counts as deleted). Returns the channels deleted; stops at the first other
     /// refusal, leaving the rest bound for the next call.
-    public func deleteEndedChannels(registry: any RegistryStore) async throws(BroadcastChannelError) -> [EndedChannel] {
+    /// - Parameter apps: only these apps' channels (the apps of this client's team); nil: every app.
+    public func deleteEndedChannels(registry: any RegistryStore, apps: Set<String>? = nil)
+        async throws(BroadcastChannelError) -> [EndedChannel]
+    {
         var deleted: [EndedChannel] = []
         while true {
             let ended: [EndedChannel]
@@ -30,8 +33,9 @@ extension BroadcastChannelClient {
             } catch {
                 throw BroadcastChannelError(status: nil, reason: nil, message: "registry: \(error.description)")
             }
-            if ended.isEmpty { return deleted }
-            for channel in ended {
+            let mine = ended.filter { apps?.contains($0.app) ?? true }
+            if mine.isEmpty { return deleted }
+            for channel in mine {
                 do {
                     try await delete(app: channel.app, channelID: channel.channelID)
                 } catch  where error.reason == "ChannelNotRegistered" {

@@ -55,6 +55,8 @@ struct NativeAPI {
         case dispatch(String)
         case dispatchResults(String)
         case activity(String)
+        case createChannel(activity: String)
+        case deleteChannel(activity: String)
         case status
 
         init(_ method: String, _ segments: [String]) throws(APIError) {
@@ -70,6 +72,10 @@ struct NativeAPI {
                 self = .registerUpdateToken(activity: segments[2])
             case ("DELETE", "activities", 4) where segments[3] == "tokens":
                 self = .stopUpdateToken(activity: segments[2])
+            case ("POST", "activities", 4) where segments[3] == "channel":
+                self = .createChannel(activity: segments[2])
+            case ("DELETE", "activities", 4) where segments[3] == "channel":
+                self = .deleteChannel(activity: segments[2])
             case ("POST", "activities", 4) where ["start", "update", "end"].contains(segments[3]):
                 self = .liveActivity(activity: segments[2], event: segments[3])
             default: throw APIError(404, "no such endpoint: \(method) /\(segments.joined(separator: "/"))")
@@ -140,6 +146,10 @@ struct NativeAPI {
             return try await activity(id, app: request.query["app"], caller)
         case .status:
             return .json(200, await StatusReport.make(core, workspace: caller.workspace))
+        case .createChannel(let activity):
+            return try await createChannel(activity, request, caller)
+        case .deleteChannel(let activity):
+            return try await deleteChannel(activity, request, caller)
         }
     }
 
@@ -267,6 +277,61 @@ struct NativeAPI {
             body: page.lines)
     }
 
+    // MARK: Broadcast channels
+
+    /// `POST /v1/activities/{id}/channel` `{"storage_policy": 0|1}`: a broadcast channel for the activity, created at
+    /// APNs and bound in the registry (201), or the one already bound (200). Updates and ends by activity id then
+    /// send one broadcast to it besides the token pushes, and starts subscribe to it.
+    private func createChannel(_ activity: String, _ request: APIRequest, _ caller: Caller) async throws(APIError)
+        -> APIResponse
+    {
+        let body = request.body.isEmpty ? RequestBody(object: JSONObject()) : try RequestBody.parse(request.body)
+        try body.rejectUnknown(["app", "storage_policy"])
+        let app = try core.app(try body.string("app"), of: caller)
+        let policyValue = try body.integer("storage_policy") ?? 1
+        guard let policy = ChannelStoragePolicy(rawValue: Int(policyValue)) else {
+            throw APIError(400, field: "storage_policy", "storage_policy must be 0 (nothing stored) or 1")
+        }
+        guard let client = core.channels.client(forApp: app.bundleID) else {
+            throw APIError(
+                409, field: "app", "app \(quoted(app.bundleID)) has no channel management host (manage_endpoint)")
+        }
+        if let bound = try? await core.registry.activity(app: app.bundleID, activityID: activity)?.channelID {
+            return .json(200, ["activity_id": .string(activity), "channel_id": .string(bound)])
+        }
+        do {
+            let channel = try await client.createChannel(
+                forActivity: activity, app: app.bundleID, storagePolicy: policy, registry: core.registry)
+            return .json(
+                201,
+                [
+                    "activity_id": .string(activity), "channel_id": .string(channel),
+                    "storage_policy": .integer(Int64(policy.rawValue)),
+                ])
+        } catch {
+            throw APIError(error.status == nil ? 503 : 502, "APNs refused the channel: \(error.message)")
+        }
+    }
+
+    /// `DELETE /v1/activities/{id}/channel`: deletes the activity's channel at APNs and unbinds it.
+    private func deleteChannel(_ activity: String, _ request: APIRequest, _ caller: Caller) async throws(APIError)
+        -> APIResponse
+    {
+        let app = try core.app(request.query["app"], of: caller)
+        guard let client = core.channels.client(forApp: app.bundleID),
+            let bound = try? await core.registry.activity(app: app.bundleID, activityID: activity)?.channelID
+        else { throw APIError.notFound }
+        do {
+            try await client.delete(app: app.bundleID, channelID: bound)
+        } catch  where error.reason == "ChannelNotRegistered" {
+            // Already gone at APNs: unbind it all the same.
+        } catch {
+            throw APIError(502, "APNs refused: \(error.message)")
+        }
+        _ = try await core.register([.channel(app: app.bundleID, activityID: activity, channelID: nil)])
+        return .json(200, ["activity_id": .string(activity), "deleted": .string(bound)])
+    }
+
     private func activity(_ id: String, app bundleID: String?, _ caller: Caller) async throws(APIError) -> APIResponse {
         let app = try core.app(bundleID, of: caller)
         let record: ActivityRecord?
@@ -285,6 +350,7 @@ struct NativeAPI {
             .init(key: "live_tokens", value: .integer(Int64(live))),
         ]
         if let type = record.attributesType { members.append(.init(key: "attributes_type", value: .string(type))) }
+        if let channel = record.channelID { members.append(.init(key: "channel_id", value: .string(channel))) }
         return .json(200, .object(JSONObject(members)))
     }
 }
@@ -303,7 +369,7 @@ extension DispatchRecord {
             ("failed", counts.failed), ("expired", counts.expired), ("rate_limited", counts.rateLimited),
             ("invalid", counts.invalid), ("cancelled", counts.cancelled), ("superseded", counts.superseded),
             ("retries", counts.retries), ("payload_encodings", payloadEncodings), ("demoted", demoted),
-            ("broadcasts", 0),
+            ("broadcasts", broadcasts),
         ] {
             members.append(.init(key: name, value: .integer(Int64(value))))
         }

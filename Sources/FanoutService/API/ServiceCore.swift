@@ -14,6 +14,7 @@ package final class ServiceCore: Sendable {
     package let registry: any RegistryStore
     package let store: DispatchStore
     package let dispatcher: Dispatcher
+    package let channels: TeamChannelClients
     package let metrics: FanoutMetrics
     package let logger: FanoutLogger
     let started = Date()
@@ -21,7 +22,7 @@ package final class ServiceCore: Sendable {
 
     package init(
         configuration: ServiceConfiguration, quotas: RequestQuotas, registry: any RegistryStore, store: DispatchStore,
-        dispatcher: Dispatcher, metrics: FanoutMetrics, logger: FanoutLogger
+        dispatcher: Dispatcher, channels: TeamChannelClients, metrics: FanoutMetrics, logger: FanoutLogger
     ) {
         self.configuration = configuration
         keyring = APIKeyring(configuration)
@@ -29,6 +30,7 @@ package final class ServiceCore: Sendable {
         self.registry = registry
         self.store = store
         self.dispatcher = dispatcher
+        self.channels = channels
         self.metrics = metrics
         self.logger = logger
     }

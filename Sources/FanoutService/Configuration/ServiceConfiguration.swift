@@ -13,6 +13,7 @@ import Foundation
 ///     "device_rate_limit": {"requests_per_hour": 2500000, "burst": 50000},
 ///     "apps": {"com.acme.app": {"team_id": "...", "key_id": "...", "key_path": "AuthKey.p8",
 ///                               "endpoint": "sandbox" | "production" | "HOST:PORT", "ca_file": null,
+///                               "manage_endpoint": "HOST:PORT" (broadcast channels; Apple's host by default),
 ///                               "pushwoosh_application": "XXXXX-XXXXX", "braze_app_id": "..."}}}}}
 /// ```
 /// Paths are relative to the config file's directory. An unknown key is an error, and every error names the key
@@ -65,6 +66,9 @@ package struct AppConfiguration: Sendable, Hashable {
     package var keyID: String
     package var keyPath: String
     package var endpoint: APNsEndpoint
+    /// The channel management host (broadcast channels): Apple's for `production` and `sandbox`, else
+    /// `manage_endpoint`; nil when neither says (channels are then unavailable for the app).
+    package var manageEndpoint: APNsEndpoint?
     package var caFile: String?
     package var pushwooshApplication: String?
     package var brazeAppID: String?
@@ -257,22 +261,40 @@ private struct ConfigReader {
         let object = try object(
             value, path,
             keys: [
-                "team_id", "key_id", "key_path", "endpoint", "ca_file", "pushwoosh_application", "braze_app_id",
+                "team_id", "key_id", "key_path", "endpoint", "manage_endpoint", "ca_file", "pushwoosh_application",
+                "braze_app_id",
             ])
         let endpoint: APNsEndpoint
+        var manageEndpoint: APNsEndpoint?
         switch try string(object, "endpoint", path) {
-        case nil, "production": endpoint = .production
-        case "sandbox": endpoint = .sandbox
+        case nil, "production":
+            endpoint = .production
+            manageEndpoint = BroadcastChannelClient.production
+        case "sandbox":
+            endpoint = .sandbox
+            manageEndpoint = BroadcastChannelClient.sandbox
         case let text?:
             guard let (host, port) = HostPort.parse(text) else {
                 throw ServiceConfigurationError(join(path, "endpoint"), "must be sandbox, production or HOST:PORT")
             }
             endpoint = APNsEndpoint(host: host, port: port)
         }
+        switch try string(object, "manage_endpoint", path) {
+        case nil: break
+        case "production": manageEndpoint = BroadcastChannelClient.production
+        case "sandbox": manageEndpoint = BroadcastChannelClient.sandbox
+        case let text?:
+            guard let (host, port) = HostPort.parse(text) else {
+                throw ServiceConfigurationError(
+                    join(path, "manage_endpoint"), "must be sandbox, production or HOST:PORT")
+            }
+            manageEndpoint = APNsEndpoint(host: host, port: port)
+        }
         return AppConfiguration(
             bundleID: bundleID, workspace: workspace, teamID: try required(object, "team_id", path),
             keyID: try required(object, "key_id", path), keyPath: resolve(try required(object, "key_path", path)),
-            endpoint: endpoint, caFile: try string(object, "ca_file", path).map(resolve),
+            endpoint: endpoint, manageEndpoint: manageEndpoint,
+            caFile: try string(object, "ca_file", path).map(resolve),
             pushwooshApplication: try string(object, "pushwoosh_application", path),
             brazeAppID: try string(object, "braze_app_id", path))
     }

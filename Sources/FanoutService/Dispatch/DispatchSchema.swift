@@ -12,7 +12,8 @@ import FanoutSQLite
 ///   for a position already recorded is refused by the key. Job-level results (position -1 in the engine) get keys
 ///   from `jobLevelKeyBase` up, far below every position, one new key each.
 ///   `job` is NULL when the result's job id is the dispatch's `job_id` (set from its first result), so a million rows
-///   do not repeat it. Outcomes are stored as their index in `NotificationOutcome.all`.
+///   do not repeat it. Outcomes are stored as their index in `NotificationOutcome.all`. A broadcast's result has
+///   `channel` (and no `token`); `dispatches.broadcasts` counts them.
 enum DispatchSchema {
     static let version: Int64 = 1
 
@@ -53,7 +54,8 @@ enum DispatchSchema {
             invalid INTEGER NOT NULL DEFAULT 0,
             cancelled INTEGER NOT NULL DEFAULT 0,
             superseded INTEGER NOT NULL DEFAULT 0,
-            retries INTEGER NOT NULL DEFAULT 0
+            retries INTEGER NOT NULL DEFAULT 0,
+            broadcasts INTEGER NOT NULL DEFAULT 0
         ) STRICT;
         CREATE UNIQUE INDEX dispatches_by_idempotency_key ON dispatches (workspace, idempotency_key)
             WHERE idempotency_key IS NOT NULL;
@@ -74,6 +76,7 @@ enum DispatchSchema {
             timestamp INTEGER,
             retry_after_s REAL,
             job TEXT,
+            channel TEXT,
             PRIMARY KEY (dispatch, position)
         ) STRICT, WITHOUT ROWID;
         """
@@ -82,14 +85,14 @@ enum DispatchSchema {
     static let recordColumns = """
         id, workspace, app, kind, job_line, state, created_at, started_at, finished_at, idempotency_key,
         payload_encodings, demoted, delivered, rejected, unregistered, failed, expired, rate_limited, invalid,
-        cancelled, superseded, retries
+        cancelled, superseded, retries, broadcasts
         """
 
     static let insertResult = SQLiteSQL(
         """
         INSERT INTO dispatch_results (dispatch, position, token, outcome, status, reason, apns_id, apns_unique_id,
-            attempts, latency_ms, timestamp, retry_after_s, job)
-        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+            attempts, latency_ms, timestamp, retry_after_s, job, channel)
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
         ON CONFLICT DO NOTHING
         """)
 }

@@ -13,6 +13,7 @@ extension DispatchStore {
             let database = connection.database
             guard let row = try Self.dispatchRow(id: id, in: database) else { return false }
             var added = OutcomeCounts()
+            var broadcasts = 0
             var jobID = row.jobID
             var prefix = row.donePrefix
             var prefixFilled = false
@@ -42,11 +43,13 @@ extension DispatchStore {
                     try statement.bind(result.timestamp, at: 11)
                     try statement.bind(result.retryAfterSeconds, at: 12)
                     try statement.bind(result.jobID == jobID ? nil : result.jobID, at: 13)
+                    try statement.bind(result.channel, at: 14)
                     try statement.run()
                     return database.changes == 1
                 }
                 guard inserted else { continue }
                 added.add(result)
+                if result.channel != nil { broadcasts += 1 }
                 if key == prefix { prefixFilled = true }
             }
             // The prefix moves only when its first missing position arrived; it then walks the rows that follow
@@ -58,7 +61,7 @@ extension DispatchStore {
                     unregistered = unregistered + ?4, failed = failed + ?5, expired = expired + ?6,
                     rate_limited = rate_limited + ?7, invalid = invalid + ?8, cancelled = cancelled + ?9,
                     superseded = superseded + ?10, retries = retries + ?11, done_prefix = ?12,
-                    job_id = coalesce(job_id, ?13)
+                    job_id = coalesce(job_id, ?13), broadcasts = broadcasts + ?14
                 WHERE seq = ?1
                 """
             ) { statement throws(SQLiteError) in
@@ -70,6 +73,7 @@ extension DispatchStore {
                 for (offset, value) in values.enumerated() { try statement.bind(Int64(value), at: Int32(offset + 2)) }
                 try statement.bind(prefix, at: 12)
                 try statement.bind(jobID, at: 13)
+                try statement.bind(Int64(broadcasts), at: 14)
                 try statement.run()
             }
             return true
@@ -123,7 +127,7 @@ extension DispatchStore {
             try database.withStatement(
                 """
                 SELECT position, token, outcome, status, reason, apns_id, apns_unique_id, attempts, latency_ms,
-                    timestamp, retry_after_s, job
+                    timestamp, retry_after_s, job, channel
                 FROM dispatch_results WHERE dispatch = ?1 AND position > ?2 ORDER BY position LIMIT ?3
                 """
             ) { statement throws(SQLiteError) in
@@ -141,6 +145,7 @@ extension DispatchStore {
                         attempts: Int(statement.int64(at: 7)), latencyMilliseconds: statement.double(at: 8),
                         timestamp: statement.optionalInt64(at: 9), retryAfterSeconds: statement.optionalDouble(at: 10))
                     result.position = position >= 0 ? Int(position) : -1
+                    result.channel = statement.optionalString(at: 12)
                     ResultLine.append(result, to: &lines)
                     last = Int(position)
                 }

@@ -28,6 +28,8 @@ package struct DispatchRecord: Sendable, Equatable {
     package var startedAt: Int64?
     package var finishedAt: Int64?
     package var idempotencyKey: String?
+    /// Broadcast requests among the results (their results carry `channel`).
+    package var broadcasts = 0
     package var notifications: Int { counts.total }
 }
 
@@ -334,5 +336,6 @@ extension DispatchRecord {
             counts: counts, payloadEncodings: Int(row.int64(at: 10)), demoted: Int(row.int64(at: 11)),
             createdAt: row.int64(at: 6), startedAt: row.optionalInt64(at: 7), finishedAt: row.optionalInt64(at: 8),
             idempotencyKey: row.optionalString(at: 9))
+        broadcasts = Int(row.int64(at: 22))
     }
 }

@@ -38,26 +38,28 @@ final class ServeHarness: @unchecked Sendable {
         extraConfig: [String: Any] = [:]
     ) throws {
         try self.init(
-            testCase: testCase, mockPort: mock.port, material: mock.material, acmeRateLimit: acmeRateLimit,
-            extraConfig: extraConfig)
+            testCase: testCase, mockPort: mock.port, material: mock.material, managePort: mock.server.managePort,
+            acmeRateLimit: acmeRateLimit, extraConfig: extraConfig)
     }
 
     /// - Parameters:
     ///   - mockPort, material: the mock-apns to send to, and its CA and signing key.
+    ///   - managePort: its channel management listener, if it has one.
     init(
-        testCase: XCTestCase, mockPort: Int, material: TestTLSMaterial,
-        acmeRateLimit: (perHour: Int, burst: Int)? = nil,
-        extraConfig: [String: Any] = [:]
+        testCase: XCTestCase, mockPort: Int, material: TestTLSMaterial, managePort: Int? = nil,
+        acmeRateLimit: (perHour: Int, burst: Int)? = nil, extraConfig: [String: Any] = [:]
     ) throws {
         directory = try ProcessSupport.temporaryDirectory(for: testCase, "serve")
         database = (directory as NSString).appendingPathComponent("fanout.db")
         configPath = (directory as NSString).appendingPathComponent("serve.json")
         fanout = try ProcessSupport.builtExecutable("fanout")
         func app(_ extra: [String: Any]) -> [String: Any] {
-            [
+            var app: [String: Any] = [
                 "team_id": "TEAMID1234", "key_id": "KEYID12345", "key_path": material.authKeyP8Path,
                 "endpoint": "127.0.0.1:\(mockPort)", "ca_file": material.caPEMPath,
-            ].merging(extra) { _, new in new }
+            ]
+            if let managePort { app["manage_endpoint"] = "localhost:\(managePort)" }
+            return app.merging(extra) { _, new in new }
         }
         var acme: [String: Any] = [
             "server_keys_sha256": [SHA256Digest.hexHash(ServeKeys.acmeServer)],
