@@ -84,7 +84,7 @@ package final class ServiceInstance: Sendable {
             throw ServiceStartError("cannot read the dispatch queue: \(error)")
         }
         let channels = core.channels
-        sweeper = Task {
+        sweeper = Task(priority: .background) {
             // Sweep, and delete the channels of ended activities, once a minute.
             async let sweeping: Void = registry.sweepPeriodically(every: .seconds(60))
             async let pruning: Void = channels.pruneEndedChannels(registry: registry, every: .seconds(60))
@@ -111,7 +111,7 @@ package final class ServiceInstance: Sendable {
             ) { request, responder in
                 let apiRequest = APIRequest(
                     method: request.method, target: request.target, headers: request.headers, body: request.body)
-                Task {
+                Task(priority: .userInitiated) {
                     let response = await router.handle(apiRequest)
                     responder.respond(
                         HTTPResponse(status: response.status, headers: response.headers, body: response.body))

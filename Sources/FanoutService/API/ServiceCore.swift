@@ -126,7 +126,7 @@ package final class ServiceCore: Sendable {
             let (record, created) = try store.accept(
                 workspace: caller.workspace, app: spec.app.bundleID, kind: spec.kind, jobLine: spec.jobLine,
                 idempotencyKey: idempotencyKey, now: Self.nowMilliseconds())
-            if created { dispatcher.submit(record) }
+            if created { dispatcher.submit(record, activityID: spec.activityID) }
             return record
         } catch {
             logger.error("cannot record a dispatch", fields: ["error": "\(error)"])

@@ -45,13 +45,14 @@ package final class Dispatcher: Sendable {
     /// Queues every dispatch a previous process left queued or running (oldest first).
     package func resumeUnfinished() throws(DispatchStoreError) -> Int {
         let unfinished = try store.unfinished()
-        for record in unfinished { submit(record) }
+        for record in unfinished { submit(record, activityID: Self.activityID(of: record)) }
         return unfinished.count
     }
 
     /// Queues an accepted dispatch; it starts when a slot is free.
-    package func submit(_ record: DispatchRecord) {
-        let activity = Self.activityKey(of: record)
+    /// - Parameter activityID: the activity it updates, ends or starts, if any (its dispatches run in order).
+    package func submit(_ record: DispatchRecord, activityID: String?) {
+        let activity = activityID.map { record.app + "\u{0}" + $0 }
         state.withLock { state in
             guard !state.stopping else { return }
             state.waiting.append((record, activity))
@@ -93,7 +94,8 @@ package final class Dispatcher: Sendable {
                 state.waiting.remove(at: index)
                 guard state.running[record.id] == nil else { continue }
                 if let activity { state.busyActivities.insert(activity) }
-                state.running[record.id] = Task { [self] in
+                // Below the API requests' priority: a large send must not delay the next request's answer.
+                state.running[record.id] = Task(priority: .utility) { [self] in
                     await run(record)
                     finished(record.id, activity: activity)
                 }
@@ -109,12 +111,10 @@ package final class Dispatcher: Sendable {
         launchWhatFits()
     }
 
-    /// `app` and `activity_id` of a job line that names an activity (update, end, or a start into it).
-    static func activityKey(of record: DispatchRecord) -> String? {
-        guard let line = try? JSONValue.parse(record.jobLine), let activity = line["activity_id"]?.stringValue else {
-            return nil
-        }
-        return record.app + "\u{0}" + activity
+    /// The `activity_id` of a job line that names an activity (update, end, or a start into it). Parses the line:
+    /// only for dispatches found at start, since the API passes what it already knows.
+    static func activityID(of record: DispatchRecord) -> String? {
+        (try? JSONValue.parse(record.jobLine))?["activity_id"]?.stringValue
     }
 
     private static func nowMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
