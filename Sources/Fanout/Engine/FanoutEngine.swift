@@ -392,7 +392,7 @@ public final class FanoutEngine: Sendable {
 
     /// The position of an activity's broadcast among the job's results: past every token, so resuming skips it
     /// once it has a result, like any recipient.
-    static let activityBroadcastPosition = Int(Int32.max)
+    package static let activityBroadcastPosition = Int(Int32.max)
 
     /// A job by activity id whose activity is bound to a broadcast channel sends one broadcast to the channel
     /// besides its token pushes (tokens registered without a channel). Returns why feeding must stop, if it must.

@@ -55,7 +55,8 @@ enum DispatchSchema {
             cancelled INTEGER NOT NULL DEFAULT 0,
             superseded INTEGER NOT NULL DEFAULT 0,
             retries INTEGER NOT NULL DEFAULT 0,
-            broadcasts INTEGER NOT NULL DEFAULT 0
+            broadcasts INTEGER NOT NULL DEFAULT 0,
+            runs INTEGER NOT NULL DEFAULT 0
         ) STRICT;
         CREATE UNIQUE INDEX dispatches_by_idempotency_key ON dispatches (workspace, idempotency_key)
             WHERE idempotency_key IS NOT NULL;

@@ -102,6 +102,38 @@ extension DispatchStore {
         return point
     }
 
+    /// The recipients an interrupted dispatch already has a result for, by token (a broadcast's by its channel), and
+    /// whether its activity broadcast has one: what a resumed run skips. By token, not by position, because the
+    /// audience is read again from the registry, where tokens may have come and gone since the first run. Reads every
+    /// recorded row (only when a dispatch is resumed after a crash or a stop).
+    package func recordedRecipients(id: String) throws(DispatchStoreError) -> (tokens: [String: Int], broadcast: Bool) {
+        let recorded = try read { connection throws(SQLiteError) -> (tokens: [String: Int], broadcast: Bool)? in
+            let database = connection.database
+            guard let row = try Self.dispatchRow(id: id, in: database) else { return nil }
+            var tokens: [String: Int] = [:]
+            var broadcast = false
+            try database.withStatement(
+                """
+                SELECT token, channel FROM dispatch_results
+                WHERE dispatch = ?1 AND position > \(DispatchSchema.jobLevelKeyLimit)
+                """
+            ) { statement throws(SQLiteError) in
+                try statement.bind(row.seq, at: 1)
+                while try statement.step() {
+                    if let token = statement.optionalString(at: 0) {
+                        tokens[token, default: 0] += 1
+                    } else if let channel = statement.optionalString(at: 1) {
+                        tokens[channel, default: 0] += 1
+                        broadcast = true
+                    }
+                }
+            }
+            return (tokens, broadcast)
+        }
+        guard let recorded else { throw Self.notFound(id) }
+        return recorded
+    }
+
     /// Results as JSON lines in the results-file format (`ResultLine`), in position order, at most `limit`, plus the
     /// last position returned (pass it as `after` for the next page; `after` itself when the page is empty).
     ///

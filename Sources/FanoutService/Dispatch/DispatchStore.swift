@@ -234,20 +234,33 @@ package final class DispatchStore: Sendable {
 
     /// Marks the dispatch running (a done one stays done). Its `startedAt` is the first time it started: a dispatch
     /// resumed after a restart keeps it.
-    package func markRunning(id: String, now: Int64) throws(DispatchStoreError) {
-        let found = try write { connection throws(SQLiteError) in
+    /// Marks the dispatch running and counts one more run of it; returns that run's number (1 for the first). A
+    /// run after the first is a resume: its results are stored at positions of their own (`positionOffset(run:)`).
+    @discardableResult
+    package func markRunning(id: String, now: Int64) throws(DispatchStoreError) -> Int {
+        let run = try write { connection throws(SQLiteError) -> Int? in
             let database = connection.database
-            try database.withStatement(
-                "UPDATE dispatches SET state = max(state, 1), started_at = coalesce(started_at, ?2) WHERE id = ?1"
-            ) { statement throws(SQLiteError) in
+            return try database.withStatement(
+                """
+                UPDATE dispatches SET state = max(state, 1), started_at = coalesce(started_at, ?2), runs = runs + 1
+                WHERE id = ?1 RETURNING runs
+                """
+            ) { statement throws(SQLiteError) -> Int? in
                 try statement.bind(id, at: 1)
                 try statement.bind(now, at: 2)
-                try statement.run()
+                guard try statement.step() else { return nil }
+                let runs = Int(statement.int64(at: 0))
+                while try statement.step() {}
+                return runs
             }
-            return database.changes == 1
         }
-        guard found else { throw Self.notFound(id) }
+        guard let run else { throw Self.notFound(id) }
+        return run
     }
+
+    /// Where run `run`'s results are stored: the engine's positions plus this, so a resumed run, whose recipients
+    /// may sit at other positions than before (the registry changed meanwhile), never collides with the first.
+    package static func positionOffset(run: Int) -> Int { max(0, run - 1) << 40 }
 
     /// Marks the dispatch done, with what its run counted beside the results.
     package func markDone(id: String, now: Int64, payloadEncodings: Int, demoted: Int) throws(DispatchStoreError) {

@@ -122,9 +122,11 @@ package final class Dispatcher: Sendable {
     /// Sends one dispatch to the end, or until its task is cancelled.
     private func run(_ record: DispatchRecord) async {
         do {
-            try store.markRunning(id: record.id, now: Self.nowMilliseconds())
+            let run = try store.markRunning(id: record.id, now: Self.nowMilliseconds())
+            let offset = DispatchStore.positionOffset(run: run)
             let buffer = DispatchResultBuffer(store: store, dispatchID: record.id)
-            guard let job = try job(for: record, buffer: buffer), let engine = engines.engine(forApp: record.app)
+            guard let job = try job(for: record, run: run, buffer: buffer),
+                let engine = engines.engine(forApp: record.app)
             else {
                 try await buffer.flush()
                 try store.markDone(id: record.id, now: Self.nowMilliseconds(), payloadEncodings: 0, demoted: 0)
@@ -135,7 +137,10 @@ package final class Dispatcher: Sendable {
                 summary = try await engine.run(job) { result in
                     // Not sent for sure: left for the next start, which resends it.
                     guard result.outcome != .cancelled else { return }
-                    buffer.add(result)
+                    guard offset > 0, result.position >= 0 else { return buffer.add(result) }
+                    var placed = result
+                    placed.position += offset
+                    buffer.add(placed)
                 }
             } catch {
                 // The engine is shutting down (or refused the job, whose `invalid` result is in the buffer).
@@ -157,7 +162,8 @@ package final class Dispatcher: Sendable {
 
     /// The engine job of a dispatch (resuming after what is recorded), or nil when the line no longer parses
     /// (recorded as its one `invalid` result).
-    private func job(for record: DispatchRecord, buffer: DispatchResultBuffer) throws(DispatchStoreError) -> FanoutJob?
+    private func job(for record: DispatchRecord, run: Int, buffer: DispatchResultBuffer) throws(DispatchStoreError)
+        -> FanoutJob?
     {
         let now = Int64(Date().timeIntervalSince1970)
         switch JobLineParser().parse(line: record.jobLine, lineNumber: 1, jobFileDirectory: "", now: now) {
@@ -167,7 +173,13 @@ package final class Dispatcher: Sendable {
         case .success(var parsed):
             parsed.job.id = record.id
             var job = FanoutJob(parsed.job)
-            if record.state != .queued { job.alreadyDone = try store.resumePoint(id: record.id) }
+            if run > 1 {
+                // Resumed: skip every recipient that has a result, matched by token (see `recordedRecipients`).
+                let recorded = try store.recordedRecipients(id: record.id)
+                job.alreadyDone = ResumePoint(
+                    beyondPrefix: recorded.broadcast ? [FanoutEngine.activityBroadcastPosition] : [],
+                    tokensDone: recorded.tokens)
+            }
             return job
         }
     }
