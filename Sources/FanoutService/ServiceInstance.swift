@@ -78,11 +78,6 @@ package final class ServiceInstance: Sendable {
         self.engines = engines
         self.registries = registries
         let registry = registries[0]
-        do {
-            resumedDispatches = try core.dispatcher.resumeUnfinished()
-        } catch {
-            throw ServiceStartError("cannot read the dispatch queue: \(error)")
-        }
         let channels = core.channels
         sweeper = Task(priority: .background) {
             // Sweep, and delete the channels of ended activities, once a minute.
@@ -123,6 +118,14 @@ package final class ServiceInstance: Sendable {
                 "cannot listen on \(configuration.listenHost):\(configuration.listenPort): \(error)")
         }
         port = http.port
+        // Only once the port is ours: a start that fails to bind must not have begun sending.
+        do {
+            resumedDispatches = try core.dispatcher.resumeUnfinished()
+        } catch {
+            http.shutdown()
+            sweeper.cancel()
+            throw ServiceStartError("cannot read the dispatch queue: \(error)")
+        }
     }
 
     /// SIGTERM: stop accepting, give running dispatches `gracePeriod`, leave the rest queued, stop everything.

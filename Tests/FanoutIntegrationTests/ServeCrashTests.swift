@@ -13,7 +13,8 @@ final class ServeCrashTests: XCTestCase {
     /// match-1's first 100 tokens, stopped while the server is down.
     static let stoppedTokens = (tokensPerDispatch..<tokensPerDispatch + 100).map(testDeviceToken)
     /// 100 tokens registered for match-2 while the server is down (numbered past every activity's).
-    static let addedTokens = (dispatches * tokensPerDispatch..<dispatches * tokensPerDispatch + 100).map(testDeviceToken)
+    static let addedTokens = (dispatches * tokensPerDispatch..<dispatches * tokensPerDispatch + 100).map(
+        testDeviceToken)
 
     private func changeRegistryWhileDown(_ database: String) async throws {
         let registry = try SQLiteRegistryStore(path: database)
@@ -113,7 +114,8 @@ final class ServeCrashTests: XCTestCase {
             case 2:
                 // The new tokens count if the dispatch was still unfinished at the kill.
                 XCTAssertTrue(original.isSubset(of: tokens), "every token of \(id) has a result")
-                XCTAssertTrue(tokens.isSubset(of: original.union(Self.addedTokens)), "\(id): only its activity's tokens")
+                XCTAssertTrue(
+                    tokens.isSubset(of: original.union(Self.addedTokens)), "\(id): only its activity's tokens")
                 XCTAssertTrue(
                     tokens.count == original.count || tokens.count == original.count + Self.addedTokens.count,
                     "\(id): all of the new tokens or none: \(tokens.count)")

@@ -56,11 +56,22 @@ final class ServiceConfigurationTests: XCTestCase {
             )
             .hasPrefix("workspaces.a.apps.x.team_id: is required"))
         XCTAssertTrue(message(#"{"workspace": {}}"#).hasPrefix("workspace: unknown key"))
+        let other = SHA256Digest.hexHash("sk_other")
         let shared = """
             {"workspaces": {"a": {"server_keys_sha256": ["\(Self.digest)"], "apps": {"x": \(app())}},
-                            "b": {"server_keys_sha256": ["\(Self.digest)"], "apps": {"x": \(app())}}}}
+                            "b": {"server_keys_sha256": ["\(other)"], "apps": {"x": \(app())}}}}
             """
         XCTAssertTrue(message(shared).contains("an app belongs to one workspace"), message(shared))
+        let sharedKey = """
+            {"workspaces": {"a": {"server_keys_sha256": ["\(Self.digest)"], "apps": {"x": \(app())}},
+                            "b": {"server_keys_sha256": ["\(Self.digest)"], "apps": {"y": \(app())}}}}
+            """
+        XCTAssertTrue(message(sharedKey).contains("a key digest is listed twice"), message(sharedKey))
+        let sharedCode = """
+            {"workspaces": {"a": {"server_keys_sha256": ["\(Self.digest)"],
+              "apps": {"x": \(app(#", "braze_app_id": "b1""#)), "y": \(app(#", "braze_app_id": "b1""#))}}}}
+            """
+        XCTAssertTrue(message(sharedCode).contains("braze_app_id b1 is also"), message(sharedCode))
     }
 
     func testKeyringFindsTheWorkspaceAndKindOfAKey() throws {

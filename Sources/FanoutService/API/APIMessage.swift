@@ -20,8 +20,8 @@ package struct APIRequest: Sendable {
         if parts.count == 2 {
             for pair in parts[1].split(separator: "&") {
                 let keyValue = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-                let key = PercentDecoding.decode(keyValue[0]) ?? String(keyValue[0])
-                query[key] = keyValue.count == 2 ? PercentDecoding.decode(keyValue[1]) ?? "" : ""
+                let key = PercentDecoding.decode(keyValue[0], plusIsSpace: true) ?? String(keyValue[0])
+                query[key] = keyValue.count == 2 ? PercentDecoding.decode(keyValue[1], plusIsSpace: true) ?? "" : ""
             }
         }
     }
@@ -62,7 +62,8 @@ package struct APIResponse: Sendable {
 
 /// `%XX` decoding of a path segment or query part (`+` is a space in a query).
 enum PercentDecoding {
-    static func decode(_ text: Substring) -> String? {
+    /// - Parameter plusIsSpace: `+` means a space in a query (form encoding), not in a path segment.
+    static func decode(_ text: Substring, plusIsSpace: Bool = false) -> String? {
         var bytes: [UInt8] = []
         var iterator = Array(text.utf8)[...]
         while let byte = iterator.popFirst() {
@@ -73,7 +74,7 @@ enum PercentDecoding {
                 else { return nil }
                 bytes.append(contentsOf: high)
                 iterator = iterator.dropFirst(2)
-            case UInt8(ascii: "+"): bytes.append(UInt8(ascii: " "))
+            case UInt8(ascii: "+") where plusIsSpace: bytes.append(UInt8(ascii: " "))
             default: bytes.append(byte)
             }
         }

@@ -10,14 +10,20 @@ import Synchronization
 final class ContentTimestamps: Sendable {
     private let assigned = Mutex<[String: Int64]>([:])
 
-    func next(app: String, activityID: String, now: Int64, lastSent: Int64?) -> Int64 {
+    /// Gives the activity its next timestamp and runs `commit` with it under the same lock, so that of two
+    /// concurrent requests the one with the later timestamp is also committed (and so sent) later. The lock is held
+    /// for one SQLite commit, which SQLite's write lock serializes anyway.
+    func assign<T>(
+        app: String, activityID: String, now: Int64, lastSent: Int64?, commit: (Int64) throws(APIError) -> T
+    ) throws(APIError) -> T {
         let key = app + "\u{0}" + activityID
-        return assigned.withLock { assigned in
+        return try assigned.withLock { assigned throws(APIError) -> T in
             let floor = max(assigned[key] ?? .min, lastSent ?? .min)
             let timestamp = floor == .min ? now : max(now, floor + 1)
+            let result = try commit(timestamp)
             if assigned.count > 10_000 { assigned = assigned.filter { $0.value > now - 5 } }
             assigned[key] = timestamp
-            return timestamp
+            return result
         }
     }
 }

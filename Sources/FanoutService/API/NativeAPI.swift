@@ -32,7 +32,9 @@ struct NativeAPI {
 
     static func bearer(_ request: APIRequest) -> String? {
         guard let value = request.header("authorization") else { return nil }
-        for scheme in ["Bearer ", "Token "] where value.count > scheme.count && value.hasPrefix(scheme) {
+        // The scheme is case-insensitive (RFC 9110 section 11.1).
+        let lowered = value.lowercased()
+        for scheme in ["bearer ", "token "] where value.count > scheme.count && lowered.hasPrefix(scheme) {
             return String(value.dropFirst(scheme.count)).trimmingCharacters(in: .whitespaces)
         }
         return nil
@@ -107,7 +109,9 @@ struct NativeAPI {
             let token = try body.string("token") ?? ""
             let change: RegistryChange =
                 token.isEmpty
-                ? .stopUpdateTokens(app: app.bundleID, activityID: activity, deviceID: try body.string("device_id"))
+                ? .stopUpdateTokens(
+                    app: app.bundleID, activityID: activity,
+                    deviceID: try Self.stoppedDevice(try body.string("device_id"), caller))
                 : .updateToken(
                     UpdateTokenRegistration(
                         app: app.bundleID, activityID: activity, deviceID: try body.string("device_id"),
@@ -117,7 +121,7 @@ struct NativeAPI {
             let body = request.body.isEmpty ? RequestBody(object: JSONObject()) : try RequestBody.parse(request.body)
             try body.rejectUnknown(["app", "device_id"])
             let app = try core.app(try body.string("app") ?? request.query["app"], of: caller)
-            let device = try body.string("device_id") ?? request.query["device_id"]
+            let device = try Self.stoppedDevice(try body.string("device_id") ?? request.query["device_id"], caller)
             return Self.applied(
                 try await core.register([.stopUpdateTokens(app: app.bundleID, activityID: activity, deviceID: device)]))
         case .registerPushToStart:
@@ -151,6 +155,15 @@ struct NativeAPI {
         case .deleteChannel(let activity):
             return try await deleteChannel(activity, request, caller)
         }
+    }
+
+    /// The device a stop is for. The device key ships inside the app, so with it a stop must name its device;
+    /// stopping every device's tokens of an activity (nil) takes a server key.
+    static func stoppedDevice(_ device: String?, _ caller: Caller) throws(APIError) -> String? {
+        if device == nil && caller.kind == .device {
+            throw APIError(400, field: "device_id", "device_id is required with a device key")
+        }
+        return device
     }
 
     static func applied(_ result: RegistryApplyResult) -> APIResponse {
@@ -263,7 +276,8 @@ struct NativeAPI {
 
     private func results(_ id: String, _ request: APIRequest, _ caller: Caller) throws(APIError) -> APIResponse {
         let after = Int(request.query["after"] ?? "") ?? Int.min
-        let limit = min(max(Int(request.query["limit"] ?? "") ?? 100_000, 1), 1_000_000)
+        // Pages of at most 100,000 lines (about 20 MB), 10,000 by default: a response is held whole in memory.
+        let limit = min(max(Int(request.query["limit"] ?? "") ?? 10_000, 1), 100_000)
         let page: (lines: [UInt8], last: Int)?
         do {
             page = try core.store.results(id: id, workspace: caller.workspace, after: after, limit: limit)

@@ -25,8 +25,8 @@ struct PushwooshAPI {
         do throws(APIError) {
             envelope = try RequestBody.parse(request.body)
         } catch {
-            // Pushwoosh: a request string that cannot be read is HTTP 400.
-            return Self.answer(http: 400, code: 400, message: error.message)
+            // An argument error like any other (HTTP 200, status_code 210), so the SDK reports it and keeps its base URL.
+            return Self.argumentError(error)
         }
         let isServer = Self.serverMethods.contains(method)
         let body: RequestBody
@@ -112,21 +112,22 @@ struct PushwooshAPI {
             return Self.ok()
         case "unregisterDevice":
             let app = try application(body, caller)
+            // An empty token removes the device's push token (nil would leave it as it is).
             let registration = DeviceRegistration(
                 app: app.bundleID, deviceID: try body.requiredString("hwid"), userID: try body.string("userId"),
-                pushToken: nil)
+                pushToken: "")
             _ = try await core.register([.device(registration)])
             return Self.ok()
         case "setActivityToken":
             let app = try application(body, caller)
             let activityID = try body.string("activity_id") ?? ""
             let token = try body.string("activity_token") ?? ""
-            let device = try body.string("hwid")
+            // The device key ships inside the app: with it, a stop names its device (it cannot stop everyone's).
+            let device = try body.requiredString("hwid")
             if token.isEmpty {
                 // The SDK's stop: an empty or missing token. Without an activity id it stops the device's tokens
                 // of every activity it has; with one, just that activity's.
                 guard !activityID.isEmpty else {
-                    guard let device else { throw APIError(400, field: "hwid", "hwid is required to stop") }
                     _ = try await core.register(try await stopAll(app: app.bundleID, device: device))
                     return Self.ok()
                 }

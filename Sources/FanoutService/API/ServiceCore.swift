@@ -94,12 +94,18 @@ package final class ServiceCore: Sendable {
 
     // MARK: Registry
 
-    /// Applies registrations; the registry's refusals (a malformed token, an unknown app) are the caller's 400.
+    /// Applies registrations. Bad input (a malformed token, an id too long) is the caller's 400, naming the field;
+    /// a registry that cannot write now (busy, unavailable) is a 503 the caller should retry, since nothing was
+    /// written.
     func register(_ changes: [RegistryChange]) async throws(APIError) -> RegistryApplyResult {
         do {
             return try await registry.apply(changes)
         } catch {
-            throw APIError(400, "\(error)")
+            guard error.kind == .invalidInput else {
+                logger.error("registration not written", fields: ["error": error.message])
+                throw APIError(503, "the registry cannot be written now; retry later")
+            }
+            throw APIError(400, field: error.field, "\(error)")
         }
     }
 
@@ -110,18 +116,29 @@ package final class ServiceCore: Sendable {
     func accept(_ spec: DispatchSpec, caller: Caller, idempotencyKey: String?) async throws(APIError)
         -> DispatchRecord
     {
-        var spec = spec
-        if let activityID = spec.activityID, !spec.timestampGiven {
-            let lastSent = try? await registry.activity(app: spec.app.bundleID, activityID: activityID)?
-                .lastContentTimestamp
-            spec.setTimestamp(
-                timestamps.next(
-                    app: spec.app.bundleID, activityID: activityID, now: Self.nowSeconds(), lastSent: lastSent))
-        }
-        try spec.validate(now: Self.nowSeconds())
         if let idempotencyKey, idempotencyKey.isEmpty || idempotencyKey.utf8.count > 255 {
             throw APIError(400, field: "Idempotency-Key", "Idempotency-Key must be 1 to 255 bytes")
         }
+        guard let activityID = spec.activityID, !spec.timestampGiven else {
+            try spec.validate(now: Self.nowSeconds())
+            return try commit(spec, caller: caller, idempotencyKey: idempotencyKey)
+        }
+        let lastSent = try? await registry.activity(app: spec.app.bundleID, activityID: activityID)?
+            .lastContentTimestamp
+        return try timestamps.assign(
+            app: spec.app.bundleID, activityID: activityID, now: Self.nowSeconds(), lastSent: lastSent
+        ) { timestamp throws(APIError) in
+            var stamped = spec
+            stamped.setTimestamp(timestamp)
+            try stamped.validate(now: Self.nowSeconds())
+            return try commit(stamped, caller: caller, idempotencyKey: idempotencyKey)
+        }
+    }
+
+    /// Writes the checked dispatch (or finds the earlier one of its idempotency key) and queues it if new.
+    private func commit(_ spec: DispatchSpec, caller: Caller, idempotencyKey: String?) throws(APIError)
+        -> DispatchRecord
+    {
         do {
             let (record, created) = try store.accept(
                 workspace: caller.workspace, app: spec.app.bundleID, kind: spec.kind, jobLine: spec.jobLine,

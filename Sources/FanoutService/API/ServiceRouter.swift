@@ -18,6 +18,9 @@ package struct ServiceRouter: Sendable {
             return await NativeAPI(core: core).handle(request, segments: segments)
         case "json" where segments.count == 3 && segments[1] == "1.3":
             return await PushwooshAPI(core: core).handle(request, method: segments[2])
+        case "json":
+            // Still Pushwoosh-shaped (with status_code), or the SDK would reset its base URL.
+            return PushwooshAPI.answer(http: 404, code: 404, message: "no such method: \(request.path)")
         case "messages" where segments.count == 3 && segments[1] == "live_activity":
             return await BrazeAPI(core: core).handle(request, endpoint: segments[2])
         case "healthz" where segments.count == 1:

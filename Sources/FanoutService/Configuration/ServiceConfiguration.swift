@@ -178,8 +178,33 @@ private struct ConfigReader {
             throw ServiceConfigurationError("workspaces", "must be an object with at least one workspace")
         }
         var owner: [String: String] = [:]
+        var keyOwner: [[UInt8]: String] = [:]
+        var codeOwner: [String: String] = [:]
         for member in members {
             let workspace = try readWorkspace(member.value, name: member.key)
+            // One key, one workspace and kind: a digest listed twice would give its key the first one found.
+            for digest in workspace.serverKeyDigests + workspace.deviceKeyDigests {
+                if let other = keyOwner[digest] {
+                    throw ServiceConfigurationError(
+                        "workspaces.\(member.key)",
+                        "a key digest is listed twice (also in \(other)); give each key once")
+                }
+                keyOwner[digest] = member.key
+            }
+            // Pushwoosh application codes and Braze app ids find the app a request is for: each names one app.
+            for app in workspace.apps.values {
+                for code in [
+                    app.pushwooshApplication.map { "pushwoosh_application " + $0 },
+                    app.brazeAppID.map { "braze_app_id " + $0 },
+                ]
+                .compactMap({ $0 }) {
+                    if let other = codeOwner[code] {
+                        throw ServiceConfigurationError(
+                            "workspaces.\(member.key).apps.\(app.bundleID)", "\(code) is also \(other)'s")
+                    }
+                    codeOwner[code] = app.bundleID
+                }
+            }
             for bundleID in workspace.apps.keys {
                 if let other = owner[bundleID] {
                     throw ServiceConfigurationError(

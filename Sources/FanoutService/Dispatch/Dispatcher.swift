@@ -119,11 +119,20 @@ package final class Dispatcher: Sendable {
 
     private static func nowMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    /// Sends one dispatch to the end, or until its task is cancelled.
+    /// Runs of a dispatch that may end in a job-level failure (the registry unreadable mid-send, the engine
+    /// refusing the job) before that failure is recorded as its result and the dispatch is done.
+    static let attemptsBeforeGivingUp = 3
+
+    /// Sends one dispatch to the end, or until its task is cancelled. A job-level failure (its recipients could not
+    /// all be read, say while the registry was busy) or a store error leaves the dispatch unfinished and runs it
+    /// again after a backoff, resuming after what is recorded; the failure becomes its result only on the last
+    /// attempt.
     private func run(_ record: DispatchRecord) async {
+        var run = 0
         do {
-            let run = try store.markRunning(id: record.id, now: Self.nowMilliseconds())
+            run = try store.markRunning(id: record.id, now: Self.nowMilliseconds())
             let offset = DispatchStore.positionOffset(run: run)
+            let lastAttempt = run >= Self.attemptsBeforeGivingUp
             let buffer = DispatchResultBuffer(store: store, dispatchID: record.id)
             guard let job = try job(for: record, run: run, buffer: buffer),
                 let engine = engines.engine(forApp: record.app)
@@ -132,31 +141,50 @@ package final class Dispatcher: Sendable {
                 try store.markDone(id: record.id, now: Self.nowMilliseconds(), payloadEncodings: 0, demoted: 0)
                 return
             }
+            let jobFailed = Atomic<Bool>(false)
             let summary: JobSummary
             do {
                 summary = try await engine.run(job) { result in
                     // Not sent for sure: left for the next start, which resends it.
                     guard result.outcome != .cancelled else { return }
-                    guard offset > 0, result.position >= 0 else { return buffer.add(result) }
+                    guard result.position >= 0 else {
+                        // A job-level failure: recorded only when no attempt is left.
+                        if result.outcome == .invalid { jobFailed.store(true, ordering: .relaxed) }
+                        if lastAttempt || result.outcome != .invalid { buffer.add(result) }
+                        return
+                    }
+                    guard offset > 0 else { return buffer.add(result) }
                     var placed = result
                     placed.position += offset
                     buffer.add(placed)
                 }
             } catch {
-                // The engine is shutting down (or refused the job, whose `invalid` result is in the buffer).
                 try await buffer.flush()
                 if Task.isCancelled || error.kind == .shutdown { return }
+                guard lastAttempt else { return retryLater(record, after: run) }
                 try store.markDone(id: record.id, now: Self.nowMilliseconds(), payloadEncodings: 0, demoted: 0)
                 return
             }
             try await buffer.flush()
             // Cancelled while sending: what is recorded stays; the rest runs on the next start.
             guard !Task.isCancelled, summary.counts.cancelled == 0 else { return }
+            if jobFailed.load(ordering: .relaxed) && !lastAttempt { return retryLater(record, after: run) }
             try store.markDone(
                 id: record.id, now: Self.nowMilliseconds(), payloadEncodings: summary.payloadEncodings,
                 demoted: summary.demoted)
         } catch {
-            log("dispatch \(record.id): \(error)")
+            log("dispatch \(record.id): \(error); it runs again later")
+            if !Task.isCancelled { retryLater(record, after: max(run, 1)) }
+        }
+    }
+
+    /// Queues the dispatch again after a backoff that grows with its runs (1 s, 2 s, 4 s, ... up to a minute).
+    private func retryLater(_ record: DispatchRecord, after run: Int) {
+        let delay = Duration.seconds(min(60, 1 << min(run - 1, 6)))
+        let activityID = Self.activityID(of: record)
+        Task(priority: .utility) { [self] in
+            try? await Task.sleep(for: delay)
+            submit(record, activityID: activityID)
         }
     }
 
