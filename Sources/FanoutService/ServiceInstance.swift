@@ -79,7 +79,7 @@ package final class ServiceInstance: Sendable {
         self.registries = registries
         let registry = registries[0]
         let channels = core.channels
-        sweeper = Task(priority: .background) {
+        sweeper = Task(executorPreference: BlockingExecutor.dispatches, priority: .background) {
             // Sweep, and delete the channels of ended activities, once a minute.
             async let sweeping: Void = registry.sweepPeriodically(every: .seconds(60))
             async let pruning: Void = channels.pruneEndedChannels(registry: registry, every: .seconds(60))
@@ -106,7 +106,9 @@ package final class ServiceInstance: Sendable {
             ) { request, responder in
                 let apiRequest = APIRequest(
                     method: request.method, target: request.target, headers: request.headers, body: request.body)
-                Task(priority: .userInitiated) {
+                // On threads of their own: the request may block in SQLite, which must not hold Swift's cooperative
+                // threads (see BlockingExecutor).
+                Task(executorPreference: BlockingExecutor.api, priority: .userInitiated) {
                     let response = await router.handle(apiRequest)
                     responder.respond(
                         HTTPResponse(status: response.status, headers: response.headers, body: response.body))

@@ -95,7 +95,8 @@ package final class Dispatcher: Sendable {
                 guard state.running[record.id] == nil else { continue }
                 if let activity { state.busyActivities.insert(activity) }
                 // Below the API requests' priority: a large send must not delay the next request's answer.
-                state.running[record.id] = Task(priority: .utility) { [self] in
+                state.running[record.id] = Task(executorPreference: BlockingExecutor.dispatches, priority: .utility) {
+                    [self] in
                     await run(record)
                     finished(record.id, activity: activity)
                 }
@@ -182,7 +183,7 @@ package final class Dispatcher: Sendable {
     private func retryLater(_ record: DispatchRecord, after run: Int) {
         let delay = Duration.seconds(min(60, 1 << min(run - 1, 6)))
         let activityID = Self.activityID(of: record)
-        Task(priority: .utility) { [self] in
+        Task(executorPreference: BlockingExecutor.dispatches, priority: .utility) { [self] in
             try? await Task.sleep(for: delay)
             submit(record, activityID: activityID)
         }
