@@ -31,6 +31,8 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
     private var stopRequested = false
     /// HTTP/2 streams that asked HEAD: their answers go without a body.
     private var headStreams: Set<Int32> = []
+    /// HTTP/2 requests handed to the handler and not answered yet.
+    private var handlersInFlight = 0
 
     /// The HTTP/2 client connection preface (RFC 9113 section 3.4).
     static let http2Preface: [UInt8] = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
@@ -170,6 +172,14 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
 
     func serverConnection(_ connection: HTTP2ServerConnection, didReceive request: HTTP2ServerRequest) {
         guard !request.bodyTruncated else { return }  // answered 413 when it went past the limit
+        // A client that resets its streams right after sending them frees their slots while their handlers still
+        // run ("rapid reset"); past this many unanswered requests new streams are refused (the client may retry),
+        // so one connection cannot start handlers without bound.
+        guard handlersInFlight < Int(limits.maxConcurrentStreams) else {
+            connection.refuse(streamID: request.streamID)
+            return
+        }
+        handlersInFlight += 1
         if request.method == "HEAD" { headStreams.insert(request.streamID) }
         let httpRequest = HTTPRequest(
             method: request.method, target: request.path, headers: request.headers, body: request.body,
@@ -178,12 +188,14 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
     }
 
     func serverConnection(_ connection: HTTP2ServerConnection, bodyTooLarge streamID: Int32) {
+        handlersInFlight += 1  // `deliver` counts every answer out
         deliver(.plain(413, "request body larger than \(limits.maxBodyBytes) bytes"), for: Int64(streamID))
     }
 
     func serverConnectionStreamLimitViolated(_ connection: HTTP2ServerConnection) {}
 
     func serverConnection(_ connection: HTTP2ServerConnection, didCloseStream streamID: Int32, errorCode: UInt32) {
+        headStreams.remove(streamID)
         if connection.openStreamCount == 0 { timer.restart(milliseconds: limits.idleTimeoutMilliseconds) }
     }
 
@@ -195,6 +207,7 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
 
     func deliver(_ response: HTTPResponse, for requestID: Int64) {
         guard case .http2(let connection) = mode else { return }
+        handlersInFlight = max(0, handlersInFlight - 1)
         var headers: [(name: String, value: String)] = []
         headers.reserveCapacity(response.headers.count + 1)
         for header in response.headers where !HTTPResponse.isServerManaged(header.name) {
