@@ -42,6 +42,12 @@ let usage = """
                                            100,000-token activity, POST to done, against fanout send of the same
                                            tokens (ratio_vs_send); the 202's p50/p99 of small updates at 50/s
                                            while a 1,000,000-token update sends. --quick: 640 and 2,000
+                          broadcast        one Live Activity update to 1,000,000 followers by fanout send (the real
+                                           binary) against a mock-apns with --manage-listen: a tokens_file job
+                                           (one request per follower) against a job with the channel_id of a
+                                           channel made by fanout channels create (1 request, asserted):
+                                           requests at the mock and spawn-to-exit seconds of each, and the
+                                           ratios without / with. --quick: 20,000
       --json FILE       also write the results as JSON (one object per scenario)
       --quick           small sizes (seconds, not minutes), for CI
       --runs N          runs per measurement; the median is reported (default 3, 1 with --quick)
@@ -53,7 +59,7 @@ let usage = """
 
 let allScenarios = [
     "throughput-1c", "throughput-4c", "fanout-scaling", "many-jobs", "encode", "ratelimit", "faults", "load",
-    "peer-aioapns", "registry", "serve",
+    "peer-aioapns", "registry", "serve", "broadcast",
 ]
 /// Left out of `--quick` unless named: installing aioapns alone takes longer than the rest.
 let slowScenarios: Set = ["peer-aioapns"]
@@ -117,6 +123,7 @@ func runParent(_ options: Options) throws -> Int32 {
         case "peer-aioapns": try runPeerAioapns(bench)
         case "registry": try runRegistry(bench)
         case "serve": try runServe(bench)
+        case "broadcast": try runBroadcast(bench)
         default: break
         }
     }

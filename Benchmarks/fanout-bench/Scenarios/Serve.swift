@@ -271,8 +271,9 @@ private struct ServeProcess {
     func stop() { child.stop() }
 }
 
-/// Runs a tool to the end; throws with its stderr unless it exits 0 within `timeout`.
-private func runTool(_ tool: String, _ arguments: [String], in work: String, timeout: Double) throws {
+/// Runs a tool to the end; throws with its stderr unless it exits 0 within `timeout`. Returns its standard output.
+@discardableResult
+func runTool(_ tool: String, _ arguments: [String], in work: String, timeout: Double) throws -> String {
     let child = try ChildProcess.start(tool, arguments, in: work)
     let status = child.wait(seconds: timeout)
     guard status == 0 else {
@@ -280,6 +281,7 @@ private func runTool(_ tool: String, _ arguments: [String], in work: String, tim
             "\((tool as NSString).lastPathComponent) \(arguments.prefix(4).joined(separator: " ")) failed "
                 + "(exit \(status)): \(child.errorOutput.suffix(1000))")
     }
+    return child.output
 }
 
 /// The update's content state: distinct per run, about 1 KiB of payload like the other scenarios.
