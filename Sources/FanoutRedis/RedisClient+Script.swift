@@ -47,7 +47,7 @@ extension RedisClient {
         let tail = [RedisArgument(keys.count)] + keys + arguments
         do {
             return try await command(["EVALSHA", RedisArgument(script.sha1)] + tail, timeout: limit)
-        } catch where error.kind == .server && error.message.hasPrefix("NOSCRIPT") {
+        } catch let error where error.kind == .server && error.message.hasPrefix("NOSCRIPT") {
             let left = limit - (ContinuousClock.now - start)
             guard left > .zero else {
                 throw RedisError(.timeout, "EVAL not sent: the deadline passed while EVALSHA was answered NOSCRIPT")

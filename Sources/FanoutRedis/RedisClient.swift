@@ -87,7 +87,9 @@ package final class RedisClient: Sendable {
     ///
     /// - Throws: `RedisError` — `.server` for an error reply, `.timeout`, `.unavailable`, `.connectionLost`,
     ///   `.authenticationFailed`, `.shutdown`.
-    package func command(_ arguments: [RedisArgument], timeout: Duration? = nil) async throws(RedisError) -> RedisValue {
+    package func command(
+        _ arguments: [RedisArgument], timeout: Duration? = nil
+    ) async throws(RedisError) -> RedisValue {
         let replies = try await commands([arguments], timeout: timeout)
         if case .error(let message) = replies[0] { throw RedisError.server(message) }
         return replies[0]
@@ -336,7 +338,8 @@ final class RedisClientCore: @unchecked Sendable {
             let reason = lastConnectionError.map { ": \($0.message)" } ?? " (still connecting)"
             finish(
                 request,
-                .failure(RedisError(.unavailable, "no connection to the Redis server at \(url.endpoint) \(after)\(reason)")))
+                .failure(
+                    RedisError(.unavailable, "no connection to the Redis server at \(url.endpoint) \(after)\(reason)")))
         case .backingOff:
             finish(
                 request,
@@ -370,7 +373,8 @@ final class RedisClientCore: @unchecked Sendable {
         connectTimer?.schedule(milliseconds: limit) { [unowned self, weak connection] in
             guard let connection, connection === self.connection, !connection.isReady else { return }
             connection.close(
-                reason: RedisError(.unavailable, "connecting to the Redis server at \(url.endpoint) took over \(limit) ms"))
+                reason: RedisError(
+                    .unavailable, "connecting to the Redis server at \(url.endpoint) took over \(limit) ms"))
         }
         connection.connect()
     }

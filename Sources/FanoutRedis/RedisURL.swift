@@ -55,7 +55,8 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
             password = decodedPassword
         }
         if afterUserInfo.contains("?") || afterUserInfo.contains("#") {
-            throw RedisError(.invalidURL, "a Redis URL takes no query nor fragment (redis://[user:password@]host:port[/db])")
+            throw RedisError(
+                .invalidURL, "a Redis URL takes no query nor fragment (redis://[user:password@]host:port[/db])")
         }
         let hostPort: Substring
         let path: Substring
