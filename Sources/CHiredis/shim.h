@@ -2,9 +2,10 @@
 // imports it. Written against 0.14's API: RESP2 only, no redisAsyncSetTimeout (FanoutRedis arms its own timers), no
 // hiredis_ssl (Debian builds hiredis 0.14 without TLS, so there is no rediss://).
 //
-// The async API and its libuv adapter. adapters/libuv.h is header-only: its functions are `static`, compiled into
-// FanoutRedis; it allocates one `redisLibuvEvents` (a uv_poll_t on the context's socket) per attached context and
-// frees it in that handle's close callback, which hiredis triggers through `ev.cleanup` when the context is freed.
+// The async API only: FanoutRedis binds hiredis's event hooks to a uv_poll_t itself rather than through 0.14's
+// adapters/libuv.h, which ignores poll errors (RedisConnection.swift says why).
+//
+// hiredis.pc's Cflags carry -D_FILE_OFFSET_BITS=64, which SwiftPM filters out ("prohibited flag(s)" warning): harmless
+// on 64-bit Linux, where off_t is 64 bits already, and no hiredis struct uses off_t.
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
-#include <hiredis/adapters/libuv.h>

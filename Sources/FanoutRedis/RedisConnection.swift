@@ -2,8 +2,16 @@ import CHiredis
 import CLibUV
 import FanoutTransport
 
-/// One hiredis async context (`redisAsyncContext`) on a loop, attached with hiredis's libuv adapter: connect,
-/// AUTH and SELECT, then commands in order, each answered through one reply callback. Confined to its loop.
+/// One hiredis async context (`redisAsyncContext`) on a loop: connect, AUTH and SELECT, then commands in order, each
+/// answered through one reply callback. Confined to its loop.
+///
+/// The socket is watched by a `uv_poll_t` of ours behind hiredis's event hooks (`ev.addRead` ... `ev.cleanup`), not
+/// by hiredis 0.14's adapters/libuv.h: that adapter drops a poll callback whose status is an error
+/// (`if (status != 0) return;`), and libuv reports a refused non-blocking connect, or a socket error, exactly that
+/// way (POLLERR → UV_EBADF, with the watcher stopped). hiredis then never learns of the failure: a connect to a port
+/// nothing listens on hangs until our connect timer, and a reset connection until a command's deadline. hiredis 1.x
+/// fixed its adapter by handing the events it asked for to hiredis on an error, which reads the socket's error; the
+/// hooks below do the same.
 ///
 /// Ownership of the C pointers:
 /// - `context` is created by `redisAsyncConnect`. hiredis frees it itself after a failed connect (right after our
@@ -13,8 +21,10 @@ import FanoutTransport
 ///   here touches a freed context.
 /// - `context.data` holds an *unretained* pointer to self: the client keeps this object (its `connection`) until
 ///   `contextDidEnd` has told it the context is gone, so the pointer is valid in every callback.
-/// - The adapter's `redisLibuvEvents` (its `uv_poll_t`) is allocated by `redisLibuvAttach` and freed in the handle's
-///   close callback, which hiredis starts through `ev.cleanup` when the context is freed.
+/// - `poll` (a `uv_poll_t` on the context's socket) is allocated in `connect` and closed by hiredis's `ev.cleanup`
+///   hook, which hiredis calls exactly once, while freeing the context and before it closes the socket; the handle's
+///   memory is freed in its close callback (libuv may touch it until then). `ev.data` is the same unretained pointer
+///   to self as `context.data`.
 /// - Replies: in the async API hiredis owns every `redisReply` and frees it with `freeReplyObject` itself right after
 ///   the reply callback returns (async.c `redisProcessCallbacks`). The callback copies the reply into a `RedisValue`
 ///   and never frees it, so each reply is freed exactly once, by hiredis.
@@ -45,6 +55,10 @@ final class RedisConnection {
     private unowned let owner: RedisClientCore
     /// Valid until `contextDidEnd` (see the type's comment); nil before `connect` and after.
     private var context: UnsafeMutablePointer<redisAsyncContext>?
+    /// The socket's watcher (see the type's comment); nil before `connect` and once hiredis's cleanup has closed it.
+    private var poll: UnsafeMutablePointer<uv_poll_t>?
+    /// The events hiredis wants (UV_READABLE | UV_WRITABLE).
+    private var wantedEvents: Int32 = 0
     private var waiters = FIFOQueue<Waiter>()
     private(set) var state = State.connecting
     /// Why we closed the connection ourselves (a deadline, a refused AUTH, shutdown): what `contextDidEnd` reports.
@@ -78,14 +92,28 @@ final class RedisConnection {
             end(RedisError(.unavailable, "cannot connect to \(url.endpoint): \(message)"))
             return
         }
-        // The adapter must be attached before the connect callback is set: setting it asks for a write event.
-        guard redisLibuvAttach(created, loop.loop) == REDIS_OK else {
+        // The event hooks must be in place before the connect callback is set: setting it asks for a write event.
+        let handle = UnsafeMutablePointer<uv_poll_t>.allocate(capacity: 1)
+        let rc = uv_poll_init(loop.loop, handle, created.pointee.c.fd)
+        guard rc == 0 else {
+            handle.deallocate()  // never initialized: nothing for libuv to close
             redisAsyncFree(created)
-            end(RedisError(.unavailable, "cannot connect to \(url.endpoint): the libuv adapter could not attach"))
+            end(
+                RedisError(
+                    .unavailable, "cannot watch the socket to \(url.endpoint): \(String(cString: uv_strerror(rc)))"))
             return
         }
+        let selfPointer = Unmanaged.passUnretained(self).toOpaque()
+        handle.pointee.data = selfPointer
+        poll = handle
         context = created
-        created.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+        created.pointee.data = selfPointer
+        created.pointee.ev.data = selfPointer
+        created.pointee.ev.addRead = redisAddReadHook
+        created.pointee.ev.delRead = redisDeleteReadHook
+        created.pointee.ev.addWrite = redisAddWriteHook
+        created.pointee.ev.delWrite = redisDeleteWriteHook
+        created.pointee.ev.cleanup = redisCleanupHook
         redisAsyncSetConnectCallback(created, redisConnectCallback)
         redisAsyncSetDisconnectCallback(created, redisDisconnectCallback)
     }
@@ -138,6 +166,41 @@ final class RedisConnection {
         // is already gone when this returns.
         redisAsyncFree(context)
         if !connected { contextDidEnd(status: REDIS_OK, errorText: nil) }
+    }
+
+    // MARK: Socket events (hiredis's ev hooks on our uv_poll_t)
+
+    fileprivate func want(_ event: uv_poll_event, _ wanted: Bool) {
+        guard let poll else { return }
+        let bit = Int32(event.rawValue)
+        wantedEvents = wanted ? wantedEvents | bit : wantedEvents & ~bit
+        if wantedEvents != 0 {
+            uv_poll_start(poll, wantedEvents, redisPollCallback)
+        } else {
+            uv_poll_stop(poll)
+        }
+    }
+
+    fileprivate func socketReady(status: Int32, events: Int32) {
+        // On an error libuv has stopped the watcher and gives no events: hand hiredis what it was waiting for, so
+        // that its read or write meets the socket's error and it reports it (a refused connect, a reset).
+        let ready = status < 0 ? wantedEvents : events
+        if ready & Int32(UV_READABLE.rawValue) != 0, let context { redisAsyncHandleRead(context) }
+        // The read may have freed the context (EOF): `context` is nil then.
+        if ready & Int32(UV_WRITABLE.rawValue) != 0, let context { redisAsyncHandleWrite(context) }
+        if status < 0, let poll, wantedEvents != 0, context != nil {
+            uv_poll_start(poll, wantedEvents, redisPollCallback)  // still alive: watch again
+        }
+    }
+
+    /// hiredis's `ev.cleanup`: the context is being freed and its socket is about to be closed.
+    fileprivate func cleanUpSocket() {
+        guard let poll else { return }
+        self.poll = nil
+        wantedEvents = 0
+        uv_close(UnsafeMutableRawPointer(poll).assumingMemoryBound(to: uv_handle_t.self)) { handle in
+            handle?.deallocate()
+        }
     }
 
     // MARK: hiredis events
@@ -270,19 +333,40 @@ extension RedisValue {
     }
 }
 
-// MARK: C callbacks: file-level thunks that recover the connection from `context.data` and forward to it.
+// MARK: C callbacks: file-level thunks that recover the connection from `context.data` (or `ev.data`, or the poll
+// handle's `data`: the same unretained pointer) and forward to it. `withExtendedLifetime` keeps the connection alive
+// through a call that may end it (the client drops its reference when the context ends).
+
+private func connection(_ data: UnsafeMutableRawPointer?) -> RedisConnection {
+    guard let data else { preconditionFailure("hiredis event without owner") }
+    return Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue()
+}
+
+private func redisAddReadHook(_ data: UnsafeMutableRawPointer?) { connection(data).want(UV_READABLE, true) }
+private func redisDeleteReadHook(_ data: UnsafeMutableRawPointer?) { connection(data).want(UV_READABLE, false) }
+private func redisAddWriteHook(_ data: UnsafeMutableRawPointer?) { connection(data).want(UV_WRITABLE, true) }
+private func redisDeleteWriteHook(_ data: UnsafeMutableRawPointer?) { connection(data).want(UV_WRITABLE, false) }
+private func redisCleanupHook(_ data: UnsafeMutableRawPointer?) { connection(data).cleanUpSocket() }
+
+private func redisPollCallback(_ handle: UnsafeMutablePointer<uv_poll_t>?, _ status: Int32, _ events: Int32) {
+    guard let handle else { preconditionFailure("poll callback without handle") }
+    let owner = connection(handle.pointee.data)
+    withExtendedLifetime(owner) { owner.socketReady(status: status, events: events) }
+}
 
 private func redisConnectCallback(_ context: UnsafePointer<redisAsyncContext>?, _ status: Int32) {
     guard let context, let data = context.pointee.data else { preconditionFailure("hiredis connect without owner") }
     let text = status == REDIS_OK ? "" : RedisConnection.errorText(context)
-    Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue().didConnect(status: status, errorText: text)
+    let owner = Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue()
+    withExtendedLifetime(owner) { owner.didConnect(status: status, errorText: text) }
 }
 
 private func redisDisconnectCallback(_ context: UnsafePointer<redisAsyncContext>?, _ status: Int32) {
     guard let context, let data = context.pointee.data else { preconditionFailure("hiredis disconnect without owner") }
     // hiredis frees the context right after this returns.
     let text = status == REDIS_OK ? nil : RedisConnection.errorText(context)
-    Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue().contextDidEnd(status: status, errorText: text)
+    let owner = Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue()
+    withExtendedLifetime(owner) { owner.contextDidEnd(status: status, errorText: text) }
 }
 
 private func redisReplyCallback(
@@ -290,6 +374,6 @@ private func redisReplyCallback(
     _ privateData: UnsafeMutableRawPointer?
 ) {
     guard let context, let data = context.pointee.data else { preconditionFailure("hiredis reply without owner") }
-    Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue().didReceive(
-        reply?.assumingMemoryBound(to: redisReply.self))
+    let owner = Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue()
+    withExtendedLifetime(owner) { owner.didReceive(reply?.assumingMemoryBound(to: redisReply.self)) }
 }

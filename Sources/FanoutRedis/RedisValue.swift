@@ -1,6 +1,6 @@
 /// One argument of a Redis command: bytes, sent with their explicit length (`redisAsyncCommandArgv`), so any byte,
 /// NUL included, goes through unchanged. Strings are sent as their UTF-8 bytes, integers in decimal.
-package struct RedisArgument: Sendable, Hashable, ExpressibleByStringLiteral, ExpressibleByIntegerLiteral {
+package struct RedisArgument: Sendable, Hashable, ExpressibleByStringInterpolation, ExpressibleByIntegerLiteral {
     package var bytes: [UInt8]
 
     package init(bytes: [UInt8]) { self.bytes = bytes }

@@ -135,13 +135,19 @@ final class RedisClientTests: XCTestCase {
             }
             XCTAssertEqual(error?.kind, .unavailable, "\(String(describing: error))")
             XCTAssertTrue(error?.message.contains("127.0.0.1:\(port)") ?? false, "\(String(describing: error))")
-            // A command issued now waits; the server comes up; the command is sent and answered.
+            // The refused connect was seen as such at once (hiredis 0.14's own libuv adapter ignores the poll error
+            // and would still be "connecting" here, until the 2 s connect timeout).
+            XCTAssertTrue(error?.message.contains("refused") ?? false, "\(String(describing: error))")
+            // A command issued now waits; the server comes up; the command is sent and answered at the next
+            // reconnection attempt (backoff at most 1 s).
             let waiting = Task { () async throws(RedisError) -> RedisValue in
                 try await client.command(["SET", "late", "yes"], timeout: .seconds(8))
             }
             _ = try RedisServerProcess(for: self, port: port)
+            let started = ContinuousClock.now
             let late = try await waiting.value
             XCTAssertEqual(late, .status("OK"))
+            XCTAssertLessThan(ContinuousClock.now - started, .milliseconds(1500))
         }
     }
 
@@ -204,6 +210,39 @@ final class RedisClientTests: XCTestCase {
             let afterFailover = try await client.command(["GET", "k"]).string
             XCTAssertEqual(afterFailover, "after-failover")
         }
+    }
+
+    func testLoadingRepliesAreRetriedUntilTheDatasetIsLoaded() async throws {
+        let server = try RedisServerProcess(for: self)
+        var configuration = RedisConfiguration(url: try RedisURL(parsing: server.url))
+        configuration.reconnectBackoff = (.milliseconds(10), .milliseconds(50))
+        let client = RedisClient(configuration: configuration)
+        do {
+            let keys = 5_000
+            let writes = (0..<keys).map {
+                ["SET", RedisArgument("key:\($0)"), RedisArgument("value:\($0)")] as [RedisArgument]
+            }
+            let written = try await client.commands(writes)
+            XCTAssertTrue(written.allSatisfy(\.isOK))
+            try await expect(client, ["SAVE"], .status("OK"))
+            server.kill()
+            // 100 µs per key (Redis's key-load-delay, at least): about a second of loading, during which the server answers
+            // LOADING (it serves its clients every 1 KiB of the file loaded, not the default 2 MiB).
+            let firstAnswer = try server.restart(extra: [
+                "--key-load-delay", "100", "--loading-process-events-interval-bytes", "1024",
+            ])
+            XCTAssertTrue(firstAnswer.hasPrefix("-LOADING"), "the server was not loading: \(firstAnswer)")
+            let reply = try await client.command(["GET", "key:\(keys - 1)"], timeout: .seconds(8))
+            XCTAssertEqual(reply.string, "value:\(keys - 1)")
+            // The client was answered LOADING at least once (the readiness probe's one PING is the other).
+            let stats = try await client.command(["INFO", "errorstats"]).string ?? ""
+            let loading = stats.split(whereSeparator: \.isNewline).first { $0.hasPrefix("errorstat_LOADING:count=") }
+            XCTAssertGreaterThanOrEqual(Int(loading?.split(separator: "=").last ?? "") ?? 0, 2, stats)
+        } catch {
+            await client.shutdown()
+            throw error
+        }
+        await client.shutdown()
     }
 
     // MARK: Scripts

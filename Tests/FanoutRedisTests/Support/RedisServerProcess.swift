@@ -38,7 +38,7 @@ final class RedisServerProcess {
         for _ in 0..<(chosen == nil ? 4 : 1) {
             let candidate = try chosen ?? Self.freeLoopbackPort()
             do {
-                process = try Self.launch(port: candidate, directory: directory, options: options)
+                process = try Self.launch(port: candidate, directory: directory, options: options).process
                 started = candidate
                 break
             } catch {
@@ -64,10 +64,15 @@ final class RedisServerProcess {
         self.process = nil
     }
 
-    /// Starts the server again on the same port and directory (it reloads its AOF), and waits for PING.
-    func restart() throws {
+    /// Starts the server again on the same port and directory (it reloads its AOF or RDB file), with `extra`
+    /// options for this run, and waits for PING. Returns the first answer to PING (`-LOADING ...` while the dataset
+    /// is still loading).
+    @discardableResult
+    func restart(extra: [String] = []) throws -> String {
         precondition(process == nil, "restart() after kill() or stop()")
-        process = try Self.launch(port: port, directory: directory, options: options)
+        let (process, answer) = try Self.launch(port: port, directory: directory, options: options + extra)
+        self.process = process
+        return answer
     }
 
     /// Ends the server at teardown: SIGKILL, since its data is thrown away with its directory (and a child started
@@ -82,7 +87,9 @@ final class RedisServerProcess {
     ]
     .first { FileManager.default.isExecutableFile(atPath: $0) }
 
-    private static func launch(port: Int, directory: String, options: [String]) throws -> Process {
+    private static func launch(
+        port: Int, directory: String, options: [String]
+    ) throws -> (process: Process, firstAnswer: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable!)
         process.arguments =
@@ -94,7 +101,7 @@ final class RedisServerProcess {
         let deadline = Date().addingTimeInterval(5)
         while Date() < deadline {
             if !process.isRunning { break }
-            if ping(port: port) != nil { return process }
+            if let answer = ping(port: port) { return (process, answer) }
             usleep(10_000)
         }
         if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
