@@ -1,6 +1,6 @@
 import FanoutTransport
 
-// Why hiredis's async API on a libuv loop, and not the synchronous API on a thread of its own:
+// Why hiredis's async API on a libuv loop (a `LoopThread`), and not the synchronous API on a thread of its own:
 //
 // - Deadlines. Each command has its own timer on the loop (`LoopTimer`), so a command waiting behind a slow one, or
 //   waiting for a connection, fails at its own deadline. A blocking `redisGetReply` on a dedicated thread can only
@@ -9,7 +9,7 @@ import FanoutTransport
 // - Pipelining across callers. Every command handed to the loop during one turn lands in hiredis's output buffer and
 //   leaves in one write when the socket is writable; concurrent callers share round trips for free, as an explicit
 //   `commands` batch does. The synchronous API sends one batch, then blocks until all of it is answered.
-// - Loss and shutdown. The adapter polls the socket, so a server that goes away is noticed at once (EOF), not at the
+// - Loss and shutdown. A uv_poll_t watches the socket, so a server that goes away is noticed at once (EOF), not at the
 //   next command; `shutdown()` frees the context on the loop, which fails every pending command in one place. A
 //   blocked synchronous read would have to be interrupted from another thread (shutdown(2) on its fd).
 // - It is the project's model: one thread per loop, C confined to it, other threads hand work in with `execute`.

@@ -70,6 +70,10 @@ final class RedisConnection {
         self.owner = owner
     }
 
+    deinit {
+        assert(context == nil && poll == nil, "RedisConnection dropped with its hiredis context or poll handle open")
+    }
+
     var isReady: Bool {
         if case .ready = state { return true }
         return false
@@ -118,7 +122,7 @@ final class RedisConnection {
         redisAsyncSetDisconnectCallback(created, redisDisconnectCallback)
     }
 
-    /// Writes one command (hiredis buffers it; the adapter's poll flushes it when the socket is writable, so
+    /// Writes one command (hiredis buffers it; our poll flushes it when the socket is writable, so
     /// everything sent in one loop turn leaves in as few writes as the socket allows). False when the connection
     /// cannot take it (closing, or hiredis refused it).
     func send(_ arguments: [RedisArgument], for waiter: Waiter) -> Bool {
