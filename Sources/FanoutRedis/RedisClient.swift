@@ -57,6 +57,7 @@ package struct RedisConfiguration: Sendable {
 ///   commands so answered are re-sent (LOADING means they did not run).
 /// - **Shutdown.** `shutdown()` fails every pending command with `.shutdown` and closes the connection; later calls
 ///   fail with `.shutdown` at once.
+/// - **Task cancellation** does not interrupt a command (not yet): its deadline bounds how long a call can take.
 package final class RedisClient: Sendable {
     package let configuration: RedisConfiguration
     private let loop: LoopThread
