@@ -17,7 +17,7 @@ package final class LoopThread: @unchecked Sendable {
     // `asyncHandle` (uv_async_send is the one thread-safe libuv call) and `queue`, behind a Mutex.
 
     /// Owned: allocated in init, closed with `uv_loop_close` and freed when the thread exits. `package` so that
-    /// FanoutRedis can attach hiredis's libuv adapter to it (on this loop's thread only).
+    /// FanoutRedis can watch hiredis's socket with a `uv_poll_t` on it (on this loop's thread only).
     package let loop: UnsafeMutablePointer<uv_loop_t>
     /// Owned: freed in its close callback (libuv may touch it until then).
     private let asyncHandle: UnsafeMutablePointer<uv_async_t>
