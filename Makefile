@@ -2,19 +2,20 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 # Packages the build needs (found through pkg-config) and the tools the interop and serve tests use.
-BUILD_PACKAGES := libuv1-dev libnghttp2-dev libssl-dev libsqlite3-dev pkg-config
-TEST_TOOLS := nghttp2-client nghttp2-server curl openssl python3 chromium
+BUILD_PACKAGES := libuv1-dev libnghttp2-dev libssl-dev libsqlite3-dev libhiredis-dev pkg-config
+TEST_TOOLS := nghttp2-client nghttp2-server curl openssl python3 chromium redis-server
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR := .demo
 
 .PHONY: deps deps-build deps-test build release test demo soak fuzz sanitize lint format clean
 
 ## deps: install the C libraries and the test tools (h2load, nghttpd, curl, python3 for the Pushwoosh SDK
-## script, chromium for the status page in a headless browser) when missing.
+## script, chromium for the status page in a headless browser, redis-server for the Redis client's tests) when
+## missing.
 deps: deps-build deps-test
 
 deps-build:
-	@if ! pkg-config --exists libuv libnghttp2 openssl sqlite3 2>/dev/null; then \
+	@if ! pkg-config --exists libuv libnghttp2 openssl sqlite3 hiredis 2>/dev/null; then \
 		echo "installing $(BUILD_PACKAGES)"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(BUILD_PACKAGES) >/dev/null; \
 	fi
@@ -27,6 +28,7 @@ deps-test:
 	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	command -v python3 >/dev/null || missing="$$missing python3"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \

@@ -1,6 +1,6 @@
 // swift-tools-version:6.0
 // Fanout: an APNs fan-out send engine. No package dependencies: the C libraries come from the system
-// (Debian: libuv1-dev, libnghttp2-dev, libssl-dev, libsqlite3-dev) through pkg-config.
+// (Debian: libuv1-dev, libnghttp2-dev, libssl-dev, libsqlite3-dev, libhiredis-dev) through pkg-config.
 //
 // The module graph (docs/ARCHITECTURE.md draws it):
 //   Fanout (the library) ──> FanoutCore, FanoutPolicy (re-exported), FanoutTransport (internal)
@@ -11,6 +11,8 @@
 //   FanoutObservability (logs, the metrics endpoint) ──> Fanout, FanoutTransport
 //   FanoutCLI (the `fanout` binary) ──> FanoutJobFile, FanoutObservability, Fanout
 //   FanoutRegistry (the token registry: store protocol, SQLite store) ──> FanoutSQLite ──> CSQLite
+//   FanoutRedis (a Redis client on hiredis's async API, on a LoopThread) ──> FanoutTransport, CHiredis, CLibUV,
+//   COpenSSL (SHA-1 for EVALSHA)
 //   FanoutTestSupport, MockAPNsKit (test-only: the HTTP/2 server over FanoutTransport's HTTP2ServerConnection,
 //   test CA, JWT verifier), MockAPNsValidation (the
 //   mock's request validator; pure Swift, fuzzed on its own, re-exported by MockAPNsKit)
@@ -37,6 +39,8 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"]), .brew(["openssl"])]),
         .systemLibrary(
             name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]),
+        .systemLibrary(
+            name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"]), .brew(["hiredis"])]),
         // Function-like C macros that Swift cannot import, wrapped as functions.
         .target(name: "CFanoutShims", dependencies: ["COpenSSL"]),
 
@@ -59,6 +63,9 @@ let package = Package(
         .target(name: "FanoutSQLite", dependencies: ["CSQLite"]),
         // The token registry: the store protocol, its SQLite implementation, lifecycle, change feed, import.
         .target(name: "FanoutRegistry", dependencies: ["FanoutCore", "FanoutSQLite"]),
+        // A Redis client (issue 14's fleet builds on it): hiredis's async API on a LoopThread, with deadlines,
+        // reconnection, LOADING/READONLY retries and scripts. The only Swift that imports CHiredis; everything `package`.
+        .target(name: "FanoutRedis", dependencies: ["FanoutTransport", "CHiredis", "CLibUV", "COpenSSL"]),
         // Flag parsing shared by the binaries.
         .target(name: "CommandLineSupport"),
         // The public library API for gateway services: the engine, jobs, results, errors.
@@ -136,6 +143,7 @@ let package = Package(
                 "FanoutService", "Fanout", "FanoutCore", "FanoutRegistry", "FanoutTransport", "FanoutJobFile",
                 "FanoutTestSupport", "MockAPNsKit",
             ]),
+        .testTarget(name: "FanoutRedisTests", dependencies: ["FanoutRedis"]),
         .testTarget(name: "MockAPNsKitTests", dependencies: ["MockAPNsKit", "FanoutCore"]),
         .testTarget(
             name: "FanoutIntegrationTests",

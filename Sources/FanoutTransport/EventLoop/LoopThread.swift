@@ -16,8 +16,9 @@ package final class LoopThread: @unchecked Sendable {
     // @unchecked Sendable: the C handles below are touched only on the loop thread, except
     // `asyncHandle` (uv_async_send is the one thread-safe libuv call) and `queue`, behind a Mutex.
 
-    /// Owned: allocated in init, closed with `uv_loop_close` and freed when the thread exits.
-    let loop: UnsafeMutablePointer<uv_loop_t>
+    /// Owned: allocated in init, closed with `uv_loop_close` and freed when the thread exits. `package` so that
+    /// FanoutRedis can watch hiredis's socket with a `uv_poll_t` on it (on this loop's thread only).
+    package let loop: UnsafeMutablePointer<uv_loop_t>
     /// Owned: freed in its close callback (libuv may touch it until then).
     private let asyncHandle: UnsafeMutablePointer<uv_async_t>
     /// Owned: freed in its close callback.

@@ -1,0 +1,66 @@
+import COpenSSL
+
+/// A Lua script and its SHA-1, computed once: what `EVALSHA` names it by.
+package struct RedisScript: Sendable, Hashable {
+    package let source: String
+    /// Lowercase hex SHA-1 of `source`'s UTF-8 bytes, as `SCRIPT LOAD` returns it.
+    package let sha1: String
+
+    package init(_ source: String) {
+        self.source = source
+        sha1 = Self.sha1Hex(Array(source.utf8))
+    }
+
+    static func sha1Hex(_ bytes: [UInt8]) -> String {
+        var digest = [UInt8](repeating: 0, count: 20)
+        var length: UInt32 = 0
+        let status = bytes.withUnsafeBytes { message in
+            digest.withUnsafeMutableBytes { output in
+                // Nothing allocated is kept: EVP_Digest makes and frees its own context.
+                EVP_Digest(
+                    message.baseAddress, message.count, output.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                    &length, EVP_sha1(), nil)
+            }
+        }
+        precondition(status == 1 && length == 20, "EVP_Digest(SHA-1) failed")
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: digest.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0x0F)]] }, as: UTF8.self)
+    }
+}
+
+extension RedisClient {
+    /// Runs a Lua script by its SHA-1 (`EVALSHA`), and, when the server does not have it (`NOSCRIPT`: a restarted
+    /// server, `SCRIPT FLUSH`, a failover), with its source (`EVAL`, which also caches it for the next call). One
+    /// round trip in the usual case; the script's body crosses the network only after a NOSCRIPT.
+    ///
+    /// - Parameters:
+    ///   - keys: the script's `KEYS` (declared, so Redis Cluster can route them).
+    ///   - arguments: the script's `ARGV`.
+    ///   - timeout: one deadline for both attempts.
+    /// - Throws: `RedisError.server` for a script error (its `redis.error_reply`, a runtime error), and the other
+    ///   kinds as `command` does.
+    package func evalScript(
+        _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: Duration? = nil
+    ) async throws(RedisError) -> RedisValue {
+        let start = ContinuousClock.now
+        let limit = timeout ?? configuration.commandTimeout
+        let tail = [RedisArgument(keys.count)] + keys + arguments
+        do {
+            return try await command(["EVALSHA", RedisArgument(script.sha1)] + tail, timeout: limit)
+        } catch let error where error.kind == .server && error.message.hasPrefix("NOSCRIPT") {
+            let left = limit - (ContinuousClock.now - start)
+            guard left > .zero else {
+                throw RedisError(.timeout, "EVAL not sent: the deadline passed while EVALSHA was answered NOSCRIPT")
+            }
+            return try await command(["EVAL", RedisArgument(script.source)] + tail, timeout: left)
+        }
+    }
+
+    /// `evalScript` for a script given as source (its SHA-1 is computed on each call; keep a `RedisScript` for a
+    /// script run often).
+    package func evalScript(
+        _ source: String, keys: [RedisArgument], arguments: [RedisArgument], timeout: Duration? = nil
+    ) async throws(RedisError) -> RedisValue {
+        try await evalScript(RedisScript(source), keys: keys, arguments: arguments, timeout: timeout)
+    }
+}

@@ -1,0 +1,146 @@
+/// Where a Redis server is and how to log in: `redis://[[user]:password@]host[:port][/db]`.
+///
+/// - The port defaults to 6379 and the database to 0. An IPv6 host is written in brackets (`redis://[::1]:6379`).
+/// - `user` and `password` may be percent-encoded (`%40` for `@`). With a user, the client sends `AUTH user password`
+///   (Redis 6 ACLs); with only a password (`redis://:secret@host`), `AUTH password`.
+/// - `rediss://` (TLS) is refused: Debian 12's hiredis 0.14 (libhiredis-dev 0.14.1) is built without TLS, there is
+///   no `hiredis_ssl` library nor `hiredis_ssl.h` header to link, so the client cannot speak TLS. Reach a TLS-only
+///   Redis through a local TLS tunnel (stunnel, spiped) and point `redis://` at it.
+///
+/// The password never appears in `description` nor in any error: it is shown as `***`.
+package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
+    package var host: String
+    package var port: Int
+    package var user: String?
+    package var password: String?
+    package var database: Int
+
+    package init(host: String, port: Int = 6379, user: String? = nil, password: String? = nil, database: Int = 0) {
+        self.host = host
+        self.port = port
+        self.user = user
+        self.password = password
+        self.database = database
+    }
+
+    /// Parses `text`. Errors name the part that is wrong, never the password (nor the user info around it).
+    package init(parsing text: String) throws(RedisError) {
+        let rest: Substring
+        if text.hasPrefix("redis://") {
+            rest = text.dropFirst("redis://".count)
+        } else if text.hasPrefix("rediss://") {
+            throw RedisError(
+                .unsupported,
+                "rediss:// (Redis over TLS) is not supported: Debian's hiredis 0.14 (libhiredis-dev) is built without "
+                    + "TLS (no hiredis_ssl); use redis:// through a TLS tunnel such as stunnel")
+        } else {
+            throw RedisError(.invalidURL, "a Redis URL starts with redis:// (redis://[user:password@]host:port[/db])")
+        }
+        // The user info ends at the last '@': a password may hold '@', '/', ':' or '?' unencoded.
+        var afterUserInfo = rest
+        user = nil
+        password = nil
+        if let at = rest.lastIndex(of: "@") {
+            let userInfo = rest[..<at]
+            afterUserInfo = rest[rest.index(after: at)...]
+            guard let colon = userInfo.firstIndex(of: ":") else {
+                throw RedisError(.invalidURL, "the user info of a Redis URL is user:password or :password")
+            }
+            guard let decodedUser = Self.percentDecoded(userInfo[..<colon]),
+                let decodedPassword = Self.percentDecoded(userInfo[userInfo.index(after: colon)...])
+            else {
+                throw RedisError(.invalidURL, "the user info of a Redis URL has a malformed percent escape")
+            }
+            user = decodedUser.isEmpty ? nil : decodedUser
+            password = decodedPassword
+        }
+        if afterUserInfo.contains("?") || afterUserInfo.contains("#") {
+            throw RedisError(
+                .invalidURL, "a Redis URL takes no query nor fragment (redis://[user:password@]host:port[/db])")
+        }
+        let hostPort: Substring
+        let path: Substring
+        if let slash = afterUserInfo.firstIndex(of: "/") {
+            hostPort = afterUserInfo[..<slash]
+            path = afterUserInfo[afterUserInfo.index(after: slash)...]
+        } else {
+            hostPort = afterUserInfo
+            path = ""
+        }
+        // Host, then an optional port.
+        var portText: Substring? = nil
+        if hostPort.hasPrefix("[") {
+            guard let close = hostPort.firstIndex(of: "]") else {
+                throw RedisError(.invalidURL, "the IPv6 host of a Redis URL lacks its closing ]")
+            }
+            host = String(hostPort[hostPort.index(after: hostPort.startIndex)..<close])
+            let after = hostPort[hostPort.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else {
+                    throw RedisError(.invalidURL, "a Redis URL's IPv6 host must be followed by :port or nothing")
+                }
+                portText = after.dropFirst()
+            }
+        } else if let colon = hostPort.lastIndex(of: ":") {
+            host = String(hostPort[..<colon])
+            portText = hostPort[hostPort.index(after: colon)...]
+        } else {
+            host = String(hostPort)
+        }
+        guard !host.isEmpty else { throw RedisError(.invalidURL, "a Redis URL needs a host") }
+        if let portText {
+            guard let value = Int(portText), (1...65535).contains(value), portText.allSatisfy(\.isASCII) else {
+                throw RedisError(.invalidURL, "the port of a Redis URL must be 1-65535, not '\(portText)'")
+            }
+            port = value
+        } else {
+            port = 6379
+        }
+        if path.isEmpty {
+            database = 0
+        } else {
+            guard let value = Int(path), value >= 0, path.allSatisfy(\.isASCII) else {
+                throw RedisError(.invalidURL, "the database of a Redis URL must be a number >= 0, not '\(path)'")
+            }
+            database = value
+        }
+    }
+
+    /// `redis://user:***@host:port/db`: the password redacted, for logs and errors.
+    package var description: String {
+        var text = "redis://"
+        if password != nil { text += "\(user ?? ""):***@" }
+        text += host.contains(":") ? "[\(host)]" : host
+        text += ":\(port)"
+        if database != 0 { text += "/\(database)" }
+        return text
+    }
+
+    /// `host:port`, for messages.
+    package var endpoint: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    private static func percentDecoded(_ text: Substring) -> String? {
+        var bytes: [UInt8] = []
+        var iterator = Array(text.utf8).makeIterator()
+        while let byte = iterator.next() {
+            if byte == UInt8(ascii: "%") {
+                guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue) else {
+                    return nil
+                }
+                bytes.append(high << 4 | low)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
