@@ -6,12 +6,11 @@ import Synchronization
 /// (waiting for the write lock behind a results transaction, or reading a page of a million-token audience) holds
 /// one of them, and on a two-core machine two such tasks stall every other task of the process, API requests
 /// included. Tasks started with `Task(executorPreference: executor)` run here instead (SE-0417), so their blocking
-/// only ever holds these threads.
+/// only ever holds these threads. The dispatches use it (they page through whole audiences); API requests stay on
+/// the cooperative pool, whose short SQLite calls cost less there than a hop to another pool.
 ///
 /// Jobs run in the order they were enqueued; `threads` of them at once.
 package final class BlockingExecutor: TaskExecutor, @unchecked Sendable {
-    /// API requests' tasks (registrations, accepts, reads).
-    package static let api = BlockingExecutor(name: "fanout-api", threads: 8)
     /// Dispatches' tasks (the engine feeding a job, which pages through the registry), and the sweeps.
     package static let dispatches = BlockingExecutor(name: "fanout-dispatch", threads: 4)
 

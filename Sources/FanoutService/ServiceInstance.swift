@@ -106,9 +106,9 @@ package final class ServiceInstance: Sendable {
             ) { request, responder in
                 let apiRequest = APIRequest(
                     method: request.method, target: request.target, headers: request.headers, body: request.body)
-                // On threads of their own: the request may block in SQLite, which must not hold Swift's cooperative
-                // threads (see BlockingExecutor).
-                Task(executorPreference: BlockingExecutor.api, priority: .userInitiated) {
+                // On Swift's cooperative threads: an API request's SQLite calls are short, and hopping to a pool of
+                // its own cost registrations more than half their rate (measured: 13,000/s against 29,000/s).
+                Task(priority: .userInitiated) {
                     let response = await router.handle(apiRequest)
                     responder.respond(
                         HTTPResponse(status: response.status, headers: response.headers, body: response.body))
