@@ -266,36 +266,6 @@ final class DispatchStoreTests: XCTestCase {
         )
     }
 
-    /// The rate the buffer commits at: 1,000,000 results of one dispatch. Only with FANOUT_DISPATCH_BENCH=1 (it takes
-    /// several seconds in a debug build).
-    func testResultBufferThroughputForAMillionResults() async throws {
-        guard ProcessInfo.processInfo.environment["FANOUT_DISPATCH_BENCH"] == "1" else {
-            throw XCTSkip("set FANOUT_DISPATCH_BENCH=1 to measure")
-        }
-        let directory = try ScratchDirectory()
-        let path = directory.file("fanout.db")
-        let store = try DispatchStore(path: path)
-        let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotencyKey: nil, now: 0
-        ).record.id
-        let total = 1_000_000
-        let results = (0..<total).map { Self.result($0) }
-        let buffer = DispatchResultBuffer(store: store, dispatchID: id)
-        let started = ContinuousClock.now
-        for result in results { buffer.add(result) }
-        let added = ContinuousClock.now - started
-        try await buffer.flush()
-        let elapsed = ContinuousClock.now - started
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        XCTAssertEqual(try store.dispatch(id: id, workspace: "acme")?.notifications, total)
-        let resumeStarted = ContinuousClock.now
-        XCTAssertEqual(try store.resumePoint(id: id).prefix, total)
-        let resume = ContinuousClock.now - resumeStarted
-        print(
-            "DispatchResultBuffer: \(total) results committed in \(elapsed) (\(Int(Double(total) / seconds))/s); "
-                + "adding them took \(added); max waiting \(buffer.maxWaiting); resumePoint \(resume)")
-    }
-
     // MARK: Helpers
 
     static func token(_ position: Int) -> String {

@@ -15,8 +15,8 @@ import Foundation
 ///
 /// Memory: `add` never blocks (an engine loop thread must not wait on disk), so nothing caps the backlog; the writer
 /// commits up to `maxTransaction` results per transaction at about 200,000 results/s (1,000,000 in 4.9 s, debug build,
-/// `testResultBufferThroughputForAMillionResults`), four times what a dispatch sends at, so in a real send the
-/// backlog stays at about one batch. `waiting` and `maxWaiting` expose it for the status page and metrics.
+/// measured when the buffer was written), several times what a dispatch sends at, so in a real send the backlog stays
+/// at about one batch (`fanout-bench --scenario serve` runs a 1,000,000-token dispatch through it). `waiting` and `maxWaiting` expose it for the status page and metrics.
 package final class DispatchResultBuffer: Sendable {
     /// Small enough that an API request's `accept`, which needs the same write lock, never waits long behind a
     /// results transaction (about 5 ms for 2,048 rows in a release build).
