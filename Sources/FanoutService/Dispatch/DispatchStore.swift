@@ -1,6 +1,7 @@
 import Fanout
 import FanoutRegistry
 import FanoutSQLite
+import Foundation
 import Synchronization
 
 /// Where a dispatch is in its life: accepted, being sent, finished.
@@ -49,6 +50,9 @@ package final class DispatchStore: Sendable {
     package let path: String
     private let writer: Mutex<DispatchConnection>
     private let reader: Mutex<DispatchConnection>
+    /// Only for `checkpointIfDue`.
+    private let checkpointer: Mutex<DispatchConnection>
+    private let lastCheckpoint = Atomic<UInt64>(0)
 
     /// How long a write waits for another connection's lock (the registry's import commits 50,000 rows at a time).
     package static let busyTimeoutMilliseconds: Int32 = 5_000
@@ -70,15 +74,22 @@ package final class DispatchStore: Sendable {
             let writerDatabase = try SQLiteDatabase(
                 path: path, mode: .readWrite, busyTimeoutMilliseconds: Self.busyTimeoutMilliseconds)
             try writerDatabase.useWriteAheadLog()
-            try writerDatabase.execute("PRAGMA temp_store = MEMORY")
+            // No checkpoint inside a commit: with results arriving at tens of thousands a second the WAL passes
+            // SQLite's 1,000-page mark several times a second, and the commit that crosses it copies the WAL into the
+            // database (tens of milliseconds), which could be an API request's accept. `checkpoint()` does it instead,
+            // from the result writers' threads, on a connection of its own.
+            try writerDatabase.execute("PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 0")
             try Self.prepareSchema(writerDatabase, path: path)
             let readerDatabase = try SQLiteDatabase(
                 path: path, mode: .readWrite, busyTimeoutMilliseconds: Self.busyTimeoutMilliseconds)
             // The reader never writes (query_only makes SQLite refuse it if a bug tried) and maps nothing, as the
             // registry's reader: paging a million results should not grow the service's resident memory.
             try readerDatabase.execute("PRAGMA cache_size = -8192; PRAGMA mmap_size = 0; PRAGMA query_only = 1")
+            let checkpointDatabase = try SQLiteDatabase(
+                path: path, mode: .readWrite, busyTimeoutMilliseconds: Self.busyTimeoutMilliseconds)
             writer = Mutex(DispatchConnection(database: writerDatabase))
             reader = Mutex(DispatchConnection(database: readerDatabase))
+            checkpointer = Mutex(DispatchConnection(database: checkpointDatabase))
         } catch let error as DispatchStoreError {
             throw error
         } catch let error as SQLiteError {
@@ -107,10 +118,25 @@ package final class DispatchStore: Sendable {
         }
     }
 
-    /// Closes both connections (idempotent). Calls after it fail `unavailable`.
+    /// Closes the connections (idempotent). Calls after it fail `unavailable`.
     package func close() {
         writer.withLock { $0.database.close() }
         reader.withLock { $0.database.close() }
+        checkpointer.withLock { $0.database.close() }
+    }
+
+    /// Copies the WAL into the database (a passive checkpoint: it takes no write lock, so commits go on meanwhile),
+    /// at most every 200 ms however many result writers call it. The writer connection never checkpoints itself.
+    package func checkpointIfDue() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let last = lastCheckpoint.load(ordering: .relaxed)
+        guard now &- last >= 200_000_000,
+            lastCheckpoint.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
+        else { return }
+        checkpointer.withLock { connection in
+            guard connection.database.isOpen else { return }
+            try? connection.database.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        }
     }
 
     deinit {
