@@ -143,7 +143,7 @@ let package = Package(
                 "FanoutService", "Fanout", "FanoutCore", "FanoutRegistry", "FanoutTransport", "FanoutJobFile",
                 "FanoutTestSupport", "MockAPNsKit",
             ]),
-        .testTarget(name: "FanoutRedisTests", dependencies: ["FanoutRedis"]),
+        .testTarget(name: "FanoutRedisTests", dependencies: ["FanoutRedis", "FanoutTestSupport"]),
         .testTarget(name: "MockAPNsKitTests", dependencies: ["MockAPNsKit", "FanoutCore"]),
         .testTarget(
             name: "FanoutIntegrationTests",

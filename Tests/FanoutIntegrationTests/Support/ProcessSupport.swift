@@ -1,6 +1,7 @@
 // Running the project's binaries (`fanout`, `mock-apns`) and third-party tools (h2load, curl, nghttpd) from
 // integration tests: every wait is bounded, output goes to files (so a chatty child can never block on a full
 // pipe), and a child that overstays its timeout is killed and reported as a failure.
+import FanoutTestSupport
 import Foundation
 import XCTest
 
@@ -154,48 +155,14 @@ enum ProcessSupport {
 
     // MARK: Ports
 
-    /// A TCP port that was free on 127.0.0.1 a moment ago (bind port 0, read it, close). Another process may take
-    /// it before the caller binds it: callers retry.
+    /// A TCP port that was free on 127.0.0.1 a moment ago. Another process may take it before the caller binds it:
+    /// callers retry.
     static func freeLoopbackPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw ProcessSupportError("socket(): errno \(errno)") }
-        defer { close(fd) }
-        var address = loopbackAddress(port: 0)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard bound == 0 else { throw ProcessSupportError("bind(127.0.0.1:0): errno \(errno)") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0 else { throw ProcessSupportError("getsockname(): errno \(errno)") }
-        return Int(UInt16(bigEndian: address.sin_port))
+        do { return try LoopbackPort.free() } catch { throw ProcessSupportError(error.description) }
     }
 
     /// True when a TCP connection to 127.0.0.1:`port` succeeds (the connection is closed at once).
-    static func canConnect(port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = loopbackAddress(port: port)
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        return rc == 0
-    }
-
-    private static func loopbackAddress(port: Int) -> sockaddr_in {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        return address
-    }
+    static func canConnect(port: Int) -> Bool { LoopbackPort.canConnect(port: port) }
 
     /// Starts a server that prints nothing when ready (nghttpd): picks a free loopback port, starts
     /// `executable` with `arguments(port)`, and waits until the port accepts connections. When the server exits

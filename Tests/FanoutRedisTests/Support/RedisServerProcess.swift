@@ -1,5 +1,6 @@
 // A real redis-server for the client's tests: started on a free loopback port in a temporary directory, waited for
 // until it answers PING, killed or restarted on demand, stopped (and its directory removed) at teardown. No mock.
+import FanoutTestSupport
 import Foundation
 import XCTest
 
@@ -117,7 +118,7 @@ final class RedisServerProcess {
         defer { close(fd) }
         var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = loopbackAddress(port: port)
+        var address = LoopbackPort.address(port: port)
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
@@ -132,32 +133,8 @@ final class RedisServerProcess {
         return String(decoding: buffer[..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// A TCP port that was free on 127.0.0.1 a moment ago (bind port 0, read it, close). `redis-server --port 0`
-    /// would not listen on TCP at all, so the test picks the port.
+    /// A free loopback port: `redis-server --port 0` would not listen on TCP at all, so the test picks the port.
     static func freeLoopbackPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw RedisServerError("socket(): errno \(errno)") }
-        defer { close(fd) }
-        var address = loopbackAddress(port: 0)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard bound == 0 else { throw RedisServerError("bind(127.0.0.1:0): errno \(errno)") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0 else { throw RedisServerError("getsockname(): errno \(errno)") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    private static func loopbackAddress(port: Int) -> sockaddr_in {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        return address
+        do { return try LoopbackPort.free() } catch { throw RedisServerError(error.description) }
     }
 }
