@@ -156,6 +156,26 @@ final class HTTPServerTests: XCTestCase {
         XCTAssertEqual(try prompt.readResponse().status, 200)
     }
 
+    func testABodyTricklingInPastTheBodyTimeoutGets408() throws {
+        var limits = HTTPServerLimits()
+        limits.bodyTimeout = .milliseconds(400)
+        let server = try makeServer(limits: limits)
+        defer { server.shutdown() }
+        let started = Date()
+        let client = try RawHTTPClient(port: server.port)
+        defer { client.close() }
+        try client.send("POST /slow HTTP/1.1\r\nHost: h\r\nContent-Length: 1000\r\n\r\n")
+        // A byte every 100 ms: each read would have re-armed an idle timer; the body's deadline does not move.
+        for _ in 0..<6 {
+            try client.send("x")
+            usleep(100_000)
+        }
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 408)
+        XCTAssertTrue(try client.readsEndOfStream())
+        XCTAssertLessThan(Date().timeIntervalSince(started), 3)
+    }
+
     func testPastMaxConnectionsNewConnectionsGet503WhileTheOpenOneIsServed() throws {
         var limits = HTTPServerLimits()
         limits.maxConnections = 1

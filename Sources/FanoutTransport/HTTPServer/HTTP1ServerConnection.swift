@@ -6,8 +6,9 @@ import Foundation
 /// written, so answers go out in request order. Confined to its loop.
 ///
 /// The connection's one timer (owned by `HTTPServerConnection`, re-armed, never one per request) bounds each
-/// phase: `headerTimeout` from the start of a head (or of the connection), `idleTimeout` while a kept-alive
-/// connection waits for its next request or a body stalls, and the linger after a last answer.
+/// phase: `headerTimeout` from the start of a head (or of the connection), `bodyTimeout` from the end of a head to the
+/// end of its body, `idleTimeout` while a kept-alive connection waits for its next request, and the linger after a
+/// last answer.
 final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
     private enum Phase {
         /// Waiting for (the rest of) a request head.
@@ -25,7 +26,7 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
 
     /// What the timer means now.
     private enum TimerUse {
-        case none, header, idle, linger
+        case none, header, idle, body, linger
     }
 
     let channel: SecureChannel
@@ -88,6 +89,8 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
             } else {
                 finish(with: .plain(408, "request timeout"))
             }
+        case .body:
+            finish(with: .plain(408, "request timeout: the body did not arrive in time"))
         case .linger:
             close()
         }
@@ -175,7 +178,7 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
                     dispatch(head)
                 } else {
                     phase = .body(head, remaining: remaining - take)
-                    arm(.idle)
+                    armBodyDeadline()
                     return
                 }
             case .chunked(let head, var decoder):
@@ -186,7 +189,7 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
                 switch outcome {
                 case .needMore:
                     phase = .chunked(head, decoder)
-                    arm(.idle)
+                    armBodyDeadline()
                     return
                 case .done:
                     dispatch(head)
@@ -305,12 +308,18 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
         arm(.linger)
     }
 
+    /// One deadline for the whole body, armed when it starts and not moved by later reads.
+    private func armBodyDeadline() {
+        if timerUse != .body { arm(.body) }
+    }
+
     private func arm(_ use: TimerUse) {
         timerUse = use
         switch use {
         case .none: timer.stop()
         case .header: timer.restart(milliseconds: limits.headerTimeoutMilliseconds)
         case .idle: timer.restart(milliseconds: limits.idleTimeoutMilliseconds)
+        case .body: timer.restart(milliseconds: limits.bodyTimeoutMilliseconds)
         case .linger: timer.restart(milliseconds: limits.lingerMilliseconds)
         }
     }

@@ -113,6 +113,9 @@ package struct HTTPServerLimits: Sendable {
     package var headerTimeout: Duration = .seconds(10)
     /// A keep-alive connection with nothing in progress this long is closed (HTTP/2: GOAWAY).
     package var idleTimeout: Duration = .seconds(75)
+    /// HTTP/1.1: a body not complete within this of the end of its head gets 408 and the connection closes, however
+    /// steadily it trickles in.
+    package var bodyTimeout: Duration = .seconds(30)
     /// Open connections across all loops. Past it a new plain-TCP connection gets an immediate 503
     /// (`Connection: close`) and is closed after a bounded linger; a TLS one is just closed.
     package var maxConnections = 10_000
@@ -123,6 +126,7 @@ package struct HTTPServerLimits: Sendable {
 
     var headerTimeoutMilliseconds: UInt64 { Self.milliseconds(headerTimeout) }
     var idleTimeoutMilliseconds: UInt64 { Self.milliseconds(idleTimeout) }
+    var bodyTimeoutMilliseconds: UInt64 { Self.milliseconds(bodyTimeout) }
     /// How long a connection that got its last answer may keep the socket before it is closed.
     var lingerMilliseconds: UInt64 { min(headerTimeoutMilliseconds, 2000) }
 
