@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# make demo, in two parts.
+# make demo, in three parts.
 # Part 1: start mock-apns on a free port with freshly generated TLS material and signing key, send
 # examples/jobs.jsonl with `fanout send`, print the summary, stop the mock.
 # Part 2: the token registry. Import generated registrations, restart the mock with ~50 of activity
 # match-7's tokens answered 410 Unregistered, send examples/activity-jobs.jsonl (an update and an end
 # addressed by activity_id) with `fanout send --registry`, and show the registry pruned of those tokens.
-# Exits 0 when both parts behave as expected.
+# Part 3: fanout serve against the mock (with its channel management listener): tokens registered over HTTP with
+# the device key, a broadcast channel created for the activity, an update by activity id, the dispatch read back.
+# Exits 0 when every part behaves as expected.
 set -euo pipefail
 bin=$(swift build -c release --show-bin-path)
 demo=.demo
@@ -128,6 +130,58 @@ if [ ${#problems[@]} -eq 0 ]; then
 else
     echo "Part 2 FAILED:"
     printf '  %s\n' "${problems[@]}"
+    exit 1
+fi
+
+echo
+echo "== Part 3: fanout serve: register tokens over HTTP, give the activity a broadcast channel, update it =="
+start_mock mock-serve --manage-listen 127.0.0.1:0
+for _ in $(seq 50); do grep -q '^manage listening on' "$demo/mock-serve.out" && break; sleep 0.1; done
+manage_port=$(sed -n 's/^manage listening on .*:\([0-9]*\)$/\1/p' "$demo/mock-serve.out")
+server_key=sk_demo_$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+device_key=dk_demo_$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+digest() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
+cat > "$demo/serve.json" <<JSON
+{"workspaces": {"demo": {
+  "server_keys_sha256": ["$(digest "$server_key")"], "device_keys_sha256": ["$(digest "$device_key")"],
+  "apps": {"com.acme.app": {"team_id": "DEMOTEAM12", "key_id": "DEMOKEY123", "key_path": "tls/auth-key.p8",
+    "endpoint": "localhost:$port", "manage_endpoint": "localhost:$manage_port", "ca_file": "tls/ca.pem"}}}}}
+JSON
+"$bin/fanout" serve --config "$demo/serve.json" --db "$demo/serve.db" --listen 127.0.0.1:0 \
+    > "$demo/serve.out" 2> "$demo/serve.err" &
+serve=$!
+trap 'kill $serve $mock 2>/dev/null; wait $serve $mock 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+    grep -q '^listening on' "$demo/serve.out" 2>/dev/null && break
+    kill -0 $serve 2>/dev/null || { cat "$demo/serve.err"; exit 1; }
+    sleep 0.1
+done
+api="http://$(sed -n 's/^listening on //p' "$demo/serve.out")"
+echo "fanout serve listening on $api (keys only as SHA-256 digests in $demo/serve.json)"
+for n in 1 2 3; do
+    curl -sf "$api/v1/activities/match-9/tokens" -H "Authorization: Bearer $device_key" \
+        -d "{\"token\": \"$(printf 'c9%062x' $n)\", \"device_id\": \"iphone-$n\"}" > /dev/null
+done
+echo "POST /v1/activities/match-9/tokens x3 (device key): 3 update tokens registered"
+channel=$(curl -sf "$api/v1/activities/match-9/channel" -H "Authorization: Bearer $server_key" -d '{}')
+echo "POST /v1/activities/match-9/channel: $channel"
+accepted=$(curl -sf "$api/v1/activities/match-9/update" -H "Authorization: Bearer $server_key" \
+    -d '{"content_state": {"home": 1, "away": 0}, "alert": {"title": "Goal!", "body": "1-0"}}')
+echo "POST /v1/activities/match-9/update: $accepted"
+dispatch=$(printf %s "$accepted" | sed -n 's/.*"dispatch_id":"\([^"]*\)".*/\1/p')
+for _ in $(seq 100); do
+    curl -sf "$api/v1/dispatches/$dispatch" -H "Authorization: Bearer $server_key" > "$demo/dispatch.json"
+    grep -q '"state":"done"' "$demo/dispatch.json" && break
+    sleep 0.1
+done
+echo "GET /v1/dispatches/$dispatch: $(cat "$demo/dispatch.json")"
+kill -TERM $serve; wait $serve 2>/dev/null || true
+stop_mock
+sed -i 's/": /":/g' "$demo/dispatch.json"
+if grep -q '"delivered":4' "$demo/dispatch.json" && grep -q '"broadcasts":1' "$demo/dispatch.json"; then
+    echo "Part 3 OK: one broadcast to the channel and 3 token pushes, all delivered"
+else
+    echo "Part 3 FAILED: expected 4 delivered (3 tokens and 1 broadcast)"
     exit 1
 fi
 exit $status
