@@ -6,11 +6,12 @@ import FanoutRedis
 ///
 /// | Key | Type | What |
 /// |---|---|---|
-/// | `fanout:shards` | stream, group `fanout-workers` | one entry per shard: `job`, `shard`, `start`, `count` |
+/// | `fanout:shards` | stream, group `fanout-workers` | one entry per shard not yet done: `job`, `shard`, `start`,
+///   `count` (a done shard's entry is acknowledged and deleted) |
 /// | `fanout:jobs` | list | job ids in enqueue order (`fanout status`) |
 /// | `fanout:job:{ID}` | hash | `line` (the job line, recipients replaced by a placeholder), `now` (the parse time, so
 ///   every shard encodes the same default `timestamp`), `shards`, `notifications`, `enqueued_at` (Unix ms) |
-/// | `fanout:job:{ID}:tokens:N` | string | shard N's tokens, one per line |
+/// | `fanout:job:{ID}:tokens:N` | string | shard N's tokens, one per line (deleted when the shard is done) |
 /// | `fanout:job:{ID}:results` | hash | position in the job → its results line (`invalid` for a job-level result); written
 ///   with HSETNX, so the first result of a position is the one kept |
 /// | `fanout:job:{ID}:counts` | hash | outcome name → count, `retries`, `payload_encodings`, `demoted`; counted in the

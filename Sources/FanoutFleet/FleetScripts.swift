@@ -33,12 +33,13 @@ enum FleetScripts {
         return missing
         """)
 
-    /// Marks a shard done once: KEYS: done set, counts hash, job hash. ARGV: shard number, payload encodings,
-    /// demoted. The shard's engine counts are added only by the first completion (a shard finished again after a
-    /// claim adds nothing); the job's last shard sets `finished_at` (Unix ms, the server's clock). Returns 1 when this
-    /// call marked it.
+    /// Marks a shard done once: KEYS: done set, counts hash, job hash, the shard's tokens. ARGV: shard number, payload
+    /// encodings, demoted. The shard's engine counts are added only by the first completion (a shard finished again
+    /// after a claim adds nothing); its tokens are deleted (its results hold them); the job's last shard sets
+    /// `finished_at` (Unix ms, the server's clock). Returns 1 when this call marked it.
     static let completeShard = RedisScript(
         """
+        redis.call('DEL', KEYS[4])
         if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return 0 end
         local encodings = tonumber(ARGV[2])
         if encodings > 0 then redis.call('HINCRBY', KEYS[2], 'payload_encodings', encodings) end

@@ -50,8 +50,8 @@ package struct FleetWorkerStats: Sendable {
 /// 4. **Send and record.** Results are buffered and written every `flushInterval` by one script (HSETNX per
 ///    position, counts for what was written). `cancelled` results (a stop past the grace period) are not written,
 ///    so those positions are sent by whoever resumes the shard.
-/// 5. **Complete.** After the last write: the shard joins the job's done set (and its engine counts are added, once),
-///    then `XACK`. A worker that dies anywhere before the XACK leaves the shard pending, and step 1 gives it to
+/// 5. **Complete.** After the last write: the shard joins the job's done set (its engine counts are added, once, and
+///    its tokens key is deleted), then `XACK` and `XDEL`. A worker that dies anywhere before the XACK leaves the shard pending, and step 1 gives it to
 ///    another: only notifications in flight or not yet written are sent twice, and they still get one result line.
 package final class FleetWorker: Sendable {
     private let engine: FanoutEngine
@@ -126,7 +126,13 @@ package final class FleetWorker: Sendable {
                         log("claimed \(claimed.count) shard(s) left pending over \(options.claimIdle)")
                     } else {
                         claimed = try await read(count: free, id: readID)
-                        if readID == "0" && claimed.isEmpty { readID = ">" }
+                        // "0" reads this consumer's own pending entries (a restart under the same name) without
+                        // blocking; once it offers nothing new, only new entries ('>').
+                        if readID == "0"
+                            && state.withLock({ state in claimed.allSatisfy { state.held.contains($0.id) } })
+                        {
+                            readID = ">"
+                        }
                     }
                     entries = claimed
                     failures = 0
@@ -347,16 +353,20 @@ package final class FleetWorker: Sendable {
 
     private func complete(entry: ShardEntry, keys: FleetKeys, shard: Int, summary: JobSummary?) async throws(FleetError)
     {
-        do {
+        do throws(RedisError) {
             _ = try await writer.evalScript(
-                FleetScripts.completeShard, keys: [keys.done, keys.counts, keys.meta],
+                FleetScripts.completeShard, keys: [keys.done, keys.counts, keys.meta, keys.tokens(shard: shard)],
                 arguments: [
                     RedisArgument(shard), RedisArgument(summary?.payloadEncodings ?? 0),
                     RedisArgument(summary?.demoted ?? 0),
                 ])
-            _ = try await writer.command([
-                "XACK", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group), RedisArgument(entry.id),
+            // Acknowledged, then deleted: the stream keeps only shards not done.
+            let stream = RedisArgument(FleetKeys.stream)
+            let replies = try await writer.commands([
+                ["XACK", stream, RedisArgument(FleetKeys.group), RedisArgument(entry.id)],
+                ["XDEL", stream, RedisArgument(entry.id)],
             ])
+            if case .error(let message) = replies[0] { throw RedisError.server(message) }
         } catch {
             throw FleetError(error.message)
         }

@@ -212,7 +212,6 @@ final class FleetTests: XCTestCase {
             let count = try XCTUnwrap(values["count"].flatMap(Int.init))
             for position in start..<start + count { held.insert(job * Self.tokensPerJob + position) }
         }
-        await client.shutdown()
         XCTAssertFalse(held.isEmpty, "w0 held shards at its death")
 
         // The two others claim w0's shards after --claim-idle (1 s) and finish everything.
@@ -221,6 +220,12 @@ final class FleetTests: XCTestCase {
             XCTAssertEqual(try worker.stop(timeout: 20), 0, "SIGTERM: a clean exit")
         }
         try checkResults(fleet)
+        // Done shards leave nothing behind on the stream: acknowledged, deleted, their tokens keys gone.
+        let length = try await client.command(["XLEN", "fanout:shards"])
+        XCTAssertEqual(length, .integer(0))
+        let tokenKeys = try await client.command(["KEYS", "fanout:job:*:tokens:*"])
+        XCTAssertEqual(tokenKeys, .array([]))
+        await client.shutdown()
 
         XCTAssertTrue(fleet.mock.stop())
         let counts = try fleet.mock.acceptedPerToken(count: Self.total)
