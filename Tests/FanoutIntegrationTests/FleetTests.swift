@@ -94,7 +94,8 @@ final class FleetTests: XCTestCase {
         let deadline = Date().addingTimeInterval(timeout)
         while true {
             let jobs = try status(fleet)
-            if jobs.count == Self.jobs, jobs.values.allSatisfy({ $0["state"] as? String == "done" }) { return }
+            let ours = (0..<Self.jobs).compactMap { jobs["fleet-\($0)"] }
+            if ours.count == Self.jobs, ours.allSatisfy({ $0["state"] as? String == "done" }) { return }
             guard Date() < deadline else {
                 throw ProcessSupportError("the fleet did not finish within \(timeout) s: \(jobs)")
             }
@@ -145,6 +146,18 @@ final class FleetTests: XCTestCase {
         XCTAssertEqual(again.exitCode, 1, again.summary)
         XCTAssertTrue(again.stdout.isEmpty, again.summary)
         XCTAssertTrue(again.stderr.contains("job fleet-0 is already enqueued in Redis"), again.summary)
+        // Registry-addressed jobs are refused with the reason (no shared registry yet); the others go on.
+        let mixed = "\(fleet.directory)/mixed.jsonl"
+        try
+            ([
+                #"{"id": "by-activity", "app": "com.example.app", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", "live_activity": {"event": "update", "content_state": {}}, "activity_id": "match-7"}"#,
+                #"{"id": "empty", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "empty.txt"}"#,
+            ].joined(separator: "\n") + "\n").write(toFile: mixed, atomically: true, encoding: .utf8)
+        FileManager.default.createFile(atPath: "\(fleet.directory)/empty.txt", contents: nil)
+        let refused = try fleet.run(["enqueue", "--redis", fleet.redis.url, "--jobs", mixed])
+        XCTAssertEqual(refused.exitCode, 1, refused.summary)
+        XCTAssertEqual(refused.stdoutLines, [#"{"job": "empty", "shards": 0}"#], refused.summary)
+        XCTAssertTrue(refused.stderr.contains("line 1: jobs that address the registry"), refused.summary)
 
         let start = Date()
         let workers = try startWorkers(fleet, count: 3)
@@ -239,6 +252,37 @@ final class FleetTests: XCTestCase {
         print(
             "fleet kill test: accepted at the kill \(acceptedAtKill) of \(Self.total); w0 held \(held.count) tokens; "
                 + "sent twice \(counts.duplicates)")
+    }
+
+    func testSigtermFinishesTheShardsBeingSentAndLeavesTheRestToAnotherWorker() async throws {
+        let fleet = try startFleet()
+        try enqueue(fleet)
+        let first = try startWorkers(fleet, count: 1)[0]
+        let deadline = Date().addingTimeInterval(120)
+        while fleet.mock.totals().accepted < Self.total / 10 {
+            XCTAssertTrue(Date() < deadline, "sending did not start")
+            if Date() >= deadline { return }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        XCTAssertEqual(try first.stop(timeout: 20), 0, "SIGTERM: a clean exit")
+        XCTAssertTrue(first.stderrText().contains("stopping: no new shards"), first.stderrText())
+        // It finished what it held: nothing is pending, and part of the work is still on the stream.
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.redis.url)))
+        let pending = try await client.command(["XPENDING", "fanout:shards", "fanout-workers"]).array
+        XCTAssertEqual(pending?.first, .integer(0), "\(String(describing: pending))")
+        let left = try await client.command(["XLEN", "fanout:shards"]).integer ?? 0
+        await client.shutdown()
+        XCTAssertGreaterThan(left, 0, "the stop came before the end")
+
+        let second = try startWorkers(fleet, count: 1)[0]
+        try waitUntilDone(fleet)
+        XCTAssertEqual(try second.stop(timeout: 20), 0)
+        try checkResults(fleet)
+        XCTAssertTrue(fleet.mock.stop())
+        let counts = try fleet.mock.acceptedPerToken(count: Self.total)
+        XCTAssertEqual(counts.distinct, Self.total, "every token reached the mock")
+        XCTAssertEqual(counts.duplicates, 0, "a graceful stop sends nothing twice")
+        print("fleet stop test: \(left) of 30 shards left on the stream by the stopped worker")
     }
 
     func testUnreachableRedisAtStartIsAOneLineErrorAndExitStatusTwo() throws {
