@@ -13,6 +13,8 @@
 //   FanoutRegistry (the token registry: store protocol, SQLite store) ──> FanoutSQLite ──> CSQLite
 //   FanoutRedis (a Redis client on hiredis's async API, on a LoopThread) ──> FanoutTransport, CHiredis, CLibUV,
 //   COpenSSL (SHA-1 for EVALSHA)
+//   FanoutFleet (issue 14's work on Redis Streams: enqueue, worker, results, status) ──> FanoutRedis, FanoutJobFile,
+//   Fanout
 //   FanoutTestSupport, MockAPNsKit (test-only: the HTTP/2 server over FanoutTransport's HTTP2ServerConnection,
 //   test CA, JWT verifier), MockAPNsValidation (the
 //   mock's request validator; pure Swift, fuzzed on its own, re-exported by MockAPNsKit)
@@ -66,6 +68,9 @@ let package = Package(
         // A Redis client (issue 14's fleet builds on it): hiredis's async API on a LoopThread, with deadlines,
         // reconnection, LOADING/READONLY retries and scripts. The only Swift that imports CHiredis; everything `package`.
         .target(name: "FanoutRedis", dependencies: ["FanoutTransport", "CHiredis", "CLibUV", "COpenSSL"]),
+        // The fleet's work on Redis Streams: job lines split into shards on a stream, workers in a consumer group
+        // that send them with the engine and write their results to Redis, results and status read back. No C.
+        .target(name: "FanoutFleet", dependencies: ["Fanout", "FanoutCore", "FanoutJobFile", "FanoutRedis"]),
         // Flag parsing shared by the binaries.
         .target(name: "CommandLineSupport"),
         // The public library API for gateway services: the engine, jobs, results, errors.
@@ -92,7 +97,7 @@ let package = Package(
             name: "FanoutCLI",
             dependencies: [
                 "Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFile", "FanoutObservability", "FanoutService",
-                "CommandLineSupport",
+                "FanoutFleet", "FanoutRedis", "CommandLineSupport",
             ]),
 
         // Test-only transport: the HTTP/2 server, the test certificate authority, the JWT verifier.
@@ -149,7 +154,7 @@ let package = Package(
             name: "FanoutIntegrationTests",
             dependencies: [
                 "Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "FanoutJobFile", "FanoutObservability",
-                "FanoutTestSupport", "MockAPNsKit",
+                "FanoutTestSupport", "MockAPNsKit", "FanoutRedis",
             ]),
     ]
 )

@@ -97,9 +97,9 @@ enum ServeCommand {
     }
 }
 
-/// SIGINT and SIGTERM, awaited without polling.
+/// SIGINT and SIGTERM, awaited without polling (`fanout serve`, `fanout worker`).
 /// `@unchecked Sendable`: `sources` is written once in init and only kept alive; the latch is Sendable.
-private final class ServeSignals: @unchecked Sendable {
+final class ServeSignals: @unchecked Sendable {
     private let latch = SignalLatch()
     private let sources: [any DispatchSourceSignal]
 

@@ -12,6 +12,10 @@ let usage = """
       registry  the token registry: register, import, list, end, prune, stats, events (fanout registry --help)
       channels  an app's broadcast channels (iOS 18): create, read, delete, list (fanout channels --help)
       serve     the Live Activity HTTP service: native, Pushwoosh and Braze APIs (fanout serve --help)
+      enqueue   split a job file's jobs into shards on Redis for the fleet (fanout enqueue --help)
+      worker    send the fleet's shards from Redis (fanout worker --help)
+      results   a fleet job's results from Redis, one line per (job, token), and the summary
+      status    the fleet's jobs on Redis: shards done, counts
     """
 
 signal(SIGPIPE, SIG_IGN)
@@ -31,6 +35,14 @@ case "channels":
     status = await ChannelsCommand.run(arguments)
 case "serve":
     status = await ServeCommand.run(arguments)
+case "enqueue":
+    status = await FleetCommands.enqueue(arguments)
+case "worker":
+    status = await FleetCommands.worker(arguments)
+case "results":
+    status = await FleetCommands.results(arguments)
+case "status":
+    status = await FleetCommands.status(arguments)
 case "--help", "-h", "help":
     print(usage)
     status = 0

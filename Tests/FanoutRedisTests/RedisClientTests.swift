@@ -1,4 +1,5 @@
 import FanoutRedis
+import FanoutTestSupport
 import Foundation
 import XCTest
 

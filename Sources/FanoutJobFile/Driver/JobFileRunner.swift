@@ -28,6 +28,12 @@ package struct SendSummary: Sendable {
     /// Notifications finished by this process per second.
     package var rate: Double
 
+    package init(counts: SendCounts, seconds: Double, rate: Double) {
+        self.counts = counts
+        self.seconds = seconds
+        self.rate = rate
+    }
+
     /// `{"jobs": 3, "notifications": 250000, "delivered": …, "rate": 85910.0}` on one line.
     package var jsonLine: String {
         let fields: [(String, String)] = [

@@ -1,31 +1,31 @@
-// A real redis-server for the client's tests: started on a free loopback port in a temporary directory, waited for
-// until it answers PING, killed or restarted on demand, stopped (and its directory removed) at teardown. No mock.
-import FanoutTestSupport
+// A real redis-server for the tests (the client's, and the fleet's): started on a free loopback port in a temporary
+// directory, waited for until it answers PING, killed or restarted on demand, stopped and its directory removed by
+// `discard()`. No mock. Test targets register `discard()` as a teardown (`RedisServerProcess(for: testCase)`, a
+// small extension in each, since this target does not link XCTest: mock-apns and the bench link it too).
 import Foundation
-import XCTest
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-struct RedisServerError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+package struct RedisServerError: Error, CustomStringConvertible {
+    package let description: String
+    package init(_ description: String) { self.description = description }
 }
 
 /// One redis-server child. Not thread-safe: a test drives it from its own task.
-final class RedisServerProcess {
-    let port: Int
+package final class RedisServerProcess {
+    package let port: Int
     /// The server's `--dir`: its AOF and its log (`redis.log`) live here.
-    let directory: String
+    package let directory: String
     private let options: [String]
     private var process: Process?
 
     /// Starts a server. `appendOnly` turns AOF on with `appendfsync always` (every write is on disk before its
     /// reply, so a SIGKILL loses nothing acknowledged); `extra` adds options (`["--requirepass", "pw"]`).
-    /// Registers its stop and the directory's removal as `testCase`'s teardown.
+    /// Call `discard()` when done (the test targets' `init(for:)` registers it as a teardown).
     /// `port`: that port only (a test that chose it before the server existed); by default a free one.
-    init(for testCase: XCTestCase, port chosen: Int? = nil, appendOnly: Bool = false, extra: [String] = []) throws {
+    package init(port chosen: Int? = nil, appendOnly: Bool = false, extra: [String] = []) throws {
         guard Self.executable != nil else {
             throw RedisServerError("redis-server is not installed (make deps-test installs it)")
         }
@@ -48,17 +48,18 @@ final class RedisServerProcess {
         }
         guard let started else { throw lastError }
         port = started
-        let directory = self.directory
-        testCase.addTeardownBlock { [self] in
-            stop()
-            try? FileManager.default.removeItem(atPath: directory)
-        }
     }
 
-    var url: String { "redis://127.0.0.1:\(port)" }
+    /// Stops the server and removes its directory.
+    package func discard() {
+        stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    package var url: String { "redis://127.0.0.1:\(port)" }
 
     /// SIGKILL, and wait for the process to be gone (its sockets closed by the kernel).
-    func kill() {
+    package func kill() {
         guard let process else { return }
         Glibc.kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
@@ -69,7 +70,7 @@ final class RedisServerProcess {
     /// options for this run, and waits for PING. Returns the first answer to PING (`-LOADING ...` while the dataset
     /// is still loading).
     @discardableResult
-    func restart(extra: [String] = []) throws -> String {
+    package func restart(extra: [String] = []) throws -> String {
         precondition(process == nil, "restart() after kill() or stop()")
         let (process, answer) = try Self.launch(port: port, directory: directory, options: options + extra)
         self.process = process
@@ -78,10 +79,10 @@ final class RedisServerProcess {
 
     /// Ends the server at teardown: SIGKILL, since its data is thrown away with its directory (and a child started
     /// by Foundation's Process may inherit a signal mask that delays SIGTERM).
-    func stop() { kill() }
+    package func stop() { kill() }
 
     /// The server's log, for failure messages.
-    var log: String { (try? String(contentsOfFile: directory + "/redis.log", encoding: .utf8)) ?? "" }
+    package var log: String { (try? String(contentsOfFile: directory + "/redis.log", encoding: .utf8)) ?? "" }
 
     private static let executable: String? = [
         "/usr/bin/redis-server", "/usr/local/bin/redis-server", "/usr/sbin/redis-server",
@@ -112,7 +113,7 @@ final class RedisServerProcess {
     }
 
     /// Sends PING on a fresh socket and returns the first reply line, or nil when nothing answers within 200 ms.
-    static func ping(port: Int) -> String? {
+    package static func ping(port: Int) -> String? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -134,7 +135,7 @@ final class RedisServerProcess {
     }
 
     /// A free loopback port: `redis-server --port 0` would not listen on TCP at all, so the test picks the port.
-    static func freeLoopbackPort() throws -> Int {
+    package static func freeLoopbackPort() throws -> Int {
         do { return try LoopbackPort.free() } catch { throw RedisServerError(error.description) }
     }
 }

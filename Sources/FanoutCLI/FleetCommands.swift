@@ -1,0 +1,327 @@
+import CommandLineSupport
+import Fanout
+import FanoutFleet
+import FanoutJobFile
+import FanoutObservability
+import FanoutRedis
+import Foundation
+
+/// The fleet's commands (issue 14, work on Redis Streams): `enqueue`, `worker`, `results`, `status`. Each opens its
+/// Redis connection first and answers a PING, so an unreachable server (or a `rediss://` URL) is a one-line error and
+/// exit status 2 before anything else happens.
+enum FleetCommands {
+    static let redisHelp = """
+          --redis URL           redis://[user:password@]host:port[/db] (rediss:// is not supported: Debian's
+                                hiredis 0.14 has no TLS)
+        """
+
+    /// `fanout enqueue --redis URL --jobs FILE [--shard-size N]`.
+    static func enqueue(_ arguments: [String]) async -> Int32 {
+        let usage = """
+            fanout enqueue: split each job of a job file into shards on Redis, for fanout worker to send.
+
+            usage: fanout enqueue --redis URL --jobs FILE [--shard-size N]
+
+            \(redisHelp)
+              --jobs FILE           the job file (the same JSON Lines as fanout send)
+              --shard-size N        tokens per shard (default 2000)
+
+            Prints one JSON line per job enqueued: {"job": ID, "shards": N}. Refused, with a line on stderr:
+            a line that does not parse, a job id already enqueued (ids are unique in Redis), and jobs that
+            address the registry or a broadcast channel (not in the fleet yet; use fanout send).
+            Exit status: 0 every job enqueued; 1 some refused; 2 bad arguments, unreadable file, Redis unreachable.
+            """
+        var redis: String?
+        var jobs: String?
+        var shardSize = 2000
+        do throws(UsageError) {
+            var cursor = ArgumentCursor(arguments)
+            while let flag = try cursor.nextFlag() {
+                switch flag {
+                case "--help", "-h":
+                    print(usage)
+                    return 0
+                case "--redis": redis = try cursor.string()
+                case "--jobs": jobs = try cursor.string()
+                case "--shard-size": shardSize = try cursor.int(in: 1...1_000_000)
+                default: throw UsageError("unknown option \(flag) (see fanout enqueue --help)")
+                }
+            }
+            guard redis != nil else { throw UsageError("--redis URL is required") }
+            guard jobs != nil else { throw UsageError("--jobs FILE is required") }
+        } catch {
+            return fail("enqueue", error.message)
+        }
+        guard let redis, let jobs, FileManager.default.isReadableFile(atPath: jobs) else {
+            return fail("enqueue", "job file \(jobs ?? "") cannot be read")
+        }
+        let client: RedisClient
+        do {
+            client = try await FleetConnection.connect(redis)
+        } catch {
+            return fail("enqueue", error.message)
+        }
+        var refused = 0
+        do {
+            try await FleetEnqueuer(client: client, shardSize: shardSize).enqueue(jobsPath: jobs) { report in
+                switch report {
+                case .enqueued(let job, let shards, _):
+                    var line: [UInt8] = Array("{\"job\": ".utf8)
+                    JSONStringEscaping.appendString(job, to: &line)
+                    line += Array(", \"shards\": \(shards)}\n".utf8)
+                    FileHandle.standardOutput.write(Data(line))
+                case .refused(_, _, let reason):
+                    refused += 1
+                    FileHandle.standardError.write(Data("fanout enqueue: \(reason) (not enqueued)\n".utf8))
+                }
+            }
+        } catch {
+            return fail("enqueue", error.message)
+        }
+        return refused == 0 ? 0 : 1
+    }
+
+    /// `fanout worker --redis URL [--config FILE] [--name NAME] ...`.
+    static func worker(_ arguments: [String]) async -> Int32 {
+        let usage = """
+            fanout worker: send the shards enqueued on Redis, with the other workers of the fleet.
+
+            usage: fanout worker --redis URL [--config FILE] [--name NAME] [--claim-idle SECONDS]
+                                 [--concurrent-shards N] [--endpoint HOST:PORT | --sandbox | --production]
+                                 [--ca-file PEM] [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS]
+                                 [--connections N] [--loops N] [--log-format text|json]
+
+            \(redisHelp)
+              --config FILE         fanout send's config file (endpoint, credentials, loops, connections, ...);
+                                    flags override it
+              --name NAME           this worker's consumer name (default HOST-PID); a worker restarted under its
+                                    old name takes its pending shards back at once
+              --claim-idle SECONDS  claim a shard pending this long without a heartbeat (its worker died; default 30)
+              --concurrent-shards N shards sent at once (default 4)
+
+            Runs until SIGTERM or SIGINT: then it reads no more shards, lets those it sends finish (10 s), leaves
+            the rest pending for other workers, and exits 0. Exit status 2: bad arguments, configuration errors,
+            Redis unreachable at start.
+            """
+        var redis: String?
+        var options = SendCommand.Options()
+        var name = FleetWorkerOptions.defaultName
+        var claimIdle = Duration.seconds(30)
+        var concurrentShards = 4
+        do throws(UsageError) {
+            var cursor = ArgumentCursor(arguments)
+            while let flag = try cursor.nextFlag() {
+                switch flag {
+                case "--help", "-h":
+                    print(usage)
+                    return 0
+                case "--redis": redis = try cursor.string()
+                case "--config": options.configPath = try cursor.string()
+                case "--name": name = try cursor.string()
+                case "--claim-idle": claimIdle = try cursor.seconds()
+                case "--concurrent-shards": concurrentShards = try cursor.int(in: 1...1000)
+                case "--loops": options.loops = try cursor.int(in: 1...256)
+                case "--connections": options.connections = try cursor.int(in: 1...256)
+                case "--log-format":
+                    let text = try cursor.string()
+                    guard let format = FanoutLogger.Format(text) else {
+                        throw UsageError("--log-format takes text or json, not '\(text)'")
+                    }
+                    options.logFormat = format
+                default:
+                    guard try options.connection.take(flag, from: &cursor) else {
+                        throw UsageError("unknown option \(flag) (see fanout worker --help)")
+                    }
+                }
+            }
+            guard redis != nil else { throw UsageError("--redis URL is required") }
+            guard !name.isEmpty else { throw UsageError("--name must not be empty") }
+        } catch {
+            return fail("worker", error.message)
+        }
+        let configuration: FanoutEngineConfiguration
+        do {
+            configuration = try SendCommand.engineConfiguration(
+                options, environment: ProcessInfo.processInfo.environment)
+        } catch {
+            return fail("worker", error.message)
+        }
+        var workerOptions = FleetWorkerOptions(name: name)
+        workerOptions.claimIdle = claimIdle
+        workerOptions.concurrentShards = concurrentShards
+        let signals = ServeSignals()
+        let writer: RedisClient
+        let reader: RedisClient
+        do {
+            writer = try await FleetConnection.connect(redis!)
+            reader = try await FleetConnection.connect(redis!, commandTimeout: workerOptions.block + .seconds(10))
+        } catch {
+            return fail("worker", error.message)
+        }
+        let engine: FanoutEngine
+        do {
+            engine = try FanoutEngine(configuration: configuration)
+        } catch {
+            return fail("worker", error.message)
+        }
+        let logger = FanoutLogger(format: options.logFormat)
+        if let warning = configuration.credentials?.permissionWarning() { logger.warning(warning) }
+        let workerName = name
+        let worker = FleetWorker(
+            engine: engine, reader: reader, writer: writer, options: workerOptions,
+            log: { logger.info($0, fields: ["worker": workerName]) })
+        logger.info(
+            "worker started",
+            fields: [
+                "worker": name, "endpoint": configuration.endpoint.description,
+                "loops": String(configuration.loops), "connections_per_loop": String(configuration.connectionsPerLoop),
+            ])
+        let stopper = Task {
+            await signals.wait()
+            logger.info("stopping: no new shards", fields: ["worker": workerName])
+            worker.stop()
+        }
+        defer { stopper.cancel() }
+        let stats: FleetWorkerStats
+        do {
+            stats = try await worker.run()
+        } catch {
+            await engine.shutdown(gracePeriod: .zero)
+            return fail("worker", error.message)
+        }
+        await engine.shutdown(gracePeriod: .seconds(1))
+        logger.info(
+            "worker stopped",
+            fields: [
+                "worker": name, "shards_completed": String(stats.shardsCompleted),
+                "shards_claimed": String(stats.shardsClaimed), "results_written": String(stats.resultsWritten),
+            ])
+        return 0
+    }
+
+    /// `fanout results --redis URL --job ID [--out FILE]`.
+    static func results(_ arguments: [String]) async -> Int32 {
+        let usage = """
+            fanout results: a job's results from Redis, one line per (job, token) in job order, then the summary.
+
+            usage: fanout results --redis URL --job ID [--out FILE]
+
+            \(redisHelp)
+              --job ID              the job's id
+              --out FILE            write the results lines there (default: standard output); the summary line
+                                    goes to standard output (to stderr when the results do)
+
+            Exit status: 0 the job is done and every notification delivered; 1 it is not done yet, or some
+            notifications were not delivered (the lines so far are written); 2 bad arguments, unknown job,
+            Redis unreachable.
+            """
+        var redis: String?
+        var job: String?
+        var out: String?
+        do throws(UsageError) {
+            var cursor = ArgumentCursor(arguments)
+            while let flag = try cursor.nextFlag() {
+                switch flag {
+                case "--help", "-h":
+                    print(usage)
+                    return 0
+                case "--redis": redis = try cursor.string()
+                case "--job": job = try cursor.string()
+                case "--out": out = try cursor.string()
+                default: throw UsageError("unknown option \(flag) (see fanout results --help)")
+                }
+            }
+            guard redis != nil else { throw UsageError("--redis URL is required") }
+            guard job != nil else { throw UsageError("--job ID is required") }
+        } catch {
+            return fail("results", error.message)
+        }
+        let client: RedisClient
+        do {
+            client = try await FleetConnection.connect(redis!)
+        } catch {
+            return fail("results", error.message)
+        }
+        let handle: FileHandle
+        if let out {
+            guard FileManager.default.createFile(atPath: out, contents: nil),
+                let file = FileHandle(forWritingAtPath: out)
+            else { return fail("results", "cannot write \(out)") }
+            handle = file
+        } else {
+            handle = FileHandle.standardOutput
+        }
+        defer { if out != nil { try? handle.close() } }
+        do {
+            let (status, lines) = try await FleetReader(client: client).writeResults(job: job!) { bytes in
+                try handle.write(contentsOf: Data(bytes))
+            }
+            let summary = FleetReader.summary(status)
+            let line = Data((summary.jsonLine + "\n").utf8)
+            if out == nil {
+                FileHandle.standardError.write(line)
+            } else {
+                FileHandle.standardOutput.write(line)
+            }
+            if !status.isDone {
+                FileHandle.standardError.write(
+                    Data(
+                        "fanout results: job \(job!) is not done: \(status.shardsDone) of \(status.shards) shards, \(lines) of \(status.notifications) results\n"
+                            .utf8))
+                return 1
+            }
+            return summary.allDelivered ? 0 : 1
+        } catch let error as FleetError {
+            return fail("results", error.message)
+        } catch {
+            return fail("results", "\(error)")
+        }
+    }
+
+    /// `fanout status --redis URL`.
+    static func status(_ arguments: [String]) async -> Int32 {
+        let usage = """
+            fanout status: one JSON line per enqueued job, in enqueue order: its state (enqueuing, waiting,
+            running, done), shards done and in all, notifications, results so far by outcome.
+
+            usage: fanout status --redis URL
+
+            \(redisHelp)
+            """
+        var redis: String?
+        do throws(UsageError) {
+            var cursor = ArgumentCursor(arguments)
+            while let flag = try cursor.nextFlag() {
+                switch flag {
+                case "--help", "-h":
+                    print(usage)
+                    return 0
+                case "--redis": redis = try cursor.string()
+                default: throw UsageError("unknown option \(flag) (see fanout status --help)")
+                }
+            }
+            guard redis != nil else { throw UsageError("--redis URL is required") }
+        } catch {
+            return fail("status", error.message)
+        }
+        let client: RedisClient
+        do {
+            client = try await FleetConnection.connect(redis!)
+        } catch {
+            return fail("status", error.message)
+        }
+        do {
+            for status in try await FleetReader(client: client).statuses() {
+                FileHandle.standardOutput.write(Data((status.jsonLine + "\n").utf8))
+            }
+        } catch {
+            return fail("status", error.message)
+        }
+        return 0
+    }
+
+    static func fail(_ command: String, _ message: String) -> Int32 {
+        FileHandle.standardError.write(Data("fanout \(command): \(message)\n".utf8))
+        return 2
+    }
+}

@@ -1,0 +1,38 @@
+import FanoutRedis
+
+/// Where the fleet keeps its work in Redis. Every key of one job carries the job id as a hash tag
+/// (`fanout:job:{ID}:...`), so that a job's keys share a slot on Redis Cluster and its scripts may touch them
+/// together; the stream and the job list are the only keys shared by every job.
+///
+/// | Key | Type | What |
+/// |---|---|---|
+/// | `fanout:shards` | stream, group `fanout-workers` | one entry per shard not yet done: `job`, `shard`, `start`,
+///   `count` (a done shard's entry is acknowledged and deleted) |
+/// | `fanout:jobs` | list | job ids in enqueue order (`fanout status`) |
+/// | `fanout:job:{ID}` | hash | `line` (the job line, recipients replaced by a placeholder), `now` (the parse time, so
+///   every shard encodes the same default `timestamp`), `shards`, `notifications`, `enqueued_at` (Unix ms) |
+/// | `fanout:job:{ID}:tokens:N` | string | shard N's tokens, one per line (deleted when the shard is done) |
+/// | `fanout:job:{ID}:results` | hash | position in the job → its results line (`invalid` for a job-level result); written
+///   with HSETNX, so the first result of a position is the one kept |
+/// | `fanout:job:{ID}:counts` | hash | outcome name → count, `retries`, `payload_encodings`, `demoted`; counted in the
+///   same script as the HSETNX, only for results actually written |
+/// | `fanout:job:{ID}:done` | set | the shard numbers whose every position has a result |
+package struct FleetKeys: Sendable {
+    package static let stream = "fanout:shards"
+    package static let group = "fanout-workers"
+    package static let jobList = "fanout:jobs"
+
+    package let job: String
+
+    package init(job: String) { self.job = job }
+
+    private var base: String { "fanout:job:{\(job)}" }
+    package var meta: RedisArgument { RedisArgument(base) }
+    package var results: RedisArgument { RedisArgument(base + ":results") }
+    package var counts: RedisArgument { RedisArgument(base + ":counts") }
+    package var done: RedisArgument { RedisArgument(base + ":done") }
+    package func tokens(shard: Int) -> RedisArgument { RedisArgument(base + ":tokens:\(shard)") }
+}
+
+/// The field of the results hash for a job-level result (`invalid`, no token).
+let jobLevelField = "invalid"

@@ -1,0 +1,492 @@
+import Fanout
+import FanoutJobFile
+import FanoutRedis
+import Foundation
+import Synchronization
+
+/// How a `FleetWorker` reads, claims and writes.
+package struct FleetWorkerOptions: Sendable {
+    /// The consumer name in the group (`--name`; default host-pid). A worker restarted under the same name takes
+    /// back its own pending shards at once.
+    package var name: String
+    /// A shard pending this long without a heartbeat belongs to a dead worker and is claimed (`--claim-idle`).
+    package var claimIdle: Duration = .seconds(30)
+    /// Shards sent at the same time, so the engine stays busy across a shard's start and end.
+    package var concurrentShards = 4
+    /// How long one XREADGROUP waits for new shards.
+    package var block: Duration = .seconds(1)
+    /// Results are written to Redis this often (one script call per shard per interval).
+    package var flushInterval: Duration = .milliseconds(50)
+    /// After `stop()`, shards still sending get this long to finish; then they are cancelled, what they finished is
+    /// written, and they are left pending (unacknowledged) for another worker.
+    package var stopGrace: Duration = .seconds(10)
+
+    package init(name: String) { self.name = name }
+
+    /// `host-pid`.
+    package static var defaultName: String {
+        "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
+    }
+}
+
+/// What a worker did, for its last log line.
+package struct FleetWorkerStats: Sendable {
+    package var shardsCompleted = 0
+    package var shardsClaimed = 0
+    package var shardsLeft = 0
+    package var resultsWritten = 0
+}
+
+/// `fanout worker`: reads shards from the fleet's stream with a consumer group, sends each with the engine, writes
+/// every result to Redis, and acknowledges the shard once all its results are written.
+///
+/// The life of a shard (docs/ARCHITECTURE.md, "The fleet"):
+/// 1. **Read** with `XREADGROUP ... BLOCK` on the reading client (its own connection: a blocked read holds it), or
+///    **claimed** with `XAUTOCLAIM` once pending longer than `claimIdle` (its worker died, or was cut off).
+/// 2. **Heartbeat.** Every `claimIdle / 3`, one script resets the idle time of the shards this worker still owns,
+///    so no live worker's shard is claimed.
+/// 3. **Resume.** The job's results hash is the shard's progress record: the positions of the shard without a result
+///    are the ones sent; a fresh shard has them all, a claimed one only what its dead worker had not recorded.
+/// 4. **Send and record.** Results are buffered and written every `flushInterval` by one script (HSETNX per
+///    position, counts for what was written). `cancelled` results (a stop past the grace period) are not written,
+///    so those positions are sent by whoever resumes the shard.
+/// 5. **Complete.** After the last write: the shard joins the job's done set (its engine counts are added, once, and
+///    its tokens key is deleted), then `XACK` and `XDEL`. A worker that dies anywhere before the XACK leaves the shard pending, and step 1 gives it to
+///    another: only notifications in flight or not yet written are sent twice, and they still get one result line.
+package final class FleetWorker: Sendable {
+    private let engine: FanoutEngine
+    private let reader: RedisClient
+    private let writer: RedisClient
+    private let options: FleetWorkerOptions
+    private let log: @Sendable (String) -> Void
+
+    private struct State {
+        var stopping = false
+        var abandoning = false
+        /// Entry ids of the shards being sent, for the heartbeat and so a claim does not start one twice.
+        var held: Set<String> = []
+        /// The engine runs, cancelled when the stop's grace period is over.
+        var runs: [String: Task<JobSummary?, Never>] = [:]
+        var stats = FleetWorkerStats()
+    }
+
+    private let state = Mutex(State())
+    /// Parsed job lines by job id (a job's shards share one).
+    private let jobs = Mutex<[String: Result<ParsedJob, FleetError>]>([:])
+
+    /// - Parameters:
+    ///   - reader: the client for XREADGROUP (blocked reads hold its connection); its command timeout must exceed
+    ///     `options.block`.
+    ///   - writer: the client for everything else.
+    package init(
+        engine: FanoutEngine, reader: RedisClient, writer: RedisClient, options: FleetWorkerOptions,
+        log: @escaping @Sendable (String) -> Void
+    ) {
+        self.engine = engine
+        self.reader = reader
+        self.writer = writer
+        self.options = options
+        self.log = log
+    }
+
+    /// Stop reading; shards being sent get `stopGrace` to finish. `run()` then returns.
+    package func stop() {
+        state.withLock { $0.stopping = true }
+    }
+
+    private var isStopping: Bool { state.withLock { $0.stopping } }
+
+    /// Runs until `stop()`.
+    /// - Throws: `FleetError` when the consumer group cannot be created.
+    package func run() async throws(FleetError) -> FleetWorkerStats {
+        do {
+            try await FleetConnection.ensureGroup(writer)
+        } catch {
+            throw FleetError("cannot create the consumer group: \(error.message)")
+        }
+        let heartbeat = Task { await heartbeatLoop() }
+        defer { heartbeat.cancel() }
+        await withTaskGroup(of: Bool.self) { group in
+            var running = 0
+            // Our own pending shards first (a restart under the same name), then new ones.
+            var readID = "0"
+            var claimCursor = "0-0"
+            var failures = 0
+            while !isStopping {
+                if running >= options.concurrentShards {
+                    if await group.next() == true { running -= 1 }
+                    continue
+                }
+                let free = options.concurrentShards - running
+                let entries: [ShardEntry]
+                do throws(RedisError) {
+                    var claimed = try await claim(count: free, cursor: &claimCursor)
+                    if !claimed.isEmpty {
+                        state.withLock { $0.stats.shardsClaimed += claimed.count }
+                        log("claimed \(claimed.count) shard(s) left pending over \(options.claimIdle)")
+                    } else {
+                        claimed = try await read(count: free, id: readID)
+                        // "0" reads this consumer's own pending entries (a restart under the same name) without
+                        // blocking; once it offers nothing new, only new entries ('>').
+                        if readID == "0"
+                            && state.withLock({ state in claimed.allSatisfy { state.held.contains($0.id) } })
+                        {
+                            readID = ">"
+                        }
+                    }
+                    entries = claimed
+                    failures = 0
+                } catch {
+                    failures += 1
+                    log("Redis: \(error.message); retrying")
+                    try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
+                    continue
+                }
+                for entry in entries {
+                    let isNew = state.withLock { $0.held.insert(entry.id).inserted }
+                    guard isNew else { continue }
+                    running += 1
+                    group.addTask {
+                        await self.process(entry)
+                        return true
+                    }
+                }
+                // `running` counts shards not yet reaped: a finished one frees its slot when the group is next
+                // awaited (at once, when the slots are full).
+            }
+            let sending = state.withLock { $0.held.count }
+            guard sending > 0 else { return }
+            log("stopping: \(sending) shard(s) still sending get \(options.stopGrace)")
+            let grace = options.stopGrace
+            group.addTask {
+                try? await Task.sleep(for: grace)
+                if !Task.isCancelled { self.abandon() }
+                return false
+            }
+            while running > 0 {
+                if await group.next() == true { running -= 1 }
+            }
+            group.cancelAll()
+        }
+        return state.withLock { $0.stats }
+    }
+
+    private func abandon() {
+        let runs = state.withLock { state in
+            state.abandoning = true
+            return Array(state.runs.values)
+        }
+        log("grace period over: cancelling \(runs.count) shard(s); they stay pending for another worker")
+        for run in runs { run.cancel() }
+    }
+
+    // MARK: Reading and claiming
+
+    struct ShardEntry: Sendable {
+        var id: String
+        /// Nil when the entry was deleted from the stream (nothing to send).
+        var fields: [String: String]?
+    }
+
+    private func read(count: Int, id: String) async throws(RedisError) -> [ShardEntry] {
+        let block = milliseconds(options.block)
+        let reply = try await reader.command(
+            [
+                "XREADGROUP", "GROUP", RedisArgument(FleetKeys.group), RedisArgument(options.name), "COUNT",
+                RedisArgument(count), "BLOCK", RedisArgument(Int(block)), "STREAMS", RedisArgument(FleetKeys.stream),
+                RedisArgument(id),
+            ], timeout: options.block + .seconds(10))
+        // nil (timed out on the server) or [[stream, [entries]]].
+        guard let streams = reply.array, let first = streams.first?.array, first.count == 2,
+            let entries = first[1].array
+        else { return [] }
+        return entries.compactMap(Self.entry)
+    }
+
+    private func claim(count: Int, cursor: inout String) async throws(RedisError) -> [ShardEntry] {
+        let reply = try await writer.command([
+            "XAUTOCLAIM", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group), RedisArgument(options.name),
+            RedisArgument(Int(milliseconds(options.claimIdle))), RedisArgument(cursor), "COUNT",
+            RedisArgument(count),
+        ])
+        // [next cursor, [entries], [deleted ids]] (Redis 7; 6.2 has no third element).
+        guard let parts = reply.array, parts.count >= 2, let next = parts[0].string, let entries = parts[1].array else {
+            return []
+        }
+        cursor = next
+        return entries.compactMap(Self.entry)
+    }
+
+    private static func entry(_ value: RedisValue) -> ShardEntry? {
+        guard let pair = value.array, pair.count == 2, let id = pair[0].string else { return nil }
+        guard let list = pair[1].array else { return ShardEntry(id: id, fields: nil) }
+        var fields: [String: String] = [:]
+        var index = 0
+        while index + 1 < list.count {
+            if let key = list[index].string, let value = list[index + 1].string { fields[key] = value }
+            index += 2
+        }
+        return ShardEntry(id: id, fields: fields)
+    }
+
+    private func heartbeatLoop() async {
+        let interval = max(.milliseconds(100), options.claimIdle / 3)
+        while !Task.isCancelled {
+            try? await Task.sleep(for: interval)
+            let held = state.withLock { Array($0.held) }
+            guard !held.isEmpty else { continue }
+            do {
+                let owned = try await writer.evalScript(
+                    FleetScripts.heartbeat, keys: [RedisArgument(FleetKeys.stream)],
+                    arguments: [RedisArgument(FleetKeys.group), RedisArgument(options.name)]
+                        + held.map { RedisArgument($0) })
+                let kept = Set((owned.array ?? []).compactMap(\.string))
+                for id in held where !kept.contains(id) && state.withLock({ $0.held.contains(id) }) {
+                    log("shard \(id) was claimed by another worker (a heartbeat came late); finishing it anyway")
+                }
+            } catch {
+                log("heartbeat: \(error.message)")
+            }
+        }
+    }
+
+    // MARK: One shard
+
+    private func process(_ entry: ShardEntry) async {
+        defer { state.withLock { _ = $0.held.remove(entry.id) } }
+        guard let fields = entry.fields, let jobID = fields["job"], let shard = fields["shard"].flatMap(Int.init),
+            let start = fields["start"].flatMap(Int.init), let count = fields["count"].flatMap(Int.init)
+        else {
+            log("shard entry \(entry.id) is deleted or malformed; acknowledging it")
+            await acknowledge(entry.id)
+            return
+        }
+        let keys = FleetKeys(job: jobID)
+        var done = false
+        var failures = 0
+        // Redis errors (a restart, a timeout) are retried: the shard is ours until acknowledged, and every step is
+        // idempotent.
+        while !done {
+            if state.withLock({ $0.abandoning }) { return }
+            do {
+                done = try await send(entry: entry, keys: keys, shard: shard, start: start, count: count)
+                if !done { return }  // abandoned: left pending
+            } catch {
+                failures += 1
+                log("shard \(shard) of \(jobID): \(error.message); retrying")
+                try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
+            }
+        }
+    }
+
+    /// Sends what the shard still needs and completes it. Returns false when the shard was abandoned (stop).
+    private func send(entry: ShardEntry, keys: FleetKeys, shard: Int, start: Int, count: Int) async throws(FleetError)
+        -> Bool
+    {
+        let parsed: ParsedJob
+        switch try await job(keys) {
+        case .none:
+            log("job \(keys.job) is no longer in Redis; acknowledging its shard \(shard)")
+            await acknowledge(entry.id)
+            return true
+        case .some(.failure(let error)):
+            // Validated at enqueue; a line this version cannot parse gets the job's one `invalid` result.
+            let sink = ResultSink(keys: keys, positions: [], writer: writer)
+            sink.add(NotificationResult(jobID: keys.job, token: nil, outcome: .invalid, reason: error.message))
+            try await sink.flushAll(giveUp: { false })
+            try await complete(entry: entry, keys: keys, shard: shard, summary: nil)
+            return true
+        case .some(.success(let job)):
+            parsed = job
+        }
+        let tokensReply: RedisValue
+        let missingReply: RedisValue
+        do {
+            tokensReply = try await writer.command(["GET", keys.tokens(shard: shard)])
+            missingReply = try await writer.evalScript(
+                FleetScripts.missingPositions, keys: [keys.results],
+                arguments: [RedisArgument(start), RedisArgument(count)])
+        } catch {
+            throw FleetError(error.message)
+        }
+        guard case .bytes(let data) = tokensReply else {
+            log("the tokens of shard \(shard) of \(keys.job) are gone; acknowledging it")
+            await acknowledge(entry.id)
+            return true
+        }
+        let tokens = data.split(separator: 10, omittingEmptySubsequences: false).map {
+            String(decoding: $0, as: UTF8.self)
+        }
+        let missing = (missingReply.array ?? []).compactMap { $0.integer.map(Int.init) }.filter {
+            $0 - start >= 0 && $0 - start < tokens.count
+        }
+        var summary: JobSummary?
+        if !missing.isEmpty {
+            var job = FanoutJob(parsed)
+            job.recipients = .tokens(missing.map { tokens[$0 - start] })
+            let sink = ResultSink(keys: keys, positions: missing, writer: writer)
+            let interval = options.flushInterval
+            let flusher = Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: interval)
+                    _ = try? await sink.flush()
+                }
+            }
+            let engine = self.engine
+            let run = Task { () -> JobSummary? in
+                // A job-level failure is recorded as its `invalid` result through onResult.
+                try? await engine.run(job) { sink.add($0) }
+            }
+            state.withLock { $0.runs[entry.id] = run }
+            summary = await run.value
+            state.withLock { _ = $0.runs.removeValue(forKey: entry.id) }
+            flusher.cancel()
+            _ = await flusher.value
+            let abandoning = { self.state.withLock { $0.abandoning } }
+            try await sink.flushAll(giveUp: abandoning)
+            state.withLock { $0.stats.resultsWritten += sink.written }
+            if run.isCancelled || abandoning() { return false }
+        }
+        try await complete(entry: entry, keys: keys, shard: shard, summary: summary)
+        return true
+    }
+
+    private func complete(entry: ShardEntry, keys: FleetKeys, shard: Int, summary: JobSummary?) async throws(FleetError)
+    {
+        do throws(RedisError) {
+            _ = try await writer.evalScript(
+                FleetScripts.completeShard, keys: [keys.done, keys.counts, keys.meta, keys.tokens(shard: shard)],
+                arguments: [
+                    RedisArgument(shard), RedisArgument(summary?.payloadEncodings ?? 0),
+                    RedisArgument(summary?.demoted ?? 0),
+                ])
+            // Acknowledged, then deleted: the stream keeps only shards not done.
+            let stream = RedisArgument(FleetKeys.stream)
+            let replies = try await writer.commands([
+                ["XACK", stream, RedisArgument(FleetKeys.group), RedisArgument(entry.id)],
+                ["XDEL", stream, RedisArgument(entry.id)],
+            ])
+            if case .error(let message) = replies[0] { throw RedisError.server(message) }
+        } catch {
+            throw FleetError(error.message)
+        }
+        state.withLock { $0.stats.shardsCompleted += 1 }
+    }
+
+    private func acknowledge(_ id: String) async {
+        _ = try? await writer.command([
+            "XACK", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group), RedisArgument(id),
+        ])
+    }
+
+    /// The job's parsed line (cached); nil when the job's hash is gone.
+    private func job(_ keys: FleetKeys) async throws(FleetError) -> Result<ParsedJob, FleetError>? {
+        if let cached = jobs.withLock({ $0[keys.job] }) { return cached }
+        let reply: RedisValue
+        do {
+            reply = try await writer.command(["HMGET", keys.meta, "line", "now"])
+        } catch {
+            throw FleetError(error.message)
+        }
+        guard let values = reply.array, values.count == 2, case .bytes(let line) = values[0] else { return nil }
+        let now = values[1].integer ?? Int64(Date().timeIntervalSince1970)
+        let result: Result<ParsedJob, FleetError>
+        switch JobLineParser().parse(line: line, lineNumber: 1, jobFileDirectory: "", now: now) {
+        case .success(let parsed): result = .success(parsed.job)
+        case .failure(let error): result = .failure(FleetError(error.description))
+        }
+        jobs.withLock { $0[keys.job] = result }
+        return result
+    }
+}
+
+/// Whole milliseconds of a non-negative duration, for BLOCK and XAUTOCLAIM's min-idle-time.
+func milliseconds(_ duration: Duration) -> UInt64 {
+    let (seconds, attoseconds) = duration.components
+    return UInt64(max(0, seconds)) * 1000 + UInt64(max(0, attoseconds) / 1_000_000_000_000_000)
+}
+
+/// One shard's results on their way to Redis: appended from engine threads, written by one task at a time.
+final class ResultSink: Sendable {
+    private struct Pending {
+        var field: String
+        var line: [UInt8]
+        var outcome: String
+        var retries: Int
+    }
+
+    private let keys: FleetKeys
+    /// Job positions by the engine's position (an index into the tokens it was given).
+    private let positions: [Int]
+    private let writer: RedisClient
+    private let buffer = Mutex<[Pending]>([])
+    private let writtenCount = Mutex(0)
+
+    init(keys: FleetKeys, positions: [Int], writer: RedisClient) {
+        self.keys = keys
+        self.positions = positions
+        self.writer = writer
+    }
+
+    var written: Int { writtenCount.withLock { $0 } }
+
+    func add(_ result: NotificationResult) {
+        // A cancelled notification (a stop past the grace period) is not a result: whoever resumes sends it.
+        if result.outcome == .cancelled { return }
+        let field: String
+        if result.position >= 0 && result.position < positions.count {
+            field = String(positions[result.position])
+        } else {
+            field = jobLevelField
+        }
+        var line: [UInt8] = []
+        ResultLine.append(result, to: &line)
+        let pending = Pending(
+            field: field, line: line, outcome: result.outcome.name, retries: max(0, result.attempts - 1))
+        buffer.withLock { $0.append(pending) }
+    }
+
+    /// Writes what is buffered (at most 1,000 results per script call). On failure the results go back to the buffer.
+    func flush() async throws(RedisError) {
+        while true {
+            let batch = buffer.withLock { buffer -> [Pending] in
+                let count = min(buffer.count, 1000)
+                let batch = Array(buffer.prefix(count))
+                buffer.removeFirst(count)
+                return batch
+            }
+            guard !batch.isEmpty else { return }
+            var arguments: [RedisArgument] = []
+            arguments.reserveCapacity(batch.count * 4)
+            for pending in batch {
+                arguments.append(RedisArgument(pending.field))
+                arguments.append(RedisArgument(bytes: pending.line))
+                arguments.append(RedisArgument(pending.outcome))
+                arguments.append(RedisArgument(pending.retries))
+            }
+            do {
+                _ = try await writer.evalScript(
+                    FleetScripts.recordResults, keys: [keys.results, keys.counts], arguments: arguments)
+                writtenCount.withLock { $0 += batch.count }
+            } catch {
+                buffer.withLock { $0.insert(contentsOf: batch, at: 0) }
+                throw error
+            }
+        }
+    }
+
+    /// Writes everything, retrying Redis failures with backoff until written or `giveUp()` says so.
+    func flushAll(giveUp: () -> Bool) async throws(FleetError) {
+        var failures = 0
+        while true {
+            do {
+                try await flush()
+                return
+            } catch {
+                failures += 1
+                if giveUp() { throw FleetError("results not written: \(error.message)") }
+                try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
+            }
+        }
+    }
+}
