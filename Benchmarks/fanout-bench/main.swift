@@ -30,8 +30,8 @@ let usage = """
                                            --rate, first measures this machine's maximum (short full-speed runs,
                                            1 connection, 1000 streams) and runs at 40% of it. Latency
                                            percentiles from each notification's intended send time, the
-                                           achieved rate's shortfall, and beside them the mock's own latency:
-                                           h2load --rps at the same rate against the same mock (--log-file)
+                                           achieved rate's shortfall, and beside them the mock's own service
+                                           time: h2load -c 1 -m 1 --rps 1000 against the same mock (--log-file)
                           peer-aioapns     aioapns (Python, installed from PyPI into a temporary virtual
                                            environment) sends 50,000 notifications to the same mock;
                                            ratio_vs_aioapns (Fanout's rate for the same count / aioapns's).
