@@ -13,8 +13,9 @@ import Foundation
 /// one request at a time at 1,000/s: its per-request latency is the mock's service time with
 /// `--latency-ms 0` (plus loopback TLS and the leanest client there is), so Fanout's share of the
 /// latency can be told apart from the mock's. One stream at a time because h2load's own figure with
-/// `-m 1000` under `--rps` is 1 to 3 ms higher at the same rate (0.98 ms mean against 0.14 ms at
-/// 1,000/s, and above Fanout's end-to-end figure): that is h2load's client, not the mock.
+/// `-m 1000` under `--rps` was 1 to 3 ms higher at the same rate (against a debug mock: 0.98 ms mean
+/// against 0.14 ms at 1,000/s, and above Fanout's end-to-end figure at 4,000/s): that is h2load's
+/// client, not the mock.
 func runLoad(_ bench: BenchContext) throws {
     let duration = bench.options.loadDuration ?? (bench.quick ? 2 : 10)
     let rate: Double
