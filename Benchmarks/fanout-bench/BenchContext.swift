@@ -10,8 +10,9 @@ final class BenchContext {
     let h2load: String?
     let mock: MockProcess
     private(set) var results: [[String: Any]] = []
-    /// throughput-1c's median rate in this run, for load's default target.
-    var throughput1cRate: Double?
+    /// throughput-1c's median CPU microseconds per notification in this run: what single-send and
+    /// many-jobs compare their own against.
+    var throughput1cCPUPerNotification: Double?
 
     var quick: Bool { options.quick }
 

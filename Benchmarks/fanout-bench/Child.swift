@@ -11,6 +11,8 @@ import Synchronization
 /// - `job`: one job to `tokens` tokens (or the tokens file).
 /// - `many-jobs`: `jobs` jobs of `tokens` tokens each, distinct payloads, `inFlightJobs` at a time.
 /// - `load`: open loop at `rate` notifications per second for `duration` seconds.
+/// - `single-send`: `engine.send` of one notification each, from a task of its own, at `rate` per second for
+///   `duration` seconds.
 /// - `registry-import`, `registry-resolve`, `registry-job`: the registry scenario's runs (Scenarios/Registry.swift).
 ///
 /// The child prints one JSON line with its figures, CPU seconds and peak RSS.
@@ -110,6 +112,7 @@ func runChild(_ arguments: [String]) async -> Int32 {
         case "job": (line, ok) = try await childJob(options)
         case "many-jobs": (line, ok) = try await childManyJobs(options)
         case "load": (line, ok) = try await childLoad(options)
+        case "single-send": (line, ok) = try await childSingleSend(options)
         case "registry-import": (line, ok) = try await childRegistryImport(options)
         case "registry-resolve": (line, ok) = try await childRegistryResolve(options)
         case "registry-job": (line, ok) = try await childRegistryJob(options)
@@ -327,10 +330,7 @@ func childLoad(_ options: ChildOptions) async throws -> ([String: Any], Bool) {
         latencies.append(Double(Int64(bitPattern: finished &- due(index))) / 1e6)
     }
     latencies.sort()
-    func percentile(_ p: Double) -> Double {
-        latencies.isEmpty
-            ? 0 : latencies[min(latencies.count - 1, Int((p / 100 * Double(latencies.count)).rounded(.up)) - 1)]
-    }
+    func percentile(_ p: Double) -> Double { nearestRank(latencies, p) }
     let elapsed = Double(last - start) / 1e9
     // The schedule spans (total - 1) / rate seconds; achieved rate counts completions over the time
     // from the first due time to the last completion.
@@ -345,4 +345,127 @@ func childLoad(_ options: ChildOptions) async throws -> ([String: Any], Bool) {
     ]
     line.merge(countFields(counts)) { $1 }
     return (line, counts.delivered == total)
+}
+
+/// The `p`th percentile of sorted `values` by nearest rank (0 when empty).
+func nearestRank(_ sorted: [Double], _ p: Double) -> Double {
+    sorted.isEmpty ? 0 : sorted[max(0, min(sorted.count - 1, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1))]
+}
+
+/// CPU seconds the calling thread has used.
+func threadCPUSeconds() -> Double {
+    var time = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+    return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+}
+
+/// How the single sends ended: how many finished and were delivered, and the waiter for the last one.
+final class SendTally: Sendable {
+    private struct State {
+        var finished = 0
+        var delivered = 0
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+    private let state = Mutex(State())
+    let total: Int
+
+    init(total: Int) { self.total = total }
+
+    func finished(delivered: Bool) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.finished += 1
+            if delivered { state.delivered += 1 }
+            guard state.finished == total else { return nil }
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns once every send has finished.
+    func allFinished() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { state -> Bool in
+                if state.finished == total { return true }
+                state.waiter = continuation
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    var delivered: Int { state.withLock { $0.delivered } }
+}
+
+/// Single sends as a gateway makes them: notification `k` is due at `start + k / rate`. A scheduler
+/// thread sleeps until each one is due and starts a task for it, whatever the earlier sends are doing;
+/// the task calls `engine.send` with one notification and notes when it returned. Latency is that
+/// return minus the due time (no coordinated omission). CPU covers the whole process, the scheduler
+/// thread included (its own share is reported apart).
+func childSingleSend(_ options: ChildOptions) async throws -> ([String: Any], Bool) {
+    let engine = try FanoutEngine(configuration: options.engineConfiguration(unlimitedJobs: true))
+    let total = max(1, Int(options.rate * options.duration))
+    let rate = options.rate
+    let pool = (0..<65_536).map(benchToken)
+    let payload = liveActivityPayload(size: options.payloadBytes)
+    let log = CompletionLog(count: total)
+    let tally = SendTally(total: total)
+    let before = processUsage()
+    let start = DispatchTime.now().uptimeNanoseconds
+    @Sendable func due(_ index: Int) -> UInt64 { start + UInt64(Double(index) * 1e9 / rate) }
+    let (maxLag, schedulerCPU) = await withCheckedContinuation {
+        (continuation: CheckedContinuation<(UInt64, Double), Never>) in
+        Thread.detachNewThread {
+            let cpuBefore = threadCPUSeconds()
+            var maxLag: UInt64 = 0
+            var sent = 0
+            while sent < total {
+                let now = DispatchTime.now().uptimeNanoseconds
+                while sent < total && due(sent) <= now {
+                    let index = sent
+                    maxLag = max(maxLag, now - due(index))
+                    let notification = PushNotification(
+                        deviceToken: pool[index & 0xFFFF], headers: benchHeaders, payload: payload)
+                    Task {
+                        let result = try? await engine.send(notification)
+                        log.finished(index)
+                        tally.finished(delivered: result?.outcome == .delivered)
+                    }
+                    sent += 1
+                }
+                guard sent < total else { break }
+                let next = due(sent)
+                let after = DispatchTime.now().uptimeNanoseconds
+                if next > after { usleep(UInt32((next - after) / 1000)) }
+            }
+            continuation.resume(returning: (maxLag, threadCPUSeconds() - cpuBefore))
+        }
+    }
+    await tally.allFinished()
+    let after = processUsage()
+    await engine.shutdown()
+    var latencies: [Double] = []
+    latencies.reserveCapacity(total)
+    var last = start
+    for index in 0..<total where log.slots[index] != 0 {
+        let finished = log.slots[index]
+        last = max(last, finished)
+        latencies.append(Double(Int64(bitPattern: finished &- due(index))) / 1e6)
+    }
+    latencies.sort()
+    let elapsed = Double(last - start) / 1e9
+    let delivered = tally.delivered
+    let cpu = after.cpuSeconds - before.cpuSeconds
+    let achieved = Double(delivered) / max(elapsed, 1e-9)
+    let line: [String: Any] = [
+        "target_rate": rate, "duration": options.duration, "notifications": total, "delivered": delivered,
+        "seconds": elapsed, "rate": achieved, "shortfall_percent": max(0, (1 - achieved / rate) * 100),
+        "cpu_seconds": cpu, "cpu_us_per_notification": cpu / Double(total) * 1e6,
+        "scheduler_cpu_us_per_notification": schedulerCPU / Double(total) * 1e6,
+        "peak_rss_mb": after.peakRSSMegabytes, "latency_ms_p50": nearestRank(latencies, 50),
+        "latency_ms_p90": nearestRank(latencies, 90), "latency_ms_p99": nearestRank(latencies, 99),
+        "latency_ms_p999": nearestRank(latencies, 99.9), "latency_ms_max": latencies.last ?? 0,
+        "generator_max_lag_ms": Double(maxLag) / 1e6, "completed": latencies.count,
+    ]
+    return (line, delivered == total)
 }

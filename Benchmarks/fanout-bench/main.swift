@@ -14,6 +14,11 @@ let usage = """
                                            rate, CPU microseconds per notification, peak RSS, growth ratios
                           many-jobs        100,000 jobs of 10 tokens with distinct payloads, 64 jobs in flight:
                                            rate, payload encodings (one per job), CPU per notification
+                                           and its ratio to throughput-1c's (when that ran too)
+                          single-send      engine.send of one notification each from a task of its own, 2,000/s
+                                           for 5 s (0.5 s with --quick): achieved rate, latency p50/p99 from each
+                                           send's intended time, CPU microseconds per notification and its
+                                           ratio to throughput-1c's in the same run (when that ran too)
                           encode           in process: a 1 KiB Live Activity payload and its header block built
                                            once per job (reused by 10,000 notifications) versus once per token;
                                            ns per notification and the ratio
@@ -21,10 +26,12 @@ let usage = """
                           faults           200,000 notifications against a mock failing 5% 503, 1% 429, 1% 500,
                                            with GOAWAY every 20,000 and a dropped connection every 50,000
                                            requests: rate, outcomes, retries, duplicates seen by the mock
-                          load             open loop at --rate R for --duration S (default: half the
-                                           throughput-1c rate of this run, else 20,000/s; 10 s): latency
-                                           percentiles from each notification's intended send time, and the
-                                           achieved rate's shortfall from the target
+                          load             open loop at --rate R for --duration S (10 s, 2 with --quick). Without
+                                           --rate, first measures this machine's maximum (short full-speed runs,
+                                           1 connection, 1000 streams) and runs at 40% of it. Latency
+                                           percentiles from each notification's intended send time, the
+                                           achieved rate's shortfall, and beside them the mock's own service
+                                           time: h2load -c 1 -m 1 --rps 1000 against the same mock (--log-file)
                           peer-aioapns     aioapns (Python, installed from PyPI into a temporary virtual
                                            environment) sends 50,000 notifications to the same mock;
                                            ratio_vs_aioapns (Fanout's rate for the same count / aioapns's).
@@ -51,15 +58,15 @@ let usage = """
       --json FILE       also write the results as JSON (one object per scenario)
       --quick           small sizes (seconds, not minutes), for CI
       --runs N          runs per measurement; the median is reported (default 3, 1 with --quick)
-      --rate R          load: target notifications per second
+      --rate R          load: target notifications per second (default: 40% of the measured maximum)
       --duration S      load: seconds of load (default 10, 2 with --quick)
 
     Each run of Fanout happens in a fresh child process, so CPU seconds and peak RSS are its own.
     """
 
 let allScenarios = [
-    "throughput-1c", "throughput-4c", "fanout-scaling", "many-jobs", "encode", "ratelimit", "faults", "load",
-    "peer-aioapns", "registry", "serve", "broadcast",
+    "throughput-1c", "throughput-4c", "fanout-scaling", "many-jobs", "single-send", "encode", "ratelimit", "faults",
+    "load", "peer-aioapns", "registry", "serve", "broadcast",
 ]
 /// Left out of `--quick` unless named: installing aioapns alone takes longer than the rest.
 let slowScenarios: Set = ["peer-aioapns"]
@@ -98,7 +105,7 @@ func parse(_ arguments: [String]) throws(UsageError) -> Options? {
     if options.scenarios.isEmpty {
         options.scenarios = allScenarios.filter { !options.quick || !slowScenarios.contains($0) }
     } else {
-        // Always in the listed order, so load can use throughput-1c's rate.
+        // Always in the listed order, so many-jobs and single-send can use throughput-1c's CPU per notification.
         options.scenarios = allScenarios.filter(options.scenarios.contains)
     }
     return options
@@ -116,6 +123,7 @@ func runParent(_ options: Options) throws -> Int32 {
         case "throughput-4c": try runThroughput(bench, loops: 2, connections: 4)
         case "fanout-scaling": try runFanoutScaling(bench)
         case "many-jobs": try runManyJobs(bench)
+        case "single-send": try runSingleSend(bench)
         case "encode": try runEncode(bench)
         case "ratelimit": runRateLimit(bench)
         case "faults": try runFaults(bench)

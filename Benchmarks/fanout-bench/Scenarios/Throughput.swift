@@ -28,16 +28,19 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
     let rates = spread(runs, "rate")
     let cpu = spread(runs, "cpu_seconds")
     let rss = spread(runs, "peak_rss_mb")
-    if connections == 1 { bench.throughput1cRate = rates.median }
+    let cpuPer = Spread(runs.map { number($0["cpu_seconds"]) / Double(tokens) * 1e6 })
+    if connections == 1 { bench.throughput1cCPUPerNotification = cpuPer.median }
     var entry: [String: Any] = [
         "scenario": scenario, "notifications": tokens, "rate": rates.median, "rate_min": rates.min,
-        "rate_max": rates.max, "cpu_seconds": cpu.median, "peak_rss_mb": rss.median,
+        "rate_max": rates.max, "cpu_seconds": cpu.median, "cpu_us_per_notification": cpuPer.median,
+        "cpu_us_per_notification_min": cpuPer.min, "cpu_us_per_notification_max": cpuPer.max,
+        "peak_rss_mb": rss.median,
         "seconds": Double(tokens) / max(rates.median, 1), "loops": loops, "connections": connections,
         "streams": streams,
     ]
     var line = String(
-        format: "%@: %.0f notifications/s [%.0f-%.0f], %.2f CPU s, %.0f MB peak", scenario, rates.median, rates.min,
-        rates.max, cpu.median, rss.median)
+        format: "%@: %.0f notifications/s [%.0f-%.0f], %.2f CPU s (%.2f us/notification), %.0f MB peak", scenario,
+        rates.median, rates.min, rates.max, cpu.median, cpuPer.median, rss.median)
     if !h2rates.isEmpty {
         let h2 = Spread(h2rates)
         entry["h2load_rate"] = h2.median
@@ -61,19 +64,10 @@ func measureH2load(
     h2load: String, work: String, mock: MockProcess, requests: Int, connections: Int, streams: Int,
     payloadBytes: Int
 ) throws -> Double {
-    let body = "\(work)/body.json"
-    _ = FileManager.default.createFile(atPath: body, contents: Data(liveActivityPayload(size: payloadBytes)))
-    let key = try ES256PrivateKey(pemFilePath: "\(mock.tlsDirectory)/auth-key.p8")
-    let jwt = try makeProviderToken(
-        key: key, keyID: MockProcess.keyID, teamID: MockProcess.teamID, issuedAt: Int64(Date().timeIntervalSince1970))
     let child = try ChildProcess.start(
         h2load,
-        [
-            "-n", String(requests), "-c", String(connections), "-m", String(streams), "-d", body,
-            "-H", "authorization: bearer \(jwt)", "-H", "apns-topic: \(benchTopic)",
-            "-H", "apns-push-type: liveactivity", "-H", "apns-priority: 10",
-            "https://127.0.0.1:\(mock.port)/3/device/\(benchToken(1))",
-        ], in: work)
+        ["-n", String(requests), "-c", String(connections), "-m", String(streams)]
+            + h2loadRequestArguments(work: work, mock: mock, payloadBytes: payloadBytes), in: work)
     child.wait(seconds: 900)
     let output = child.output
     guard let range = output.range(of: #"finished in [^,]*, ([0-9.]+) req/s"#, options: .regularExpression) else {
@@ -90,4 +84,19 @@ func measureH2load(
         throw BenchError("h2load requests did not succeed: \(output.suffix(500))")
     }
     return rate
+}
+
+/// h2load's arguments for the requests Fanout sends: the same body, headers and provider token (a
+/// pre-minted JWT), to one bench token at the mock. The URI comes last.
+func h2loadRequestArguments(work: String, mock: MockProcess, payloadBytes: Int) throws -> [String] {
+    let body = "\(work)/body-\(payloadBytes).json"
+    _ = FileManager.default.createFile(atPath: body, contents: Data(liveActivityPayload(size: payloadBytes)))
+    let key = try ES256PrivateKey(pemFilePath: "\(mock.tlsDirectory)/auth-key.p8")
+    let jwt = try makeProviderToken(
+        key: key, keyID: MockProcess.keyID, teamID: MockProcess.teamID, issuedAt: Int64(Date().timeIntervalSince1970))
+    return [
+        "-d", body, "-H", "authorization: bearer \(jwt)", "-H", "apns-topic: \(benchTopic)",
+        "-H", "apns-push-type: liveactivity", "-H", "apns-priority: 10",
+        "https://127.0.0.1:\(mock.port)/3/device/\(benchToken(1))",
+    ]
 }
