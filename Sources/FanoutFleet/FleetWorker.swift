@@ -125,7 +125,9 @@ package final class FleetWorker: Sendable {
                         state.withLock { $0.stats.shardsClaimed += claimed.count }
                         log("claimed \(claimed.count) shard(s) left pending over \(options.claimIdle)")
                     } else {
-                        claimed = try await read(count: free, id: readID)
+                        // Reading "0" returns the held shards first: ask for enough to see past them.
+                        let held = readID == "0" ? state.withLock { $0.held.count } : 0
+                        claimed = try await read(count: free + held, id: readID)
                         // "0" reads this consumer's own pending entries (a restart under the same name) without
                         // blocking; once it offers nothing new, only new entries ('>').
                         if readID == "0"
@@ -139,12 +141,21 @@ package final class FleetWorker: Sendable {
                 } catch {
                     failures += 1
                     log("Redis: \(error.message); retrying")
+                    // A read whose reply was lost (the connection dropped, a restart) may still have given us shards:
+                    // Redis keeps them pending under our name. Read our own pending entries again before new ones.
+                    readID = "0"
+                    if error.kind == .server && error.message.hasPrefix("NOGROUP") {
+                        // The group is gone (a restart without AOF, a flush): make it again, from the stream's start.
+                        try? await FleetConnection.ensureGroup(writer)
+                    }
                     try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
                     continue
                 }
-                for entry in entries {
+                var started = 0
+                for entry in entries where started < free {
                     let isNew = state.withLock { $0.held.insert(entry.id).inserted }
                     guard isNew else { continue }
+                    started += 1
                     running += 1
                     group.addTask {
                         await self.process(entry)
@@ -373,10 +384,25 @@ package final class FleetWorker: Sendable {
         state.withLock { $0.stats.shardsCompleted += 1 }
     }
 
+    /// Acknowledges and deletes an entry with nothing (more) to send, retrying Redis failures with backoff until done
+    /// or the stop's grace period is over: one dropped here would stay pending until claimed, and on the stream.
     private func acknowledge(_ id: String) async {
-        _ = try? await writer.command([
-            "XACK", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group), RedisArgument(id),
-        ])
+        let stream = RedisArgument(FleetKeys.stream)
+        var failures = 0
+        while !state.withLock({ $0.abandoning }) {
+            do throws(RedisError) {
+                let replies = try await writer.commands([
+                    ["XACK", stream, RedisArgument(FleetKeys.group), RedisArgument(id)],
+                    ["XDEL", stream, RedisArgument(id)],
+                ])
+                if case .error(let message) = replies[0] { throw RedisError.server(message) }
+                return
+            } catch {
+                failures += 1
+                log("acknowledging \(id): \(error.message); retrying")
+                try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
+            }
+        }
     }
 
     /// The job's parsed line (cached); nil when the job's hash is gone.
