@@ -21,7 +21,7 @@ final class BenchContext {
         bin = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
         work = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-bench-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        runs = options.runs ?? (options.quick ? 1 : 3)
+        runs = options.runs ?? (options.quick ? 1 : 5)
         h2load = findTool("h2load")
         do {
             mock = try MockProcess.start(binDirectory: bin, workDirectory: work, threads: 2)

@@ -57,7 +57,7 @@ let usage = """
                                            ratios without / with. --quick: 20,000
       --json FILE       also write the results as JSON (one object per scenario)
       --quick           small sizes (seconds, not minutes), for CI
-      --runs N          runs per measurement; the median is reported (default 3, 1 with --quick)
+      --runs N          runs per measurement; the median is reported (default 5, 1 with --quick)
       --rate R          load: target notifications per second (default: 40% of the measured maximum)
       --duration S      load: seconds of load (default 10, 2 with --quick)
 
