@@ -70,7 +70,8 @@ let package = Package(
         .target(name: "FanoutRedis", dependencies: ["FanoutTransport", "CHiredis", "CLibUV", "COpenSSL"]),
         // The fleet's work on Redis Streams: job lines split into shards on a stream, workers in a consumer group
         // that send them with the engine and write their results to Redis, results and status read back. No C.
-        .target(name: "FanoutFleet", dependencies: ["Fanout", "FanoutCore", "FanoutJobFile", "FanoutRedis"]),
+        .target(
+            name: "FanoutFleet", dependencies: ["Fanout", "FanoutCore", "FanoutJobFile", "FanoutRedis", "FanoutTransport"]),
         // Flag parsing shared by the binaries.
         .target(name: "CommandLineSupport"),
         // The public library API for gateway services: the engine, jobs, results, errors.
@@ -154,7 +155,7 @@ let package = Package(
             name: "FanoutIntegrationTests",
             dependencies: [
                 "Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "FanoutJobFile", "FanoutObservability",
-                "FanoutTestSupport", "MockAPNsKit", "FanoutRedis",
+                "FanoutTestSupport", "MockAPNsKit", "FanoutRedis", "FanoutFleet",
             ]),
     ]
 )
