@@ -173,7 +173,8 @@ package final class FleetProviderToken: ProviderTokenSource {
                 }
                 let owner = UUID().uuidString
                 let locked = try await client.command([
-                    "SET", lockKey, RedisArgument(owner), "NX", "PX", RedisArgument(Int(milliseconds(options.lockExpiry))),
+                    "SET", lockKey, RedisArgument(owner), "NX", "PX",
+                    RedisArgument(Int(milliseconds(options.lockExpiry))),
                 ])
                 if locked.isOK {
                     if let token = try await mintUnderLock(owner: owner, now: now, rejected: rejected) {
