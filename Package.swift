@@ -13,8 +13,8 @@
 //   FanoutRegistry (the token registry: store protocol, SQLite store) ──> FanoutSQLite ──> CSQLite
 //   FanoutRedis (a Redis client on hiredis's async API, on a LoopThread) ──> FanoutTransport, CHiredis, CLibUV,
 //   COpenSSL (SHA-1 for EVALSHA)
-//   FanoutFleet (issue 14's work on Redis Streams: enqueue, worker, results, status) ──> FanoutRedis, FanoutJobFile,
-//   Fanout
+//   FanoutFleet (issue 14's work on Redis Streams: enqueue, worker, results, status; the team's shared provider token)
+//   ──> FanoutRedis, FanoutJobFile, Fanout, FanoutTransport (the token signer)
 //   FanoutTestSupport, MockAPNsKit (test-only: the HTTP/2 server over FanoutTransport's HTTP2ServerConnection,
 //   test CA, JWT verifier), MockAPNsValidation (the
 //   mock's request validator; pure Swift, fuzzed on its own, re-exported by MockAPNsKit)
@@ -70,7 +70,9 @@ let package = Package(
         .target(name: "FanoutRedis", dependencies: ["FanoutTransport", "CHiredis", "CLibUV", "COpenSSL"]),
         // The fleet's work on Redis Streams: job lines split into shards on a stream, workers in a consumer group
         // that send them with the engine and write their results to Redis, results and status read back. No C.
-        .target(name: "FanoutFleet", dependencies: ["Fanout", "FanoutCore", "FanoutJobFile", "FanoutRedis"]),
+        .target(
+            name: "FanoutFleet",
+            dependencies: ["Fanout", "FanoutCore", "FanoutJobFile", "FanoutRedis", "FanoutTransport"]),
         // Flag parsing shared by the binaries.
         .target(name: "CommandLineSupport"),
         // The public library API for gateway services: the engine, jobs, results, errors.
@@ -154,7 +156,7 @@ let package = Package(
             name: "FanoutIntegrationTests",
             dependencies: [
                 "Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "FanoutJobFile", "FanoutObservability",
-                "FanoutTestSupport", "MockAPNsKit", "FanoutRedis",
+                "FanoutTestSupport", "MockAPNsKit", "FanoutRedis", "FanoutFleet",
             ]),
     ]
 )

@@ -1,4 +1,4 @@
-import FanoutTransport
+package import FanoutTransport
 import Foundation
 
 /// An APNs signing key (.p8) and its ids: what provider tokens (JWTs) are made from.
@@ -21,6 +21,15 @@ public struct ProviderCredentials: Sendable {
         let mode = status.st_mode & 0o777
         guard mode & 0o077 != 0 else { return nil }
         return "key file \(keyPath) is readable by group or others (mode \(String(mode, radix: 8))); chmod 600 it"
+    }
+
+    /// Loads the key and makes the signer that mints provider tokens. Errors name the file, never its contents.
+    package func makeSigner() throws(FanoutError) -> ProviderTokenSigner {
+        do {
+            return try ProviderTokenSigner(key: ES256PrivateKey(pemFilePath: keyPath), keyID: keyID, teamID: teamID)
+        } catch {
+            throw FanoutError(.credentials, "signing key: \(error)")
+        }
     }
 
     /// Loads the key and makes the shared token cache. Errors name the file, never its contents.

@@ -139,7 +139,7 @@ enum FleetCommands {
         } catch {
             return fail("worker", error.message)
         }
-        let configuration: FanoutEngineConfiguration
+        var configuration: FanoutEngineConfiguration
         do {
             configuration = try SendCommand.engineConfiguration(
                 options, environment: ProcessInfo.processInfo.environment)
@@ -158,13 +158,32 @@ enum FleetCommands {
         } catch {
             return fail("worker", error.message)
         }
+        let logger = FanoutLogger(format: options.logFormat)
+        // One provider token per team for the whole fleet, kept in Redis, instead of one per worker.
+        var fleetToken: FleetProviderToken?
+        if let credentials = configuration.credentials {
+            do {
+                var tokenOptions = FleetProviderToken.Options()
+                tokenOptions.refreshAfter = configuration.tokenRefresh.components.seconds
+                tokenOptions.minimumInterval = configuration.tokenMinimumInterval.components.seconds
+                let workerName = name
+                let source = FleetProviderToken(
+                    client: writer, signer: try credentials.makeSigner(), options: tokenOptions,
+                    log: { logger.info($0, fields: ["worker": workerName]) })
+                try await source.start()
+                fleetToken = source
+                configuration.tokenSource = source
+            } catch {
+                return fail("worker", "\(error)")
+            }
+        }
+        defer { fleetToken?.stop() }
         let engine: FanoutEngine
         do {
             engine = try FanoutEngine(configuration: configuration)
         } catch {
             return fail("worker", error.message)
         }
-        let logger = FanoutLogger(format: options.logFormat)
         if let warning = configuration.credentials?.permissionWarning() { logger.warning(warning) }
         let workerName = name
         let worker = FleetWorker(

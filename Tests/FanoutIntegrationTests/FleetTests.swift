@@ -184,6 +184,35 @@ final class FleetTests: XCTestCase {
                 + "\(String(format: "%.1f", seconds)) s from the workers' start to the last shard")
     }
 
+    /// Issue 14, item 4: three workers starting at once share one provider token, minted by one of them under the
+    /// Redis lock, and mock-apns sees that token only.
+    func testThreeWorkersStartingAtOnceMintOneProviderTokenAndTheMockSeesOnlyThatOne() throws {
+        let fleet = try startFleet()
+        let tokens = (0..<3_000).map(testDeviceToken)
+        try (tokens.joined(separator: "\n") + "\n").write(
+            toFile: "\(fleet.directory)/token-tokens.txt", atomically: true, encoding: .utf8)
+        let jobs = "\(fleet.directory)/token-jobs.jsonl"
+        try
+            (#"{"id": "one-token", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "token-tokens.txt"}"#
+            + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
+        let enqueued = try fleet.run(["enqueue", "--redis", fleet.redis.url, "--jobs", jobs, "--shard-size", "100"])
+        XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
+
+        let workers = try startWorkers(fleet, count: 3)
+        let deadline = Date().addingTimeInterval(120)
+        while try status(fleet)["one-token"]?["state"] as? String != "done" {
+            guard Date() < deadline else { return XCTFail("the job did not finish: \(try status(fleet))") }
+            usleep(200_000)
+        }
+        for worker in workers {
+            XCTAssertEqual(try worker.stop(timeout: 20), 0, "SIGTERM: a clean exit")
+        }
+        XCTAssertEqual(fleet.mock.distinctProviderTokens(), 1, "one provider token for the whole fleet")
+        let totals = fleet.mock.totals()
+        XCTAssertEqual(totals.accepted, tokens.count)
+        XCTAssertGreaterThanOrEqual(totals.connections, 3, "every worker sent (each opens its own connections)")
+    }
+
     func testAWorkerKilledMidRunLeavesItsShardsToTheOthersWithDuplicatesOnlyFromThem() async throws {
         let fleet = try startFleet()
         try enqueue(fleet)

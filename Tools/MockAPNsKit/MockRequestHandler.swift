@@ -36,6 +36,8 @@ final class MockConnectionState {
     var authenticated = false
     /// `--throttle-after-reject` dropped the limit to 1 after a rejection.
     var throttled = false
+    /// The last valid provider token on this connection, so the stats count each distinct one once per change.
+    var lastProviderToken: String?
 }
 
 extension MockShared {
@@ -50,6 +52,10 @@ extension MockShared {
         }
         let result = verifier.verify(token, now: Int64(time(nil)))
         if let reason = result.apnsReason { return MockAnswer(status: 403, reason: reason) }
+        if token != state.lastProviderToken {
+            state.lastProviderToken = token
+            stats.recordProviderToken(token)
+        }
         if !state.authenticated {
             state.authenticated = true
             if !state.throttled { connection.setMaxConcurrentStreams(options.maxStreams) }

@@ -14,6 +14,8 @@ package final class MockStats: Sendable {
         /// faster than strings, and a collision among a few million 64-bit values is vanishingly rare.
         var tokens = Set<UInt64>()
         var apnsIDs = Set<UInt64>()
+        /// Digests of the valid provider tokens (JWTs) seen: a fleet sharing one token per team shows one.
+        var providerTokens = Set<UInt64>()
         var duplicateApnsIDs = 0
         var connections = 0
         var streamLimitViolations = 0
@@ -61,6 +63,12 @@ package final class MockStats: Sendable {
             tallies.broadcastsByChannel[channel, default: 0] += 1
         }
     }
+
+    /// Counts a provider token that verified (called when a connection's token changes, not per request).
+    func recordProviderToken(_ token: String) { tallies.withLock { _ = $0.providerTokens.insert(digest(token)) } }
+
+    /// How many distinct valid provider tokens were seen.
+    package var distinctProviderTokens: Int { tallies.withLock { $0.providerTokens.count } }
 
     func recordChannelCount(_ count: Int) { tallies.withLock { $0.channels = count } }
 

@@ -41,7 +41,7 @@ final class PendingNotification: @unchecked Sendable {
 final class EngineShared: Sendable {
     let configuration: FanoutEngineConfiguration
     let tls: TLSClientContext
-    let tokens: ProviderTokenCache?
+    let tokens: (any ProviderTokenSource)?
     let limiter: InFlightLimiter
     /// Where tokens APNs invalidated are reported (`FanoutEngine.invalidTokens`).
     let invalidTokens: AsyncStream<InvalidatedToken>.Continuation
@@ -49,7 +49,7 @@ final class EngineShared: Sendable {
     let pruner: RegistryPruner?
 
     init(
-        configuration: FanoutEngineConfiguration, tls: TLSClientContext, tokens: ProviderTokenCache?,
+        configuration: FanoutEngineConfiguration, tls: TLSClientContext, tokens: (any ProviderTokenSource)?,
         invalidTokens: AsyncStream<InvalidatedToken>.Continuation
     ) {
         self.configuration = configuration
@@ -248,7 +248,7 @@ final class EngineLoop: @unchecked Sendable {
             finish(pending, outcome: .unregistered, response: response)
         } else if reasonClass == .providerTokenRefresh {
             // A new token, and a new connection (APNs wedges the old one); then send again.
-            _ = try? shared.tokens?.forceRefresh()
+            shared.tokens?.refreshAfterRejection()
             connection.close()
             retryOrFail(pending, immediately: true)
         } else if reasonClass.isRetryable {

@@ -48,8 +48,13 @@ public final class FanoutEngine: Sendable {
         } catch {
             throw FanoutError(.connection, error.message)
         }
-        let tokens = try configuration.credentials?.makeTokenCache(
-            refreshAfter: configuration.tokenRefresh, minimumInterval: configuration.tokenMinimumInterval)
+        let tokens: (any ProviderTokenSource)?
+        if let source = configuration.tokenSource {
+            tokens = source
+        } else {
+            tokens = try configuration.credentials?.makeTokenCache(
+                refreshAfter: configuration.tokenRefresh, minimumInterval: configuration.tokenMinimumInterval)
+        }
         let (invalidTokens, invalidTokensContinuation) = AsyncStream<InvalidatedToken>.makeStream(
             bufferingPolicy: .bufferingNewest(100_000))
         self.invalidTokens = invalidTokens

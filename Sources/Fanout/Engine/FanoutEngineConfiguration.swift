@@ -58,6 +58,9 @@ public struct FanoutEngineConfiguration: Sendable {
     /// Provider-token refresh age and minimum minting interval (APNs: 20 to 60 minutes).
     public var tokenRefresh: Duration
     public var tokenMinimumInterval: Duration
+    /// Where the provider token comes from instead of a cache of the engine's own (`fanout worker` shares one token
+    /// per team through Redis). Nil: the engine mints its own from `credentials`, refreshed after `tokenRefresh`.
+    package var tokenSource: (any ProviderTokenSource)?
 
     public init(endpoint: APNsEndpoint, credentials: ProviderCredentials? = nil, caFile: String? = nil) {
         self.endpoint = endpoint
@@ -82,6 +85,7 @@ public struct FanoutEngineConfiguration: Sendable {
         pingInterval = .seconds(15)
         tokenRefresh = .seconds(3000)
         tokenMinimumInterval = .seconds(1200)
+        tokenSource = nil
     }
 
     var effectiveMaxInFlight: Int {

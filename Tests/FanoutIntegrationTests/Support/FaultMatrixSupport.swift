@@ -48,6 +48,9 @@ final class RestartableMock: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
+    /// Distinct valid provider tokens the running server has seen.
+    func distinctProviderTokens() -> Int { lock.withLock { server?.stats.distinctProviderTokens ?? 0 } }
+
     /// The running server's counters plus those of the servers stopped before it.
     func totals() -> MockTotals {
         lock.withLock {
