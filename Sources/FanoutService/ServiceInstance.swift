@@ -62,7 +62,7 @@ package final class ServiceInstance: Sendable {
             throw ServiceStartError("\(error)")
         }
         let dispatcher = Dispatcher(
-            store: store, engines: engines, maxRunning: configuration.maxRunningDispatches,
+            store: store, engines: engines, registry: registry, maxRunning: configuration.maxRunningDispatches,
             log: { message in logger.error(message) })
         let core = ServiceCore(
             configuration: configuration, quotas: RequestQuotas(configuration), registry: registry, store: store,

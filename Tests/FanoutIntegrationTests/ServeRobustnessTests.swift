@@ -164,3 +164,37 @@ final class ServeLifecycleTests: XCTestCase {
         XCTAssertLessThanOrEqual(counts.duplicates, 20, "only what was in flight at the stop (2 × 10 streams)")
     }
 }
+
+final class ServeProgressTests: XCTestCase {
+    func testTheStatusOfARunningDispatchSaysHowManyResultsItWillHave() throws {
+        // A slow APNs (20 ms an answer, 10 streams per connection): 1,000 tokens take about half a second.
+        let mock = try MockHarness {
+            $0.latencyMilliseconds = 20
+            $0.maxStreams = 10
+        }
+        defer { mock.stop() }
+        let serve = try ServeHarness(testCase: self, mock: mock)
+        try serve.start()
+        defer { serve.stop() }
+        let tokens = (0..<1_000).map { "\"\(testDeviceToken($0))\"" }.joined(separator: ",")
+        let accepted = try serve.curl(
+            "POST", "/v1/push", key: ServeKeys.acmeServer,
+            json: #"{"alert": {"title": "t", "body": "b"}, "audience": {"tokens": [\#(tokens)]}}"#)
+        let id = try XCTUnwrap(try accepted.object()["dispatch_id"] as? String, accepted.text)
+        var seen: [String: Any]?
+        let deadline = Date().addingTimeInterval(30)
+        while seen == nil && Date() < deadline {
+            let status = try serve.curl("GET", "/v1/status", key: ServeKeys.acmeServer).object()
+            let dispatch = (status["dispatches"] as? [[String: Any]])?.first { $0["id"] as? String == id }
+            if dispatch?["state"] as? String == "running", (dispatch?["notifications"] as? Int ?? 0) > 0 {
+                seen = dispatch
+            }
+            if dispatch?["state"] as? String == "done" { break }
+        }
+        let running = try XCTUnwrap(seen, "the dispatch was seen running with results")
+        XCTAssertEqual(running["expected"] as? Int, 1_000)
+        XCTAssertLessThanOrEqual(running["notifications"] as? Int ?? .max, 1_000)
+        let done = try serve.waitForDispatch(id)
+        XCTAssertEqual(done["delivered"] as? Int, 1_000)
+    }
+}

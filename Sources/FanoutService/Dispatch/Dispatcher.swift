@@ -2,6 +2,7 @@ import Fanout
 import FanoutCore
 import FanoutJobFile
 import FanoutJobFormat
+import FanoutRegistry
 import Foundation
 import Synchronization
 
@@ -27,17 +28,22 @@ package final class Dispatcher: Sendable {
 
     private let store: DispatchStore
     private let engines: TeamEngines
+    /// For the size of an activity's audience (the status page's progress).
+    private let registry: (any RegistryStore)?
+    /// How many results each running dispatch will have, when known at its start.
+    private let expected = Mutex<[String: Int]>([:])
     private let maxRunning: Int
     private let state = Mutex(State())
     private let log: @Sendable (String) -> Void
 
     package init(
-        store: DispatchStore, engines: TeamEngines, maxRunning: Int,
+        store: DispatchStore, engines: TeamEngines, registry: (any RegistryStore)? = nil, maxRunning: Int,
         log: @escaping @Sendable (String) -> Void = { _ in }
     ) {
         precondition(maxRunning > 0)
         self.store = store
         self.engines = engines
+        self.registry = registry
         self.maxRunning = maxRunning
         self.log = log
     }
@@ -142,6 +148,9 @@ package final class Dispatcher: Sendable {
                 try store.markDone(id: record.id, now: Self.nowMilliseconds(), payloadEncodings: 0, demoted: 0)
                 return
             }
+            let total = await audienceSize(of: job)
+            expected.withLock { $0[record.id] = total }
+            defer { expected.withLock { _ = $0.removeValue(forKey: record.id) } }
             let jobFailed = Atomic<Bool>(false)
             let summary: JobSummary
             do {
@@ -176,6 +185,28 @@ package final class Dispatcher: Sendable {
         } catch {
             log("dispatch \(record.id): \(error); it runs again later")
             if !Task.isCancelled { retryLater(record, after: max(run, 1)) }
+        }
+    }
+
+    /// How many results a running dispatch will have in all, when it was known at its start (inline tokens, a
+    /// channel, an activity's live tokens plus its broadcast); nil otherwise.
+    package func expectedResults(of id: String) -> Int? {
+        expected.withLock { $0[id] }
+    }
+
+    private func audienceSize(of job: FanoutJob) async -> Int? {
+        switch job.recipients {
+        case .tokens(let tokens): return tokens.count
+        case .channel: return 1
+        case .activity(let app, let id):
+            guard let registry else { return nil }
+            let now = registry.clock.now()
+            guard let live = try? await registry.liveUpdateTokenCount(app: app, activityID: id, now: now) else {
+                return nil
+            }
+            let channel = try? await registry.activity(app: app, activityID: id)?.channelID
+            return live + (channel == nil ? 0 : 1)
+        case .file, .pushToStart, .devices: return nil
         }
     }
 

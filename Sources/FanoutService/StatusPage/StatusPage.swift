@@ -42,7 +42,7 @@ enum StatusPage {
         </div>
         <table>
           <thead><tr><th>Dispatch</th><th>Kind</th><th>App</th><th>State</th><th>Notifications</th><th>Delivered</th>
-            <th>Unregistered</th><th>Rejected</th><th>Failed</th><th>Other</th><th>Rate/s</th><th>Seconds</th></tr></thead>
+            <th>Unregistered</th><th>Rejected</th><th>Failed</th><th>Other</th><th>Progress</th><th>Rate/s</th><th>Seconds</th></tr></thead>
           <tbody id="dispatches"></tbody>
         </table>
         <script>
@@ -88,6 +88,20 @@ enum StatusPage {
             cell(row, "rejected", d.rejected);
             cell(row, "failed", d.failed);
             cell(row, "other", d.expired + d.rate_limited + d.invalid + d.superseded);
+            const progress = document.createElement("td");
+            progress.className = "progress";
+            if (d.state === "done") {
+              progress.textContent = "done";
+            } else if (d.expected > 0) {
+              const bar = document.createElement("progress");
+              bar.max = d.expected;
+              bar.value = Math.min(d.notifications, d.expected);
+              progress.appendChild(bar);
+              progress.append(" " + Math.floor(100 * bar.value / d.expected) + "%");
+            } else {
+              progress.textContent = d.state;
+            }
+            row.appendChild(progress);
             cell(row, "rate", d.rate);
             cell(row, "seconds", d.seconds.toFixed(1));
             body.appendChild(row);

@@ -19,7 +19,14 @@ enum StatusReport {
             "in_flight": .integer(Int64(core.metrics.inFlight.value)),
             "running_dispatches": .integer(Int64(dispatches.count { $0.state == .running })),
             "budget": budget,
-            "dispatches": .array(dispatches.map(\.json)),
+            "dispatches": .array(
+                dispatches.map { record in
+                    // A running dispatch whose audience size was known at its start gets `expected` (progress).
+                    guard record.state == .running, let total = core.dispatcher.expectedResults(of: record.id) else {
+                        return record.json
+                    }
+                    return record.json.setting(.integer(Int64(total)), at: ["expected"])
+                }),
         ]
     }
 }
