@@ -64,6 +64,8 @@ package final class FleetRateBudget: SharedRateLimiter {
         /// After Redis said no: until when, and for how many units, the answer stands (no round trip meanwhile).
         var refusedUntil: [LeaseKey: (until: UInt64, units: Int)] = [:]
         var leaseRequests = 0
+        /// Workspaces with a lease record in Redis (deleted by `returnLeases`).
+        var leasedWorkspaces: Set<String> = []
         var failing = false
     }
 
@@ -157,6 +159,7 @@ package final class FleetRateBudget: SharedRateLimiter {
             let admitted = local.withLock { local -> Int? in
                 local.failing = false
                 local.refusedUntil[own] = nil
+                local.leasedWorkspaces.insert(workspace)
                 var lease = local.leases[key] ?? Lease()
                 if lease.expiresAt <= now { lease.units = 0 }
                 lease.units += grant.units
@@ -175,11 +178,13 @@ package final class FleetRateBudget: SharedRateLimiter {
     @discardableResult
     package func returnLeases() async -> Int {
         let now = options.clock.nanoseconds()
-        let held = local.withLock { local -> [(LeaseKey, Int)] in
-            defer { local.leases.removeAll() }
-            return local.leases.filter { $0.value.units > 0 && $0.value.expiresAt > now }.map {
-                ($0.key, $0.value.units)
+        let (held, workspaces) = local.withLock { local -> ([(LeaseKey, Int)], Set<String>) in
+            defer {
+                local.leases.removeAll()
+                local.leasedWorkspaces.removeAll()
             }
+            let held = local.leases.filter { $0.value.units > 0 && $0.value.expiresAt > now }
+            return (held.map { ($0.key, $0.value.units) }, local.leasedWorkspaces)
         }
         var returned = 0
         for (key, units) in held {
@@ -192,6 +197,10 @@ package final class FleetRateBudget: SharedRateLimiter {
             } catch {
                 log("rate budget: could not return \(units) unit(s) of \(key.workspace): \(error.message)")
             }
+        }
+        // The records of spent leases too: nothing of this holder is left in Redis.
+        for workspace in workspaces {
+            _ = try? await client.command(["DEL", keys(workspace)[1]])
         }
         return returned
     }
