@@ -187,16 +187,14 @@ final class FleetTests: XCTestCase {
                 + "\(String(format: "%.1f", seconds)) s from the workers' start to the last shard")
     }
 
-    /// Issue 14, item 4: three workers starting at once share one provider token, minted by one of them under the
-    /// Redis lock, and mock-apns sees that token only.
     /// Issue 14, item 3: three workers share workspace acme's 7,200 jobs per hour (2 per second) with a burst of 5 and
     /// `wait`. Each job is one shard of one token, so a job's `finished_at` follows its admission closely. Priority 5
     /// can take 4 of the burst (priority 10 and 1 keep their reservations), so any 10 s admit at most 4 + 20 = 24
     /// jobs; the workspace other, on the default budget, is not held back.
     func testThreeWorkersShareOneWorkspaceBudget() async throws {
         let fleet = try startFleet(
-            rateLimits: #"{"default": {"requests_per_hour": 250000}, "workspaces": {"acme": {"requests_per_hour": 7200, "burst_seconds": 5, "policy": "wait"}}}"#
-        )
+            rateLimits: #"{"default": {"requests_per_hour": 250000}, "workspaces": {"acme": "#
+                + #"{"requests_per_hour": 7200, "burst_seconds": 5, "policy": "wait"}}}"#)
         var lines: [String] = []
         for (workspace, count) in [("acme", 40), ("other", 10)] {
             for job in 0..<count {
@@ -238,6 +236,8 @@ final class FleetTests: XCTestCase {
         XCTAssertEqual(records, [], "leases left after shutdown")
     }
 
+    /// Issue 14, item 4: three workers starting at once share one provider token, minted by one of them under the
+    /// Redis lock, and mock-apns sees that token only.
     func testThreeWorkersStartingAtOnceMintOneProviderTokenAndTheMockSeesOnlyThatOne() throws {
         let fleet = try startFleet()
         let tokens = (0..<3_000).map(testDeviceToken)
