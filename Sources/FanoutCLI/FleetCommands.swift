@@ -178,6 +178,17 @@ enum FleetCommands {
             }
         }
         defer { fleetToken?.stop() }
+        // One budget per workspace for the whole fleet: the buckets in Redis, leased to this worker in chunks.
+        var fleetBudget: FleetRateBudget?
+        if let limits = configuration.rateLimits {
+            let workerName = name
+            let budget = FleetRateBudget(
+                client: writer, limits: limits,
+                options: FleetRateBudget.Options(leaseID: "\(name)-\(UInt32.random(in: 0...UInt32.max))"),
+                log: { logger.info($0, fields: ["worker": workerName]) })
+            fleetBudget = budget
+            configuration.sharedRateLimits = budget
+        }
         let engine: FanoutEngine
         do {
             engine = try FanoutEngine(configuration: configuration)
@@ -206,9 +217,11 @@ enum FleetCommands {
             stats = try await worker.run()
         } catch {
             await engine.shutdown(gracePeriod: .zero)
+            await fleetBudget?.returnLeases()
             return fail("worker", error.message)
         }
         await engine.shutdown(gracePeriod: .seconds(1))
+        await fleetBudget?.returnLeases()
         logger.info(
             "worker stopped",
             fields: [

@@ -34,7 +34,10 @@ final class FleetTests: XCTestCase {
     /// - Parameters:
     ///   - appendOnly: Redis with AOF (`appendfsync always`), for a test that kills and restarts it.
     ///   - mockLatency: mock-apns's latency per request, in milliseconds.
-    private func startFleet(appendOnly: Bool = false, mockLatency: UInt64 = 0) throws -> Fleet {
+    ///   - rateLimits: the config file's `rate_limits` object, if any.
+    private func startFleet(appendOnly: Bool = false, mockLatency: UInt64 = 0, rateLimits: String? = nil) throws
+        -> Fleet
+    {
         let redis = try RedisServerProcess(for: self, appendOnly: appendOnly)
         let mock = try RestartableMock { $0.latencyMilliseconds = mockLatency }
         addTeardownBlock { _ = mock.stop() }
@@ -44,7 +47,7 @@ final class FleetTests: XCTestCase {
         let text = """
             {"endpoint": "localhost:\(mock.port)", "ca_file": "\(mock.material.caPEMPath)",
              "key_path": "\(mock.material.authKeyP8Path)", "key_id": "KEYID12345", "team_id": "TEAMID1234",
-             "loops": 1, "connections": 2}
+             "loops": 1, "connections": 2\(rateLimits.map { ", \"rate_limits\": \($0)" } ?? "")}
             """
         try text.write(toFile: config, atomically: true, encoding: .utf8)
         return Fleet(
@@ -182,6 +185,55 @@ final class FleetTests: XCTestCase {
         print(
             "fleet: 3 workers, \(Self.total) notifications in \(Self.jobs) jobs, "
                 + "\(String(format: "%.1f", seconds)) s from the workers' start to the last shard")
+    }
+
+    /// Issue 14, item 3: three workers share workspace acme's 7,200 jobs per hour (2 per second) with a burst of 5 and
+    /// `wait`. Each job is one shard of one token, so a job's `finished_at` follows its admission closely. Priority 5
+    /// can take 4 of the burst (priority 10 and 1 keep their reservations), so any 10 s admit at most 4 + 20 = 24
+    /// jobs; the workspace other, on the default budget, is not held back.
+    func testThreeWorkersShareOneWorkspaceBudget() async throws {
+        let fleet = try startFleet(
+            rateLimits: #"{"default": {"requests_per_hour": 250000}, "workspaces": {"acme": "#
+                + #"{"requests_per_hour": 7200, "burst_seconds": 5, "policy": "wait"}}}"#)
+        var lines: [String] = []
+        for (workspace, count) in [("acme", 40), ("other", 10)] {
+            for job in 0..<count {
+                lines.append(
+                    #"{"id": "\#(workspace)-\#(job)", "workspace": "\#(workspace)", "topic": "com.example.app", "push_type": "alert", "priority": 5, "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(testDeviceToken(job))"]}"#
+                )
+            }
+        }
+        let jobs = "\(fleet.directory)/budget.jsonl"
+        try (lines.joined(separator: "\n") + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
+        let enqueued = try fleet.run(["enqueue", "--redis", fleet.redis.url, "--jobs", jobs])
+        XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
+        let workers = try startWorkers(fleet, count: 3)
+        try await Task.sleep(for: .seconds(16))
+        for worker in workers { worker.kill(SIGTERM) }
+        for worker in workers { _ = worker.waitForExit(timeout: 20) }
+
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.redis.url)))
+        defer { Task { await client.shutdown() } }
+        func finished(_ id: String) async throws -> Int64? {
+            try await client.command(["HGET", RedisArgument("fanout:job:{\(id)}"), "finished_at"]).integer
+        }
+        var acme: [Int64] = []
+        for job in 0..<40 { if let at = try await finished("acme-\(job)") { acme.append(at) } }
+        acme.sort()
+        XCTAssertGreaterThanOrEqual(acme.count, 24, "the budget was used: \(acme)")
+        for (index, start) in acme.enumerated() {
+            let window = acme[index...].prefix { $0 < start + 10_000 }.count
+            XCTAssertLessThanOrEqual(window, 24, "jobs finished within 10 s of \(start): \(acme)")
+        }
+        // From the first to the 21st finished job (20 past the burst) at 2 per second: about 10 s, never much less.
+        if acme.count > 24 { XCTAssertGreaterThanOrEqual(acme[24] - acme[4], 9_500, "\(acme)") }
+        for job in 0..<10 {
+            let at = try await finished("other-\(job)")
+            XCTAssertNotNil(at, "workspace other is not held back by acme's budget")
+        }
+        // The workers returned their unspent leases on SIGTERM: no lease record is left.
+        let records = try await client.command(["KEYS", "fanout:budget:*:lease:*"]).array ?? []
+        XCTAssertEqual(records, [], "leases left after shutdown")
     }
 
     /// Issue 14, item 4: three workers starting at once share one provider token, minted by one of them under the

@@ -26,7 +26,13 @@ extension FanoutEngine {
         let clock = MonotonicRateClock()
         while true {
             let now = clock.nanoseconds()
-            switch limits.decide(workspace: job.workspace, priority: priority, cost: cost, now: now) {
+            let decision =
+                if let shared = configuration.sharedRateLimits {
+                    await shared.decide(workspace: job.workspace, priority: priority, cost: cost, now: now)
+                } else {
+                    limits.decide(workspace: job.workspace, priority: priority, cost: cost, now: now)
+                }
+            switch decision {
             case .admit(let admitted) where admitted == priority:
                 return .send(prepared)
             case .admit(let admitted):

@@ -23,6 +23,10 @@ public struct FanoutEngineConfiguration: Sendable {
     /// Workspace rate budgets (250,000 requests/hour per workspace by default, counted per job,
     /// refused with `rate_limited` when out). Nil: no limit.
     public var rateLimits: RateLimiterRegistry?
+    /// Where rate decisions are made instead of `rateLimits`' in-process buckets (`fanout worker` shares one budget
+    /// per workspace through Redis). Used only while `rateLimits` is set, which still gives the budgets. Nil: in
+    /// process.
+    package var sharedRateLimits: (any SharedRateLimiter)?
     /// The token registry that `Recipients.activity`, `.pushToStart` and `.devices` are read from, and
     /// that tokens APNs invalidates are pruned from as their results arrive. Nil: jobs must name tokens.
     public var registry: (any RegistryStore)?
@@ -86,6 +90,7 @@ public struct FanoutEngineConfiguration: Sendable {
         tokenRefresh = .seconds(3000)
         tokenMinimumInterval = .seconds(1200)
         tokenSource = nil
+        sharedRateLimits = nil
     }
 
     var effectiveMaxInFlight: Int {
