@@ -1,3 +1,4 @@
+import Fanout
 import FanoutCore
 import FanoutJobFile
 import FanoutRedis
@@ -157,7 +158,7 @@ package final class FleetEnqueuer: Sendable {
                 while true {
                     let token: String?
                     do {
-                        token = try reader.nextLine(Self.trimmed)
+                        token = try reader.nextLine(TokenFileReader.trimmed)
                     } catch {
                         throw FleetError("line \(number): tokens file \(file) cannot be read: \(error.reason)")
                     }
@@ -188,15 +189,5 @@ package final class FleetEnqueuer: Sendable {
         var members = object.members.filter { $0.key != "tokens" && $0.key != "tokens_file" }
         members.append(JSONObject.Member(key: "tokens", value: .array([.string(placeholderToken)])))
         return JSONValue.object(JSONObject(members)).encoded()
-    }
-
-    /// A tokens-file line as the engine reads it (`TokenFileReader`): spaces, tabs and CR trimmed.
-    private static func trimmed(_ line: UnsafeBufferPointer<UInt8>) -> String {
-        var start = 0
-        var end = line.count
-        func isSpace(_ byte: UInt8) -> Bool { byte == 32 || byte == 9 || byte == 13 }
-        while start < end, isSpace(line[start]) { start += 1 }
-        while end > start, isSpace(line[end - 1]) { end -= 1 }
-        return String(decoding: UnsafeBufferPointer(rebasing: line[start..<end]), as: UTF8.self)
     }
 }

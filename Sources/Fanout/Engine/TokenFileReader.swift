@@ -2,7 +2,7 @@ import FanoutCore
 
 /// Streams the tokens of a tokens file, one per line (`ChunkedLineReader`: fixed-size chunks, so memory stays flat
 /// however long the file is; blank lines skipped).
-struct TokenFileReader {
+package struct TokenFileReader {
     private let lines: ChunkedLineReader
     /// Why reading stopped early, when it did: `nextLine()` then returns nil as at the end of the file, and the
     /// caller must check this before treating the job as complete.
@@ -30,7 +30,8 @@ struct TokenFileReader {
         }
     }
 
-    private static func trimmed(_ line: UnsafeBufferPointer<UInt8>) -> String {
+    /// A tokens-file line as a token: spaces, tabs and CR trimmed (also how `fanout enqueue` reads one).
+    package static func trimmed(_ line: UnsafeBufferPointer<UInt8>) -> String {
         var start = 0
         var end = line.count
         func isSpace(_ byte: UInt8) -> Bool { byte == 32 || byte == 9 || byte == 13 }
