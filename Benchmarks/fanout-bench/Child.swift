@@ -260,6 +260,20 @@ final class CompletionLog: @unchecked Sendable {
     func finished(_ index: Int) {
         if index >= 0 && index < slots.count { slots[index] = DispatchTime.now().uptimeNanoseconds }
     }
+
+    /// Each finished entry's latency from its due time, in milliseconds, sorted; and the last finish (or `start`).
+    func latencies(since start: UInt64, due: (Int) -> UInt64) -> (sorted: [Double], last: UInt64) {
+        var latencies: [Double] = []
+        latencies.reserveCapacity(slots.count)
+        var last = start
+        for index in 0..<slots.count where slots[index] != 0 {
+            let finished = slots[index]
+            last = max(last, finished)
+            latencies.append(Double(Int64(bitPattern: finished &- due(index))) / 1e6)
+        }
+        latencies.sort()
+        return (latencies, last)
+    }
 }
 
 /// Open-loop load: notification `k` is due at `start + k / rate`. A scheduler thread wakes every
@@ -321,15 +335,7 @@ func childLoad(_ options: ChildOptions) async throws -> ([String: Any], Bool) {
     }
     let after = processUsage()
     await engine.shutdown()
-    var latencies: [Double] = []
-    latencies.reserveCapacity(total)
-    var last = start
-    for index in 0..<total where log.slots[index] != 0 {
-        let finished = log.slots[index]
-        last = max(last, finished)
-        latencies.append(Double(Int64(bitPattern: finished &- due(index))) / 1e6)
-    }
-    latencies.sort()
+    let (latencies, last) = log.latencies(since: start, due: due)
     func percentile(_ p: Double) -> Double { nearestRank(latencies, p) }
     let elapsed = Double(last - start) / 1e9
     // The schedule spans (total - 1) / rate seconds; achieved rate counts completions over the time
@@ -444,15 +450,7 @@ func childSingleSend(_ options: ChildOptions) async throws -> ([String: Any], Bo
     await tally.allFinished()
     let after = processUsage()
     await engine.shutdown()
-    var latencies: [Double] = []
-    latencies.reserveCapacity(total)
-    var last = start
-    for index in 0..<total where log.slots[index] != 0 {
-        let finished = log.slots[index]
-        last = max(last, finished)
-        latencies.append(Double(Int64(bitPattern: finished &- due(index))) / 1e6)
-    }
-    latencies.sort()
+    let (latencies, last) = log.latencies(since: start, due: due)
     let elapsed = Double(last - start) / 1e9
     let delivered = tally.delivered
     let cpu = after.cpuSeconds - before.cpuSeconds
