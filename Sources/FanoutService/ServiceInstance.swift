@@ -109,9 +109,7 @@ package final class ServiceInstance: Sendable {
                 // On Swift's cooperative threads: an API request's SQLite calls are short, and hopping to a pool of
                 // its own cost registrations more than half their rate (measured: 13,000/s against 29,000/s).
                 Task(priority: .userInitiated) {
-                    let response = await router.handle(apiRequest)
-                    responder.respond(
-                        HTTPResponse(status: response.status, headers: response.headers, body: response.body))
+                    responder.respond(await router.handle(apiRequest))
                 }
             }
         } catch {

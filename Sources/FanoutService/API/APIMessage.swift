@@ -1,4 +1,5 @@
 import FanoutCore
+import FanoutTransport
 
 /// One API request as the router sees it, whatever the protocol it came over.
 package struct APIRequest: Sendable {
@@ -41,18 +42,10 @@ package struct APIRequest: Sendable {
     }
 }
 
-/// One answer.
-package struct APIResponse: Sendable {
-    package var status: Int
-    package var headers: [(name: String, value: String)]
-    package var body: [UInt8]
+/// One answer: the transport's response, which every API flavour builds.
+package typealias APIResponse = HTTPResponse
 
-    package init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
-        self.status = status
-        self.headers = headers
-        self.body = body
-    }
-
+extension HTTPResponse {
     package static func json(_ status: Int, _ value: JSONValue) -> APIResponse {
         var body = value.encoded()
         body.append(UInt8(ascii: "\n"))
