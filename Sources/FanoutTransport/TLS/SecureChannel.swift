@@ -102,6 +102,11 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     /// delegate hears of it before this returns); writes to a closed channel are dropped.
     package func write(_ bytes: UnsafeRawBufferPointer) {
         guard !isClosed else { return }
+        guard tls != nil else {
+            // Plaintext: straight into the flush's output; staging only groups bytes into TLS records.
+            plainOutput.append(contentsOf: bytes)
+            return
+        }
         var remaining = bytes
         while remaining.count > 0 && !isClosed {
             if stagedCount == 0 && remaining.count >= Self.stagingSize {
