@@ -40,7 +40,7 @@ public struct RegistryError: Error, Hashable, Sendable, CustomStringConvertible 
         self.message = message
     }
 
-    static func invalid(_ field: String, _ message: String) -> RegistryError {
+    package static func invalid(_ field: String, _ message: String) -> RegistryError {
         RegistryError(.invalidInput, field: field, message)
     }
 

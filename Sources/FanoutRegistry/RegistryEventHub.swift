@@ -1,7 +1,7 @@
 import Synchronization
 
 /// The in-process change feed: any number of `AsyncStream` subscribers, each given every published event in order.
-final class RegistryEventHub: Sendable {
+package final class RegistryEventHub: Sendable {
     private struct State {
         var nextID = 0
         var subscribers: [Int: AsyncStream<RegistryEvent>.Continuation] = [:]
@@ -11,13 +11,13 @@ final class RegistryEventHub: Sendable {
     private let state = Mutex(State())
     private let bufferLimit: Int
 
-    init(bufferLimit: Int) {
+    package init(bufferLimit: Int) {
         self.bufferLimit = bufferLimit
     }
 
     /// A new stream of every event published from now on. It buffers up to `bufferLimit` events for a slow reader,
     /// then drops the oldest; it ends when the hub finishes or the reader stops iterating.
-    func subscribe() -> AsyncStream<RegistryEvent> {
+    package func subscribe() -> AsyncStream<RegistryEvent> {
         let (stream, continuation) = AsyncStream<RegistryEvent>.makeStream(
             bufferingPolicy: .bufferingNewest(bufferLimit))
         let id: Int? = state.withLock { state in
@@ -39,11 +39,11 @@ final class RegistryEventHub: Sendable {
     }
 
     /// Whether anyone is listening (so writers can skip building nothing for nobody).
-    var hasSubscribers: Bool { state.withLock { !$0.subscribers.isEmpty } }
+    package var hasSubscribers: Bool { state.withLock { !$0.subscribers.isEmpty } }
 
     /// Gives `events` to every subscriber. Callers publish under their write lock, so every subscriber sees the
     /// events of successive transactions in commit order.
-    func publish(_ events: [RegistryEvent]) {
+    package func publish(_ events: [RegistryEvent]) {
         guard !events.isEmpty else { return }
         // Yield outside the lock: a yield can run a termination handler, which takes the lock.
         let subscribers = state.withLock { Array($0.subscribers.values) }
@@ -53,7 +53,7 @@ final class RegistryEventHub: Sendable {
     }
 
     /// Ends every stream; later subscribers get a stream that is already finished.
-    func finish() {
+    package func finish() {
         let subscribers = state.withLock { state in
             state.finished = true
             defer { state.subscribers.removeAll() }

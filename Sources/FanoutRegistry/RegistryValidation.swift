@@ -2,12 +2,12 @@ import FanoutCore
 
 /// The registry's input rules, in one place: every write path (apply, import, command line) goes through them, so a
 /// bad token or an overlong id is refused with the same field name and message whichever way it came in.
-enum RegistryValidation {
+package enum RegistryValidation {
     /// The longest activity id, device id, user id, attributes type, channel id or bundle id, in UTF-8 bytes.
-    static let maximumIdentifierBytes = 256
+    package static let maximumIdentifierBytes = 256
 
     /// A token as lowercase hex; "" when `allowEmpty` and it is empty (a stop).
-    static func token(_ text: String, field: String, allowEmpty: Bool) throws(RegistryError) -> String {
+    package static func token(_ text: String, field: String, allowEmpty: Bool) throws(RegistryError) -> String {
         if text.isEmpty {
             guard allowEmpty else { throw .invalid(field, "must not be empty") }
             return ""
@@ -22,7 +22,7 @@ enum RegistryValidation {
     }
 
     /// A required identifier: not empty, at most 256 bytes.
-    static func identifier(_ text: String, field: String) throws(RegistryError) -> String {
+    package static func identifier(_ text: String, field: String) throws(RegistryError) -> String {
         guard !text.isEmpty else { throw .invalid(field, "must not be empty") }
         let count = text.utf8.count
         guard count <= maximumIdentifierBytes else {
@@ -32,20 +32,20 @@ enum RegistryValidation {
     }
 
     /// An optional identifier: nil stays nil; otherwise as `identifier`.
-    static func optionalIdentifier(_ text: String?, field: String) throws(RegistryError) -> String? {
+    package static func optionalIdentifier(_ text: String?, field: String) throws(RegistryError) -> String? {
         guard let text else { return nil }
         return try identifier(text, field: field)
     }
 
     /// A time in Unix milliseconds: not negative.
-    static func time(_ value: Int64?, field: String) throws(RegistryError) -> Int64? {
+    package static func time(_ value: Int64?, field: String) throws(RegistryError) -> Int64? {
         guard let value else { return nil }
         guard value >= 0 else { throw .invalid(field, "\(value) is before 1970") }
         return value
     }
 
     /// The start of `text`, quoted, for messages (a whole line of garbage would drown the message).
-    static func excerpt(_ text: String) -> String {
+    package static func excerpt(_ text: String) -> String {
         let limit = 80
         if text.utf8.count <= limit { return JSONStringEscaping.quoted(text) }
         return JSONStringEscaping.quoted(String(text.prefix(limit))) + "…"
