@@ -13,6 +13,7 @@
 //   FanoutRegistry (the token registry: store protocol, SQLite store) ──> FanoutSQLite ──> CSQLite
 //   FanoutRedis (a Redis client on hiredis's async API, on a LoopThread) ──> FanoutTransport, CHiredis, CLibUV,
 //   COpenSSL (SHA-1 for EVALSHA)
+//   FanoutRedisRegistry (the registry's store on Redis) ──> FanoutRegistry, FanoutRedis, FanoutCore
 //   FanoutFleet (issue 14's work on Redis Streams: enqueue, worker, results, status; the team's shared provider token)
 //   ──> FanoutRedis, FanoutJobFile, Fanout, FanoutTransport (the token signer)
 //   FanoutTestSupport, MockAPNsKit (test-only: the HTTP/2 server over FanoutTransport's HTTP2ServerConnection,
@@ -68,6 +69,9 @@ let package = Package(
         // A Redis client (issue 14's fleet builds on it): hiredis's async API on a LoopThread, with deadlines,
         // reconnection, LOADING/READONLY retries and scripts. The only Swift that imports CHiredis; everything `package`.
         .target(name: "FanoutRedis", dependencies: ["FanoutTransport", "CHiredis", "CLibUV", "COpenSSL"]),
+        // The registry's store protocol on Redis (issue 14 item 5): hash-tagged keys per activity and per app, one Lua
+        // script per change, pages by cursor, the event log on a stream. No C.
+        .target(name: "FanoutRedisRegistry", dependencies: ["FanoutRegistry", "FanoutRedis", "FanoutCore"]),
         // The fleet's work on Redis Streams: job lines split into shards on a stream, workers in a consumer group
         // that send them with the engine and write their results to Redis, results and status read back. No C.
         .target(
@@ -140,7 +144,12 @@ let package = Package(
 
         .testTarget(name: "FanoutCoreTests", dependencies: ["FanoutCore"]),
         .testTarget(name: "FanoutPolicyTests", dependencies: ["FanoutPolicy"]),
-        .testTarget(name: "FanoutRegistryTests", dependencies: ["FanoutRegistry", "FanoutSQLite", "FanoutCore"]),
+        .testTarget(
+            name: "FanoutRegistryTests",
+            dependencies: [
+                "FanoutRegistry", "FanoutSQLite", "FanoutCore", "FanoutRedis", "FanoutRedisRegistry",
+                "FanoutTestSupport",
+            ]),
         .testTarget(
             name: "FanoutTransportTests",
             dependencies: ["FanoutTransport", "FanoutCore", "FanoutHTTP1", "FanoutTestSupport"]),

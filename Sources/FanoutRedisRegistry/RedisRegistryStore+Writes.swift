@@ -1,0 +1,519 @@
+import FanoutRedis
+import FanoutRegistry
+
+/// A change after validation: tokens lowercase, ids checked, times resolved.
+enum RedisChange {
+    case updateToken(
+        app: String, activityID: String, deviceID: String?, userID: String?, token: String, registeredAt: Int64?)
+    case stopUpdateTokens(app: String, activityID: String, deviceID: String?)
+    case pushToStart(
+        app: String, deviceID: String, userID: String?, attributesType: String, token: String, updatedAt: Int64?)
+    case device(app: String, deviceID: String, userID: String?, pushToken: String?, registeredAt: Int64?)
+    case startActivity(app: String, activityID: String, attributesType: String?)
+    case endActivity(app: String, activityID: String, dismissalDate: Int64?)
+    case contentSent(app: String, activityID: String, timestamp: Int64)
+    case channel(app: String, activityID: String, channelID: String?)
+    /// Remove `token` wherever it was registered strictly before `before` (nil: everywhere).
+    case removeToken(token: String, before: Int64?)
+
+    var app: String? {
+        switch self {
+        case .updateToken(let app, _, _, _, _, _), .stopUpdateTokens(let app, _, _),
+            .pushToStart(let app, _, _, _, _, _),
+            .device(let app, _, _, _, _), .startActivity(let app, _, _), .endActivity(let app, _, _),
+            .contentSent(let app, _, _), .channel(let app, _, _):
+            return app
+        case .removeToken: return nil
+        }
+    }
+}
+
+/// What a write script's events are about: filled into each `RegistryEvent`, and where its gone tokens were.
+struct ScriptContext {
+    var app: String
+    var activityID: String?
+    var kind: RegistryEvent.TokenKind
+    var location: TokenLocation?
+}
+
+/// A write script's reply (see `RedisRegistryScripts`).
+struct ScriptOutcome {
+    var unchanged = 0
+    var expiredSwept = 0
+    var removed = 0
+    var events: [(change: RegistryEvent.Change, reason: RegistryEvent.Reason?, token: String, deviceID: String?)] = []
+    var goneTokens: [String] = []
+    var goneDevices: [String] = []
+    var extra: [Int64] = []
+
+    init(_ reply: RedisValue) throws(RegistryError) {
+        if case .error(let message) = reply { throw RegistryError(.storage, "Redis: \(message)") }
+        guard let values = reply.array, values.count >= 6 else {
+            throw RegistryError(.storage, "Redis: unexpected script reply \(reply)")
+        }
+        unchanged = Int(values[0].integer ?? 0)
+        expiredSwept = Int(values[1].integer ?? 0)
+        removed = Int(values[2].integer ?? 0)
+        let flat = values[3].array ?? []
+        for index in stride(from: 0, to: flat.count - 3, by: 4) {
+            let change = RegistryEvent.Change(rawValue: flat[index].string ?? "") ?? .removed
+            let reason = RegistryEvent.Reason(rawValue: flat[index + 1].string ?? "")
+            let device = flat[index + 3].string ?? ""
+            events.append((change, reason, flat[index + 2].string ?? "", device.isEmpty ? nil : device))
+        }
+        goneTokens = (values[4].array ?? []).compactMap(\.string)
+        goneDevices = (values[5].array ?? []).compactMap(\.string)
+        extra = values.dropFirst(6).map { $0.integer ?? 0 }
+    }
+}
+
+/// What the second round trip of a write writes: the events (to number and log), the counter, the clean-ups.
+struct WriteEffects {
+    var result = RegistryApplyResult()
+    var pendingEvents: [RegistryEvent] = []
+    var expiredSwept = 0
+    var cleanups: [[RedisArgument]] = []
+    /// (device, activity) pairs whose token went, by app.
+    var untracked: [String: [RedisArgument]] = [:]
+
+    mutating func record(_ outcome: ScriptOutcome, context: ScriptContext, at now: Int64, keys: RedisRegistryKeys) {
+        expiredSwept += outcome.expiredSwept
+        for event in outcome.events {
+            pendingEvents.append(
+                RegistryEvent(
+                    sequence: 0, at: now, app: context.app, activityID: context.activityID, deviceID: event.deviceID,
+                    token: event.token, kind: context.kind, change: event.change, reason: event.reason))
+        }
+        if let location = context.location {
+            for token in outcome.goneTokens {
+                cleanups.append(["SREM", keys.token(token), RedisArgument(location.encoded)])
+            }
+        }
+        if let activityID = context.activityID {
+            for device in outcome.goneDevices {
+                untracked[context.app, default: []] += [RedisArgument(device), RedisArgument(activityID)]
+            }
+        }
+    }
+}
+
+extension RedisRegistryStore {
+    // MARK: Validation
+
+    /// Checks one change as SQLiteRegistryStore does (same fields, same messages) and that its app is defined.
+    func validate(_ change: RegistryChange) async throws(RegistryError) -> RedisChange {
+        typealias V = RegistryValidation
+        let valid: RedisChange
+        switch change {
+        case .updateToken(let registration):
+            try await requireApp(registration.app)
+            valid = .updateToken(
+                app: registration.app, activityID: try V.identifier(registration.activityID, field: "activity_id"),
+                deviceID: try V.optionalIdentifier(registration.deviceID, field: "device"),
+                userID: try V.optionalIdentifier(registration.userID, field: "user"),
+                token: try V.token(registration.token, field: "token", allowEmpty: true),
+                registeredAt: try V.time(registration.registeredAt, field: "registered_at"))
+        case .stopUpdateTokens(let app, let activityID, let deviceID):
+            try await requireApp(app)
+            valid = .stopUpdateTokens(
+                app: app, activityID: try V.identifier(activityID, field: "activity_id"),
+                deviceID: try V.optionalIdentifier(deviceID, field: "device"))
+        case .pushToStartToken(let registration):
+            try await requireApp(registration.app)
+            valid = .pushToStart(
+                app: registration.app, deviceID: try V.identifier(registration.deviceID, field: "device"),
+                userID: try V.optionalIdentifier(registration.userID, field: "user"),
+                attributesType: try V.optionalIdentifier(registration.attributesType, field: "attributes_type") ?? "",
+                token: try V.token(registration.token, field: "push_to_start_token", allowEmpty: true),
+                updatedAt: try V.time(registration.updatedAt, field: "registered_at"))
+        case .device(let registration):
+            try await requireApp(registration.app)
+            valid = .device(
+                app: registration.app, deviceID: try V.identifier(registration.deviceID, field: "device"),
+                userID: try V.optionalIdentifier(registration.userID, field: "user"),
+                pushToken: try registration.pushToken.map { (token) throws(RegistryError) in
+                    try V.token(token, field: "push_token", allowEmpty: true)
+                },
+                registeredAt: try V.time(registration.registeredAt, field: "registered_at"))
+        case .startActivity(let app, let activityID, let attributesType):
+            try await requireApp(app)
+            valid = .startActivity(
+                app: app, activityID: try V.identifier(activityID, field: "activity_id"),
+                attributesType: try V.optionalIdentifier(attributesType, field: "attributes_type"))
+        case .endActivity(let app, let activityID, let dismissalDate):
+            try await requireApp(app)
+            valid = .endActivity(
+                app: app, activityID: try V.identifier(activityID, field: "activity_id"),
+                dismissalDate: try V.time(dismissalDate, field: "dismissal_date"))
+        case .contentSent(let app, let activityID, let timestamp):
+            try await requireApp(app)
+            valid = .contentSent(
+                app: app, activityID: try V.identifier(activityID, field: "activity_id"), timestamp: timestamp)
+        case .channel(let app, let activityID, let channelID):
+            try await requireApp(app)
+            valid = .channel(
+                app: app, activityID: try V.identifier(activityID, field: "activity_id"),
+                channelID: try V.optionalIdentifier(channelID, field: "channel_id"))
+        case .unregistered(let token, let timestamp):
+            valid = .removeToken(
+                token: try V.token(token, field: "token", allowEmpty: false),
+                before: try V.time(timestamp, field: "timestamp"))
+        case .invalidToken(let token):
+            valid = .removeToken(token: try V.token(token, field: "token", allowEmpty: false), before: nil)
+        }
+        return valid
+    }
+
+    // MARK: Applying
+
+    @discardableResult
+    package func apply(_ changes: [RegistryChange]) async throws(RegistryError) -> RegistryApplyResult {
+        guard !changes.isEmpty else { return RegistryApplyResult() }
+        let now = clock.now()
+        var valid: [RedisChange] = []
+        valid.reserveCapacity(changes.count)
+        for (index, change) in changes.enumerated() {
+            do throws(RegistryError) {
+                valid.append(try await validate(change))
+            } catch {
+                guard error.kind == .invalidInput, changes.count > 1 else { throw error }
+                throw RegistryError(.invalidInput, field: error.field, "change \(index): \(error.message)")
+            }
+        }
+
+        var effects = WriteEffects()
+        var pipeline: [[RedisArgument]] = []
+        // The scripts of the pipeline: their index in it, their context, and the removal change they serve (if any).
+        var scripts: [(index: Int, context: ScriptContext, removal: Int?)] = []
+        var removedByChange: [Int: Int] = [:]
+
+        func flush() async throws(RegistryError) {
+            let replies = try await send(pipeline)
+            for script in scripts {
+                let outcome = try ScriptOutcome(replies[script.index])
+                effects.result.unchanged += script.removal == nil ? outcome.unchanged : 0
+                if let removal = script.removal { removedByChange[removal, default: 0] += outcome.removed }
+                effects.record(outcome, context: script.context, at: now, keys: keys)
+            }
+            for reply in replies {
+                if case .error(let message) = reply { throw RegistryError(.storage, "Redis: \(message)") }
+            }
+            pipeline.removeAll(keepingCapacity: true)
+            scripts.removeAll(keepingCapacity: true)
+        }
+
+        for (changeIndex, change) in valid.enumerated() {
+            if case .removeToken(let token, let before) = change {
+                // The places it is registered come from the token index: read them first (after the changes
+                // before this one are applied, so that a batch registering then removing a token finds it).
+                if !pipeline.isEmpty { try await flush() }
+                let members = try await send(["SMEMBERS", keys.token(token)]).array ?? []
+                removedByChange[changeIndex] = 0
+                for member in members {
+                    guard case .bytes(let bytes) = member, let location = TokenLocation(encoded: bytes) else {
+                        continue
+                    }
+                    let (command, context) = removal(of: token, before: before, at: location, now: now)
+                    scripts.append((pipeline.count, context, changeIndex))
+                    pipeline.append(command)
+                }
+                continue
+            }
+            let (commands, context) = plan(change, now: now, result: &effects.result)
+            guard !commands.isEmpty else { continue }
+            pipeline += commands.dropLast()
+            if let context {
+                scripts.append((pipeline.count, context, nil))
+            }
+            pipeline.append(commands.last!)
+            if pipeline.count >= Self.pipelineChunk { try await flush() }
+        }
+        if !pipeline.isEmpty { try await flush() }
+        for (_, removed) in removedByChange where removed == 0 { effects.result.unchanged += 1 }
+        return try await finish(effects, now: now)
+    }
+
+    /// The commands of one change: plain index updates, then its script (last), and the script's context.
+    private func plan(_ change: RedisChange, now: Int64, result: inout RegistryApplyResult) -> (
+        [[RedisArgument]], ScriptContext?
+    ) {
+        let lifetime = configuration.updateTokenLifetime
+        func activity(_ app: String, _ activityID: String, _ arguments: [RedisArgument]) -> [RedisArgument] {
+            Self.eval(
+                RedisRegistryScripts.activity,
+                keys: keys.activity(ActivityReference(app: app, activityID: activityID)),
+                arguments.first.map { [$0, RedisArgument(String(now))] + arguments.dropFirst() } ?? [])
+        }
+        func app(_ app: String, _ arguments: [RedisArgument]) -> [RedisArgument] {
+            Self.eval(
+                RedisRegistryScripts.app, keys: keys.app(app),
+                arguments.first.map { [$0, RedisArgument(String(now))] + arguments.dropFirst() } ?? [])
+        }
+        func member(_ app: String, _ activityID: String) -> RedisArgument {
+            RedisArgument(ActivityReference(app: app, activityID: activityID).member)
+        }
+        func schedule(_ app: String, _ activityID: String, at time: Int64) -> [[RedisArgument]] {
+            [
+                ["SADD", keys.activities, member(app, activityID)],
+                ["ZADD", keys.schedule, "LT", RedisArgument(String(time)), member(app, activityID)],
+            ]
+        }
+        func updateContext(_ app: String, _ activityID: String) -> ScriptContext {
+            ScriptContext(
+                app: app, activityID: activityID, kind: .update,
+                location: .update(app: app, activityID: activityID))
+        }
+
+        switch change {
+        case .updateToken(let appID, let activityID, let deviceID, let userID, let token, let registeredAt):
+            if token.isEmpty {
+                return (
+                    [activity(appID, activityID, ["stop", RedisArgument(deviceID ?? "")])],
+                    updateContext(appID, activityID)
+                )
+            }
+            let registered = registeredAt ?? now
+            let expiresAt = registered &+ lifetime
+            guard expiresAt > now else {
+                result.alreadyExpired += 1
+                return ([], nil)
+            }
+            var commands: [[RedisArgument]] = [
+                [
+                    "SADD", keys.token(token),
+                    RedisArgument(TokenLocation.update(app: appID, activityID: activityID).encoded),
+                ]
+            ]
+            commands += schedule(appID, activityID, at: expiresAt)
+            if let deviceID {
+                commands.append(
+                    app(
+                        appID,
+                        ["touch", RedisArgument(deviceID), RedisArgument(userID ?? ""), RedisArgument(activityID)]))
+            }
+            commands.append(
+                activity(
+                    appID, activityID,
+                    [
+                        "register", RedisArgument(deviceID ?? ""), RedisArgument(token),
+                        RedisArgument(String(registered)),
+                        RedisArgument(String(expiresAt)),
+                    ]))
+            return (commands, updateContext(appID, activityID))
+        case .stopUpdateTokens(let appID, let activityID, let deviceID):
+            return (
+                [activity(appID, activityID, ["stop", RedisArgument(deviceID ?? "")])], updateContext(appID, activityID)
+            )
+        case .pushToStart(let appID, let deviceID, let userID, let type, let token, let updatedAt):
+            let location = TokenLocation.pushToStart(app: appID, deviceID: deviceID, attributesType: type)
+            var commands: [[RedisArgument]] = []
+            if !token.isEmpty { commands.append(["SADD", keys.token(token), RedisArgument(location.encoded)]) }
+            commands.append(
+                app(
+                    appID,
+                    [
+                        "pts", RedisArgument(deviceID), RedisArgument(userID ?? ""), RedisArgument(type),
+                        RedisArgument(token), RedisArgument(String(updatedAt ?? now)),
+                    ]))
+            return (commands, ScriptContext(app: appID, activityID: nil, kind: .pushToStart, location: location))
+        case .device(let appID, let deviceID, let userID, let pushToken, let registeredAt):
+            let location = TokenLocation.push(app: appID, deviceID: deviceID)
+            var commands: [[RedisArgument]] = []
+            if let pushToken, !pushToken.isEmpty {
+                commands.append(["SADD", keys.token(pushToken), RedisArgument(location.encoded)])
+            }
+            commands.append(
+                app(
+                    appID,
+                    [
+                        "device", RedisArgument(deviceID), RedisArgument(userID ?? ""),
+                        RedisArgument(pushToken == nil ? "0" : "1"), RedisArgument(pushToken ?? ""),
+                        RedisArgument(String(registeredAt ?? now)),
+                    ]))
+            return (commands, ScriptContext(app: appID, activityID: nil, kind: .push, location: location))
+        case .startActivity(let appID, let activityID, let attributesType):
+            return (
+                schedule(appID, activityID, at: now &+ lifetime)
+                    + [activity(appID, activityID, ["start", RedisArgument(attributesType ?? "")])],
+                updateContext(appID, activityID)
+            )
+        case .endActivity(let appID, let activityID, let dismissalDate):
+            let dismissal = dismissalDate ?? now &+ configuration.defaultDismissalDelay
+            return (
+                [
+                    ["ZADD", keys.ended, RedisArgument(String(dismissal)), member(appID, activityID)],
+                    ["ZADD", keys.schedule, "LT", RedisArgument(String(dismissal)), member(appID, activityID)],
+                    activity(appID, activityID, ["end", RedisArgument(String(dismissal))]),
+                ], updateContext(appID, activityID)
+            )
+        case .contentSent(let appID, let activityID, let timestamp):
+            return (
+                schedule(appID, activityID, at: now &+ lifetime)
+                    + [activity(appID, activityID, ["content", RedisArgument(String(timestamp))])],
+                updateContext(appID, activityID)
+            )
+        case .channel(let appID, let activityID, let channelID):
+            // Unbinding lets the next sweep remove a dismissed activity: visit it then.
+            return (
+                schedule(appID, activityID, at: channelID == nil ? now : now &+ lifetime)
+                    + [activity(appID, activityID, ["channel", RedisArgument(channelID ?? "")])],
+                updateContext(appID, activityID)
+            )
+        case .removeToken:
+            preconditionFailure("removals are planned from the token index")
+        }
+    }
+
+    /// The script that removes `token` at one place it is registered.
+    private func removal(of token: String, before: Int64?, at location: TokenLocation, now: Int64) -> (
+        [RedisArgument], ScriptContext
+    ) {
+        let time = RedisArgument(before.map { String($0) } ?? "")
+        switch location {
+        case .update(let app, let activityID):
+            return (
+                Self.eval(
+                    RedisRegistryScripts.activity,
+                    keys: keys.activity(ActivityReference(app: app, activityID: activityID)),
+                    ["remove", RedisArgument(String(now)), RedisArgument(token), time]),
+                ScriptContext(app: app, activityID: activityID, kind: .update, location: location)
+            )
+        case .push(let app, let deviceID):
+            return (
+                Self.eval(
+                    RedisRegistryScripts.app, keys: keys.app(app),
+                    [
+                        "remove", RedisArgument(String(now)), "push", RedisArgument(deviceID), "", RedisArgument(token),
+                        time,
+                    ]
+                ), ScriptContext(app: app, activityID: nil, kind: .push, location: location)
+            )
+        case .pushToStart(let app, let deviceID, let type):
+            return (
+                Self.eval(
+                    RedisRegistryScripts.app, keys: keys.app(app),
+                    [
+                        "remove", RedisArgument(String(now)), "push_to_start", RedisArgument(deviceID),
+                        RedisArgument(type),
+                        RedisArgument(token), time,
+                    ]), ScriptContext(app: app, activityID: nil, kind: .pushToStart, location: location)
+            )
+        }
+    }
+
+    /// The second round trip of a write: logs the events (which numbers them), adds to `expired_swept`, cleans the
+    /// indexes, plus `extra` commands; then publishes the events and returns the result.
+    func finish(_ effects: WriteEffects, now: Int64, extra: [[RedisArgument]] = []) async throws(RegistryError)
+        -> RegistryApplyResult
+    {
+        var effects = effects
+        var batch: [[RedisArgument]] = []
+        if !effects.pendingEvents.isEmpty {
+            var arguments: [RedisArgument] = [RedisArgument(String(now))]
+            arguments.reserveCapacity(1 + effects.pendingEvents.count * 7)
+            for event in effects.pendingEvents {
+                arguments += [
+                    RedisArgument(event.app), RedisArgument(event.activityID ?? ""),
+                    RedisArgument(event.deviceID ?? ""),
+                    RedisArgument(event.token), RedisArgument(event.kind.rawValue),
+                    RedisArgument(event.change.rawValue),
+                    RedisArgument(event.reason?.rawValue ?? ""),
+                ]
+            }
+            batch.append(Self.eval(RedisRegistryScripts.eventLog, keys: [keys.events], arguments))
+        }
+        if effects.expiredSwept > 0 {
+            batch.append(["HINCRBY", keys.counters, "expired_swept", RedisArgument(effects.expiredSwept)])
+        }
+        batch += effects.cleanups
+        for (app, pairs) in effects.untracked {
+            batch.append(
+                Self.eval(
+                    RedisRegistryScripts.app, keys: keys.app(app), ["untrack", RedisArgument(String(now))] + pairs))
+        }
+        batch += extra
+        let replies = try await send(batch)
+        for reply in replies {
+            if case .error(let message) = reply { throw RegistryError(.storage, "Redis: \(message)") }
+        }
+        if !effects.pendingEvents.isEmpty {
+            let numbers = replies[0].array ?? []
+            for index in effects.pendingEvents.indices {
+                effects.pendingEvents[index].sequence = index < numbers.count ? numbers[index].integer ?? 0 : 0
+            }
+            effects.result.events = effects.pendingEvents
+            hub.publish(effects.pendingEvents)
+        }
+        return effects.result
+    }
+
+    // MARK: Sweeping
+
+    package func sweep(now: Int64, batchSize: Int) async throws(RegistryError) -> RegistrySweepResult {
+        precondition(batchSize > 0, "batchSize must be positive")
+        var total = RegistrySweepResult()
+        let visits = min(batchSize, 256)
+        while true {
+            let due =
+                try await send([
+                    "ZRANGEBYSCORE", keys.schedule, "-inf", RedisArgument(String(now)), "LIMIT", "0",
+                    RedisArgument(visits),
+                ]).array ?? []
+            let references = due.compactMap { $0.string.flatMap(ActivityReference.init(member:)) }
+            if due.isEmpty { break }
+            let replies = try await send(
+                references.map {
+                    Self.eval(
+                        RedisRegistryScripts.activity, keys: keys.activity($0),
+                        [
+                            "sweep", RedisArgument(String(now)), RedisArgument(batchSize),
+                            RedisArgument(String(configuration.updateTokenLifetime)),
+                        ])
+                })
+            var effects = WriteEffects()
+            var schedule: [[RedisArgument]] = []
+            for (reference, reply) in zip(references, replies) {
+                let outcome = try ScriptOutcome(reply)
+                let context = ScriptContext(
+                    app: reference.app, activityID: reference.activityID, kind: .update,
+                    location: .update(app: reference.app, activityID: reference.activityID))
+                effects.record(outcome, context: context, at: now, keys: keys)
+                guard outcome.extra.count == 4 else { continue }
+                total.expired += Int(outcome.extra[0])
+                total.ended += Int(outcome.extra[1])
+                total.activitiesRemoved += Int(outcome.extra[2])
+                let member = RedisArgument(reference.member)
+                switch outcome.extra[3] {
+                case -2:
+                    schedule += [
+                        ["ZREM", keys.schedule, member], ["SREM", keys.activities, member],
+                        ["ZREM", keys.ended, member],
+                    ]
+                case -1:
+                    schedule.append(["ZREM", keys.schedule, member])
+                case let next:
+                    schedule.append(["ZADD", keys.schedule, RedisArgument(String(max(next, now))), member])
+                }
+            }
+            // Members that are not activity references are dropped from the schedule.
+            for value in due where value.string.flatMap(ActivityReference.init(member:)) == nil {
+                if case .bytes(let bytes) = value {
+                    schedule.append(["ZREM", keys.schedule, RedisArgument(bytes: bytes)])
+                }
+            }
+            _ = try await finish(effects, now: now, extra: schedule)
+        }
+        let cutoff = now - configuration.eventRetention
+        while true {
+            let pruned =
+                try await send(
+                    Self.eval(
+                        RedisRegistryScripts.pruneEvents, keys: [keys.events],
+                        [RedisArgument(String(cutoff)), RedisArgument(batchSize)])
+                ).integer ?? 0
+            total.eventsPruned += Int(pruned)
+            if pruned < batchSize { break }
+        }
+        return total
+    }
+}
