@@ -2,7 +2,7 @@ import FanoutRegistry
 import XCTest
 
 /// The change feed: every change is returned, published to every subscriber, and kept in the event log.
-final class RegistryEventTests: XCTestCase {
+class RegistryEventTests: RegistryStoreTestCase {
     let app = "com.acme.app"
 
     func testEveryChangeReachesEverySubscriberAndTheLogInOrder() async throws {

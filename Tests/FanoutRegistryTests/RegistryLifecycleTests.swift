@@ -2,7 +2,7 @@ import FanoutRegistry
 import XCTest
 
 /// Registration, rotation, stop, expiry, ended activities, and the tokens APNs refuses.
-final class RegistryLifecycleTests: XCTestCase {
+class RegistryLifecycleTests: RegistryStoreTestCase {
     let app = "com.acme.app"
 
     func testRotationReplacesTheDevicesTokenAndTheOldOneIsNoLongerReturned() async throws {

@@ -3,7 +3,7 @@ import XCTest
 
 /// Paged reads: each live token exactly once, nothing expired, nothing of another activity; selections by user,
 /// device and attributes type.
-final class RegistryReadTests: XCTestCase {
+class RegistryReadTests: RegistryStoreTestCase {
     let app = "com.acme.app"
 
     func testPagingThrough100000TokensReturnsEachLiveOneExactlyOnce() async throws {

@@ -1,4 +1,7 @@
+import FanoutRedis
+import FanoutRedisRegistry
 import FanoutRegistry
+import FanoutTestSupport
 import Foundation
 import Synchronization
 import XCTest
@@ -114,5 +117,58 @@ func assertRegistryError<T>(
     } catch {
         XCTFail("expected a RegistryError, got \(error)", file: file, line: line)
         return nil
+    }
+}
+
+// MARK: - One behaviour, two stores
+
+/// The stores the behaviour tests (lifecycle, reads, events) run against.
+enum RegistryStoreKind {
+    case sqlite
+    /// A `RedisRegistryStore` on a redis-server the test starts in a temporary directory on a free port.
+    case redis
+}
+
+/// What the behaviour tests need of a store: the protocol, and `close()`.
+protocol TestRegistryStore: RegistryStore {
+    func close()
+}
+
+extension SQLiteRegistryStore: TestRegistryStore {}
+extension RedisRegistryStore: TestRegistryStore {}
+
+/// The base of the behaviour tests: `makeStore` opens the store of `storeKind`. Each test class runs on SQLite; its
+/// `Redis…` subclass (RedisRegistryTests.swift) runs every one of its tests again on Redis.
+class RegistryStoreTestCase: XCTestCase {
+    class var storeKind: RegistryStoreKind { .sqlite }
+
+    private var redisClients: [RedisClient] = []
+
+    /// A store with the test clock and `apps` (workspace `acme`): on a fresh file, or on a fresh Redis server.
+    func makeStore(
+        in directory: ScratchDirectory, clock: TestClock, apps: [String] = ["com.acme.app"],
+        configure: (inout RegistryConfiguration) -> Void = { _ in }
+    ) async throws -> any TestRegistryStore {
+        switch Self.storeKind {
+        case .sqlite:
+            return try await FanoutRegistryTests.makeStore(
+                in: directory, clock: clock, apps: apps, configure: configure)
+        case .redis:
+            let server = try RedisServerProcess(for: self)
+            var configuration = RegistryConfiguration()
+            configuration.clock = clock.registryClock
+            configure(&configuration)
+            let client = try RedisClient(url: server.url)
+            redisClients.append(client)
+            let store = RedisRegistryStore(client: client, configuration: configuration)
+            try await store.defineApps(apps.map { RegistryApp(bundleID: $0, workspace: "acme") })
+            return store
+        }
+    }
+
+    override func tearDown() async throws {
+        for client in redisClients { await client.shutdown() }
+        redisClients = []
+        try await super.tearDown()
     }
 }
