@@ -138,40 +138,6 @@ final class RegistryImportTests: XCTestCase {
         XCTAssertEqual(RegistryImportFormat.detect(firstLine: Array("app,token".utf8)), .csv)
     }
 
-    func testABatchWithOneBadChangeWritesNothing() async throws {
-        let directory = try ScratchDirectory()
-        let clock = TestClock()
-        let store = try await makeStore(in: directory, clock: clock)
-        let cases: [(RegistryChange, String)] = [
-            (.updateToken(.init(app: app, activityID: "m", token: "12345")), "token"),
-            (
-                .updateToken(
-                    .init(app: app, activityID: String(repeating: "é", count: 129), token: TestTokens.token(2))),
-                "activity_id"
-            ),
-            (.updateToken(.init(app: "com.other", activityID: "m", token: TestTokens.token(2))), "app"),
-            (.pushToStartToken(.init(app: app, deviceID: "", token: TestTokens.token(2))), "device"),
-            (.device(.init(app: app, deviceID: "d", pushToken: "zz")), "push_token"),
-            (.unregistered(token: "", timestamp: nil), "token"),
-        ]
-        for (bad, field) in cases {
-            let error = await assertRegistryError(.invalidInput, field: field) {
-                try await store.apply([
-                    .updateToken(.init(app: self.app, activityID: "m", token: TestTokens.token(1))), bad,
-                ])
-            }
-            XCTAssertTrue(error?.message.hasPrefix("change 1: ") ?? false, "\(String(describing: error))")
-        }
-        let stats = try await store.stats()
-        XCTAssertEqual(stats.updateTokens, 0)
-        XCTAssertEqual(stats.activities, 0)
-        let events = try await store.allEvents()
-        XCTAssertEqual(events, [])
-        await assertRegistryError(.invalidInput, field: "app") {
-            try await store.defineApps([RegistryApp(bundleID: "")])
-        }
-    }
-
     func testAnUnreadableFileIsAClearError() async throws {
         let directory = try ScratchDirectory()
         let clock = TestClock()

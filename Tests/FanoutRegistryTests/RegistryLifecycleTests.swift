@@ -334,4 +334,100 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
             #"{"apps":2,"devices":3,"activities":2,"live_activities":1,"update_tokens":3,"push_to_start_tokens":1,"#
                 + #""expired_swept":0}"#)
     }
+
+    // Moved here from RegistryImportTests: it is the store's behaviour (validation before any write), so it runs on
+    // both stores.
+    func testABatchWithOneBadChangeWritesNothing() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        let cases: [(RegistryChange, String)] = [
+            (.updateToken(.init(app: app, activityID: "m", token: "12345")), "token"),
+            (
+                .updateToken(
+                    .init(app: app, activityID: String(repeating: "é", count: 129), token: TestTokens.token(2))),
+                "activity_id"
+            ),
+            (.updateToken(.init(app: "com.other", activityID: "m", token: TestTokens.token(2))), "app"),
+            (.pushToStartToken(.init(app: app, deviceID: "", token: TestTokens.token(2))), "device"),
+            (.device(.init(app: app, deviceID: "d", pushToken: "zz")), "push_token"),
+            (.unregistered(token: "", timestamp: nil), "token"),
+        ]
+        for (bad, field) in cases {
+            let error = await assertRegistryError(.invalidInput, field: field) {
+                try await store.apply([
+                    .updateToken(.init(app: self.app, activityID: "m", token: TestTokens.token(1))), bad,
+                ])
+            }
+            XCTAssertTrue(error?.message.hasPrefix("change 1: ") ?? false, "\(String(describing: error))")
+        }
+        let stats = try await store.stats()
+        XCTAssertEqual(stats.updateTokens, 0)
+        XCTAssertEqual(stats.activities, 0)
+        let events = try await store.allEvents()
+        XCTAssertEqual(events, [])
+        await assertRegistryError(.invalidInput, field: "app") {
+            try await store.defineApps([RegistryApp(bundleID: "")])
+        }
+    }
+
+    func testEndedChannelsAreListedFromTheDismissalUntilUnbound() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        try await store.apply([
+            .startActivity(app: app, activityID: "match-7", attributesType: nil),
+            .channel(app: app, activityID: "match-7", channelID: "Y2gtMQ=="),
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: TestTokens.token(1))),
+            .updateToken(.init(app: app, activityID: "match-8", token: TestTokens.token(2))),
+        ])
+        var count = try await store.liveUpdateTokenCount(app: app, activityID: "match-7", now: clock.now)
+        XCTAssertEqual(count, 1)
+        try await store.apply([.endActivity(app: app, activityID: "match-7", dismissalDate: clock.now + 600_000)])
+        var channels = try await store.endedChannels(now: clock.now, limit: 10)
+        XCTAssertEqual(channels, [], "not before the dismissal date")
+        clock.advance(milliseconds: 600_000)
+        channels = try await store.endedChannels(now: clock.now, limit: 10)
+        XCTAssertEqual(channels, [EndedChannel(app: app, activityID: "match-7", channelID: "Y2gtMQ==")])
+        count = try await store.liveUpdateTokenCount(app: app, activityID: "match-7", now: clock.now)
+        XCTAssertEqual(count, 0, "a dismissed activity has no live tokens, swept or not")
+
+        // The sweep removes the tokens but keeps the activity while its channel is bound.
+        let first = try await store.sweep()
+        XCTAssertEqual(first.ended, 1)
+        var activity = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertEqual(activity?.channelID, "Y2gtMQ==")
+        channels = try await store.endedChannels(now: clock.now, limit: 10)
+        XCTAssertEqual(channels.map(\.activityID), ["match-7"])
+
+        try await store.apply([.channel(app: app, activityID: "match-7", channelID: nil)])
+        let second = try await store.sweep()
+        XCTAssertEqual(second.activitiesRemoved, 1)
+        activity = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertNil(activity)
+        channels = try await store.endedChannels(now: clock.now, limit: 10)
+        XCTAssertEqual(channels, [])
+        count = try await store.liveUpdateTokenCount(app: app, activityID: "match-8", now: clock.now)
+        XCTAssertEqual(count, 1)
+    }
+
+    func testAnActivityWithNothingLeftIsRemovedATokenLifetimeAfterItsLastChange() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        try await store.apply([
+            .contentSent(app: app, activityID: "match-7", timestamp: 1_764_460_800),
+            .updateToken(.init(app: app, activityID: "match-8", token: TestTokens.token(1))),
+        ])
+        clock.advance(hours: 7)
+        var sweep = try await store.sweep()
+        XCTAssertEqual(sweep.activitiesRemoved, 0)
+        clock.advance(hours: 1)
+        sweep = try await store.sweep()
+        XCTAssertEqual(sweep.expired, 1)
+        let stats = try await store.stats()
+        XCTAssertEqual(stats.activities, 0, "both idle for a token lifetime: removed")
+        let activity = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertNil(activity)
+    }
 }

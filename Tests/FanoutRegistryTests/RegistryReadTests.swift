@@ -197,4 +197,38 @@ class RegistryReadTests: RegistryStoreTestCase {
         XCTAssertEqual(page.items.map(\.activityID), ["match-7", "match-8"])
         XCTAssertEqual(page.items.map(\.token), [TestTokens.token(1), TestTokens.token(2)])
     }
+
+    func testPagingGoesOnAfterTheCursorsTokenIsStoppedAndAReturnedOneRotates() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        // One registration time, so one expiry: the cursor's position within it is what matters.
+        try await store.apply(
+            (0..<12).map {
+                .updateToken(.init(app: app, activityID: "match-7", deviceID: "d\($0)", token: TestTokens.token($0)))
+            })
+        let first = try await store.liveUpdateTokens(
+            app: app, activityID: "match-7", after: nil, limit: 5, now: clock.now)
+        XCTAssertEqual(first.items.count, 5)
+        let cursorDevice = try XCTUnwrap(first.items.last?.deviceID)
+        let returnedDevice = try XCTUnwrap(first.items.first?.deviceID)
+        clock.advance(milliseconds: 1_000)
+        try await store.apply([
+            .stopUpdateTokens(app: app, activityID: "match-7", deviceID: cursorDevice),
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: returnedDevice, token: TestTokens.token(50))),
+        ])
+        var rest: [UpdateTokenRecord] = []
+        var cursor = first.next
+        while let after = cursor {
+            let page = try await store.liveUpdateTokens(
+                app: app, activityID: "match-7", after: after, limit: 5, now: clock.now)
+            rest += page.items
+            cursor = page.next
+        }
+        let returned = Set(first.items.compactMap(\.deviceID))
+        let expected = (0..<12).map { "d\($0)" }.filter { !returned.contains($0) }
+        XCTAssertEqual(Set(rest.dropLast().compactMap(\.deviceID)), Set(expected), "each not yet returned, once")
+        XCTAssertEqual(rest.count, expected.count + 1)
+        XCTAssertEqual(rest.last?.token, TestTokens.token(50), "the rotated token moved to the end")
+    }
 }

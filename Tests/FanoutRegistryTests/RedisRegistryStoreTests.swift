@@ -1,0 +1,97 @@
+import FanoutRedis
+import FanoutRedisRegistry
+import FanoutRegistry
+import FanoutTestSupport
+import XCTest
+
+/// What only the Redis store has: several store objects (several `fanout serve`) on one server, the key layout, the
+/// key prefix, and Redis being unreachable.
+final class RedisRegistryStoreTests: XCTestCase {
+    let app = "com.acme.app"
+
+    private func withClient(_ url: String, _ body: (RedisClient) async throws -> Void) async throws {
+        var configuration = RedisConfiguration(url: try RedisURL(parsing: url))
+        configuration.commandTimeout = .seconds(2)
+        let client = RedisClient(configuration: configuration)
+        do {
+            try await body(client)
+        } catch {
+            await client.shutdown()
+            throw error
+        }
+        await client.shutdown()
+    }
+
+    private func store(_ client: RedisClient, clock: TestClock, prefix: String = "fanout:registry:") async throws
+        -> RedisRegistryStore
+    {
+        var configuration = RegistryConfiguration()
+        configuration.clock = clock.registryClock
+        let store = RedisRegistryStore(client: client, configuration: configuration, keyPrefix: prefix)
+        try await store.defineApps([RegistryApp(bundleID: app, workspace: "acme")])
+        return store
+    }
+
+    func testTwoStoresOnOneServerShareRegistrationsAndRemovals() async throws {
+        let server = try RedisServerProcess(for: self)
+        let clock = TestClock()
+        try await withClient(server.url) { first in
+            try await withClient(server.url) { second in
+                let one = try await store(first, clock: clock)
+                let other = RedisRegistryStore(client: second, configuration: one.configuration)
+                try await one.register(
+                    .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: TestTokens.token(1))))
+                let seen = try await other.allLiveTokens(activityID: "match-7", now: clock.now)
+                XCTAssertEqual(
+                    seen.map(\.token), [TestTokens.token(1)], "registered through one, read through the other")
+                let removed = try await other.recordInvalid(token: TestTokens.token(1))
+                XCTAssertEqual(removed.events.map(\.reason), [.unregistered])
+                let left = try await one.allLiveTokens(activityID: "match-7", now: clock.now)
+                XCTAssertEqual(left, [])
+                let events = try await one.allEvents()
+                XCTAssertEqual(events.map(\.sequence), [1, 2], "one log, numbered across both")
+            }
+        }
+    }
+
+    func testEachActivitysKeysShareAHashTagAndThePrefixIsolatesRegistries() async throws {
+        let server = try RedisServerProcess(for: self)
+        let clock = TestClock()
+        try await withClient(server.url) { client in
+            let store = try await store(client, clock: clock)
+            try await store.apply([
+                .updateToken(.init(app: app, activityID: "match/7{x}", deviceID: "d1", token: TestTokens.token(1))),
+                .pushToStartToken(.init(app: app, deviceID: "d1", token: TestTokens.token(2))),
+            ])
+            let keys = try await client.command(["KEYS", "fanout:registry:*"]).array?.compactMap(\.string) ?? []
+            let activityKeys = keys.filter { $0.contains("match") }
+            XCTAssertEqual(
+                Set(activityKeys),
+                Set(
+                    ["meta", "tokens", "slots", "devices", "bytoken"].map {
+                        "fanout:registry:{com.acme.app/match%2F7%7Bx%7D}:\($0)"
+                    }))
+            XCTAssertTrue(keys.allSatisfy { $0.hasPrefix("fanout:registry:") })
+
+            let isolated = try await self.store(client, clock: clock, prefix: "other:")
+            let none = try await isolated.allLiveTokens(activityID: "match/7{x}", now: clock.now)
+            XCTAssertEqual(none, [])
+            let mine = try await store.allLiveTokens(activityID: "match/7{x}", now: clock.now)
+            XCTAssertEqual(mine.map(\.token), [TestTokens.token(1)])
+        }
+    }
+
+    func testAnUnreachableServerIsUnavailable() async throws {
+        let server = try RedisServerProcess(for: self)
+        let clock = TestClock()
+        try await withClient(server.url) { client in
+            let store = try await store(client, clock: clock)
+            server.kill()
+            await assertRegistryError(.unavailable) { try await store.stats() }
+            await assertRegistryError(.unavailable) {
+                try await store.register(
+                    .updateToken(.init(app: self.app, activityID: "m", token: TestTokens.token(1))))
+            }
+        }
+    }
+}
