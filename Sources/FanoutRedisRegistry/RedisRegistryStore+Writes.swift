@@ -182,15 +182,18 @@ extension RedisRegistryStore {
         }
 
         var effects = WriteEffects()
+        var planner = Planner(keys: keys, now: now)
         var pipeline: [[RedisArgument]] = []
         // The scripts of the pipeline: their index in it, their context, and the removal change they serve (if any).
         var scripts: [(index: Int, context: ScriptContext, removal: Int?)] = []
         var removedByChange: [Int: Int] = [:]
 
         func flush() async throws(RegistryError) {
-            let replies = try await send(pipeline)
+            // The chunk's activity-set and schedule additions, coalesced, go first: indexes only ever lead the data.
+            let prefix = planner.takeScheduleCommands()
+            let replies = try await send(prefix + pipeline)
             for script in scripts {
-                let outcome = try ScriptOutcome(replies[script.index])
+                let outcome = try ScriptOutcome(replies[prefix.count + script.index])
                 effects.result.unchanged += script.removal == nil ? outcome.unchanged : 0
                 if let removal = script.removal { removedByChange[removal, default: 0] += outcome.removed }
                 effects.record(outcome, context: script.context, at: now, keys: keys)
@@ -219,7 +222,7 @@ extension RedisRegistryStore {
                 }
                 continue
             }
-            let (commands, context) = plan(change, now: now, result: &effects.result)
+            let (commands, context) = plan(change, now: now, planner: &planner, result: &effects.result)
             guard !commands.isEmpty else { continue }
             pipeline += commands.dropLast()
             if let context {
@@ -233,30 +236,29 @@ extension RedisRegistryStore {
         return try await finish(effects, now: now)
     }
 
-    /// The commands of one change: plain index updates, then its script (last), and the script's context.
-    private func plan(_ change: RedisChange, now: Int64, result: inout RegistryApplyResult) -> (
-        [[RedisArgument]], ScriptContext?
-    ) {
+    /// The commands of one change: plain index updates, then its script (last), and the script's context. The
+    /// activity-set and schedule additions go to `planner`, which coalesces them per pipeline.
+    private func plan(
+        _ change: RedisChange, now: Int64, planner: inout Planner, result: inout RegistryApplyResult
+    ) -> ([[RedisArgument]], ScriptContext?) {
         let lifetime = configuration.updateTokenLifetime
         func activity(_ app: String, _ activityID: String, _ arguments: [RedisArgument]) -> [RedisArgument] {
             Self.eval(
                 RedisRegistryScripts.activity,
-                keys: keys.activity(ActivityReference(app: app, activityID: activityID)),
-                arguments.first.map { [$0, RedisArgument(String(now))] + arguments.dropFirst() } ?? [])
+                keys: planner.activityKeys(ActivityReference(app: app, activityID: activityID)),
+                arguments.first.map { [$0, planner.nowArgument] + arguments.dropFirst() } ?? [])
         }
         func app(_ app: String, _ arguments: [RedisArgument]) -> [RedisArgument] {
             Self.eval(
-                RedisRegistryScripts.app, keys: keys.app(app),
-                arguments.first.map { [$0, RedisArgument(String(now))] + arguments.dropFirst() } ?? [])
+                RedisRegistryScripts.app, keys: planner.appKeys(app),
+                arguments.first.map { [$0, planner.nowArgument] + arguments.dropFirst() } ?? [])
         }
         func member(_ app: String, _ activityID: String) -> RedisArgument {
             RedisArgument(ActivityReference(app: app, activityID: activityID).member)
         }
         func schedule(_ app: String, _ activityID: String, at time: Int64) -> [[RedisArgument]] {
-            [
-                ["SADD", keys.activities, member(app, activityID)],
-                ["ZADD", keys.schedule, "LT", RedisArgument(String(time)), member(app, activityID)],
-            ]
+            planner.schedule(ActivityReference(app: app, activityID: activityID), at: time, isCreated: true)
+            return []
         }
         func updateContext(_ app: String, _ activityID: String) -> ScriptContext {
             ScriptContext(
@@ -339,10 +341,10 @@ extension RedisRegistryStore {
             )
         case .endActivity(let appID, let activityID, let dismissalDate):
             let dismissal = dismissalDate ?? now &+ configuration.defaultDismissalDelay
+            planner.schedule(ActivityReference(app: appID, activityID: activityID), at: dismissal, isCreated: false)
             return (
                 [
                     ["ZADD", keys.ended, RedisArgument(String(dismissal)), member(appID, activityID)],
-                    ["ZADD", keys.schedule, "LT", RedisArgument(String(dismissal)), member(appID, activityID)],
                     activity(appID, activityID, ["end", RedisArgument(String(dismissal))]),
                 ], updateContext(appID, activityID)
             )
@@ -515,5 +517,71 @@ extension RedisRegistryStore {
             if pruned < batchSize { break }
         }
         return total
+    }
+}
+
+/// Builds a batch's commands: key names made once per activity and app, the activity-set and schedule additions of a
+/// pipeline coalesced into two commands (one `SADD`, one `ZADD LT` with each activity's earliest time).
+struct Planner {
+    let keys: RedisRegistryKeys
+    let nowArgument: RedisArgument
+    private var activities: [ActivityReference: [RedisArgument]] = [:]
+    private var apps: [String: [RedisArgument]] = [:]
+    private var created: [ActivityReference] = []
+    private var times: [ActivityReference: Int64] = [:]
+    private var order: [ActivityReference] = []
+
+    init(keys: RedisRegistryKeys, now: Int64) {
+        self.keys = keys
+        nowArgument = RedisArgument(String(now))
+    }
+
+    mutating func activityKeys(_ reference: ActivityReference) -> [RedisArgument] {
+        if let cached = activities[reference] { return cached }
+        let made = keys.activity(reference)
+        activities[reference] = made
+        return made
+    }
+
+    mutating func appKeys(_ app: String) -> [RedisArgument] {
+        if let cached = apps[app] { return cached }
+        let made = keys.app(app)
+        apps[app] = made
+        return made
+    }
+
+    /// The sweep should visit `reference` at `time` at the latest; `isCreated`: the change creates the activity.
+    mutating func schedule(_ reference: ActivityReference, at time: Int64, isCreated: Bool) {
+        if let current = times[reference] {
+            if time < current { times[reference] = time }
+        } else {
+            times[reference] = time
+            order.append(reference)
+        }
+        if isCreated { created.append(reference) }
+    }
+
+    /// The coalesced additions since the last call, and forgets them.
+    mutating func takeScheduleCommands() -> [[RedisArgument]] {
+        defer {
+            created.removeAll(keepingCapacity: true)
+            times.removeAll(keepingCapacity: true)
+            order.removeAll(keepingCapacity: true)
+        }
+        var commands: [[RedisArgument]] = []
+        if !created.isEmpty {
+            var seen = Set<ActivityReference>()
+            commands.append(
+                ["SADD", keys.activities] + created.filter { seen.insert($0).inserted }.map { RedisArgument($0.member) }
+            )
+        }
+        if !order.isEmpty {
+            var command: [RedisArgument] = ["ZADD", keys.schedule, "LT"]
+            for reference in order {
+                command += [RedisArgument(String(times[reference]!)), RedisArgument(reference.member)]
+            }
+            commands.append(command)
+        }
+        return commands
     }
 }

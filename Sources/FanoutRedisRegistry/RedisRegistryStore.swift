@@ -48,6 +48,8 @@ package final class RedisRegistryStore: RegistryStore {
         /// Bundle id → workspace, reloaded on a miss (another process may have defined the app since).
         var apps: [String: String] = [:]
         var closed = false
+        /// Whether this store has loaded its scripts (so its first pipeline is not answered NOSCRIPT throughout).
+        var scriptsLoaded = false
     }
 
     /// Commands per pipeline: a batch of 10,000 registrations goes out in chunks of this many.
@@ -81,8 +83,12 @@ package final class RedisRegistryStore: RegistryStore {
     func send(_ batch: [[RedisArgument]]) async throws(RegistryError) -> [RedisValue] {
         guard !state.withLock({ $0.closed }) else { throw RegistryError(.unavailable, "the Redis registry is closed") }
         if batch.isEmpty { return [] }
+        let load: [[RedisArgument]] =
+            state.withLock({ $0.scriptsLoaded })
+            ? [] : RedisRegistryScripts.all.map { ["SCRIPT", "LOAD", RedisArgument($0.source)] }
         do {
-            var replies = try await client.commands(batch)
+            var replies = Array(try await client.commands(load + batch).dropFirst(load.count))
+            if !load.isEmpty { state.withLock { $0.scriptsLoaded = true } }
             let missing = replies.indices.filter {
                 if case .error(let message) = replies[$0] { return message.hasPrefix("NOSCRIPT") }
                 return false
