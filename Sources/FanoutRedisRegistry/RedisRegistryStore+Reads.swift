@@ -265,11 +265,14 @@ extension RedisRegistryStore {
             stats.pushToStartTokens += Int(values.dropFirst().first?.integer ?? 0)
         }
         var cursor = "0"
+        // SSCAN may return a member more than once: count each activity once.
+        var counted = Set<ActivityReference>()
         repeat {
             let reply = try await send(["SSCAN", keys.activities, RedisArgument(cursor), "COUNT", "1000"]).array ?? []
             guard reply.count == 2 else { break }
             cursor = reply[0].string ?? "0"
             let references = (reply[1].array ?? []).compactMap { $0.string.flatMap(ActivityReference.init(member:)) }
+                .filter { counted.insert($0).inserted }
             let replies = try await send(
                 references.map {
                     Self.eval(

@@ -32,6 +32,18 @@ import Synchronization
 ///   token or one of a dismissed activity whatever the sweep did, and every visit reschedules from the activity's real
 ///   state, so the sweep catches up at the latest one token lifetime later.
 ///
+/// Removing a gone token's index entry (the second pipeline) can race with another client registering the same token
+/// at the same place again: the entry is then missing until the token is next registered there (every registration
+/// adds it again), and a 410 in between does not find it; an update token expires within its lifetime anyway.
+///
+/// **Events** are published to this object's `subscribe()` streams when a write's second pipeline has numbered them;
+/// concurrent `apply` calls on one object may publish in an order other than their sequence numbers (SQLite
+/// publishes under its write lock). Two devices holding the same update token in one activity (which APNs never
+/// issues) are both kept, but a 410 for it finds only the newer registration.
+///
+/// A stop of all of an activity's tokens, or an end with a dismissal date already past, removes them in one script,
+/// as SQLite does in one transaction: Redis runs nothing else meanwhile (seconds for a million tokens).
+///
 /// Every call has a deadline: the client's command timeout per round trip. Connection trouble (unreachable, lost,
 /// timed out, shut down) is `unavailable`; any other Redis error is `storage`.
 package final class RedisRegistryStore: RegistryStore {
