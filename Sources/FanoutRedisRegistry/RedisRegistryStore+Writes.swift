@@ -480,7 +480,11 @@ extension RedisRegistryStore {
                     app: reference.app, activityID: reference.activityID, kind: .update,
                     location: .update(app: reference.app, activityID: reference.activityID))
                 effects.record(outcome, context: context, at: now, keys: keys)
-                guard outcome.extra.count == 4 else { continue }
+                guard outcome.extra.count == 4 else {
+                    // Not a sweep reply (cannot happen with this script): unscheduled, so the loop ends.
+                    schedule.append(["ZREM", keys.schedule, RedisArgument(reference.member)])
+                    continue
+                }
                 total.expired += Int(outcome.extra[0])
                 total.ended += Int(outcome.extra[1])
                 total.activitiesRemoved += Int(outcome.extra[2])

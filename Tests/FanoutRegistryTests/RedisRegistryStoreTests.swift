@@ -94,4 +94,22 @@ final class RedisRegistryStoreTests: XCTestCase {
             }
         }
     }
+
+    func testScriptsFlushedFromTheServerAreLoadedAgain() async throws {
+        let server = try RedisServerProcess(for: self)
+        let clock = TestClock()
+        try await withClient(server.url) { client in
+            let store = try await store(client, clock: clock)
+            try await store.register(.updateToken(.init(app: app, activityID: "m", token: TestTokens.token(1))))
+            _ = try await client.command(["SCRIPT", "FLUSH"])
+            let result = try await store.apply([
+                .updateToken(.init(app: app, activityID: "m", token: TestTokens.token(2))),
+                .updateToken(.init(app: app, activityID: "m", token: TestTokens.token(3))),
+            ])
+            XCTAssertEqual(result.added, 2)
+            XCTAssertEqual(result.events.map(\.sequence), [2, 3])
+            let count = try await store.liveUpdateTokenCount(app: app, activityID: "m", now: clock.now)
+            XCTAssertEqual(count, 3)
+        }
+    }
 }
