@@ -96,7 +96,7 @@ let package = Package(
             name: "FanoutService",
             dependencies: [
                 "Fanout", "FanoutCore", "FanoutPolicy", "FanoutRegistry", "FanoutSQLite", "FanoutTransport",
-                "FanoutJobFile", "FanoutObservability",
+                "FanoutJobFile", "FanoutObservability", "FanoutRedis", "FanoutFleet", "FanoutRedisRegistry",
             ]),
         // The `fanout` command (binary name from the product).
         .executableTarget(

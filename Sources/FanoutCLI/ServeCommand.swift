@@ -7,8 +7,8 @@ import Synchronization
 /// `fanout serve`: the HTTP service (README: "fanout serve").
 enum ServeCommand {
     static let usage = """
-        usage: fanout serve --config FILE [--listen HOST:PORT] [--db FILE] [--tls-cert PEM --tls-key PEM]
-                            [--log-format text|json]
+        usage: fanout serve --config FILE [--listen HOST:PORT] [--db FILE] [--redis URL]
+                            [--tls-cert PEM --tls-key PEM] [--log-format text|json]
 
         Runs the Live Activity service: the native API under /v1/, Pushwoosh's under /json/1.3/, Braze's under
         /messages/live_activity/, /healthz, /metrics, and the status page at /. HTTP/1.1 and HTTP/2 (h2 over TLS,
@@ -17,19 +17,24 @@ enum ServeCommand {
           --config FILE      workspaces, apps, API key digests and limits (JSON; see the README)
           --listen HOST:PORT where to listen (port 0: a free port); overrides the config's "listen"
           --db FILE          the SQLite file for the registry and the dispatch queue; overrides "db"
+          --redis URL        keep the registry on Redis instead, shared by every fanout serve given the same URL
+                             (redis://[user:password@]host:port[/db]; overrides "redis"); also shares one provider
+                             token per team and orders content timestamps across them. The dispatch queue stays in
+                             the --db file of each instance.
           --tls-cert PEM     serve HTTPS with this certificate chain (with --tls-key)
           --tls-key PEM      the certificate's private key
           --log-format F     text (default) or json, on stderr
 
         SIGTERM or SIGINT: stop accepting, let running dispatches finish within the grace period
         ("grace_seconds", default 10), leave the rest queued for the next start, exit 0.
-        Exit status 2: bad arguments or configuration, or the port or database cannot be opened.
+        Exit status 2: bad arguments or configuration, or the port, database or Redis cannot be opened.
         """
 
     static func run(_ arguments: [String]) async -> Int32 {
         var configPath: String?
         var listen: (String, Int)?
         var database: String?
+        var redis: String?
         var certificate: String?
         var key: String?
         var logFormat = FanoutLogger.Format.text
@@ -43,6 +48,7 @@ enum ServeCommand {
                 case "--config": configPath = try cursor.string()
                 case "--listen": listen = try cursor.hostPort()
                 case "--db": database = try cursor.string()
+                case "--redis": redis = try cursor.string()
                 case "--tls-cert": certificate = try cursor.string()
                 case "--tls-key": key = try cursor.string()
                 case "--log-format":
@@ -69,6 +75,7 @@ enum ServeCommand {
         }
         if let (host, port) = listen { (configuration.listenHost, configuration.listenPort) = (host, port) }
         if let database { configuration.database = database }
+        if let redis { configuration.redis = redis }
         if let certificate, let key { (configuration.tlsCertificate, configuration.tlsKey) = (certificate, key) }
 
         let logger = FanoutLogger(format: logFormat)

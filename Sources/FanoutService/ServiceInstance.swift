@@ -4,8 +4,8 @@ import FanoutRegistry
 import FanoutTransport
 import Foundation
 
-/// A running `fanout serve`: the registry and dispatch store (one SQLite file), one engine per APNs team, the
-/// dispatcher, and the HTTP server (HTTP/1.1 and HTTP/2) in front of the router.
+/// A running `fanout serve`: the registry and dispatch store (one SQLite file, or the registry on Redis), one engine
+/// per APNs team, the dispatcher, and the HTTP server (HTTP/1.1 and HTTP/2) in front of the router.
 ///
 /// Start order: stores, engines, dispatcher (which queues what a previous process left unfinished), and only then
 /// the listener, so that the first request finds everything ready. Stop order is the reverse: stop accepting,
@@ -18,24 +18,15 @@ package final class ServiceInstance: Sendable {
     private let http: HTTPServer
     private let core: ServiceCore
     private let engines: TeamEngines
-    private let registries: [SQLiteRegistryStore]
+    private let stores: ServiceStores
+    private let tokens: SharedProviderTokens
     private let sweeper: Task<Void, Never>
 
     package static func start(configuration: ServiceConfiguration, logger: FanoutLogger) async throws(ServiceStartError)
         -> ServiceInstance
     {
-        let registry: SQLiteRegistryStore
-        let engineRegistry: SQLiteRegistryStore
-        let store: DispatchStore
-        do {
-            // Two store objects on the one file, each with its own connections: the engines page through
-            // millions of tokens on theirs, so an API request's registry read never waits behind a page.
-            registry = try SQLiteRegistryStore(path: configuration.database)
-            engineRegistry = try SQLiteRegistryStore(path: configuration.database)
-            store = try DispatchStore(path: configuration.database)
-        } catch {
-            throw ServiceStartError("cannot open the database \(configuration.database): \(error)")
-        }
+        let stores = try await ServiceStores.open(configuration)
+        let registry = stores.registry
         let metrics = FanoutMetrics()
         // The registry learns which workspace each app is in (its own isolation key).
         let apps = configuration.workspaces.values.flatMap { workspace in
@@ -44,40 +35,61 @@ package final class ServiceInstance: Sendable {
         do {
             try await registry.defineApps(apps)
         } catch {
-            registry.close()
+            await stores.close()
             throw ServiceStartError("cannot record the apps in the registry: \(error)")
         }
-        let engines: TeamEngines
+        let tokens: SharedProviderTokens
         do {
-            engines = try TeamEngines(configuration: configuration, registry: engineRegistry, metrics: metrics)
+            tokens = try await SharedProviderTokens.start(
+                configuration: configuration, redis: stores.redis, logger: logger)
         } catch {
-            registry.close()
-            engineRegistry.close()
-            throw ServiceStartError("\(error)")
+            await stores.close()
+            throw error
         }
+        let engines: TeamEngines
         let channels: TeamChannelClients
         do {
+            engines = try TeamEngines(
+                configuration: configuration, registry: stores.engineRegistry, metrics: metrics,
+                tokenSources: tokens.byTeam)
             channels = try TeamChannelClients(configuration: configuration)
         } catch {
+            tokens.stop()
+            await stores.close()
             throw ServiceStartError("\(error)")
         }
+        let sharedDispatches = stores.redis.map { SharedDispatches(client: $0, store: stores.dispatches) }
         let dispatcher = Dispatcher(
-            store: store, engines: engines, registry: registry, maxRunning: configuration.maxRunningDispatches,
-            log: { message in logger.error(message) })
+            store: stores.dispatches, engines: engines, registry: registry,
+            maxRunning: configuration.maxRunningDispatches, log: { message in logger.error(message) },
+            changed: { id in sharedDispatches?.changed(id) })
+        sharedDispatches?.start(running: { dispatcher.runningIDs })
         let core = ServiceCore(
-            configuration: configuration, quotas: RequestQuotas(configuration), registry: registry, store: store,
+            configuration: configuration, quotas: RequestQuotas(configuration), registry: registry,
+            store: stores.dispatches, sharedTimestamps: stores.redis.map { SharedContentTimestamps(client: $0) },
+            sharedDispatches: sharedDispatches,
             dispatcher: dispatcher, channels: channels, metrics: metrics, logger: logger)
-        return try ServiceInstance(
-            configuration: configuration, core: core, engines: engines, registries: [registry, engineRegistry])
+        do throws(ServiceStartError) {
+            return try ServiceInstance(
+                configuration: configuration, core: core, engines: engines, stores: stores, tokens: tokens)
+        } catch {
+            await sharedDispatches?.stop()
+            await engines.shutdown(gracePeriod: .zero)
+            tokens.stop()
+            await stores.close()
+            throw error
+        }
     }
 
     private init(
-        configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, registries: [SQLiteRegistryStore]
+        configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, stores: ServiceStores,
+        tokens: SharedProviderTokens
     ) throws(ServiceStartError) {
         self.core = core
         self.engines = engines
-        self.registries = registries
-        let registry = registries[0]
+        self.stores = stores
+        self.tokens = tokens
+        let registry = stores.registry
         let channels = core.channels
         sweeper = Task(executorPreference: BlockingExecutor.dispatches, priority: .background) {
             // Sweep, and delete the channels of ended activities, once a minute.
@@ -132,11 +144,13 @@ package final class ServiceInstance: Sendable {
     package func stop(gracePeriod: Duration) async {
         http.stopAccepting()
         await core.dispatcher.stop(gracePeriod: gracePeriod)
+        await core.sharedDispatches?.stop()
         await engines.shutdown(gracePeriod: .seconds(2))
         sweeper.cancel()
         core.channels.shutdown()
         http.shutdown()
-        for registry in registries { registry.close() }
+        tokens.stop()
+        await stores.close()
     }
 }
 

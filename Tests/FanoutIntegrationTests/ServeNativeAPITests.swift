@@ -1,16 +1,24 @@
 // The native API of `fanout serve` (`/v1/...`) through curl, against the real binary and a mock-apns: every
 // endpoint, what the mock receives, and what the reads report.
+import FanoutTestSupport
 import Foundation
 import XCTest
 
-final class ServeNativeAPITests: XCTestCase {
+class ServeNativeAPITests: XCTestCase {
     private var mock: MockHarness!
     private var serve: ServeHarness!
+
+    /// Whether the registry is on Redis (`fanout serve --redis`, a redis-server of the test's own).
+    class var registryOnRedis: Bool { false }
 
     override func setUpWithError() throws {
         mock = try MockHarness { $0.capturePayloads = true }
         serve = try ServeHarness(testCase: self, mock: mock)
-        try serve.start()
+        guard Self.registryOnRedis else { return try serve.start() }
+        let redis = try RedisServerProcess(for: self)
+        try serve.start(arguments: ["--redis", redis.url])
+        // Teardown blocks run last-added first, before tearDown(): the server stops while Redis is still up.
+        addTeardownBlock { [serve] in XCTAssertEqual(serve?.stop(), 0) }
     }
 
     override func tearDown() {
@@ -189,5 +197,21 @@ final class ServeNativeAPITests: XCTestCase {
             "POST", "/v1/activities/m-1/update", key: ServeKeys.acmeServer, json: body,
             headers: ["Idempotency-Key": "retry-43"])
         XCTAssertNotEqual(try first.object()["dispatch_id"] as? String, try third.object()["dispatch_id"] as? String)
+    }
+}
+
+/// The same endpoints with the registry on Redis. XCTest on Linux runs only the test methods a class declares, so each
+/// is declared again here.
+final class ServeNativeAPIRedisTests: ServeNativeAPITests {
+    override class var registryOnRedis: Bool { true }
+
+    override func testEveryNativeEndpointFromRegistrationToEnd() throws {
+        try super.testEveryNativeEndpointFromRegistrationToEnd()
+    }
+    override func testRefusalsNameTheFieldAndChangeNothing() throws {
+        try super.testRefusalsNameTheFieldAndChangeNothing()
+    }
+    override func testIdempotencyKeyReturnsTheFirstDispatch() throws {
+        try super.testIdempotencyKeyReturnsTheFirstDispatch()
     }
 }

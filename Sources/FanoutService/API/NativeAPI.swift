@@ -143,7 +143,7 @@ struct NativeAPI {
             return Self.accepted(
                 try await core.accept(spec, caller: caller, idempotencyKey: request.header("idempotency-key")))
         case .dispatch(let id):
-            return .json(200, try core.dispatch(id, of: caller).json)
+            return .json(200, try await core.dispatch(id, of: caller).json)
         case .dispatchResults(let id):
             return try results(id, request, caller)
         case .activity(let id):

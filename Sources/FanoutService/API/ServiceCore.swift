@@ -19,12 +19,20 @@ package final class ServiceCore: Sendable {
     package let logger: FanoutLogger
     let started = Date()
     private let timestamps = ContentTimestamps()
+    /// With the registry on Redis: timestamps ordered across every instance on it.
+    private let sharedTimestamps: SharedContentTimestamps?
+    /// With the registry on Redis: the dispatches and idempotency keys of every instance on it.
+    let sharedDispatches: SharedDispatches?
 
-    package init(
+    init(
         configuration: ServiceConfiguration, quotas: RequestQuotas, registry: any RegistryStore, store: DispatchStore,
-        dispatcher: Dispatcher, channels: TeamChannelClients, metrics: FanoutMetrics, logger: FanoutLogger
+        sharedTimestamps: SharedContentTimestamps?, sharedDispatches: SharedDispatches?, dispatcher: Dispatcher,
+        channels: TeamChannelClients,
+        metrics: FanoutMetrics, logger: FanoutLogger
     ) {
         self.configuration = configuration
+        self.sharedTimestamps = sharedTimestamps
+        self.sharedDispatches = sharedDispatches
         keyring = APIKeyring(configuration)
         self.quotas = quotas
         self.registry = registry
@@ -119,29 +127,89 @@ package final class ServiceCore: Sendable {
         if let idempotencyKey, idempotencyKey.isEmpty || idempotencyKey.utf8.count > 255 {
             throw APIError(400, field: "Idempotency-Key", "Idempotency-Key must be 1 to 255 bytes")
         }
+        guard let sharedDispatches else {
+            return try await accept(spec, id: DispatchStore.newID(), caller: caller, idempotencyKey: idempotencyKey)
+        }
+        // Behind a load balancer a retry may reach another instance: the key is taken in Redis first, for the id
+        // about to be committed, and a key already taken answers with the dispatch that took it.
+        let id = DispatchStore.newID()
+        if let idempotencyKey {
+            let earlier: String?
+            do {
+                earlier = try await sharedDispatches.claim(
+                    idempotencyKey: idempotencyKey, workspace: caller.workspace, for: id)
+            } catch {
+                logger.error("cannot check an idempotency key", fields: ["error": error.message])
+                throw APIError(503, "the idempotency key could not be checked; nothing was sent, retry later")
+            }
+            if let earlier {
+                guard let record = try? await dispatch(earlier, of: caller) else {
+                    throw APIError(409, "a request with this Idempotency-Key is still being accepted; retry later")
+                }
+                return record
+            }
+        }
+        let record: DispatchRecord
+        do {
+            record = try await accept(spec, id: id, caller: caller, idempotencyKey: idempotencyKey)
+        } catch {
+            if let idempotencyKey {
+                await sharedDispatches.release(idempotencyKey: idempotencyKey, workspace: caller.workspace, for: id)
+            }
+            throw error
+        }
+        do {
+            try await sharedDispatches.publish(record)
+        } catch {
+            // Committed and queued: the publisher tries again on its next round.
+            sharedDispatches.changed(record.id)
+        }
+        return record
+    }
+
+    /// `accept` once the dispatch's id is chosen: the content timestamp assigned, the dispatch committed and queued.
+    private func accept(_ spec: DispatchSpec, id: String, caller: Caller, idempotencyKey: String?)
+        async throws(APIError) -> DispatchRecord
+    {
         guard let activityID = spec.activityID, !spec.timestampGiven else {
             try spec.validate(now: Self.nowSeconds())
-            return try commit(spec, caller: caller, idempotencyKey: idempotencyKey)
+            return try commit(spec, id: id, caller: caller, idempotencyKey: idempotencyKey)
         }
-        let lastSent = try? await registry.activity(app: spec.app.bundleID, activityID: activityID)?
-            .lastContentTimestamp
-        return try timestamps.assign(
-            app: spec.app.bundleID, activityID: activityID, now: Self.nowSeconds(), lastSent: lastSent
-        ) { timestamp throws(APIError) in
+        let app = spec.app.bundleID
+        let lastSent = try? await registry.activity(app: app, activityID: activityID)?.lastContentTimestamp
+        var now = Self.nowSeconds()
+        if let sharedTimestamps {
+            // Claimed from Redis, so that no two instances give this activity the same timestamp.
+            do {
+                now = try await sharedTimestamps.claim(
+                    app: app, activityID: activityID, atLeast: max(now, (lastSent ?? 0) + 1))
+            } catch {
+                logger.error("cannot claim a content timestamp", fields: ["error": error.message])
+                throw APIError(503, "the content timestamp could not be claimed; nothing was sent, retry later")
+            }
+        }
+        var used = now
+        let record = try timestamps.assign(app: app, activityID: activityID, now: now, lastSent: lastSent) {
+            timestamp throws(APIError) in
             var stamped = spec
             stamped.setTimestamp(timestamp)
             try stamped.validate(now: Self.nowSeconds())
-            return try commit(stamped, caller: caller, idempotencyKey: idempotencyKey)
+            used = timestamp
+            return try commit(stamped, id: id, caller: caller, idempotencyKey: idempotencyKey)
         }
+        if used > now, let sharedTimestamps {
+            try? await sharedTimestamps.raise(app: app, activityID: activityID, to: used)
+        }
+        return record
     }
 
     /// Writes the checked dispatch (or finds the earlier one of its idempotency key) and queues it if new.
-    private func commit(_ spec: DispatchSpec, caller: Caller, idempotencyKey: String?) throws(APIError)
+    private func commit(_ spec: DispatchSpec, id: String, caller: Caller, idempotencyKey: String?) throws(APIError)
         -> DispatchRecord
     {
         do {
             let (record, created) = try store.accept(
-                workspace: caller.workspace, app: spec.app.bundleID, kind: spec.kind, jobLine: spec.jobLine,
+                id: id, workspace: caller.workspace, app: spec.app.bundleID, kind: spec.kind, jobLine: spec.jobLine,
                 idempotencyKey: idempotencyKey, now: Self.nowMilliseconds())
             if created { dispatcher.submit(record, activityID: spec.activityID) }
             return record
@@ -151,14 +219,23 @@ package final class ServiceCore: Sendable {
         }
     }
 
-    func dispatch(_ id: String, of caller: Caller) throws(APIError) -> DispatchRecord {
+    /// The caller's dispatch: from this instance's store, or (with Redis) as another instance published it.
+    func dispatch(_ id: String, of caller: Caller) async throws(APIError) -> DispatchRecord {
         do {
-            guard let record = try store.dispatch(id: id, workspace: caller.workspace) else { throw APIError.notFound }
+            if let record = try store.dispatch(id: id, workspace: caller.workspace) { return record }
+        } catch {
+            throw APIError(503, "the dispatch store cannot be read: \(error)")
+        }
+        guard let sharedDispatches else { throw APIError.notFound }
+        do {
+            guard let record = try await sharedDispatches.lookup(id: id, workspace: caller.workspace) else {
+                throw APIError.notFound
+            }
             return record
         } catch let error as APIError {
             throw error
         } catch {
-            throw APIError(503, "the dispatch store cannot be read: \(error)")
+            throw APIError(503, "the shared dispatch records cannot be read now; retry later")
         }
     }
 }

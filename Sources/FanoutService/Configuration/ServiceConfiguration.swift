@@ -5,8 +5,8 @@ import Foundation
 
 /// `fanout serve --config FILE`: the workspaces, their apps and API keys, and the server's limits (product.md):
 /// ```json
-/// {"listen": "127.0.0.1:8080", "db": "fanout.db", "max_connections": 10000, "header_timeout_seconds": 10,
-///  "threads": 2, "grace_seconds": 10, "max_running_dispatches": 8, "loops": 1, "connections": 2, "max_attempts": 3,
+/// {"listen": "127.0.0.1:8080", "db": "fanout.db", "redis": "redis://host:6379/0", "max_connections": 10000,
+///  "header_timeout_seconds": 10, "threads": 2, "grace_seconds": 10, "max_running_dispatches": 8, "loops": 1, "connections": 2, "max_attempts": 3,
 ///  "workspaces": {"acme": {
 ///     "server_keys_sha256": ["<hex sha256 of a key>"], "device_keys_sha256": ["..."],
 ///     "rate_limit": {"requests_per_hour": 250000, "burst_seconds": 60},
@@ -22,6 +22,9 @@ package struct ServiceConfiguration: Sendable {
     package var listenHost = "127.0.0.1"
     package var listenPort = 8080
     package var database = "fanout.db"
+    /// `redis://…`: keep the registry on Redis, shared by every `fanout serve` given the same URL, with one provider
+    /// token per team and content timestamps ordered across them. The dispatch queue stays in `database`.
+    package var redis: String?
     package var maxConnections = 10_000
     /// A request head not complete this long after its first byte gets 408 and the connection closes.
     package var headerTimeout: Duration = .seconds(10)
@@ -149,7 +152,7 @@ private struct ConfigReader {
         let object = try object(
             root, "",
             keys: [
-                "listen", "db", "max_connections", "header_timeout_seconds", "threads", "tls_cert", "tls_key",
+                "listen", "db", "redis", "max_connections", "header_timeout_seconds", "threads", "tls_cert", "tls_key",
                 "grace_seconds",
                 "max_running_dispatches", "loops", "connections", "max_attempts", "workspaces",
             ])
@@ -161,6 +164,7 @@ private struct ConfigReader {
             (config.listenHost, config.listenPort) = (host, port)
         }
         if let db = try string(object, "db", "") { config.database = resolve(db) }
+        config.redis = try string(object, "redis", "")
         config.maxConnections = try positive(object, "max_connections", "") ?? config.maxConnections
         if let seconds = try positive(object, "header_timeout_seconds", "") { config.headerTimeout = .seconds(seconds) }
         config.threads = try positive(object, "threads", "") ?? config.threads

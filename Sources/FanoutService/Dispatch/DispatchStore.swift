@@ -175,11 +175,12 @@ package final class DispatchStore: Sendable {
 
     /// Commits a new queued dispatch before returning. If the workspace already used `idempotencyKey`, returns that
     /// earlier dispatch and `created == false` (nothing written).
+    /// - Parameter id: the new dispatch's id (one from `newID()`, given when it had to be known before the commit).
     package func accept(
-        workspace: String, app: String, kind: String, jobLine: [UInt8], idempotencyKey: String?, now: Int64
+        id: String = DispatchStore.newID(), workspace: String, app: String, kind: String, jobLine: [UInt8],
+        idempotencyKey: String?, now: Int64
     ) throws(DispatchStoreError) -> (record: DispatchRecord, created: Bool) {
-        let id = Self.newID()
-        return try write { connection throws(SQLiteError) in
+        try write { connection throws(SQLiteError) in
             let database = connection.database
             if let idempotencyKey {
                 let earlier = try database.withStatement(
@@ -222,6 +223,18 @@ package final class DispatchStore: Sendable {
             ) { statement throws(SQLiteError) in
                 try statement.bind(id, at: 1)
                 try statement.bind(workspace, at: 2)
+                return try statement.step() ? DispatchRecord(row: statement) : nil
+            }
+        }
+    }
+
+    /// Any workspace's dispatch (for publishing it to the other instances, never for an API answer).
+    func record(id: String) throws(DispatchStoreError) -> DispatchRecord? {
+        try read { connection throws(SQLiteError) in
+            try connection.database.withStatement(
+                "SELECT \(DispatchSchema.recordColumns) FROM dispatches WHERE id = ?1"
+            ) { statement throws(SQLiteError) in
+                try statement.bind(id, at: 1)
                 return try statement.step() ? DispatchRecord(row: statement) : nil
             }
         }

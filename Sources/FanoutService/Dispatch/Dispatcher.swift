@@ -35,10 +35,12 @@ package final class Dispatcher: Sendable {
     private let maxRunning: Int
     private let state = Mutex(State())
     private let log: @Sendable (String) -> Void
+    /// Told the id of each dispatch queued, started or finished (for `SharedDispatches`).
+    private let changed: @Sendable (String) -> Void
 
     package init(
         store: DispatchStore, engines: TeamEngines, registry: (any RegistryStore)? = nil, maxRunning: Int,
-        log: @escaping @Sendable (String) -> Void = { _ in }
+        log: @escaping @Sendable (String) -> Void = { _ in }, changed: @escaping @Sendable (String) -> Void = { _ in }
     ) {
         precondition(maxRunning > 0)
         self.store = store
@@ -46,6 +48,7 @@ package final class Dispatcher: Sendable {
         self.registry = registry
         self.maxRunning = maxRunning
         self.log = log
+        self.changed = changed
     }
 
     /// Queues every dispatch a previous process left queued or running (oldest first).
@@ -63,11 +66,15 @@ package final class Dispatcher: Sendable {
             guard !state.stopping else { return }
             state.waiting.append((record, activity))
         }
+        changed(record.id)
         launchWhatFits()
     }
 
     /// Dispatches sending now.
     package var runningCount: Int { state.withLock { $0.running.count } }
+
+    /// The ids of the dispatches sending now.
+    var runningIDs: [String] { state.withLock { Array($0.running.keys) } }
 
     /// Stops starting dispatches, lets the running ones go on for `gracePeriod`, then cancels what is left (it
     /// stays in the store, queued or running, for the next start). Returns when every dispatch task has ended.
@@ -115,6 +122,7 @@ package final class Dispatcher: Sendable {
             _ = state.running.removeValue(forKey: id)
             if let activity { state.busyActivities.remove(activity) }
         }
+        changed(id)
         launchWhatFits()
     }
 

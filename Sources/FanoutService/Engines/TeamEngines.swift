@@ -15,8 +15,11 @@ package final class TeamEngines: Sendable {
     package let metrics: FanoutMetrics
 
     /// Starts the engines. Apps of one team must share one key (`key_id`, `key_path`).
-    package init(
-        configuration: ServiceConfiguration, registry: any RegistryStore, metrics: FanoutMetrics
+    /// - Parameter tokenSources: a team's shared provider token source (with the registry on Redis); a team not in it
+    ///   mints its own tokens.
+    init(
+        configuration: ServiceConfiguration, registry: any RegistryStore, metrics: FanoutMetrics,
+        tokenSources: [String: any ProviderTokenSource] = [:]
     ) throws(ServiceConfigurationError) {
         var byTeam: [TeamKey: (app: AppConfiguration, engine: FanoutEngine)] = [:]
         var byApp: [String: FanoutEngine] = [:]
@@ -42,6 +45,7 @@ package final class TeamEngines: Sendable {
             engineConfiguration.maxAttempts = configuration.maxAttempts
             engineConfiguration.registry = registry
             engineConfiguration.metrics = metrics
+            engineConfiguration.tokenSource = tokenSources[app.teamID]
             let engine: FanoutEngine
             do {
                 engine = try FanoutEngine(configuration: engineConfiguration)

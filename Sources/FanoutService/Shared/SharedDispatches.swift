@@ -1,0 +1,179 @@
+import Fanout
+import FanoutRedis
+import Foundation
+import Synchronization
+
+/// With the registry on Redis, what every `fanout serve` on it must know of the dispatches another one accepted:
+/// their state and counts (so `GET /v1/dispatches/{id}` answers on any instance behind a load balancer), and the
+/// idempotency keys already used (so a retry that reaches another instance returns the first dispatch instead of
+/// sending again).
+///
+/// Each dispatch is queued, sent and recorded by the instance that accepted it, in its own SQLite file; that file
+/// holds the per-recipient results, which only that instance serves. This type only publishes a copy of each record.
+///
+/// | Key | Type | What |
+/// |---|---|---|
+/// | `fanout:dispatch:{ID}` | string | the record as JSON (with its workspace); expires 7 days after its last change |
+/// | `fanout:idempotency:{WORKSPACE}:KEY` | string | the dispatch id that took the key; expires after 7 days |
+///
+/// The owner publishes a record when it accepts it (before the 202), and then every `interval` while it is queued or
+/// running and once more when it is done: another instance's answer lags by at most `interval`.
+final class SharedDispatches: Sendable {
+    private let client: RedisClient
+    private let store: DispatchStore
+    private let interval: Duration
+    /// Dispatches accepted or started since the last publication, or running.
+    private let dirty = Mutex<Set<String>>([])
+    private let publisher = Mutex<Task<Void, Never>?>(nil)
+    private static let expirySeconds = 7 * 86_400
+
+    init(client: RedisClient, store: DispatchStore, interval: Duration = .milliseconds(250)) {
+        self.client = client
+        self.store = store
+        self.interval = interval
+    }
+
+    // MARK: Idempotency
+
+    /// Takes `key` for the dispatch `id` about to be committed, or returns the id of the dispatch that took it first
+    /// (on any instance).
+    func claim(idempotencyKey key: String, workspace: String, for id: String) async throws(RedisError) -> String? {
+        let reply = try await client.command([
+            "SET", Self.idempotencyKey(key, workspace: workspace), RedisArgument(id), "NX", "GET", "EX",
+            RedisArgument(Self.expirySeconds),
+        ])
+        return reply.string
+    }
+
+    /// Gives `key` back after the dispatch that took it could not be committed, so that a retry may take it.
+    func release(idempotencyKey key: String, workspace: String, for id: String) async {
+        _ = try? await client.evalScript(
+            Self.releaseScript, keys: [Self.idempotencyKey(key, workspace: workspace)], arguments: [RedisArgument(id)])
+    }
+
+    /// KEYS: the idempotency key. ARGV: the dispatch id. Deletes the key only while it is still that dispatch's.
+    private static let releaseScript = RedisScript(
+        """
+        if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+        return 0
+        """)
+
+    // MARK: Records
+
+    /// Publishes the record now (the accept path: before the 202, so any instance finds the dispatch at once).
+    func publish(_ record: DispatchRecord) async throws(RedisError) {
+        _ = try await client.command(Self.setCommand(record))
+    }
+
+    /// Marks a dispatch to publish on the next round (queued, started, finished: the dispatcher's changes).
+    func changed(_ id: String) {
+        _ = dirty.withLock { $0.insert(id) }
+    }
+
+    /// A dispatch another instance accepted; nil when there is none, or it is another workspace's.
+    func lookup(id: String, workspace: String) async throws(RedisError) -> DispatchRecord? {
+        let reply = try await client.command(["GET", RedisArgument("fanout:dispatch:{\(id)}")])
+        guard case .bytes(let bytes) = reply,
+            let published = try? JSONDecoder().decode(PublishedDispatch.self, from: Data(bytes)),
+            published.workspace == workspace
+        else { return nil }
+        return published.record
+    }
+
+    /// Publishes the changed and the running dispatches every `interval` until `stop()`.
+    func start(running: @escaping @Sendable () -> [String]) {
+        let task = Task(priority: .utility) { [weak self] in
+            while !Task.isCancelled {
+                guard let self else { return }
+                try? await Task.sleep(for: self.interval)
+                await self.publishChanged(running: running())
+            }
+        }
+        publisher.withLock { $0 = task }
+    }
+
+    /// Stops the publisher after one last round (within 2 s, so a Redis that is away does not hold up the exit), so
+    /// that what this instance finished is visible to the others.
+    func stop() async {
+        let task = publisher.withLock { task in
+            defer { task = nil }
+            return task
+        }
+        task?.cancel()
+        await task?.value
+        await publishChanged(running: [], timeout: .seconds(2))
+    }
+
+    private func publishChanged(running: [String], timeout: Duration? = nil) async {
+        let ids = dirty.withLock { dirty in
+            defer { dirty.removeAll() }
+            return dirty.union(running)
+        }
+        guard !ids.isEmpty else { return }
+        var commands: [[RedisArgument]] = []
+        for id in ids {
+            guard let record = try? store.record(id: id) else { continue }
+            commands.append(Self.setCommand(record))
+        }
+        guard !commands.isEmpty else { return }
+        if (try? await client.commands(commands, timeout: timeout)) == nil {
+            // Redis is away: try these again next round.
+            dirty.withLock { $0.formUnion(ids) }
+        }
+    }
+
+    private static func setCommand(_ record: DispatchRecord) -> [RedisArgument] {
+        let json = (try? JSONEncoder().encode(PublishedDispatch(record))) ?? Data()
+        return [
+            "SET", RedisArgument("fanout:dispatch:{\(record.id)}"), RedisArgument(bytes: Array(json)), "EX",
+            RedisArgument(expirySeconds),
+        ]
+    }
+
+    private static func idempotencyKey(_ key: String, workspace: String) -> RedisArgument {
+        RedisArgument("fanout:idempotency:{\(workspace)}:\(key)")
+    }
+}
+
+/// A dispatch record as published: everything the API shows, not the job line.
+private struct PublishedDispatch: Codable {
+    var id: String
+    var workspace: String
+    var app: String
+    var kind: String
+    var state: String
+    var counts: OutcomeCounts
+    var payloadEncodings: Int
+    var demoted: Int
+    var broadcasts: Int
+    var createdAt: Int64
+    var startedAt: Int64?
+    var finishedAt: Int64?
+    var idempotencyKey: String?
+
+    init(_ record: DispatchRecord) {
+        id = record.id
+        workspace = record.workspace
+        app = record.app
+        kind = record.kind
+        state = record.state.rawValue
+        counts = record.counts
+        payloadEncodings = record.payloadEncodings
+        demoted = record.demoted
+        broadcasts = record.broadcasts
+        createdAt = record.createdAt
+        startedAt = record.startedAt
+        finishedAt = record.finishedAt
+        idempotencyKey = record.idempotencyKey
+    }
+
+    var record: DispatchRecord {
+        var record = DispatchRecord(
+            id: id, workspace: workspace, app: app, kind: kind, jobLine: [],
+            state: DispatchState(rawValue: state) ?? .queued,
+            counts: counts, payloadEncodings: payloadEncodings, demoted: demoted, createdAt: createdAt,
+            startedAt: startedAt, finishedAt: finishedAt, idempotencyKey: idempotencyKey)
+        record.broadcasts = broadcasts
+        return record
+    }
+}

@@ -1,0 +1,183 @@
+// Issue 14, item 5: `fanout serve --redis URL`. Two real `fanout serve` processes on one real redis-server (each
+// with its own --db for its dispatch queue) behind no load balancer: the test is the load balancer, sending each
+// request to the instance it chooses. Both send to one in-process mock-apns.
+import FanoutTestSupport
+import Foundation
+import Synchronization
+import XCTest
+
+final class ServeRedisTests: XCTestCase {
+    private var mock: MockHarness!
+    private var instances: [ServeHarness] = []
+
+    override func tearDown() {
+        mock?.stop()
+    }
+
+    /// Two instances on one Redis.
+    /// - Parameter mockLatency: mock-apns's answer delay, in milliseconds.
+    private func startTwo(mockLatency: UInt64 = 0) throws -> (ServeHarness, ServeHarness) {
+        let redis = try RedisServerProcess(for: self)
+        mock = try MockHarness {
+            $0.capturePayloads = true
+            $0.latencyMilliseconds = mockLatency
+        }
+        for _ in 0..<2 {
+            let instance = try ServeHarness(testCase: self, mock: mock)
+            try instance.start(arguments: ["--redis", redis.url])
+            instances.append(instance)
+        }
+        // Teardown blocks run last-added first, before tearDown(): the instances stop while Redis is still up.
+        addTeardownBlock { [instances] in
+            for instance in instances { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        }
+        return (instances[0], instances[1])
+    }
+
+    private static func token(_ number: Int) -> String {
+        let hex = String(number, radix: 16)
+        return "a7" + String(repeating: "0", count: 62 - hex.count) + hex
+    }
+
+    /// Registers `token(index)` for device `d-index` of `activity`, for each index, through `instance`.
+    private func register(_ indices: Range<Int>, activity: String, through instance: ServeHarness) throws {
+        for index in indices {
+            let registered = try instance.curl(
+                "POST", "/v1/activities/\(activity)/tokens", key: ServeKeys.acmeDevice,
+                json: #"{"token": "\#(Self.token(index))", "device_id": "d-\#(index)"}"#)
+            XCTAssertEqual(registered.status, 200, registered.text)
+        }
+    }
+
+    private func aps(for token: String) throws -> [[String: Any]] {
+        try (mock.stats.payloadsByToken[token] ?? []).map { bytes in
+            let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+            return try XCTUnwrap(object["aps"] as? [String: Any])
+        }
+    }
+
+    func testARegistrationThroughOneInstanceIsUsedByAnUpdateThroughTheOther() throws {
+        let (first, second) = try startTwo()
+        try register(0..<10, activity: "match-7", through: first)
+        // A device stops its activity through the second instance: the first one no longer sends to it.
+        let stopped = try second.curl(
+            "DELETE", "/v1/activities/match-7/tokens", key: ServeKeys.acmeDevice, json: #"{"device_id": "d-9"}"#)
+        XCTAssertEqual(try stopped.object()["removed"] as? Int, 1, stopped.text)
+        let activity = try second.curl("GET", "/v1/activities/match-7", key: ServeKeys.acmeServer)
+        XCTAssertEqual(try activity.object()["live_tokens"] as? Int, 9, activity.text)
+
+        let update = try second.curl(
+            "POST", "/v1/activities/match-7/update", key: ServeKeys.acmeServer,
+            json: #"{"content_state": {"home": 1, "away": 0}}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        let updateID = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let done = try second.waitForDispatch(updateID)
+        XCTAssertEqual(done["delivered"] as? Int, 9, "\(done)")
+        // The dispatch is visible through the other instance too (as the accepting one published it), and only to
+        // its own workspace.
+        let seenElsewhere = try first.waitForDispatch(updateID)
+        XCTAssertEqual(seenElsewhere["delivered"] as? Int, 9, "\(seenElsewhere)")
+        XCTAssertEqual(seenElsewhere["kind"] as? String, "update")
+        XCTAssertEqual(try first.curl("GET", "/v1/dispatches/\(updateID)", key: ServeKeys.globexServer).status, 404)
+        for index in 0..<9 {
+            let received = try aps(for: Self.token(index))
+            XCTAssertEqual(received.count, 1, "token \(index)")
+            XCTAssertEqual(received.first?["event"] as? String, "update")
+        }
+        XCTAssertTrue(try aps(for: Self.token(9)).isEmpty, "the stopped token got nothing")
+
+        // The same activity updated through the first instance: it sees the same nine tokens.
+        let again = try first.curl(
+            "POST", "/v1/activities/match-7/update", key: ServeKeys.acmeServer,
+            json: #"{"content_state": {"home": 2, "away": 0}}"#)
+        XCTAssertEqual(again.status, 202, again.text)
+        let doneAgain = try first.waitForDispatch(try XCTUnwrap(try again.object()["dispatch_id"] as? String))
+        XCTAssertEqual(doneAgain["delivered"] as? Int, 9, "\(doneAgain)")
+
+        // Another workspace, through either instance, sees none of it.
+        let foreign = try first.curl("GET", "/v1/activities/match-7", key: ServeKeys.globexServer)
+        XCTAssertEqual(foreign.status, 404, foreign.text)
+        // One provider token for the team across both instances (they share it through Redis).
+        XCTAssertEqual(mock.stats.distinctProviderTokens, 1)
+    }
+
+    func testUpdatesAcceptedAtOnceByBothInstancesNeverShareATimestamp() throws {
+        // Each push takes 300 ms, so all six updates are accepted before the first is sent, and none can take the
+        // last sent timestamp from the registry as its floor.
+        let (first, second) = try startTwo(mockLatency: 300)
+        let token = Self.token(1)
+        try register(1..<2, activity: "match-8", through: first)
+        // Three rounds of two updates sent at the same moment, one to each instance. Each instance alone would stamp
+        // both with the same "now" (the same second, the same last sent timestamp).
+        var dispatches: [(ServeHarness, String)] = []
+        for round in 0..<3 {
+            let answers = Mutex<[Int: Result<CurlResponse, any Error>]>([:])
+            DispatchQueue.concurrentPerform(iterations: 2) { side in
+                let answer = Result {
+                    try (side == 0 ? first : second).curl(
+                        "POST", "/v1/activities/match-8/update", key: ServeKeys.acmeServer,
+                        json: #"{"content_state": {"home": \#(round), "away": \#(side)}}"#)
+                }
+                answers.withLock { $0[side] = answer }
+            }
+            for side in 0..<2 {
+                let update = try XCTUnwrap(answers.withLock { $0[side] }).get()
+                XCTAssertEqual(update.status, 202, update.text)
+                dispatches.append(
+                    (side == 0 ? first : second, try XCTUnwrap(try update.object()["dispatch_id"] as? String)))
+            }
+        }
+        var delivered = 0
+        for (instance, id) in dispatches {
+            delivered += try instance.waitForDispatch(id)["delivered"] as? Int ?? 0
+        }
+        let timestamps = try aps(for: token).compactMap { $0["timestamp"] as? Int }
+        XCTAssertEqual(timestamps.count, delivered, "every update delivered carries a timestamp")
+        XCTAssertGreaterThanOrEqual(
+            delivered, 3, "each instance sends its own updates; at most one is superseded per round")
+        XCTAssertEqual(Set(timestamps).count, timestamps.count, "no two updates share a timestamp: \(timestamps)")
+    }
+
+    func testARetryWithTheSameIdempotencyKeyThroughTheOtherInstanceReturnsTheFirstDispatch() throws {
+        let (first, second) = try startTwo()
+        try register(0..<5, activity: "match-9", through: first)
+        let body = #"{"content_state": {"home": 3, "away": 1}}"#
+        let key = ["Idempotency-Key": "goal-3-1"]
+        let original = try first.curl(
+            "POST", "/v1/activities/match-9/update", key: ServeKeys.acmeServer, json: body, headers: key)
+        XCTAssertEqual(original.status, 202, original.text)
+        let id = try XCTUnwrap(try original.object()["dispatch_id"] as? String)
+        let retried = try second.curl(
+            "POST", "/v1/activities/match-9/update", key: ServeKeys.acmeServer, json: body, headers: key)
+        XCTAssertEqual(retried.status, 202, retried.text)
+        XCTAssertEqual(try retried.object()["dispatch_id"] as? String, id, "the retry names the first dispatch")
+        XCTAssertEqual(try first.waitForDispatch(id)["delivered"] as? Int, 5)
+        // Another workspace's use of the same key is its own.
+        let other = try second.curl(
+            "POST", "/v1/push", key: ServeKeys.globexServer,
+            json: #"{"alert": {"title": "hi"}, "audience": {"devices": ["x"]}}"#,
+            headers: key)
+        XCTAssertEqual(other.status, 202, other.text)
+        XCTAssertNotEqual(try other.object()["dispatch_id"] as? String, id)
+        for index in 0..<5 {
+            XCTAssertEqual(try aps(for: Self.token(index)).count, 1, "token \(index) got the update once")
+        }
+    }
+
+    func testRedisThatCannotBeReachedAtStartIsAClearErrorWithExitStatusTwo() throws {
+        mock = try MockHarness()
+        let instance = try ServeHarness(testCase: self, mock: mock)
+        let port = try LoopbackPort.free()
+        let result = try ProcessSupport.run(
+            instance.fanout,
+            [
+                "serve", "--config", instance.configPath, "--db", instance.database, "--listen", "127.0.0.1:0",
+                "--redis", "redis://:s3cret@127.0.0.1:\(port)",
+            ],
+            environment: ProcessSupport.cleanEnvironment(), timeout: 30)
+        XCTAssertEqual(result.exitCode, 2, result.summary)
+        XCTAssertTrue(result.stderr.contains("cannot reach Redis at redis://"), result.stderr)
+        XCTAssertFalse(result.stderr.contains("s3cret"), "the password never appears: \(result.stderr)")
+        XCTAssertTrue(result.stdout.isEmpty, "nothing listened: \(result.stdout)")
+    }
+}
