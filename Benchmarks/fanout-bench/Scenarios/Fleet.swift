@@ -90,6 +90,7 @@ func runFleet(_ bench: BenchContext) throws {
         "scenario": "fleet", "notifications": setup.tokens, "jobs": setup.jobs, "shard_size": setup.shardSize,
         "cores": cores, "load_average_before": loadBefore, "load_average_after": loadAfter,
         "send_rate": sendRate.median, "send_rate_min": sendRate.min, "send_rate_max": sendRate.max,
+        "send_cpu_seconds": spread(sends, "cpu_seconds").median,
         "ratio_1_worker_vs_send": ratios.median, "ratio_1_worker_vs_send_min": ratios.min,
         "ratio_1_worker_vs_send_max": ratios.max, "commands_per_1000": commands.median,
         "commands_per_1000_min": commands.min, "commands_per_1000_max": commands.max,
