@@ -138,7 +138,7 @@ let package = Package(
             name: "fanout-bench",
             dependencies: [
                 "Fanout", "FanoutCore", "FanoutPolicy", "FanoutRegistry", "FanoutTransport", "FanoutTestSupport",
-                "CommandLineSupport",
+                "FanoutRedis", "CommandLineSupport",
             ],
             path: "Benchmarks/fanout-bench"),
 

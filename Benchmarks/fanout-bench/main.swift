@@ -55,6 +55,15 @@ let usage = """
                                            channel made by fanout channels create (1 request, asserted):
                                            requests at the mock and spawn-to-exit seconds of each, and the
                                            ratios without / with. --quick: 20,000
+                          fleet            the fleet on Redis (a redis-server of its own, no persistence) against
+                                           fanout send of the same 200,000 tokens in 8 jobs, in the same run: 1, 2
+                                           and 3 fanout workers, timed from fanout enqueue to the last result
+                                           (shards of 5,000); the 1-worker ratio vs fanout send (goal >= 0.9);
+                                           Redis commands per 1,000 notifications from INFO commandstats (goal
+                                           <= 10; the enqueue, the workers and fanout results apart, commands run
+                                           by the fleet's Lua scripts included) and Redis's CPU per notification.
+                                           Every run checked: one delivered result per token, no duplicate at the
+                                           mock. --quick: 20,000 tokens in 4 jobs, shards of 1,000
       --json FILE       also write the results as JSON (one object per scenario)
       --quick           small sizes (seconds, not minutes), for CI
       --runs N          runs per measurement; the median is reported (default 5, 1 with --quick)
@@ -66,7 +75,7 @@ let usage = """
 
 let allScenarios = [
     "throughput-1c", "throughput-4c", "fanout-scaling", "many-jobs", "single-send", "encode", "ratelimit", "faults",
-    "load", "peer-aioapns", "registry", "serve", "broadcast",
+    "load", "peer-aioapns", "registry", "serve", "broadcast", "fleet",
 ]
 /// Left out of `--quick` unless named: installing aioapns alone takes longer than the rest.
 let slowScenarios: Set = ["peer-aioapns"]
@@ -132,6 +141,7 @@ func runParent(_ options: Options) throws -> Int32 {
         case "registry": try runRegistry(bench)
         case "serve": try runServe(bench)
         case "broadcast": try runBroadcast(bench)
+        case "fleet": try runFleet(bench)
         default: break
         }
     }

@@ -24,7 +24,7 @@ enum FleetCommands {
 
             \(redisHelp)
               --jobs FILE           the job file (the same JSON Lines as fanout send)
-              --shard-size N        tokens per shard (default 2000)
+              --shard-size N        tokens per shard (default 5000)
 
             Prints one JSON line per job enqueued: {"job": ID, "shards": N}. Refused, with a line on stderr:
             a line that does not parse, a job id already enqueued (ids are unique in Redis), and jobs that
@@ -33,7 +33,7 @@ enum FleetCommands {
             """
         var redis: String?
         var jobs: String?
-        var shardSize = 2000
+        var shardSize = 5000
         do throws(UsageError) {
             var cursor = ArgumentCursor(arguments)
             while let flag = try cursor.nextFlag() {

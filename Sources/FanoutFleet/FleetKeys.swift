@@ -12,10 +12,13 @@ import FanoutRedis
 /// | `fanout:job:{ID}` | hash | `line` (the job line, recipients replaced by a placeholder), `now` (the parse time, so
 ///   every shard encodes the same default `timestamp`), `shards`, `notifications`, `enqueued_at` (Unix ms) |
 /// | `fanout:job:{ID}:tokens:N` | string | shard N's tokens, one per line (deleted when the shard is done) |
-/// | `fanout:job:{ID}:results` | hash | position in the job → its results line (`invalid` for a job-level result); written
-///   with HSETNX, so the first result of a position is the one kept |
+/// | `fanout:job:{ID}:results:N` | string | shard N's results lines, appended a batch at a time as `POSITION LINE`
+///   records in the order they were written (`fanout results` sorts them by position) |
+/// | `fanout:job:{ID}:marks:N` | string | one byte per position of shard N, `1` once it has a result: the shard's
+///   progress record, and what keeps the first result of a position the only one (kept after the shard is done) |
+/// | `fanout:job:{ID}:results` | hash | `invalid` → the job-level results line, if any (HSETNX: one per job) |
 /// | `fanout:job:{ID}:counts` | hash | outcome name → count, `retries`, `payload_encodings`, `demoted`; counted in the
-///   same script as the HSETNX, only for results actually written |
+///   same script as the marks, only for results actually written |
 /// | `fanout:job:{ID}:done` | set | the shard numbers whose every position has a result |
 package struct FleetKeys: Sendable {
     package static let stream = "fanout:shards"
@@ -32,6 +35,8 @@ package struct FleetKeys: Sendable {
     package var counts: RedisArgument { RedisArgument(base + ":counts") }
     package var done: RedisArgument { RedisArgument(base + ":done") }
     package func tokens(shard: Int) -> RedisArgument { RedisArgument(base + ":tokens:\(shard)") }
+    package func results(shard: Int) -> RedisArgument { RedisArgument(base + ":results:\(shard)") }
+    package func marks(shard: Int) -> RedisArgument { RedisArgument(base + ":marks:\(shard)") }
 }
 
 /// The field of the results hash for a job-level result (`invalid`, no token).

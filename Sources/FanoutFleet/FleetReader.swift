@@ -128,7 +128,7 @@ package struct FleetReader: Sendable {
     }
 
     /// Writes the job's results lines in job order, exactly one per position that has a result (and the job-level
-    /// `invalid` line, if any, first), to `output`; returns the job's status (its counts are the summary's).
+    /// `invalid` line, if any, first), to `output`, reading one shard's results at a time; returns the job's status (its counts are the summary's).
     /// - Throws: `FleetError` when the job was never enqueued or Redis fails.
     package func writeResults(job: String, to output: (borrowing [UInt8]) throws -> Void) async throws -> (
         status: JobStatus, lines: Int
@@ -143,19 +143,38 @@ package struct FleetReader: Sendable {
             buffer += line
             lines += 1
         }
-        var position = 0
-        let page = 1000
-        while position < status.notifications {
-            let end = min(status.notifications, position + page)
-            let reply = try await client.command(
-                ["HMGET", keys.results] + (position..<end).map { RedisArgument($0) }, timeout: .seconds(30))
-            for value in reply.array ?? [] {
-                if case .bytes(let line) = value {
-                    buffer += line
-                    lines += 1
+        // Each shard's records (`POSITION LINE`, in the order they were written), sorted by position: the job's
+        // positions in order, since shard N holds the positions before shard N + 1's.
+        for shard in 0..<status.shards {
+            guard
+                case .bytes(let records) = try await client.command(
+                    ["GET", keys.results(shard: shard)], timeout: .seconds(30))
+            else { continue }
+            var entries: [(position: Int, line: Range<Int>)] = []
+            var index = 0
+            while index < records.count {
+                var position = 0
+                while index < records.count, records[index] != UInt8(ascii: " ") {
+                    position = position * 10 + Int(records[index] &- UInt8(ascii: "0"))
+                    index += 1
                 }
+                let lineStart = index + 1
+                var end = lineStart
+                while end < records.count, records[end] != 10 { end += 1 }
+                end = min(end + 1, records.count)
+                if lineStart < end { entries.append((position, lineStart..<end)) }
+                index = end
             }
-            position = end
+            // Stable: a position written twice (which the marks prevent) would keep its first line.
+            entries.sort {
+                $0.position < $1.position || ($0.position == $1.position && $0.line.lowerBound < $1.line.lowerBound)
+            }
+            var previous = -1
+            for entry in entries where entry.position != previous {
+                previous = entry.position
+                buffer += records[entry.line]
+                lines += 1
+            }
             if buffer.count >= 1 << 20 {
                 try output(buffer)
                 buffer.removeAll(keepingCapacity: true)

@@ -3,34 +3,80 @@ import FanoutRedis
 /// The fleet's Lua scripts. Each touches the keys of one job only (one hash tag), or the stream only, so each runs on
 /// one Redis Cluster slot.
 enum FleetScripts {
-    /// Records a batch of results. KEYS: results hash, counts hash. ARGV: (position, line, outcome, retries)
-    /// quadruples. A position that already has a result keeps it (HSETNX) and is not counted again: a notification
-    /// sent twice (by a worker that died with it in flight, then by the one that resumed the shard) has one result
-    /// line and one count. Returns how many were written.
+    /// Records a batch of one shard's results. KEYS: the shard's marks, the shard's results, the counts hash. ARGV:
+    /// the shard's start and count; the positions, space-separated; their records, `POSITION LINE` each (the line
+    /// ends in a newline), in the same order; then (outcome, count) pairs and `retries`, for the whole batch.
+    ///
+    /// The marks are one byte per position of the shard, `1` once it has a result: a position already marked keeps
+    /// its first line and is not counted again, so a notification sent twice (by a worker that died with it in flight,
+    /// then by the one that resumed the shard) has one result line and one count. When every position of the batch is
+    /// new (always, but after a claim or a late write), the records are appended as they came and the counts added as
+    /// given; otherwise only the new positions' records are kept, and counted from their lines. So a batch costs a
+    /// handful of Redis calls and one pass over its positions, whatever its size (an HSETNX and an HINCRBY per result
+    /// cost two calls per notification, and about three times Redis's CPU). Returns how many were written.
     static let recordResults = RedisScript(
         """
-        local written = 0
-        for i = 1, #ARGV, 4 do
-          if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
-            redis.call('HINCRBY', KEYS[2], ARGV[i + 2], 1)
-            local retries = tonumber(ARGV[i + 3])
-            if retries > 0 then redis.call('HINCRBY', KEYS[2], 'retries', retries) end
-            written = written + 1
+        local first = tonumber(ARGV[1])
+        local size = tonumber(ARGV[2])
+        local marks = redis.call('GET', KEYS[1]) or string.rep('0', size)
+        local offsets = {}
+        local seen = {}
+        local all = true
+        for position in string.gmatch(ARGV[3], '%d+') do
+          local offset = tonumber(position) - first + 1
+          if offset >= 1 and offset <= size and not seen[offset] and string.byte(marks, offset) ~= 49 then
+            seen[offset] = true
+            offsets[#offsets + 1] = offset
+          else
+            all = false
           end
         end
-        return written
+        local written = #offsets
+        if written > 0 then
+          table.sort(offsets)
+          local parts = {}
+          local from = 1
+          for _, offset in ipairs(offsets) do
+            parts[#parts + 1] = string.sub(marks, from, offset - 1)
+            parts[#parts + 1] = '1'
+            from = offset + 1
+          end
+          parts[#parts + 1] = string.sub(marks, from)
+          redis.call('SET', KEYS[1], table.concat(parts))
+        end
+        if all then
+          if written > 0 then redis.call('APPEND', KEYS[2], ARGV[4]) end
+          for i = 5, #ARGV, 2 do redis.call('HINCRBY', KEYS[3], ARGV[i], ARGV[i + 1]) end
+          return written
+        end
+        -- Some positions already had a result: keep only the records of the fresh ones, and count those.
+        local records = {}
+        local counts = {}
+        local retries = 0
+        for record in string.gmatch(ARGV[4], '[^\\n]+\\n') do
+          local offset = tonumber(string.match(record, '^%d+')) - first + 1
+          if seen[offset] then
+            seen[offset] = nil
+            records[#records + 1] = record
+            local outcome = string.match(record, '"outcome":"([%w_]+)"')
+            counts[outcome] = (counts[outcome] or 0) + 1
+            retries = retries + math.max(0, tonumber(string.match(record, '"attempts":(%d+)')) - 1)
+          end
+        end
+        if #records > 0 then redis.call('APPEND', KEYS[2], table.concat(records)) end
+        for outcome, count in pairs(counts) do redis.call('HINCRBY', KEYS[3], outcome, count) end
+        if retries > 0 then redis.call('HINCRBY', KEYS[3], 'retries', retries) end
+        return #records
         """)
 
-    /// A shard's progress record: the positions in [start, start + count) with no result yet. KEYS: results hash.
-    /// ARGV: start, count. The results hash is the record, so progress and results cannot disagree.
-    static let missingPositions = RedisScript(
+    /// Records the job-level result (a job line this version cannot parse) once. KEYS: the results hash, the counts
+    /// hash. ARGV: line, outcome, retries. Returns 1 when written.
+    static let recordJobResult = RedisScript(
         """
-        local missing = {}
-        local first = tonumber(ARGV[1])
-        for position = first, first + tonumber(ARGV[2]) - 1 do
-          if redis.call('HEXISTS', KEYS[1], position) == 0 then missing[#missing + 1] = position end
-        end
-        return missing
+        if redis.call('HSETNX', KEYS[1], 'invalid', ARGV[1]) == 0 then return 0 end
+        redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+        if tonumber(ARGV[3]) > 0 then redis.call('HINCRBY', KEYS[2], 'retries', ARGV[3]) end
+        return 1
         """)
 
     /// Marks a shard done once: KEYS: done set, counts hash, job hash, the shard's tokens. ARGV: shard number, payload

@@ -15,8 +15,11 @@ package struct FleetWorkerOptions: Sendable {
     package var concurrentShards = 4
     /// How long one XREADGROUP waits for new shards.
     package var block: Duration = .seconds(1)
-    /// Results are written to Redis this often (one script call per shard per interval).
-    package var flushInterval: Duration = .milliseconds(50)
+    /// A shard's results are written to Redis once this many are buffered (one script call, a handful of Redis
+    /// commands, whatever the batch's size), and at least every `flushInterval`, and when the shard ends.
+    package var flushBatch = 2_500
+    /// The longest a result waits in the shard's buffer (so `fanout status` moves while a shard sends).
+    package var flushInterval: Duration = .seconds(1)
     /// After `stop()`, shards still sending get this long to finish; then they are cancelled, what they finished is
     /// written, and they are left pending (unacknowledged) for another worker.
     package var stopGrace: Duration = .seconds(10)
@@ -45,10 +48,10 @@ package struct FleetWorkerStats: Sendable {
 ///    **claimed** with `XAUTOCLAIM` once pending longer than `claimIdle` (its worker died, or was cut off).
 /// 2. **Heartbeat.** Every `claimIdle / 3`, one script resets the idle time of the shards this worker still owns,
 ///    so no live worker's shard is claimed.
-/// 3. **Resume.** The job's results hash is the shard's progress record: the positions of the shard without a result
-///    are the ones sent; a fresh shard has them all, a claimed one only what its dead worker had not recorded.
-/// 4. **Send and record.** Results are buffered and written every `flushInterval` by one script (HSETNX per
-///    position, counts for what was written). `cancelled` results (a stop past the grace period) are not written,
+/// 3. **Resume.** The shard's marks are its progress record: the positions of the shard without a mark are the ones
+///    sent; a fresh shard has them all, a claimed one only what its dead worker had not recorded.
+/// 4. **Send and record.** Results are buffered and written by one script per `flushBatch` results (or per
+///    `flushInterval`): the new lines appended to the shard's results, their positions marked, the counts added. `cancelled` results (a stop past the grace period) are not written,
 ///    so those positions are sent by whoever resumes the shard.
 /// 5. **Complete.** After the last write: the shard joins the job's done set (its engine counts are added, once, and
 ///    its tokens key is deleted), then `XACK` and `XDEL`. A worker that dies anywhere before the XACK leaves the shard pending, and step 1 gives it to
@@ -111,6 +114,10 @@ package final class FleetWorker: Sendable {
             // Our own pending shards first (a restart under the same name), then new ones.
             var readID = "0"
             var claimCursor = "0-0"
+            // XAUTOCLAIM is tried at most every `claimCheck` (a dead worker's shards wait `claimIdle` anyway), not on
+            // every turn: on every turn it was one more Redis call per shard.
+            let claimCheck = min(options.claimIdle / 4, .seconds(1))
+            var lastClaim: ContinuousClock.Instant?
             var failures = 0
             while !isStopping {
                 if running >= options.concurrentShards {
@@ -120,7 +127,12 @@ package final class FleetWorker: Sendable {
                 let free = options.concurrentShards - running
                 let entries: [ShardEntry]
                 do throws(RedisError) {
-                    var claimed = try await claim(count: free, cursor: &claimCursor)
+                    var claimed: [ShardEntry] = []
+                    if lastClaim.map({ ContinuousClock.now - $0 >= claimCheck }) ?? true {
+                        claimed = try await claim(count: free, cursor: &claimCursor)
+                        // Found some: look again on the next turn (more may be waiting).
+                        lastClaim = claimed.isEmpty ? ContinuousClock.now : nil
+                    }
                     if !claimed.isEmpty {
                         state.withLock { $0.stats.shardsClaimed += claimed.count }
                         log("claimed \(claimed.count) shard(s) left pending over \(options.claimIdle)")
@@ -302,7 +314,7 @@ package final class FleetWorker: Sendable {
             return true
         case .some(.failure(let error)):
             // Validated at enqueue; a line this version cannot parse gets the job's one `invalid` result.
-            let sink = ResultSink(keys: keys, positions: [], writer: writer)
+            let sink = ResultSink(keys: keys, shard: shard, start: start, count: count, positions: [], writer: writer)
             sink.add(NotificationResult(jobID: keys.job, token: nil, outcome: .invalid, reason: error.message))
             try await sink.flushAll(giveUp: { false })
             try await complete(entry: entry, keys: keys, shard: shard, summary: nil)
@@ -310,17 +322,17 @@ package final class FleetWorker: Sendable {
         case .some(.success(let job)):
             parsed = job
         }
-        let tokensReply: RedisValue
-        let missingReply: RedisValue
+        let replies: [RedisValue]
         do {
-            tokensReply = try await writer.command(["GET", keys.tokens(shard: shard)])
-            missingReply = try await writer.evalScript(
-                FleetScripts.missingPositions, keys: [keys.results],
-                arguments: [RedisArgument(start), RedisArgument(count)])
+            // The tokens and the marks in one round trip.
+            replies = try await writer.commands([
+                ["GET", keys.tokens(shard: shard)], ["GET", keys.marks(shard: shard)],
+            ])
         } catch {
             throw FleetError(error.message)
         }
-        guard case .bytes(let data) = tokensReply else {
+        for case .error(let message) in replies { throw FleetError(message) }
+        guard case .bytes(let data) = replies[0] else {
             log("the tokens of shard \(shard) of \(keys.job) are gone; acknowledging it")
             await acknowledge(entry.id)
             return true
@@ -328,18 +340,27 @@ package final class FleetWorker: Sendable {
         let tokens = data.split(separator: 10, omittingEmptySubsequences: false).map {
             String(decoding: $0, as: UTF8.self)
         }
-        let missing = (missingReply.array ?? []).compactMap { $0.integer.map(Int.init) }.filter {
-            $0 - start >= 0 && $0 - start < tokens.count
+        // The positions without a mark (`1`) have no result yet: all of them for a fresh shard.
+        let marks: [UInt8] = if case .bytes(let marks) = replies[1] { marks } else { [] }
+        let missing = (start..<start + min(count, tokens.count)).filter { position in
+            let offset = position - start
+            return offset >= marks.count || marks[offset] != UInt8(ascii: "1")
         }
         var summary: JobSummary?
         if !missing.isEmpty {
             var job = FanoutJob(parsed)
             job.recipients = .tokens(missing.map { tokens[$0 - start] })
-            let sink = ResultSink(keys: keys, positions: missing, writer: writer)
+            let sink = ResultSink(
+                keys: keys, shard: shard, start: start, count: count, positions: missing, writer: writer)
             let interval = options.flushInterval
+            let batch = options.flushBatch
             let flusher = Task {
+                // Checks the buffer every 20 ms: writes a full batch at once, a partial one after `interval`.
+                var last = ContinuousClock.now
                 while !Task.isCancelled {
-                    try? await Task.sleep(for: interval)
+                    try? await Task.sleep(for: .milliseconds(20))
+                    guard sink.buffered >= batch || ContinuousClock.now - last >= interval else { continue }
+                    last = ContinuousClock.now
                     _ = try? await sink.flush()
                 }
             }
@@ -442,19 +463,30 @@ final class ResultSink: Sendable {
     }
 
     private let keys: FleetKeys
+    private let shard: Int
+    private let start: Int
+    private let count: Int
     /// Job positions by the engine's position (an index into the tokens it was given).
     private let positions: [Int]
     private let writer: RedisClient
     private let buffer = Mutex<[Pending]>([])
     private let writtenCount = Mutex(0)
 
-    init(keys: FleetKeys, positions: [Int], writer: RedisClient) {
+    /// - Parameters: shard, start, count: the shard (its number, first position and size), whose marks and results
+    ///   the results go to.
+    init(keys: FleetKeys, shard: Int, start: Int, count: Int, positions: [Int], writer: RedisClient) {
         self.keys = keys
+        self.shard = shard
+        self.start = start
+        self.count = count
         self.positions = positions
         self.writer = writer
     }
 
     var written: Int { writtenCount.withLock { $0 } }
+
+    /// Results waiting to be written.
+    var buffered: Int { buffer.withLock { $0.count } }
 
     func add(_ result: NotificationResult) {
         // A cancelled notification (a stop past the grace period) is not a result: whoever resumes sends it.
@@ -472,33 +504,71 @@ final class ResultSink: Sendable {
         buffer.withLock { $0.append(pending) }
     }
 
-    /// Writes what is buffered (at most 1,000 results per script call). On failure the results go back to the buffer.
+    /// Writes what is buffered (at most 5,000 results per script call). On failure the results go back to the buffer.
     func flush() async throws(RedisError) {
         while true {
             let batch = buffer.withLock { buffer -> [Pending] in
-                let count = min(buffer.count, 1000)
-                let batch = Array(buffer.prefix(count))
-                buffer.removeFirst(count)
+                let taken = min(buffer.count, 5000)
+                let batch = Array(buffer.prefix(taken))
+                buffer.removeFirst(taken)
                 return batch
             }
             guard !batch.isEmpty else { return }
-            var arguments: [RedisArgument] = []
-            arguments.reserveCapacity(batch.count * 4)
-            for pending in batch {
-                arguments.append(RedisArgument(pending.field))
-                arguments.append(RedisArgument(bytes: pending.line))
-                arguments.append(RedisArgument(pending.outcome))
-                arguments.append(RedisArgument(pending.retries))
-            }
             do {
-                _ = try await writer.evalScript(
-                    FleetScripts.recordResults, keys: [keys.results, keys.counts], arguments: arguments)
-                writtenCount.withLock { $0 += batch.count }
+                var written = 0
+                // The job-level result (a job line this version cannot parse): once per job, in the results hash.
+                for pending in batch where pending.field == jobLevelField {
+                    let reply = try await writer.evalScript(
+                        FleetScripts.recordJobResult, keys: [keys.results, keys.counts],
+                        arguments: [
+                            RedisArgument(bytes: pending.line), RedisArgument(pending.outcome),
+                            RedisArgument(pending.retries),
+                        ])
+                    written += Int(reply.integer ?? 0)
+                }
+                let shardResults = batch.filter { $0.field != jobLevelField }
+                if !shardResults.isEmpty {
+                    let reply = try await writer.evalScript(
+                        FleetScripts.recordResults,
+                        keys: [keys.marks(shard: shard), keys.results(shard: shard), keys.counts],
+                        arguments: Self.recordArguments(shardResults, start: start, count: count))
+                    written += Int(reply.integer ?? 0)
+                }
+                writtenCount.withLock { $0 += written }
             } catch {
                 buffer.withLock { $0.insert(contentsOf: batch, at: 0) }
                 throw error
             }
         }
+    }
+
+    /// recordResults's arguments: the shard's start and count, the positions (space-separated), the records
+    /// (`POSITION LINE`, each line ending in a newline, in the same order), then (outcome, count) pairs and
+    /// `retries` for the whole batch.
+    private static func recordArguments(_ batch: [Pending], start: Int, count: Int) -> [RedisArgument] {
+        var positions: [UInt8] = []
+        positions.reserveCapacity(batch.count * 8)
+        var records: [UInt8] = []
+        records.reserveCapacity(batch.reduce(0) { $0 + $1.line.count + 8 })
+        var counts: [String: Int] = [:]
+        var retries = 0
+        for pending in batch {
+            if !positions.isEmpty { positions.append(UInt8(ascii: " ")) }
+            positions += pending.field.utf8
+            records += pending.field.utf8
+            records.append(UInt8(ascii: " "))
+            records += pending.line
+            counts[pending.outcome, default: 0] += 1
+            retries += pending.retries
+        }
+        var arguments = [
+            RedisArgument(start), RedisArgument(count), RedisArgument(bytes: positions), RedisArgument(bytes: records),
+        ]
+        for (outcome, number) in counts.sorted(by: { $0.key < $1.key }) {
+            arguments += [RedisArgument(outcome), RedisArgument(number)]
+        }
+        if retries > 0 { arguments += ["retries", RedisArgument(retries)] }
+        return arguments
     }
 
     /// Writes everything, retrying Redis failures with backoff until written or `giveUp()` says so.

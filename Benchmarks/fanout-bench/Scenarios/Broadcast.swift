@@ -236,7 +236,7 @@ private struct BroadcastSend {
 }
 
 /// CPU seconds (user + system) of this process's ended and waited-for children so far.
-private func childrenCPUSeconds() -> Double {
+func childrenCPUSeconds() -> Double {
     var usage = rusage()
     getrusage(RUSAGE_CHILDREN.rawValue, &usage)
     return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
