@@ -38,8 +38,7 @@ import Synchronization
 ///
 /// **Events** are published to this object's `subscribe()` streams when a write's second pipeline has numbered them;
 /// concurrent `apply` calls on one object may publish in an order other than their sequence numbers (SQLite
-/// publishes under its write lock). Two devices holding the same update token in one activity (which APNs never
-/// issues) are both kept, but a 410 for it finds only the newer registration.
+/// publishes under its write lock).
 ///
 /// A stop of all of an activity's tokens, or an end with a dismissal date already past, removes them in one script,
 /// as SQLite does in one transaction: Redis runs nothing else meanwhile (seconds for a million tokens).
