@@ -66,6 +66,8 @@ package final class RedisRegistryStore: RegistryStore {
     /// Commands per pipeline: a batch of 10,000 registrations goes out in chunks of this many.
     static let pipelineChunk = 4_096
 
+    /// A store on `client` (which stays the caller's: `close()` does not shut it down). Nothing is sent until the first
+    /// call. `keyPrefix` starts every key; it must not contain `{` or `}` (the keys' hash tags follow it).
     package init(
         client: RedisClient, configuration: RegistryConfiguration = RegistryConfiguration(),
         keyPrefix: String = "fanout:registry:"
@@ -80,6 +82,10 @@ package final class RedisRegistryStore: RegistryStore {
     /// Ends every `subscribe()` stream; calls after it fail `unavailable`. The client stays open (it is the caller's).
     package func close() {
         state.withLock { $0.closed = true }
+        hub.finish()
+    }
+
+    deinit {
         hub.finish()
     }
 
