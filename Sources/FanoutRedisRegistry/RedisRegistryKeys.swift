@@ -22,7 +22,7 @@ import FanoutRedis
 /// | `P{app/activity}:meta` | hash | state, attributes type, content timestamp, ended, dismissal, channel, created, updated, next slot |
 /// | `P{app/activity}:tokens` | sorted set | slot → expiry (Unix ms) |
 /// | `P{app/activity}:slots` | hash | slot → JSON (token, device, registered, expiry) |
-/// | `P{app/activity}:devices`, `:bytoken` | hashes | device → slot; token → slot |
+/// | `P{app/activity}:devices`, `:bytoken` | hashes | device → slot; token → its slots (space-separated) |
 struct RedisRegistryKeys: Sendable {
     let prefix: String
 

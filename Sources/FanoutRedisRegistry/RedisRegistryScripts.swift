@@ -10,7 +10,7 @@ import FanoutRedis
 /// (for the app's device → activities index).
 enum RedisRegistryScripts {
     /// One activity. KEYS: meta (hash), tokens (sorted set: slot → expiry), slots (hash: slot → record), devices
-    /// (hash: device → slot), bytoken (hash: token → slot). ARGV: operation, now, then the operation's own.
+    /// (hash: device → slot), bytoken (hash: token → its slots). ARGV: operation, now, then the operation's own.
     ///
     /// Slots are zero-padded decimal numbers from the activity's `next` counter, so that within one expiry the sorted
     /// set's member order is the slots' creation order. A rotation keeps the slot and moves its score.
@@ -38,6 +38,35 @@ enum RedisRegistryScripts {
           if not raw then return nil end
           return cjson.decode(raw)
         end
+        -- bytoken holds each token's slots, space-separated in slot order (two devices may hold one token).
+        local function slotsof(token)
+          local list = {}
+          local raw = redis.call('HGET', bytoken, token)
+          if raw then
+            for slot in string.gmatch(raw, '%d+') do list[#list + 1] = slot end
+          end
+          return list
+        end
+        local function addslot(token, slot)
+          local list = slotsof(token)
+          for _, other in ipairs(list) do
+            if other == slot then return end
+          end
+          list[#list + 1] = slot
+          table.sort(list)
+          redis.call('HSET', bytoken, token, table.concat(list, ' '))
+        end
+        local function delslot(token, slot)
+          local kept = {}
+          for _, other in ipairs(slotsof(token)) do
+            if other ~= slot then kept[#kept + 1] = other end
+          end
+          if #kept == 0 then
+            redis.call('HDEL', bytoken, token)
+          else
+            redis.call('HSET', bytoken, token, table.concat(kept, ' '))
+          end
+        end
         local function save(slot, rec)
           redis.call('HSET', slots, slot, cjson.encode(rec))
           redis.call('ZADD', tokens, rec.e, slot)
@@ -45,7 +74,7 @@ enum RedisRegistryScripts {
         local function drop(slot, rec)
           redis.call('ZREM', tokens, slot)
           redis.call('HDEL', slots, slot)
-          if redis.call('HGET', bytoken, rec.t) == slot then redis.call('HDEL', bytoken, rec.t) end
+          delslot(rec.t, slot)
           if rec.d ~= '' and redis.call('HGET', devices, rec.d) == slot then
             redis.call('HDEL', devices, rec.d)
             gonedevices[#gonedevices + 1] = rec.d
@@ -54,13 +83,14 @@ enum RedisRegistryScripts {
         end
         -- A device's registration takes over the same token registered without a device.
         local function absorb(token, except)
-          local other = redis.call('HGET', bytoken, token)
-          if other and other ~= except then
-            local rec = load(other)
-            if rec and rec.d == '' then
-              drop(other, rec)
-              removed = removed - 1
-              return true
+          for _, other in ipairs(slotsof(token)) do
+            if other ~= except then
+              local rec = load(other)
+              if rec and rec.d == '' then
+                drop(other, rec)
+                removed = removed - 1
+                return true
+              end
             end
           end
           return false
@@ -81,6 +111,12 @@ enum RedisRegistryScripts {
           end
           return #list
         end
+        -- Extra reply of stop, end and remove: 1 when they took the activity's last token (the sweep should visit it
+        -- now: it may be idle already, while its schedule still says the removed token's expiry).
+        local function emptied()
+          if removed > 0 and redis.call('ZCARD', tokens) == 0 then return {1} end
+          return {0}
+        end
         local function finish(extra)
           local gone = {}
           for _, token in ipairs(candidates) do
@@ -94,25 +130,30 @@ enum RedisRegistryScripts {
         end
 
         if op == 'register' then
+          -- Extra reply: 1 when the activity is dismissed already (the sweep should visit it now, not at the expiry).
           local device, token, registered = ARGV[3], ARGV[4], tonumber(ARGV[5])
           ensure()
+          local fields = redis.call('HMGET', meta, 'state', 'dismissal')
+          local dismissed = {0}
+          if fields[1] == 'ended' and fields[2] and tonumber(fields[2]) <= now then dismissed = {1} end
           local slot
-          if device ~= '' then slot = redis.call('HGET', devices, device) else slot = redis.call('HGET', bytoken, token) end
+          if device ~= '' then slot = redis.call('HGET', devices, device) else slot = slotsof(token)[1] end
           local rec = slot and load(slot)
           if not rec then
             local absorbed = device ~= '' and absorb(token, nil)
             slot = string.format('%012d', redis.call('HINCRBY', meta, 'next', 1))
             save(slot, {t = token, d = device, r = ARGV[5], e = ARGV[6]})
-            redis.call('HSET', bytoken, token, slot)
+            addslot(token, slot)
             if device ~= '' then redis.call('HSET', devices, device, slot) end
             if absorbed then unchanged = unchanged + 1 else event('added', '', token, device) end
-            return finish()
+            return finish(dismissed)
           end
           local change = 'rotated'
           local old, oldregistered = rec.t, tonumber(rec.r)
           if tonumber(rec.e) <= now then
-            -- Dead but not swept yet: reported expired, then the registration fills the empty slot.
-            event('removed', 'expired', rec.t, rec.d)
+            -- Dead but not swept yet: reported expired, then the registration fills the empty slot. The event names
+            -- the registration's device, as SQLiteRegistryStore's does.
+            event('removed', 'expired', rec.t, device)
             expiredswept = expiredswept + 1
             old, oldregistered, change = '', -math.huge, 'added'
           end
@@ -120,24 +161,24 @@ enum RedisRegistryScripts {
           if token == old then newer = registered >= oldregistered + 60000 else newer = registered >= oldregistered end
           if not newer then
             unchanged = unchanged + 1
-            return finish()
+            return finish(dismissed)
           end
           if rec.t ~= token then
-            if redis.call('HGET', bytoken, rec.t) == slot then redis.call('HDEL', bytoken, rec.t) end
+            delslot(rec.t, slot)
             candidates[#candidates + 1] = rec.t
             if device ~= '' then absorb(token, slot) end
           end
           rec.t, rec.r, rec.e = token, ARGV[5], ARGV[6]
           save(slot, rec)
-          redis.call('HSET', bytoken, token, slot)
+          addslot(token, slot)
           if token == old then unchanged = unchanged + 1 else event(change, '', token, device) end
-          return finish()
+          return finish(dismissed)
 
         elseif op == 'stop' then
           local device = ARGV[3]
           if redis.call('EXISTS', meta) == 0 then
             unchanged = 1
-            return finish()
+            return finish(emptied())
           end
           if device == '' then
             dropall('stopped')
@@ -155,7 +196,7 @@ enum RedisRegistryScripts {
             end
           end
           if removed == 0 then unchanged = 1 end
-          return finish()
+          return finish(emptied())
 
         elseif op == 'start' then
           ensure()
@@ -170,7 +211,7 @@ enum RedisRegistryScripts {
           redis.call('HSET', meta, 'state', 'ended', 'dismissal', dismissal, 'updated', ARGV[2])
           redis.call('HSETNX', meta, 'ended', ARGV[2])
           if tonumber(dismissal) <= now then dropall('ended') end
-          return finish()
+          return finish(emptied())
 
         elseif op == 'content' then
           ensure()
@@ -189,13 +230,14 @@ enum RedisRegistryScripts {
           -- ARGV: token, before ('' = whatever its registration time).
           local token = ARGV[3]
           candidates[#candidates + 1] = token
-          local slot = redis.call('HGET', bytoken, token)
-          local rec = slot and load(slot)
-          if rec and rec.t == token and (ARGV[4] == '' or tonumber(rec.r) < tonumber(ARGV[4])) then
-            drop(slot, rec)
-            event('removed', 'unregistered', rec.t, rec.d)
+          for _, slot in ipairs(slotsof(token)) do
+            local rec = load(slot)
+            if rec and rec.t == token and (ARGV[4] == '' or tonumber(rec.r) < tonumber(ARGV[4])) then
+              drop(slot, rec)
+              event('removed', 'unregistered', rec.t, rec.d)
+            end
           end
-          return finish()
+          return finish(emptied())
 
         elseif op == 'sweep' then
           -- ARGV: batch, lifetime. Extra replies: expired, ended, activities removed, next visit (-1: none; -2: the

@@ -72,9 +72,18 @@ struct WriteEffects {
     var result = RegistryApplyResult()
     var pendingEvents: [RegistryEvent] = []
     var expiredSwept = 0
-    var cleanups: [[RedisArgument]] = []
+    /// Index entries of tokens gone from where they were: (token, encoded location).
+    var gone: [(token: String, location: String)] = []
+    /// Activities to visit at the next sweep: a registration into one already dismissed, a change that took the last
+    /// token of one (it may be idle already).
+    var visitNow: Set<ActivityReference> = []
+    /// Index entries this write added: one it also found gone stays (the token may be back by a later change of the
+    /// batch; a stale entry is harmless, a missing one is not).
+    var added: Set<String> = []
     /// (device, activity) pairs whose token went, by app.
-    var untracked: [String: [RedisArgument]] = [:]
+    var untracked: [String: [(deviceID: String, activityID: String)]] = [:]
+    /// (app, device, activity) the write recorded in the device-activities index: not untracked (as `added`).
+    var tracked: Set<String> = []
 
     mutating func record(_ outcome: ScriptOutcome, context: ScriptContext, at now: Int64, keys: RedisRegistryKeys) {
         expiredSwept += outcome.expiredSwept
@@ -86,12 +95,12 @@ struct WriteEffects {
         }
         if let location = context.location {
             for token in outcome.goneTokens {
-                cleanups.append(["SREM", keys.token(token), RedisArgument(location.encoded)])
+                gone.append((token, location.encoded))
             }
         }
         if let activityID = context.activityID {
             for device in outcome.goneDevices {
-                untracked[context.app, default: []] += [RedisArgument(device), RedisArgument(activityID)]
+                untracked[context.app, default: []].append((device, activityID))
             }
         }
     }
@@ -197,6 +206,10 @@ extension RedisRegistryStore {
                 effects.result.unchanged += script.removal == nil ? outcome.unchanged : 0
                 if let removal = script.removal { removedByChange[removal, default: 0] += outcome.removed }
                 effects.record(outcome, context: script.context, at: now, keys: keys)
+                if script.context.kind == .update, outcome.extra.first == 1, let activityID = script.context.activityID
+                {
+                    effects.visitNow.insert(ActivityReference(app: script.context.app, activityID: activityID))
+                }
             }
             for reply in replies {
                 if case .error(let message) = reply { throw RegistryError(.storage, "Redis: \(message)") }
@@ -233,6 +246,8 @@ extension RedisRegistryStore {
         }
         if !pipeline.isEmpty { try await flush() }
         for (_, removed) in removedByChange where removed == 0 { effects.result.unchanged += 1 }
+        effects.added = planner.added
+        effects.tracked = planner.tracked
         return try await finish(effects, now: now)
     }
 
@@ -280,18 +295,14 @@ extension RedisRegistryStore {
                 result.alreadyExpired += 1
                 return ([], nil)
             }
-            var commands: [[RedisArgument]] = [
-                [
-                    "SADD", keys.token(token),
-                    RedisArgument(TokenLocation.update(app: appID, activityID: activityID).encoded),
-                ]
-            ]
+            var commands = [planner.index(token, at: .update(app: appID, activityID: activityID))]
             commands += schedule(appID, activityID, at: expiresAt)
             if let deviceID {
                 commands.append(
                     app(
                         appID,
                         ["touch", RedisArgument(deviceID), RedisArgument(userID ?? ""), RedisArgument(activityID)]))
+                planner.tracked.insert(appID + "\n" + deviceID + "\n" + activityID)
             }
             commands.append(
                 activity(
@@ -309,7 +320,7 @@ extension RedisRegistryStore {
         case .pushToStart(let appID, let deviceID, let userID, let type, let token, let updatedAt):
             let location = TokenLocation.pushToStart(app: appID, deviceID: deviceID, attributesType: type)
             var commands: [[RedisArgument]] = []
-            if !token.isEmpty { commands.append(["SADD", keys.token(token), RedisArgument(location.encoded)]) }
+            if !token.isEmpty { commands.append(planner.index(token, at: location)) }
             commands.append(
                 app(
                     appID,
@@ -322,7 +333,7 @@ extension RedisRegistryStore {
             let location = TokenLocation.push(app: appID, deviceID: deviceID)
             var commands: [[RedisArgument]] = []
             if let pushToken, !pushToken.isEmpty {
-                commands.append(["SADD", keys.token(pushToken), RedisArgument(location.encoded)])
+                commands.append(planner.index(pushToken, at: location))
             }
             commands.append(
                 app(
@@ -427,11 +438,21 @@ extension RedisRegistryStore {
         if effects.expiredSwept > 0 {
             batch.append(["HINCRBY", keys.counters, "expired_swept", RedisArgument(effects.expiredSwept)])
         }
-        batch += effects.cleanups
+        for (token, location) in effects.gone where !effects.added.contains(token + "\n" + location) {
+            batch.append(["SREM", keys.token(token), RedisArgument(location)])
+        }
         for (app, pairs) in effects.untracked {
+            let pairs = pairs.filter { !effects.tracked.contains(app + "\n" + $0.deviceID + "\n" + $0.activityID) }
+                .flatMap { [RedisArgument($0.deviceID), RedisArgument($0.activityID)] }
+            guard !pairs.isEmpty else { continue }
             batch.append(
                 Self.eval(
                     RedisRegistryScripts.app, keys: keys.app(app), ["untrack", RedisArgument(String(now))] + pairs))
+        }
+        if !effects.visitNow.isEmpty {
+            batch.append(
+                ["ZADD", keys.schedule, "LT"]
+                    + effects.visitNow.flatMap { [RedisArgument(String(now)), RedisArgument($0.member)] })
         }
         batch += extra
         let replies = try await send(batch)
@@ -534,6 +555,10 @@ struct Planner {
     private var created: [ActivityReference] = []
     private var times: [ActivityReference: Int64] = [:]
     private var order: [ActivityReference] = []
+    /// The token index entries added (token, newline, encoded location).
+    private(set) var added: Set<String> = []
+    /// The device-activities entries added (app, device, activity, newline-separated).
+    var tracked: Set<String> = []
 
     init(keys: RedisRegistryKeys, now: Int64) {
         self.keys = keys
@@ -545,6 +570,13 @@ struct Planner {
         let made = keys.activity(reference)
         activities[reference] = made
         return made
+    }
+
+    /// The command adding `location` to `token`'s index entries.
+    mutating func index(_ token: String, at location: TokenLocation) -> [RedisArgument] {
+        let encoded = location.encoded
+        added.insert(token + "\n" + encoded)
+        return ["SADD", keys.token(token), RedisArgument(encoded)]
     }
 
     mutating func appKeys(_ app: String) -> [RedisArgument] {

@@ -11,7 +11,8 @@ import Synchronization
 /// ever add (the global token index, the activity set, the sweep schedule with `ZADD LT`, the ended-activities index).
 /// A batch goes out as one pipeline (in chunks of a few thousand commands), then a second pipeline writes the events to
 /// the log (one script on the global slot, which numbers them), the `expired_swept` counter and the index clean-ups
-/// (the tokens no longer held where they were). A 410 or a bad token first reads the token's index (`SMEMBERS`), then
+/// (the tokens no longer held where they were), and moves an activity's sweep visit to now when a change took its last
+/// token or registered into it after its dismissal. A 410 or a bad token first reads the token's index (`SMEMBERS`), then
 /// runs one script per place it is registered.
 ///
 /// **Atomicity.** SQLite applies a whole batch in one transaction. Here:
@@ -38,8 +39,11 @@ import Synchronization
 ///
 /// **Events** are published to this object's `subscribe()` streams when a write's second pipeline has numbered them;
 /// concurrent `apply` calls on one object may publish in an order other than their sequence numbers (SQLite
-/// publishes under its write lock). Two devices holding the same update token in one activity (which APNs never
-/// issues) are both kept, but a 410 for it finds only the newer registration.
+/// publishes under its write lock).
+///
+/// **Differences a caller can see.** `updateTokens(app:deviceID:)` pages a device's tokens in activity-id order (SQLite:
+/// registration order). A sweep counts an ended activity in `activitiesRemoved` when it removes it (SQLite also counts
+/// one it keeps for its broadcast channel). Batches are not atomic as a whole (above).
 ///
 /// A stop of all of an activity's tokens, or an end with a dismissal date already past, removes them in one script,
 /// as SQLite does in one transaction: Redis runs nothing else meanwhile (seconds for a million tokens).
@@ -67,6 +71,8 @@ package final class RedisRegistryStore: RegistryStore {
     /// Commands per pipeline: a batch of 10,000 registrations goes out in chunks of this many.
     static let pipelineChunk = 4_096
 
+    /// A store on `client` (which stays the caller's: `close()` does not shut it down). Nothing is sent until the first
+    /// call. `keyPrefix` starts every key; it must not contain `{` or `}` (the keys' hash tags follow it).
     package init(
         client: RedisClient, configuration: RegistryConfiguration = RegistryConfiguration(),
         keyPrefix: String = "fanout:registry:"
@@ -81,6 +87,10 @@ package final class RedisRegistryStore: RegistryStore {
     /// Ends every `subscribe()` stream; calls after it fail `unavailable`. The client stays open (it is the caller's).
     package func close() {
         state.withLock { $0.closed = true }
+        hub.finish()
+    }
+
+    deinit {
         hub.finish()
     }
 

@@ -62,6 +62,8 @@ final class RedisRegistryLifecycleTests: RegistryLifecycleTests {
 
 final class RedisRegistryReadTests: RegistryReadTests {
     override class var storeKind: RegistryStoreKind { .redis }
+    /// Scaled for Redis only (see `RegistryReadTests.pagingTokens`).
+    override class var pagingTokens: Int { 25_000 }
 
     override func testPagingThrough100000TokensReturnsEachLiveOneExactlyOnce() async throws {
         try await super.testPagingThrough100000TokensReturnsEachLiveOneExactlyOnce()
