@@ -178,4 +178,105 @@ final class FleetRegistryTests: XCTestCase {
         }
         XCTAssertTrue(remaining.contains(testDeviceToken(0)))
     }
+
+    /// Users, devices and push-to-start jobs take their tokens from the registry at enqueue; an `end` by activity id
+    /// marks the activity ended once its tokens are read; a push-to-start naming its activity id is refused.
+    func testUsersDevicesPushToStartAndEndJobsResolveFromTheRegistryOnRedis() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "fleet-registry-kinds")
+        let mock = try RestartableMock()
+        addTeardownBlock { _ = mock.stop() }
+        let config = "\(directory)/config.json"
+        try """
+        {"endpoint": "localhost:\(mock.port)", "ca_file": "\(mock.material.caPEMPath)",
+         "key_path": "\(mock.material.authKeyP8Path)", "key_id": "KEYID12345", "team_id": "TEAMID1234",
+         "loops": 1, "connections": 2}
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+
+        // Devices d-0..<10 of users u-(i % 3) with push tokens 0..<10; push-to-start tokens 100..<110 for the same
+        // devices; the activity "final" with update tokens 200..<204.
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redis.url)))
+        defer { Task { await client.shutdown() } }
+        let store = RedisRegistryStore(client: client)
+        try await store.defineApps([RegistryApp(bundleID: Self.app)])
+        var changes: [RegistryChange] = []
+        for index in 0..<10 {
+            changes.append(
+                .device(
+                    DeviceRegistration(
+                        app: Self.app, deviceID: "d-\(index)", userID: "u-\(index % 3)",
+                        pushToken: testDeviceToken(index))))
+            changes.append(
+                .pushToStartToken(
+                    PushToStartRegistration(
+                        app: Self.app, deviceID: "d-\(index)", attributesType: "MatchAttributes",
+                        token: testDeviceToken(100 + index))))
+        }
+        for index in 0..<4 {
+            changes.append(
+                .updateToken(
+                    UpdateTokenRegistration(
+                        app: Self.app, activityID: "final", deviceID: "d-\(index)", token: testDeviceToken(200 + index))
+                ))
+        }
+        _ = try await store.apply(changes)
+
+        let alert = #""topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}"#
+        let live = #""topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity""#
+        let start =
+            #""live_activity": {"event": "start", "content_state": {"home": 0}, "attributes_type": "MatchAttributes", "attributes": {"team": "A"}, "alert": {"title": "Kick-off"}}"#
+        let jobs = "\(directory)/jobs.jsonl"
+        try
+            ([
+                #"{"id": "users", \#(alert), "users": ["u-0"]}"#,
+                #"{"id": "devices", \#(alert), "devices": ["d-1", "d-2", "d-missing"]}"#,
+                #"{"id": "start", \#(live), \#(start), "push_to_start": {"attributes_type": "MatchAttributes", "all": true}}"#,
+                #"{"id": "start-named", \#(live), \#(start), "push_to_start": {"all": true}, "activity_id": "match-9"}"#,
+                #"{"id": "end", \#(live), "activity_id": "final", "live_activity": {"event": "end", "content_state": {"home": 3}, "dismissal_date": 4102444800}}"#,
+            ].joined(separator: "\n") + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
+        let enqueued = try fanout(["enqueue", "--redis", redis.url, "--jobs", jobs, "--shard-size", "3"])
+        XCTAssertEqual(enqueued.exitCode, 1, enqueued.summary)
+        XCTAssertEqual(
+            enqueued.stdoutLines,
+            [
+                #"{"job": "users", "shards": 2}"#, #"{"job": "devices", "shards": 1}"#,
+                #"{"job": "start", "shards": 4}"#, #"{"job": "end", "shards": 2}"#,
+            ], enqueued.summary)
+        XCTAssertTrue(
+            enqueued.stderr.contains("line 4: push_to_start jobs that name their activity_id"), enqueued.summary)
+        let ended = try await store.activity(app: Self.app, activityID: "final")
+        XCTAssertEqual(ended?.state, .ended, "the end is recorded once its tokens are read")
+
+        let worker = try RunningProcess(
+            try ProcessSupport.builtExecutable("fanout"),
+            ["worker", "--redis", redis.url, "--config", config, "--name", "w0", "--claim-idle", "1"],
+            environment: ProcessSupport.cleanEnvironment())
+        addTeardownBlock { worker.kill(SIGKILL) }
+        let deadline = Date().addingTimeInterval(60)
+        while true {
+            let status = try fanout(["status", "--redis", redis.url])
+            let states = try status.stdoutLines.map { try Self.object($0)["state"] as? String }
+            if states.count == 4 && states.allSatisfy({ $0 == "done" }) { break }
+            guard Date() < deadline else { throw ProcessSupportError("the fleet did not finish: \(status.stdout)") }
+            usleep(200_000)
+        }
+        XCTAssertEqual(try worker.stop(timeout: 20), 0)
+
+        let expected: [String: Set<Int>] = [
+            "users": [0, 3, 6, 9], "devices": [1, 2], "start": Set(100..<110), "end": Set(200..<204),
+        ]
+        for (job, indices) in expected {
+            let out = "\(directory)/\(job).jsonl"
+            let results = try fanout(["results", "--redis", redis.url, "--job", job, "--out", out])
+            XCTAssertEqual(results.exitCode, 0, results.summary)
+            let lines = try String(contentsOfFile: out, encoding: .utf8).split(separator: "\n").map(Self.object)
+            XCTAssertEqual(lines.count, indices.count, "\(job): one line per token")
+            XCTAssertEqual(Set(lines.compactMap { $0["token"] as? String }), Set(indices.map(testDeviceToken)), job)
+            XCTAssertTrue(lines.allSatisfy { $0["outcome"] as? String == "delivered" }, "\(job): \(lines)")
+        }
+        XCTAssertTrue(mock.stop())
+        let counts = try mock.acceptedPerToken(count: 204)
+        XCTAssertEqual(counts.duplicates, 0)
+        XCTAssertEqual(counts.distinct, 4 + 2 + 10 + 4)
+    }
 }
