@@ -103,7 +103,7 @@ let package = Package(
             name: "FanoutCLI",
             dependencies: [
                 "Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFile", "FanoutObservability", "FanoutService",
-                "FanoutFleet", "FanoutRedis", "CommandLineSupport",
+                "FanoutFleet", "FanoutRedis", "FanoutRedisRegistry", "CommandLineSupport",
             ]),
 
         // Test-only transport: the HTTP/2 server, the test certificate authority, the JWT verifier.
@@ -165,7 +165,8 @@ let package = Package(
             name: "FanoutIntegrationTests",
             dependencies: [
                 "Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "FanoutJobFile", "FanoutObservability",
-                "FanoutTestSupport", "MockAPNsKit", "FanoutRedis", "FanoutFleet",
+                "FanoutTestSupport", "MockAPNsKit", "FanoutRedis", "FanoutFleet", "FanoutRegistry",
+                "FanoutRedisRegistry",
             ]),
     ]
 )

@@ -4,6 +4,7 @@ import FanoutFleet
 import FanoutJobFile
 import FanoutObservability
 import FanoutRedis
+import FanoutRedisRegistry
 import Foundation
 
 /// The fleet's commands (issue 14, work on Redis Streams): `enqueue`, `worker`, `results`, `status`. Each opens its
@@ -26,9 +27,14 @@ enum FleetCommands {
               --jobs FILE           the job file (the same JSON Lines as fanout send)
               --shard-size N        tokens per shard (default 5000)
 
+            Jobs that address the registry (activity_id, push_to_start, users, devices, with "app") are read
+            from the registry on the same Redis (fanout serve --redis's) now: their audience is the tokens live
+            at enqueue time; an activity bound to a broadcast channel also gets its broadcast.
+
             Prints one JSON line per job enqueued: {"job": ID, "shards": N}. Refused, with a line on stderr:
-            a line that does not parse, a job id already enqueued (ids are unique in Redis), and jobs that
-            address the registry or a broadcast channel (not in the fleet yet; use fanout send).
+            a line that does not parse, a job id already enqueued (ids are unique in Redis), an app not in the
+            registry, an activity update not newer than the activity's last, and broadcast jobs (channel_id) and
+            push_to_start jobs that name their activity_id (not in the fleet yet; use fanout send).
             Exit status: 0 every job enqueued; 1 some refused; 2 bad arguments, unreadable file, Redis unreachable.
             """
         var redis: String?
@@ -63,7 +69,10 @@ enum FleetCommands {
         }
         var refused = 0
         do {
-            try await FleetEnqueuer(client: client, shardSize: shardSize).enqueue(jobsPath: jobs) { report in
+            // The registry that `fanout serve --redis` keeps on the same Redis (default key prefix).
+            let enqueuer = FleetEnqueuer(
+                client: client, shardSize: shardSize, registry: RedisRegistryStore(client: client))
+            try await enqueuer.enqueue(jobsPath: jobs) { report in
                 switch report {
                 case .enqueued(let job, let shards, _):
                     var line: [UInt8] = Array("{\"job\": ".utf8)
@@ -189,6 +198,10 @@ enum FleetCommands {
             fleetBudget = budget
             configuration.sharedRateLimits = budget
         }
+        // The registry on this Redis (`fanout serve --redis`'s, default key prefix): the engine removes the tokens
+        // APNs invalidates (410 Unregistered after their registration, BadDeviceToken, DeviceTokenNotForTopic) from
+        // it, as `fanout send --registry` does.
+        configuration.registry = RedisRegistryStore(client: writer)
         let engine: FanoutEngine
         do {
             engine = try FanoutEngine(configuration: configuration)

@@ -16,8 +16,16 @@ import Foundation
 ///   shard's), and with the parse time, so that every shard encodes the same default Live Activity `timestamp`.
 /// - Job ids are unique in Redis: a job whose id was already enqueued is refused (HSETNX on the job's hash), never
 ///   merged, so a results line always belongs to one job line.
-/// - Refused for now: jobs that address the registry (`activity_id`, `push_to_start`, `users`, `devices`: paging the
-///   registry into shards needs the shared registry, issue 14 item 5) and broadcasts (`channel_id`). `fanout send`
+/// - Jobs that address the registry (`activity_id`, `push_to_start`, `users`, `devices`) are read from the registry
+///   on Redis here, page by page, with one `now` for the whole job: their audience is the tokens live at enqueue
+///   time (a snapshot; a token registered later is not in this job), cut into shards like a tokens job. A job by
+///   activity id first gets what `fanout send --registry` decides for it: stale content (a timestamp not newer than
+///   the activity's last) is refused, new content is recorded as the activity's last; an activity bound to a
+///   broadcast channel gets one more recipient after its tokens, the broadcast, in a shard of its own; an `end`
+///   marks the activity ended once its tokens are read. The stored job line keeps its registry address (the worker
+///   swaps in the shard's tokens, or the channel).
+/// - Refused for now: broadcasts (`channel_id`) and push-to-start jobs that name their `activity_id` (the start
+///   payload's attributes and the channel binding are the engine's, done while it reads the registry). `fanout send`
 ///   sends them.
 package final class FleetEnqueuer: Sendable {
     /// What happened to one job line.
@@ -31,11 +39,14 @@ package final class FleetEnqueuer: Sendable {
 
     private let client: RedisClient
     private let shardSize: Int
+    /// The registry that registry-addressed jobs are read from (the one on this Redis); nil refuses them.
+    private let registry: (any RegistryStore)?
 
-    package init(client: RedisClient, shardSize: Int) {
+    package init(client: RedisClient, shardSize: Int, registry: (any RegistryStore)? = nil) {
         precondition(shardSize > 0)
         self.client = client
         self.shardSize = shardSize
+        self.registry = registry
     }
 
     /// Enqueues every job of `jobsPath`, calling `report` once per job line, in file order.
@@ -80,22 +91,29 @@ package final class FleetEnqueuer: Sendable {
         let number = parsed.lineNumber
         var inline: [String]?
         var file: String?
+        var audience: RegistryAudience?
+        let stored: [UInt8]?
         switch job.recipients {
-        case .tokens(let tokens): inline = tokens
-        case .file(let path): file = path
+        case .tokens(let tokens):
+            inline = tokens
+            stored = Self.template(bytes)
+        case .file(let path):
+            file = path
+            stored = Self.template(bytes)
         case .activity, .pushToStart, .devices:
-            return .refused(
-                line: number, job: job.id,
-                reason:
-                    "line \(number): jobs that address the registry (activity_id, push_to_start, users, devices) cannot "
-                    + "be enqueued yet (the fleet has no shared registry); send them with fanout send --registry")
+            switch await RegistryAudience.resolve(FanoutJob(job), registry: registry, line: number) {
+            case .failure(let refusal): return .refused(line: number, job: job.id, reason: refusal.message)
+            case .success(let resolved): audience = resolved
+            }
+            // The line as written: the worker parses it and sends the shard's tokens with it.
+            stored = Self.isObject(bytes) ? Array(bytes) : nil
         case .channel:
             return .refused(
                 line: number, job: job.id,
                 reason: "line \(number): broadcast jobs (channel_id) cannot be enqueued yet; send them with fanout send"
             )
         }
-        guard let template = Self.template(bytes) else {
+        guard let template = stored else {
             return .refused(line: number, job: job.id, reason: "line \(number): not a JSON object")
         }
         let keys = FleetKeys(job: job.id)
@@ -115,7 +133,7 @@ package final class FleetEnqueuer: Sendable {
             var total = 0
             var batch: [String] = []
             batch.reserveCapacity(shardSize)
-            func flush() async throws(RedisError) {
+            func flush(broadcast: Bool = false) async throws(RedisError) {
                 guard !batch.isEmpty else { return }
                 let start = total - batch.count
                 var data: [UInt8] = []
@@ -129,7 +147,7 @@ package final class FleetEnqueuer: Sendable {
                     [
                         "XADD", RedisArgument(FleetKeys.stream), "*", "job", RedisArgument(job.id), "shard",
                         RedisArgument(shards), "start", RedisArgument(start), "count", RedisArgument(batch.count),
-                    ],
+                    ] + (broadcast ? ["broadcast", "1"] : []),
                     [
                         "HSET", keys.meta, "shards", RedisArgument(shards + 1), "notifications", RedisArgument(total),
                     ],
@@ -168,6 +186,27 @@ package final class FleetEnqueuer: Sendable {
                     if batch.count == shardSize { try await flush() }
                 }
             }
+            if let audience {
+                try await audience.recordContent()
+                var cursor: RegistryCursor?
+                repeat {
+                    let page = try await audience.page(after: cursor)
+                    for token in page.tokens {
+                        batch.append(token)
+                        total += 1
+                        if batch.count == shardSize { try await flush() }
+                    }
+                    cursor = page.next
+                } while cursor != nil
+                try await flush()
+                if let channel = audience.channel {
+                    // The broadcast: one more recipient after every token, in a shard of its own.
+                    batch.append(channel)
+                    total += 1
+                    try await flush(broadcast: true)
+                }
+                await audience.recordEnded()
+            }
             try await flush()
             // `enqueued` last: until then `fanout status` shows the job as still being enqueued.
             _ = try await client.command([
@@ -177,10 +216,17 @@ package final class FleetEnqueuer: Sendable {
             return .enqueued(job: job.id, shards: shards, notifications: total)
         } catch let error as FleetError {
             throw error
+        } catch let error as RegistryError {
+            throw FleetError("job \(job.id) (line \(number)): registry: \(error.description)")
         } catch {
             let message = (error as? RedisError)?.message ?? "\(error)"
             throw FleetError("job \(job.id) (line \(number)): Redis: \(message)")
         }
+    }
+
+    /// Whether the line is a JSON object (a registry-addressed line is stored as written).
+    static func isObject(_ bytes: some Collection<UInt8>) -> Bool {
+        if case .object? = try? JSONValue.parse(bytes) { true } else { false }
     }
 
     /// The job line with `tokens`/`tokens_file` replaced by `"tokens": [placeholder]`; nil when it is not an object.

@@ -108,6 +108,7 @@ package struct FleetReader: Sendable {
                 case "retries": counts.outcomes.retries += value
                 case "payload_encodings": counts.payloadEncodings = value
                 case "demoted": counts.demoted = value
+                case "broadcasts": counts.broadcasts = value
                 case "delivered": counts.outcomes.delivered = value
                 case "rejected": counts.outcomes.rejected = value
                 case "unregistered": counts.outcomes.unregistered = value

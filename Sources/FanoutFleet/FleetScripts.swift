@@ -80,7 +80,7 @@ enum FleetScripts {
         """)
 
     /// Marks a shard done once: KEYS: done set, counts hash, job hash, the shard's tokens. ARGV: shard number, payload
-    /// encodings, demoted. The shard's engine counts are added only by the first completion (a shard finished again
+    /// encodings, demoted, and optionally broadcasts (1 for an activity's broadcast shard). The shard's engine counts are added only by the first completion (a shard finished again
     /// after a claim adds nothing); its tokens are deleted (its results hold them); the job's last shard sets
     /// `finished_at` (Unix ms, the server's clock). Returns 1 when this call marked it.
     static let completeShard = RedisScript(
@@ -91,6 +91,8 @@ enum FleetScripts {
         if encodings > 0 then redis.call('HINCRBY', KEYS[2], 'payload_encodings', encodings) end
         local demoted = tonumber(ARGV[3])
         if demoted > 0 then redis.call('HINCRBY', KEYS[2], 'demoted', demoted) end
+        local broadcasts = tonumber(ARGV[4] or '0')
+        if broadcasts > 0 then redis.call('HINCRBY', KEYS[2], 'broadcasts', broadcasts) end
         local shards = tonumber(redis.call('HGET', KEYS[3], 'shards') or '-1')
         if redis.call('SCARD', KEYS[1]) == shards then
           local now = redis.call('TIME')

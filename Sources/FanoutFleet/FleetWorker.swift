@@ -292,7 +292,9 @@ package final class FleetWorker: Sendable {
         while !done {
             if state.withLock({ $0.abandoning }) { return }
             do {
-                done = try await send(entry: entry, keys: keys, shard: shard, start: start, count: count)
+                done = try await send(
+                    entry: entry, keys: keys, shard: shard, start: start, count: count,
+                    broadcast: fields["broadcast"] == "1")
                 if !done { return }  // abandoned: left pending
             } catch {
                 failures += 1
@@ -303,9 +305,11 @@ package final class FleetWorker: Sendable {
     }
 
     /// Sends what the shard still needs and completes it. Returns false when the shard was abandoned (stop).
-    private func send(entry: ShardEntry, keys: FleetKeys, shard: Int, start: Int, count: Int) async throws(FleetError)
-        -> Bool
-    {
+    /// - Parameter broadcast: the shard is an activity's broadcast (`FleetEnqueuer`): its one recipient is the
+    ///   activity's channel, sent as a broadcast to the job's app.
+    private func send(
+        entry: ShardEntry, keys: FleetKeys, shard: Int, start: Int, count: Int, broadcast: Bool
+    ) async throws(FleetError) -> Bool {
         let parsed: ParsedJob
         switch try await job(keys) {
         case .none:
@@ -349,7 +353,12 @@ package final class FleetWorker: Sendable {
         var summary: JobSummary?
         if !missing.isEmpty {
             var job = FanoutJob(parsed)
-            job.recipients = .tokens(missing.map { tokens[$0 - start] })
+            if broadcast, case .activity(let app, _) = job.recipients, let channel = tokens.first {
+                job.recipients = .channel(app: app, id: channel)
+            } else {
+                // A registry-addressed job's tokens were read at enqueue: the shard sends them as tokens.
+                job.recipients = .tokens(missing.map { tokens[$0 - start] })
+            }
             let sink = ResultSink(
                 keys: keys, shard: shard, start: start, count: count, positions: missing, writer: writer)
             let interval = options.flushInterval
@@ -379,18 +388,20 @@ package final class FleetWorker: Sendable {
             state.withLock { $0.stats.resultsWritten += sink.written }
             if run.isCancelled || abandoning() { return false }
         }
-        try await complete(entry: entry, keys: keys, shard: shard, summary: summary)
+        try await complete(entry: entry, keys: keys, shard: shard, summary: summary, broadcast: broadcast)
         return true
     }
 
-    private func complete(entry: ShardEntry, keys: FleetKeys, shard: Int, summary: JobSummary?) async throws(FleetError)
-    {
+    /// - Parameter broadcast: the shard is an activity's broadcast: the job's `broadcasts` count gets it, once.
+    private func complete(
+        entry: ShardEntry, keys: FleetKeys, shard: Int, summary: JobSummary?, broadcast: Bool = false
+    ) async throws(FleetError) {
         do throws(RedisError) {
             _ = try await writer.evalScript(
                 FleetScripts.completeShard, keys: [keys.done, keys.counts, keys.meta, keys.tokens(shard: shard)],
                 arguments: [
                     RedisArgument(shard), RedisArgument(summary?.payloadEncodings ?? 0),
-                    RedisArgument(summary?.demoted ?? 0),
+                    RedisArgument(summary?.demoted ?? 0), RedisArgument(broadcast ? 1 : 0),
                 ])
             // Acknowledged, then deleted: the stream keeps only shards not done.
             let stream = RedisArgument(FleetKeys.stream)

@@ -48,6 +48,9 @@ final class RestartableMock: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
+    /// Creates a broadcast channel for `app` on the running server; nil when it is stopped.
+    func createChannel(app: String) -> String? { lock.withLock { server?.channels.create(app: app) } }
+
     /// Distinct valid provider tokens the running server has seen.
     func distinctProviderTokens() -> Int { lock.withLock { server?.stats.distinctProviderTokens ?? 0 } }
 
