@@ -1,32 +1,8 @@
 import FanoutRedis
 import FanoutRegistry
 
-/// A change after validation: tokens lowercase, ids checked, times resolved.
-enum RedisChange {
-    case updateToken(
-        app: String, activityID: String, deviceID: String?, userID: String?, token: String, registeredAt: Int64?)
-    case stopUpdateTokens(app: String, activityID: String, deviceID: String?)
-    case pushToStart(
-        app: String, deviceID: String, userID: String?, attributesType: String, token: String, updatedAt: Int64?)
-    case device(app: String, deviceID: String, userID: String?, pushToken: String?, registeredAt: Int64?)
-    case startActivity(app: String, activityID: String, attributesType: String?)
-    case endActivity(app: String, activityID: String, dismissalDate: Int64?)
-    case contentSent(app: String, activityID: String, timestamp: Int64)
-    case channel(app: String, activityID: String, channelID: String?)
-    /// Remove `token` wherever it was registered strictly before `before` (nil: everywhere).
-    case removeToken(token: String, before: Int64?)
-
-    var app: String? {
-        switch self {
-        case .updateToken(let app, _, _, _, _, _), .stopUpdateTokens(let app, _, _),
-            .pushToStart(let app, _, _, _, _, _),
-            .device(let app, _, _, _, _), .startActivity(let app, _, _), .endActivity(let app, _, _),
-            .contentSent(let app, _, _), .channel(let app, _, _):
-            return app
-        case .removeToken: return nil
-        }
-    }
-}
+/// A change after validation (`RegistryValidation.validate`); its app is the bundle id.
+typealias RedisChange = ValidatedChange<String>
 
 /// What a write script's events are about: filled into each `RegistryEvent`, and where its gone tokens were.
 struct ScriptContext {
@@ -109,67 +85,11 @@ struct WriteEffects {
 extension RedisRegistryStore {
     // MARK: Validation
 
-    /// Checks one change as SQLiteRegistryStore does (same fields, same messages) and that its app is defined.
+    /// Checks one change as SQLiteRegistryStore does (the same rules, fields and messages) and that its app is
+    /// defined.
     func validate(_ change: RegistryChange) async throws(RegistryError) -> RedisChange {
-        typealias V = RegistryValidation
-        let valid: RedisChange
-        switch change {
-        case .updateToken(let registration):
-            try await requireApp(registration.app)
-            valid = .updateToken(
-                app: registration.app, activityID: try V.identifier(registration.activityID, field: "activity_id"),
-                deviceID: try V.optionalIdentifier(registration.deviceID, field: "device"),
-                userID: try V.optionalIdentifier(registration.userID, field: "user"),
-                token: try V.token(registration.token, field: "token", allowEmpty: true),
-                registeredAt: try V.time(registration.registeredAt, field: "registered_at"))
-        case .stopUpdateTokens(let app, let activityID, let deviceID):
-            try await requireApp(app)
-            valid = .stopUpdateTokens(
-                app: app, activityID: try V.identifier(activityID, field: "activity_id"),
-                deviceID: try V.optionalIdentifier(deviceID, field: "device"))
-        case .pushToStartToken(let registration):
-            try await requireApp(registration.app)
-            valid = .pushToStart(
-                app: registration.app, deviceID: try V.identifier(registration.deviceID, field: "device"),
-                userID: try V.optionalIdentifier(registration.userID, field: "user"),
-                attributesType: try V.optionalIdentifier(registration.attributesType, field: "attributes_type") ?? "",
-                token: try V.token(registration.token, field: "push_to_start_token", allowEmpty: true),
-                updatedAt: try V.time(registration.updatedAt, field: "registered_at"))
-        case .device(let registration):
-            try await requireApp(registration.app)
-            valid = .device(
-                app: registration.app, deviceID: try V.identifier(registration.deviceID, field: "device"),
-                userID: try V.optionalIdentifier(registration.userID, field: "user"),
-                pushToken: try registration.pushToken.map { (token) throws(RegistryError) in
-                    try V.token(token, field: "push_token", allowEmpty: true)
-                },
-                registeredAt: try V.time(registration.registeredAt, field: "registered_at"))
-        case .startActivity(let app, let activityID, let attributesType):
-            try await requireApp(app)
-            valid = .startActivity(
-                app: app, activityID: try V.identifier(activityID, field: "activity_id"),
-                attributesType: try V.optionalIdentifier(attributesType, field: "attributes_type"))
-        case .endActivity(let app, let activityID, let dismissalDate):
-            try await requireApp(app)
-            valid = .endActivity(
-                app: app, activityID: try V.identifier(activityID, field: "activity_id"),
-                dismissalDate: try V.time(dismissalDate, field: "dismissal_date"))
-        case .contentSent(let app, let activityID, let timestamp):
-            try await requireApp(app)
-            valid = .contentSent(
-                app: app, activityID: try V.identifier(activityID, field: "activity_id"), timestamp: timestamp)
-        case .channel(let app, let activityID, let channelID):
-            try await requireApp(app)
-            valid = .channel(
-                app: app, activityID: try V.identifier(activityID, field: "activity_id"),
-                channelID: try V.optionalIdentifier(channelID, field: "channel_id"))
-        case .unregistered(let token, let timestamp):
-            valid = .removeToken(
-                token: try V.token(token, field: "token", allowEmpty: false),
-                before: try V.time(timestamp, field: "timestamp"))
-        case .invalidToken(let token):
-            valid = .removeToken(token: try V.token(token, field: "token", allowEmpty: false), before: nil)
-        }
+        let valid = try RegistryValidation.validate(change)
+        if let app = valid.app { try await requireApp(app) }
         return valid
     }
 

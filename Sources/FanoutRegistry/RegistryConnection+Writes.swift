@@ -1,20 +1,7 @@
 import FanoutSQLite
 
-/// A change after validation: app resolved to its row, tokens lowercase, ids checked.
-enum ValidChange {
-    case updateToken(
-        app: AppRef, activityID: String, deviceID: String?, userID: String?, token: String, registeredAt: Int64?)
-    case stopUpdateTokens(app: AppRef, activityID: String, deviceID: String?)
-    case pushToStart(
-        app: AppRef, deviceID: String, userID: String?, attributesType: String, token: String, updatedAt: Int64?)
-    case device(app: AppRef, deviceID: String, userID: String?, pushToken: String?, registeredAt: Int64?)
-    case startActivity(app: AppRef, activityID: String, attributesType: String?)
-    case endActivity(app: AppRef, activityID: String, dismissalDate: Int64?)
-    case contentSent(app: AppRef, activityID: String, timestamp: Int64)
-    case channel(app: AppRef, activityID: String, channelID: String?)
-    /// Remove `token` wherever it was registered strictly before `before` (Int64.max: everywhere).
-    case removeToken(token: String, before: Int64)
-}
+/// A change after validation, its app resolved to its row.
+typealias ValidChange = ValidatedChange<AppRef>
 
 /// The state of one write transaction.
 struct WriteContext {
@@ -52,65 +39,13 @@ extension RegistryConnection {
     /// Checks one change and resolves its app; throws `invalidInput` naming the field. `trusted`: the change was
     /// built from a registration the import parser validated, so only the app is resolved.
     func validate(_ change: RegistryChange, trusted: Bool = false) throws(RegistryError) -> ValidChange {
-        typealias V = RegistryValidation
         if trusted, case .updateToken(let registration) = change {
             return .updateToken(
                 app: try requireApp(registration.app), activityID: registration.activityID,
                 deviceID: registration.deviceID, userID: registration.userID, token: registration.token,
                 registeredAt: registration.registeredAt)
         }
-        switch change {
-        case .updateToken(let registration):
-            let app = try requireApp(registration.app)
-            return .updateToken(
-                app: app, activityID: try V.identifier(registration.activityID, field: "activity_id"),
-                deviceID: try V.optionalIdentifier(registration.deviceID, field: "device"),
-                userID: try V.optionalIdentifier(registration.userID, field: "user"),
-                token: try V.token(registration.token, field: "token", allowEmpty: true),
-                registeredAt: try V.time(registration.registeredAt, field: "registered_at"))
-        case .stopUpdateTokens(let app, let activityID, let deviceID):
-            return .stopUpdateTokens(
-                app: try requireApp(app), activityID: try V.identifier(activityID, field: "activity_id"),
-                deviceID: try V.optionalIdentifier(deviceID, field: "device"))
-        case .pushToStartToken(let registration):
-            let app = try requireApp(registration.app)
-            return .pushToStart(
-                app: app, deviceID: try V.identifier(registration.deviceID, field: "device"),
-                userID: try V.optionalIdentifier(registration.userID, field: "user"),
-                attributesType: try V.optionalIdentifier(registration.attributesType, field: "attributes_type") ?? "",
-                token: try V.token(registration.token, field: "push_to_start_token", allowEmpty: true),
-                updatedAt: try V.time(registration.updatedAt, field: "registered_at"))
-        case .device(let registration):
-            let app = try requireApp(registration.app)
-            return .device(
-                app: app, deviceID: try V.identifier(registration.deviceID, field: "device"),
-                userID: try V.optionalIdentifier(registration.userID, field: "user"),
-                pushToken: try registration.pushToken.map { (token) throws(RegistryError) in
-                    try V.token(token, field: "push_token", allowEmpty: true)
-                },
-                registeredAt: try V.time(registration.registeredAt, field: "registered_at"))
-        case .startActivity(let app, let activityID, let attributesType):
-            return .startActivity(
-                app: try requireApp(app), activityID: try V.identifier(activityID, field: "activity_id"),
-                attributesType: try V.optionalIdentifier(attributesType, field: "attributes_type"))
-        case .endActivity(let app, let activityID, let dismissalDate):
-            return .endActivity(
-                app: try requireApp(app), activityID: try V.identifier(activityID, field: "activity_id"),
-                dismissalDate: try V.time(dismissalDate, field: "dismissal_date"))
-        case .contentSent(let app, let activityID, let timestamp):
-            return .contentSent(
-                app: try requireApp(app), activityID: try V.identifier(activityID, field: "activity_id"),
-                timestamp: timestamp)
-        case .channel(let app, let activityID, let channelID):
-            return .channel(
-                app: try requireApp(app), activityID: try V.identifier(activityID, field: "activity_id"),
-                channelID: try V.optionalIdentifier(channelID, field: "channel_id"))
-        case .unregistered(let token, let timestamp):
-            return .removeToken(
-                token: try V.token(token, field: "token", allowEmpty: false),
-                before: try V.time(timestamp, field: "timestamp") ?? .max)
-        case .invalidToken(let token):
-            return .removeToken(token: try V.token(token, field: "token", allowEmpty: false), before: .max)
+        return try RegistryValidation.validate(change).resolvingApp { (app) throws(RegistryError) in try requireApp(app)
         }
     }
 
@@ -187,7 +122,7 @@ extension RegistryConnection {
                 try statement.run()
             }
         case .removeToken(let token, let before):
-            try removeToken(token, registeredBefore: before, in: &context)
+            try removeToken(token, registeredBefore: before ?? .max, in: &context)
         }
     }
 
