@@ -39,6 +39,18 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
         hex = DeviceToken.lowercasedHex(bytes)
     }
 
+    /// `init?(utf8:)` over contiguous bytes, specialised here: the generic one runs unspecialised from another module
+    /// (mock-apns checks the token of every request it receives).
+    public init?(utf8 bytes: UnsafeBufferPointer<UInt8>) {
+        guard DeviceToken.scan(bytes) != nil else { return nil }
+        hex = DeviceToken.lowercasedHex(bytes)
+    }
+
+    /// `isValid(utf8:)` over contiguous bytes, specialised here (see `init?(utf8:)`).
+    public static func isValid(utf8 bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        scan(bytes) != nil
+    }
+
     /// Whether `text` would make a valid token.
     public static func isValid(_ text: some StringProtocol) -> Bool {
         scan(text.utf8) != nil

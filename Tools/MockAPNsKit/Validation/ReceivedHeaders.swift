@@ -1,47 +1,67 @@
 import FanoutCore
 
-/// The request headers APNs reads, picked out of the received list in one pass, with duplicates detected.
+/// The request headers APNs reads, picked out of a request's head in one pass, as ranges of the head's bytes (no
+/// `String` per header), with duplicates detected. Names are compared as bytes.
 struct ReceivedHeaders {
-    var pushType: String?
-    var topic: String?
-    var priority: String?
-    var expiration: String?
-    var collapseID: String?
-    var apnsID: String?
-    var authorization: String?
+    var pushType: Range<Int>?
+    var topic: Range<Int>?
+    var priority: Range<Int>?
+    var expiration: Range<Int>?
+    var collapseID: Range<Int>?
+    var apnsID: Range<Int>?
+    var authorization: Range<Int>?
 
-    static func collect(_ headers: [(name: String, value: String)]) -> Result<ReceivedHeaders, APNsRejection> {
+    /// - Parameter bytes: `head.bytes`.
+    static func collect(_ head: HeaderView, bytes: UnsafeBufferPointer<UInt8>) -> Result<ReceivedHeaders, APNsRejection>
+    {
         var collected = ReceivedHeaders()
         var seen: UInt16 = 0
-        for header in headers {
-            let bit: UInt16
-            switch header.name {
-            case APNsHeaderName.pushType: bit = 1 << 0
-            case APNsHeaderName.topic: bit = 1 << 1
-            case APNsHeaderName.priority: bit = 1 << 2
-            case APNsHeaderName.expiration: bit = 1 << 3
-            case APNsHeaderName.collapseID: bit = 1 << 4
-            case APNsHeaderName.apnsID: bit = 1 << 5
-            case APNsHeaderName.authorization: bit = 1 << 6
-            case APNsHeaderName.method: bit = 1 << 7
-            case APNsHeaderName.scheme: bit = 1 << 8
-            case APNsHeaderName.path: bit = 1 << 9
-            case APNsHeaderName.authority: bit = 1 << 10
-            default: continue
-            }
+        for field in head.fields {
+            guard let bit = bit(of: UnsafeBufferPointer(rebasing: bytes[field.name])) else { continue }
             guard seen & bit == 0 else { return .failure(APNsRejection(.duplicateHeaders)) }
             seen |= bit
             switch bit {
-            case 1 << 0: collected.pushType = header.value
-            case 1 << 1: collected.topic = header.value
-            case 1 << 2: collected.priority = header.value
-            case 1 << 3: collected.expiration = header.value
-            case 1 << 4: collected.collapseID = header.value
-            case 1 << 5: collected.apnsID = header.value
-            case 1 << 6: collected.authorization = header.value
+            case 1 << 0: collected.pushType = field.value
+            case 1 << 1: collected.topic = field.value
+            case 1 << 2: collected.priority = field.value
+            case 1 << 3: collected.expiration = field.value
+            case 1 << 4: collected.collapseID = field.value
+            case 1 << 5: collected.apnsID = field.value
+            case 1 << 6: collected.authorization = field.value
             default: break
             }
         }
         return .success(collected)
+    }
+
+    /// The bit of a header APNs reads (for the duplicate check), nil for any other name. Sorted by length first, so
+    /// most names are told apart without looking at their bytes.
+    private static func bit(of name: UnsafeBufferPointer<UInt8>) -> UInt16? {
+        switch name.count {
+        case 5: return name.equals(APNsHeaderName.path) ? 1 << 9 : nil
+        case 7:
+            if name.equals(APNsHeaderName.apnsID) { return 1 << 5 }
+            if name.equals(APNsHeaderName.method) { return 1 << 7 }
+            return name.equals(APNsHeaderName.scheme) ? 1 << 8 : nil
+        case 10:
+            if name.equals(APNsHeaderName.topic) { return 1 << 1 }
+            return name.equals(APNsHeaderName.authority) ? 1 << 10 : nil
+        case 13:
+            if name.equals(APNsHeaderName.priority) { return 1 << 2 }
+            return name.equals(APNsHeaderName.authorization) ? 1 << 6 : nil
+        case 14: return name.equals(APNsHeaderName.pushType) ? 1 << 0 : nil
+        case 15: return name.equals(APNsHeaderName.expiration) ? 1 << 3 : nil
+        case 16: return name.equals(APNsHeaderName.collapseID) ? 1 << 4 : nil
+        default: return nil
+        }
+    }
+}
+
+extension UnsafeBufferPointer<UInt8> {
+    /// Whether these bytes are `text`'s UTF-8, byte for byte.
+    @inline(__always)
+    func equals(_ text: String) -> Bool {
+        var text = text
+        return text.withUTF8 { $0.count == count && $0.elementsEqual(self) }
     }
 }
