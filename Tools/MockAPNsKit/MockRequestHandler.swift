@@ -85,9 +85,6 @@ final class MockRequestHandler: HTTP2ServerHandler {
     private var random = FastRandomGenerator()
     /// This loop's cache of the last body's JSON shape.
     private let shapes = PayloadShapeCache()
-    /// The ids of answers, rewritten in place (`apns-id` when the request has none, and `apns-unique-id`).
-    private var generatedID = ReusedID()
-    private var uniqueID = ReusedID()
     /// The headers of an accepted answer, values replaced per request.
     private var acceptedHeaders: [(name: String, value: String)] = [("apns-id", ""), ("apns-unique-id", "")]
 
@@ -128,27 +125,18 @@ final class MockRequestHandler: HTTP2ServerHandler {
             if let checked = answer.checked { checked.apnsID.map(request.head.string) } else {
                 request.head.value(of: APNsHeaderName.apnsID)
             }
-        let id: String
-        if let requestID {
-            id = requestID
-        } else {
-            acceptedHeaders[0].value = ""  // the previous id's storage is reused when nothing else holds it
-            generatedID.regenerate(using: &random)
-            id = generatedID.value
-        }
+        let id = requestID ?? AnswerID.generate(using: &random)
         var headers: [(name: String, value: String)]
         var body: [UInt8] = []
         var token: UInt64?
         if answer.status == 200 {
             // The array is this handler's, reused (the session copies the headers out before `respond` returns).
-            acceptedHeaders[1].value = ""
-            uniqueID.regenerate(using: &random)
             acceptedHeaders[0].value = id
-            acceptedHeaders[1].value = uniqueID.value
+            acceptedHeaders[1].value = AnswerID.generate(using: &random)
             headers = acceptedHeaders
             if let checked = answer.checked {
                 token = request.head.bytes.withUnsafeBufferPointer {
-                    MockStats.digest(UnsafeBufferPointer(rebasing: $0[checked.token]))
+                    MockStats.digest(hex: UnsafeBufferPointer(rebasing: $0[checked.token]))
                 }
                 if shared.record != nil || shared.options.capturePayloads {
                     let hex = tokenHex(request.head, checked)
@@ -163,10 +151,16 @@ final class MockRequestHandler: HTTP2ServerHandler {
         }
         stats.recordAnswer(
             // Only a client's apns-id can be sent twice: one this mock generated (122 random bits) is not counted.
-            status: answer.status, reason: answer.reason, token: token, apnsID: requestID.map(MockStats.digest),
+            status: answer.status, reason: answer.reason, token: token, apnsID: requestID.map(Self.digest),
             priority: answer.checked?.priority)
         adjustThrottle(connection, state: state, accepted: answer.status == 200)
         finish(request, connection: connection, status: answer.status, headers: headers, body: body, decision: decision)
+    }
+
+    /// The digest of an apns-id for the duplicate count (one that passed the checks: a UUID).
+    private static func digest(_ apnsID: String) -> UInt64 {
+        var apnsID = apnsID
+        return apnsID.withUTF8 { MockStats.digest(hex: $0) }
     }
 
     /// Whether the request's path is a broadcast one (`/4/...`), read from its bytes.
