@@ -14,6 +14,21 @@ final class MockHotPathTests: XCTestCase {
         }
     }
 
+    func testContiguousTokenCheckAgreesWithTheGenericOne() {
+        let valid = Array(String(repeating: "0a1B", count: 16).utf8)
+        var cases = [valid, Array(valid.dropLast()), Array(valid.dropLast(2)), [], valid + valid + valid + valid]
+        for byte in UInt8.min...UInt8.max {
+            var token = valid
+            token[17] = byte
+            cases.append(token)
+        }
+        for token in cases {
+            let contiguous = token.withUnsafeBufferPointer { DeviceToken.isValid(utf8: $0) }
+            XCTAssertEqual(contiguous, DeviceToken.isValid(utf8: token[...]), "\(token)")
+            XCTAssertEqual(contiguous, DeviceToken(utf8: token[...]) != nil)
+        }
+    }
+
     func testDigestSetCountsDistinctDigestsAsSetDoes() {
         var generator = FastRandomGenerator(seed: 7)
         var digests = DigestSet()
