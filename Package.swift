@@ -110,7 +110,7 @@ let package = Package(
         // Only mock-apns, the benchmarks and the tests depend on it.
         .target(
             name: "FanoutTestSupport",
-            dependencies: ["FanoutCore", "FanoutTransport", "COpenSSL", "CFanoutShims"],
+            dependencies: ["FanoutCore", "FanoutTransport", "CLibUV", "COpenSSL", "CFanoutShims"],
             path: "Tools/FanoutTestSupport"),
         // mock-apns's request validator: APNs's rules for a device push. Pure Swift (FanoutCore only), so that
         // scripts/fuzz.sh can build it as a module; its folder sits inside MockAPNsKit's, which excludes it.

@@ -21,6 +21,16 @@ package struct PayloadShape {
 
     /// Inspects `body`; nil when it is not a well-formed JSON document whose top level is an object.
     package static func inspect(_ body: some Collection<UInt8>) -> PayloadShape? {
+        shape(of: body)
+    }
+
+    /// `inspect` over contiguous bytes, specialised here: the generic one runs unspecialised from another module
+    /// (mock-apns inspects the body of every request it receives).
+    package static func inspect(_ body: UnsafeBufferPointer<UInt8>) -> PayloadShape? {
+        shape(of: body)
+    }
+
+    private static func shape(of body: some Collection<UInt8>) -> PayloadShape? {
         do {
             return try JSONParser.withParser(over: body, rules: .rfc8259) { parser throws(JSONParseError) in
                 var shape = PayloadShape()

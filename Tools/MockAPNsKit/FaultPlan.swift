@@ -20,12 +20,19 @@ final class FaultPlan: Sendable {
 
     private let options: MockOptions
     private let sequence = Atomic<UInt64>(0)
+    /// Whether any fault is asked for.
+    private let hasFaults: Bool
 
     init(options: MockOptions) {
         self.options = options
+        hasFaults =
+            options.refuseEvery > 0 || options.blackholeEvery > 0 || options.blackholeAfter > 0
+            || options.dropEvery > 0 || options.goawayEvery > 0 || !options.failures.isEmpty
     }
 
     func next() -> Decision {
+        // Without faults the sequence number is never read: leave the counter every loop shares alone.
+        guard hasFaults else { return Decision() }
         let n = sequence.add(1, ordering: .relaxed).newValue
         var decision = Decision()
         if options.refuseEvery > 0 && n % UInt64(options.refuseEvery) == 0 {

@@ -47,7 +47,7 @@ extension MockShared {
         _ request: HTTP2ServerRequest, connection: HTTP2ServerConnection, state: MockConnectionState
     ) -> MockAnswer? {
         guard let verifier else { return nil }
-        guard let token = APNsRequestValidator.bearerToken(in: request.headers) else {
+        guard let token = APNsRequestValidator.bearerToken(in: request.head) else {
             return MockAnswer(status: 403, reason: "MissingProviderToken")
         }
         let result = verifier.verify(token, now: Int64(time(nil)))
@@ -68,10 +68,9 @@ extension MockShared {
 struct MockAnswer {
     var status: Int
     var reason: String?
-    var token: String?
+    /// The request that passed the checks (its token is where `checked.token` says in the request's head).
+    var checked: CheckedDeviceRequest?
     var timestamp: Int64?
-    /// `apns-priority` of an accepted request.
-    var priority: Int?
 }
 
 /// Answers requests as APNs does, on one loop: provider-token check, request validation, then the
@@ -80,12 +79,19 @@ final class MockRequestHandler: HTTP2ServerHandler {
     private let shared: MockShared
     private let loop: LoopThread
     private let delayed: DelayedResponses?
+    /// This loop's counts, which no other loop writes.
+    private let stats: MockStats.LoopStats
     /// Ids for answers; per loop, so no locking and no system call per request.
     private var random = FastRandomGenerator()
+    /// This loop's cache of the last body's JSON shape.
+    private let shapes = PayloadShapeCache()
+    /// The headers of an accepted answer, values replaced per request.
+    private var acceptedHeaders: [(name: String, value: String)] = [("apns-id", ""), ("apns-unique-id", "")]
 
     init(shared: MockShared, loop: LoopThread) {
         self.shared = shared
         self.loop = loop
+        stats = shared.stats.makeLoopStats()
         delayed =
             shared.options.latencyMilliseconds > 0
             ? DelayedResponses(loop: loop, delayMilliseconds: shared.options.latencyMilliseconds) : nil
@@ -109,30 +115,66 @@ final class MockRequestHandler: HTTP2ServerHandler {
             connection.drop()
             return
         }
-        if BroadcastRequestValidator.isBroadcastPath(request.path) {
+        if isBroadcastPath(request.head) {
             respondToBroadcast(request, connection: connection, state: state, decision: decision)
             return
         }
         let answer = self.answer(request, connection: connection, state: state, injected: decision.failure)
-        let apnsID = request.headers.first { $0.name == "apns-id" }?.value ?? APNsID.generate(using: &random)
-        var headers: [(name: String, value: String)] = [("apns-id", apnsID)]
+        // The request's own apns-id (valid when it passed the checks; echoed as sent otherwise), or a new one.
+        let requestID =
+            if let checked = answer.checked { checked.apnsID.map(request.head.string) } else {
+                request.head.value(of: APNsHeaderName.apnsID)
+            }
+        let id = requestID ?? AnswerID.generate(using: &random)
+        var headers: [(name: String, value: String)]
         var body: [UInt8] = []
+        var token: UInt64?
         if answer.status == 200 {
-            headers.append(("apns-unique-id", APNsID.generate(using: &random)))
-            if let token = answer.token {
-                shared.record?.append(token: token, apnsID: apnsID)
-                if shared.options.capturePayloads { shared.stats.recordPayload(request.body, token: token) }
+            // The array is this handler's, reused (the session copies the headers out before `respond` returns).
+            acceptedHeaders[0].value = id
+            acceptedHeaders[1].value = AnswerID.generate(using: &random)
+            headers = acceptedHeaders
+            if let checked = answer.checked {
+                token = request.head.bytes.withUnsafeBufferPointer {
+                    MockStats.digest(hex: UnsafeBufferPointer(rebasing: $0[checked.token]))
+                }
+                if shared.record != nil || shared.options.capturePayloads {
+                    let hex = tokenHex(request.head, checked)
+                    shared.record?.append(token: hex, apnsID: id)
+                    if shared.options.capturePayloads { shared.stats.recordPayload(request.body, token: hex) }
+                }
             }
         } else {
             body = APNsResponse.errorBody(
                 reason: APNsReason(answer.reason ?? "InternalServerError"), timestamp: answer.timestamp)
-            headers.append(("content-type", "application/json"))
+            headers = [("apns-id", id), ("content-type", "application/json")]
         }
-        shared.stats.recordAnswer(
-            status: answer.status, reason: answer.reason, token: answer.token, apnsID: apnsID, priority: answer.priority
-        )
+        stats.recordAnswer(
+            // Only a client's apns-id can be sent twice: one this mock generated (122 random bits) is not counted.
+            status: answer.status, reason: answer.reason, token: token, apnsID: requestID.map(Self.digest),
+            priority: answer.checked?.priority)
         adjustThrottle(connection, state: state, accepted: answer.status == 200)
         finish(request, connection: connection, status: answer.status, headers: headers, body: body, decision: decision)
+    }
+
+    /// The digest of an apns-id for the duplicate count (one that passed the checks: a UUID).
+    private static func digest(_ apnsID: String) -> UInt64 {
+        var apnsID = apnsID
+        return apnsID.withUTF8 { MockStats.digest(hex: $0) }
+    }
+
+    /// Whether the request's path is a broadcast one (`/4/...`), read from its bytes.
+    private func isBroadcastPath(_ head: HeaderView) -> Bool {
+        head.bytes.withUnsafeBufferPointer { bytes in
+            let path = UnsafeBufferPointer(rebasing: bytes[head.path])
+            return path.count >= 3 && path[0] == UInt8(ascii: "/") && path[1] == UInt8(ascii: "4")
+                && path[2] == UInt8(ascii: "/")
+        }
+    }
+
+    /// The checked request's device token, lowercased.
+    private func tokenHex(_ head: HeaderView, _ checked: CheckedDeviceRequest) -> String {
+        head.bytes.withUnsafeBufferPointer { DeviceToken(utf8: UnsafeBufferPointer(rebasing: $0[checked.token]))!.hex }
     }
 
     /// Sends the answer (now, or after `--latency-ms`), then GOAWAY when the fault plan says so.
@@ -203,24 +245,22 @@ final class MockRequestHandler: HTTP2ServerHandler {
     ) -> MockAnswer {
         if let refusal = shared.authenticate(request, connection: connection, state: state) { return refusal }
         if request.bodyTruncated { return MockAnswer(status: 413, reason: "PayloadTooLarge") }
-        let validated: ValidatedDeviceRequest
-        switch shared.validator.check(
-            method: request.method, path: request.path, headers: request.headers, body: request.body)
+        let checked: CheckedDeviceRequest
+        switch request.body.withUnsafeBufferPointer({ shared.validator.check(request.head, body: $0, shapes: shapes) })
         {
         case .failure(let rejection):
             return MockAnswer(status: rejection.status, reason: rejection.reason.rawValue)
         case .success(let request):
-            validated = request
+            checked = request
         }
-        let token = validated.deviceToken.hex
         if let injected {
-            return MockAnswer(status: injected.status, reason: injected.reason, token: token)
+            return MockAnswer(status: injected.status, reason: injected.reason, checked: checked)
         }
-        if !shared.unregistered.isEmpty && shared.unregistered.contains(token) {
+        if !shared.unregistered.isEmpty && shared.unregistered.contains(tokenHex(request.head, checked)) {
             let milliseconds = Int64(Date().timeIntervalSince1970 * 1000)
-            return MockAnswer(status: 410, reason: "Unregistered", token: token, timestamp: milliseconds)
+            return MockAnswer(status: 410, reason: "Unregistered", checked: checked, timestamp: milliseconds)
         }
-        return MockAnswer(status: 200, token: token, priority: validated.priority)
+        return MockAnswer(status: 200, checked: checked)
     }
 
     /// APNs drops a connection's stream limit to 1 after a rejection and restores it after the

@@ -1,15 +1,19 @@
+import FanoutCore
 import Foundation
 
 /// A complete request received by a server connection.
 package struct HTTP2ServerRequest: Sendable {
     package var streamID: Int32
-    package var method: String
-    package var path: String
-    /// Regular (non-pseudo) headers in arrival order, duplicates kept, names lowercase.
-    package var headers: [(name: String, value: String)]
+    /// `:method`, `:path` and the regular headers as received, as byte ranges in one buffer (names lowercase).
+    package var head: HeaderView
     package var body: [UInt8]
     /// The body was longer than `HTTP2ServerConnection.maxRequestBody`; `body` holds only its start.
     package var bodyTruncated = false
+
+    package var method: String { head.methodString }
+    package var path: String { head.pathString }
+    /// Regular (non-pseudo) headers in arrival order, duplicates kept, names lowercase (made from `head`).
+    package var headers: [(name: String, value: String)] { head.pairs }
 }
 
 /// What a server connection asks of the application (mock-apns, `HTTPServer`). Calls on the loop thread.
@@ -57,6 +61,9 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     package var onClose: (() -> Void)?
     /// A free slot for the application (mock-apns keeps its per-connection state here).
     package var userInfo: AnyObject?
+    /// Streams that closed, emptied with their buffers kept, for the next streams: no allocation per request.
+    private var spareStreams: [ServerStream] = []
+    private static let maxSpareStreams = 256
 
     /// Largest request body kept; past it the rest is dropped, the handler hears `bodyTooLarge`, and the
     /// request is marked truncated, so a hostile client cannot make the server buffer without bound. 64 KiB for
@@ -148,7 +155,7 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
 
     package func session(_ session: HTTP2Session, contextForStream streamID: Int32) -> AnyObject {
         streamsReceived += 1
-        let stream = ServerStream()
+        let stream = spareStreams.popLast() ?? ServerStream()
         stream.streamID = streamID
         return stream
     }
@@ -158,13 +165,12 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         value: UnsafeRawBufferPointer
     ) {
         let stream = unsafeDowncast(stream, to: ServerStream.self)
-        let value = String(decoding: value, as: UTF8.self)
-        if bytesEqual(name, ":method") {
-            stream.method = value
+        if let first = name.first, first != UInt8(ascii: ":") {
+            stream.head.append(name: name, value: value)
+        } else if bytesEqual(name, ":method") {
+            stream.head.setMethod(value)
         } else if bytesEqual(name, ":path") {
-            stream.path = value
-        } else if name.first.map({ $0 != UInt8(ascii: ":") }) ?? false {
-            stream.headers.append((String(decoding: name, as: UTF8.self), value))
+            stream.head.setPath(value)
         }
     }
 
@@ -188,16 +194,21 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
             refuse(streamID: streamID)
             return
         }
-        let request = HTTP2ServerRequest(
-            streamID: streamID, method: stream.method, path: stream.path, headers: stream.headers, body: stream.body,
-            bodyTruncated: stream.overflow)
-        stream.headers = []
-        stream.body = []
-        handler.serverConnection(self, didReceive: request)
+        // The request shares the stream's buffers; the handler lets go of them before the stream closes (unless it
+        // keeps the request, when the stream's next use copies), so the buffers are reused without allocating.
+        handler.serverConnection(
+            self,
+            didReceive: HTTP2ServerRequest(
+                streamID: streamID, head: stream.head, body: stream.body, bodyTruncated: stream.overflow))
     }
 
     package func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32) {
         handler.serverConnection(self, didCloseStream: streamID, errorCode: errorCode)
+        if spareStreams.count < Self.maxSpareStreams {
+            let stream = unsafeDowncast(stream, to: ServerStream.self)
+            stream.reset()
+            spareStreams.append(stream)
+        }
     }
 
     package func sessionPeerExceededStreamLimit(_ session: HTTP2Session) {
@@ -214,17 +225,28 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     }
 }
 
-/// One incoming request as it arrives. The session's stream table owns it while the stream is open.
+/// One incoming request as it arrives. The session's stream table owns it while the stream is open; then the
+/// connection keeps it, emptied, for a later stream (see `spareStreams`).
 private final class ServerStream {
-    var method = ""
-    var path = ""
-    var headers: [(name: String, value: String)] = []
+    var head = HeaderView()
     var body: [UInt8] = []
     var overflow = false
     var delivered = false
     var streamID: Int32?
 
     init() {
-        headers.reserveCapacity(12)  // an APNs request has up to 9 regular headers: one allocation
+        // An APNs request has up to 9 regular headers, a few hundred bytes with the pseudo-headers, and a body of up
+        // to 4 KiB (5 KiB for voip): room for the common case at once.
+        head.reserveCapacity(bytes: 512, fields: 12)
+        body.reserveCapacity(1024)
+    }
+
+    /// Ready for another stream, keeping the storage.
+    func reset() {
+        head.removeAll()
+        body.removeAll(keepingCapacity: true)
+        overflow = false
+        delivered = false
+        streamID = nil
     }
 }

@@ -43,7 +43,7 @@ import FanoutCore
 /// - `apns-topic` is always required, as with token authentication.
 /// - Header names are compared exactly: HTTP/2 requires them in lowercase and nghttp2 enforces it.
 package struct APNsRequestValidator: Sendable {
-    static let devicePathPrefix = Array("/3/device".utf8)
+    static let devicePathPrefix = "/3/device"
 
     package init() {}
 
@@ -57,80 +57,131 @@ package struct APNsRequestValidator: Sendable {
         return nil
     }
 
-    /// Validates the request and, when it passes, returns its parsed headers.
+    /// Validates the request and, when it passes, returns its parsed headers. The same check as `check(_:body:)`,
+    /// over a head built from the strings.
     package func check(
         method: String, path: String, headers: [(name: String, value: String)], body: some Collection<UInt8>
     ) -> Result<ValidatedDeviceRequest, APNsRejection> {
-        guard method == "POST" else { return .failure(APNsRejection(.methodNotAllowed)) }
-        let deviceToken: DeviceToken
-        switch APNsRequestValidator.deviceToken(inPath: path) {
-        case .success(let token): deviceToken = token
+        let head = HeaderView(method: method, path: path, headers: headers)
+        let checked =
+            body.withContiguousStorageIfAvailable { check(head, body: $0) }
+            ?? Array(body).withUnsafeBufferPointer { check(head, body: $0) }
+        return checked.map { $0.validated(in: head) }
+    }
+
+    /// Validates a request from its bytes (what mock-apns runs per request: no `String` per header) and, when it
+    /// passes, returns where its fields sit in `head.bytes`.
+    /// - Parameter shapes: a loop's cache of the last body's shape (the same payload goes to many tokens).
+    package func check(
+        _ head: HeaderView, body: UnsafeBufferPointer<UInt8>, shapes: PayloadShapeCache? = nil
+    ) -> Result<CheckedDeviceRequest, APNsRejection> {
+        head.bytes.withUnsafeBufferPointer { bytes in check(head, bytes: bytes, body: body, shapes: shapes) }
+    }
+
+    private func check(
+        _ head: HeaderView, bytes: UnsafeBufferPointer<UInt8>, body: UnsafeBufferPointer<UInt8>,
+        shapes: PayloadShapeCache?
+    ) -> Result<CheckedDeviceRequest, APNsRejection> {
+        func slice(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[range]) }
+        guard slice(head.method).equals("POST") else { return .failure(APNsRejection(.methodNotAllowed)) }
+        let token: Range<Int>
+        switch APNsRequestValidator.deviceToken(inPath: slice(head.path)) {
+        case .success(let range):
+            token = range.lowerBound + head.path.lowerBound..<range.upperBound + head.path.lowerBound
         case .failure(let rejection): return .failure(rejection)
         }
 
         let received: ReceivedHeaders
-        switch ReceivedHeaders.collect(headers) {
+        switch ReceivedHeaders.collect(head, bytes: bytes) {
         case .success(let collected): received = collected
         case .failure(let rejection): return .failure(rejection)
         }
 
         var pushType = PushType.alert
         if let value = received.pushType {
-            guard let known = PushType(rawValue: value) else { return .failure(APNsRejection(.invalidPushType)) }
+            // Push types are short: the string is a small one, not allocated.
+            guard let known = PushType(rawValue: String(decoding: slice(value), as: UTF8.self)) else {
+                return .failure(APNsRejection(.invalidPushType))
+            }
             pushType = known
         }
         guard let topic = received.topic, !topic.isEmpty else { return .failure(APNsRejection(.missingTopic)) }
-        guard pushType.acceptsTopic(topic) else { return .failure(APNsRejection(.badTopic)) }
+        guard APNsRequestValidator.topic(slice(topic), fits: pushType) else {
+            return .failure(APNsRejection(.badTopic))
+        }
 
         var priority = pushType.defaultPriority
         if let value = received.priority {
-            switch value {
-            case "1": priority = 1
-            case "5": priority = 5
-            case "10": priority = 10
-            default: return .failure(APNsRejection(.badPriority))
+            let text = slice(value)
+            if text.equals("1") {
+                priority = 1
+            } else if text.equals("5") {
+                priority = 5
+            } else if text.equals("10") {
+                priority = 10
+            } else {
+                return .failure(APNsRejection(.badPriority))
             }
             guard pushType.allowsPriority(priority) else { return .failure(APNsRejection(.badPriority)) }
         }
         var expiration: Int64?
         if let value = received.expiration {
-            guard let parsed = ASCIIBytes.parseNonNegativeInt64(value.utf8) else {
+            guard let parsed = ASCIIBytes.parseNonNegativeInt64(slice(value)) else {
                 return .failure(APNsRejection(.badExpirationDate))
             }
             expiration = parsed
         }
-        if let collapseID = received.collapseID, collapseID.utf8.count > NotificationHeaders.maximumCollapseIDBytes {
+        if let collapseID = received.collapseID, collapseID.count > NotificationHeaders.maximumCollapseIDBytes {
             return .failure(APNsRejection(.badCollapseId))
         }
-        if let apnsID = received.apnsID, !APNsID.isValid(apnsID) {
+        if let apnsID = received.apnsID, !APNsID.isValid(utf8: slice(apnsID)) {
             return .failure(APNsRejection(.badMessageId))
         }
 
-        if let rejection = APNsRequestValidator.checkBody(body, pushType: pushType) {
+        if let rejection = APNsRequestValidator.checkBody(body, pushType: pushType, shapes: shapes) {
             return .failure(rejection)
         }
 
         return .success(
-            ValidatedDeviceRequest(
-                deviceToken: deviceToken, pushType: pushType, topic: topic, priority: priority, expiration: expiration,
-                collapseID: received.collapseID, apnsID: received.apnsID,
-                bearerToken: received.authorization.flatMap(APNsRequestValidator.bearerToken(fromAuthorization:))))
+            CheckedDeviceRequest(
+                token: token, pushType: pushType, topic: topic, priority: priority, expiration: expiration,
+                collapseID: received.collapseID, apnsID: received.apnsID, authorization: received.authorization))
+    }
+
+    /// Whether `topic` has the shape `pushType` needs (`PushType.acceptsTopic`, over bytes): not empty, and when the
+    /// type needs a suffix, a non-empty bundle id before it.
+    static func topic(_ topic: UnsafeBufferPointer<UInt8>, fits pushType: PushType) -> Bool {
+        guard var suffix = pushType.requiredTopicSuffix else { return !topic.isEmpty }
+        return suffix.withUTF8 { suffix in
+            topic.count > suffix.count
+                && UnsafeBufferPointer(rebasing: topic[(topic.count - suffix.count)...])
+                    .elementsEqual(suffix)
+        }
     }
 
     /// The device token in a `/3/device/<token>` path, or the rejection APNs gives for the path.
     package static func deviceToken(inPath path: String) -> Result<DeviceToken, APNsRejection> {
         var path = path
-        // One contiguous pass over the bytes: generic slices of String.UTF8View are several times slower.
-        return path.withUTF8 { bytes -> Result<DeviceToken, APNsRejection> in
-            guard bytes.starts(with: devicePathPrefix) else { return .failure(APNsRejection(.badPath)) }
-            let afterPrefix = UnsafeBufferPointer(rebasing: bytes[devicePathPrefix.count...])
-            if afterPrefix.isEmpty { return .failure(APNsRejection(.missingDeviceToken)) }
-            guard afterPrefix.first == UInt8(ascii: "/") else { return .failure(APNsRejection(.badPath)) }
-            let token = UnsafeBufferPointer(rebasing: afterPrefix[1...])
-            if token.isEmpty { return .failure(APNsRejection(.missingDeviceToken)) }
-            guard let deviceToken = DeviceToken(utf8: token) else { return .failure(APNsRejection(.badDeviceToken)) }
-            return .success(deviceToken)
+        return path.withUTF8 { bytes in
+            deviceToken(inPath: bytes).map { DeviceToken(utf8: UnsafeBufferPointer(rebasing: bytes[$0]))! }
         }
+    }
+
+    /// Where the device token sits in a `/3/device/<token>` path (valid, as sent, not lowercased), or the rejection
+    /// APNs gives for the path.
+    static func deviceToken(inPath bytes: UnsafeBufferPointer<UInt8>) -> Result<Range<Int>, APNsRejection> {
+        let prefix = devicePathPrefix.utf8.count
+        guard bytes.count >= prefix, UnsafeBufferPointer(rebasing: bytes[..<prefix]).equals(devicePathPrefix) else {
+            return .failure(APNsRejection(.badPath))
+        }
+        if bytes.count == prefix { return .failure(APNsRejection(.missingDeviceToken)) }
+        guard bytes[prefix] == UInt8(ascii: "/") else { return .failure(APNsRejection(.badPath)) }
+        let token = prefix + 1..<bytes.count
+        if token.isEmpty { return .failure(APNsRejection(.missingDeviceToken)) }
+        guard DeviceToken.isValid(utf8: UnsafeBufferPointer(rebasing: bytes[token])) else {
+            return .failure(APNsRejection(.badDeviceToken))
+        }
+        return .success(token)
     }
 
     /// The JWT of the first `authorization: bearer <jwt>` header; nil when there is none, the scheme is not `bearer`
@@ -140,6 +191,17 @@ package struct APNsRequestValidator: Sendable {
             return bearerToken(fromAuthorization: header.value)
         }
         return nil
+    }
+
+    /// `bearerToken(in:)` over a request's head.
+    package static func bearerToken(in head: HeaderView) -> String? {
+        head.bytes.withUnsafeBufferPointer { bytes in
+            for field in head.fields
+            where UnsafeBufferPointer(rebasing: bytes[field.name]).equals(APNsHeaderName.authorization) {
+                return bearerToken(fromAuthorization: String(decoding: bytes[field.value], as: UTF8.self))
+            }
+            return nil
+        }
     }
 
     /// The JWT of an `authorization` header value of the form `bearer <jwt>`.
@@ -157,11 +219,14 @@ package struct APNsRequestValidator: Sendable {
     }
 
     /// The body rules: presence, size limit, then JSON structure and the Live Activity keys.
-    static func checkBody(_ body: some Collection<UInt8>, pushType: PushType) -> APNsRejection? {
+    static func checkBody(
+        _ body: UnsafeBufferPointer<UInt8>, pushType: PushType, shapes: PayloadShapeCache? = nil
+    ) -> APNsRejection? {
         let count = body.count
         if count == 0 { return APNsRejection(.payloadEmpty) }
         if count > pushType.payloadSizeLimit { return APNsRejection(.payloadTooLarge) }
-        guard let shape = PayloadShape.inspect(body) else { return APNsRejection(.badPayload) }
+        let inspected = if let shapes { shapes.shape(of: body) } else { PayloadShape.inspect(body) }
+        guard let shape = inspected else { return APNsRejection(.badPayload) }
         if pushType.requiresAPSDictionary, !shape.hasAPSObject { return APNsRejection(.badPayload) }
         if pushType == .liveactivity {
             switch shape.event {

@@ -17,3 +17,30 @@ package struct ValidatedDeviceRequest: Hashable, Sendable {
     /// The JWT from `authorization: bearer <jwt>`; nil when absent or not a bearer credential.
     package var bearerToken: String?
 }
+
+/// A device-push request that passed `APNsRequestValidator.check(_:body:)`: the parsed values, and where the rest sit
+/// in the head's bytes, so that mock-apns makes a `String` of a field only when it needs one.
+package struct CheckedDeviceRequest: Sendable {
+    /// The device token in the path, as sent (valid; not lowercased).
+    package var token: Range<Int>
+    package var pushType: PushType
+    package var topic: Range<Int>
+    package var priority: Int
+    package var expiration: Int64?
+    package var collapseID: Range<Int>?
+    package var apnsID: Range<Int>?
+    /// The `authorization` header's value, whatever its scheme.
+    package var authorization: Range<Int>?
+
+    /// The request with its fields as values (`head` is the one checked).
+    package func validated(in head: HeaderView) -> ValidatedDeviceRequest {
+        head.bytes.withUnsafeBufferPointer { bytes in
+            func string(_ range: Range<Int>) -> String { String(decoding: bytes[range], as: UTF8.self) }
+            return ValidatedDeviceRequest(
+                deviceToken: DeviceToken(utf8: UnsafeBufferPointer(rebasing: bytes[token]))!, pushType: pushType,
+                topic: string(topic), priority: priority, expiration: expiration, collapseID: collapseID.map(string),
+                apnsID: apnsID.map(string),
+                bearerToken: authorization.flatMap { APNsRequestValidator.bearerToken(fromAuthorization: string($0)) })
+        }
+    }
+}
