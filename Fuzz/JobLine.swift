@@ -74,6 +74,10 @@ private func check(_ job: ParsedJob, line: UnsafeBufferPointer<UInt8>) {
         token = DeviceToken(tokens[0])!
     case .file(let path):
         require(!path.isEmpty, "empty tokens_file accepted")
+    case .activity(let app, let id), .channel(let app, let id, _):
+        require(!app.isEmpty && !id.isEmpty, "a registry or channel job without its app or id accepted")
+    case .pushToStart(let app, _, _, _), .devices(let app, _):
+        require(!app.isEmpty, "a registry job without its app accepted")
     }
 
     // The request as the engine sends it: the job's headers with a fresh apns-id and a bearer token.

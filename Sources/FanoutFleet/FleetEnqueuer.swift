@@ -188,16 +188,14 @@ package final class FleetEnqueuer: Sendable {
             }
             if let audience {
                 try await audience.recordContent()
-                var cursor: RegistryCursor?
-                repeat {
-                    let page = try await audience.page(after: cursor)
-                    for token in page.tokens {
+                var pager = audience.pager()
+                while let page = try await pager.nextPage() {
+                    for token in page {
                         batch.append(token)
                         total += 1
                         if batch.count == shardSize { try await flush() }
                     }
-                    cursor = page.next
-                } while cursor != nil
+                }
                 try await flush()
                 if let channel = audience.channel {
                     // The broadcast: one more recipient after every token, in a shard of its own.

@@ -5,8 +5,8 @@ import FanoutCore
 /// `fanout send --registry` decides for a job by activity id besides its tokens (the content timestamp, the
 /// broadcast, the end).
 ///
-/// The engine does these while it sends (`RegistryPager`, `applyActivityRules`, `sendChannelBroadcast`,
-/// `recordActivityEnded`, all internal to `Fanout`); the fleet does them once per job, here, because its workers
+/// The engine does these while it sends (`applyActivityRules`, `sendChannelBroadcast`, `recordActivityEnded`,
+/// internal to `Fanout`; the paging is the engine's `RegistryPager`); the fleet does them once per job, here, because its workers
 /// send shards of tokens, not the registry address. The rules are the same: a job whose content timestamp is not
 /// newer than the activity's last recorded one is superseded (refused here, nothing is sent), otherwise its timestamp
 /// becomes the activity's last; an activity bound to a channel gets one broadcast besides its tokens; an `end` marks
@@ -17,20 +17,7 @@ struct RegistryAudience: Sendable {
         var message: String
     }
 
-    private enum Query {
-        case activity(app: String, id: String)
-        case pushToStart(app: String, attributesType: String?, selection: RecipientSelection)
-        case devices(app: String, selection: RecipientSelection)
-
-        var app: String {
-            switch self {
-            case .activity(let app, _), .pushToStart(let app, _, _), .devices(let app, _): app
-            }
-        }
-    }
-
-    /// Tokens per registry read: the engine's page size.
-    static let pageSize = 4096
+    private typealias Query = RegistryPager.Query
 
     private let registry: any RegistryStore
     private let query: Query
@@ -127,20 +114,8 @@ struct RegistryAudience: Sendable {
         ])
     }
 
-    /// One page of tokens, in the registry's order.
-    func page(after cursor: RegistryCursor?) async throws(RegistryError) -> (tokens: [String], next: RegistryCursor?) {
-        switch query {
-        case .activity(let app, let id):
-            let page = try await registry.liveUpdateTokens(
-                app: app, activityID: id, after: cursor, limit: Self.pageSize, now: now)
-            return (page.items.map(\.token), page.next)
-        case .pushToStart(let app, let attributesType, let selection):
-            let page = try await registry.pushToStartTokens(
-                app: app, attributesType: attributesType, selection: selection, after: cursor, limit: Self.pageSize)
-            return (page.items.map(\.token), page.next)
-        case .devices(let app, let selection):
-            let page = try await registry.devices(app: app, selection: selection, after: cursor, limit: Self.pageSize)
-            return (page.items.compactMap(\.pushToken), page.next)
-        }
+    /// The job's recipients, page by page in the registry's order, all as of the job's one `now`.
+    func pager() -> RegistryPager {
+        RegistryPager(store: registry, query: query, now: now)
     }
 }

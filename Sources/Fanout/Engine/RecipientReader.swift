@@ -62,31 +62,40 @@ struct RecipientReader {
     }
 }
 
-/// One registry query read page by page behind the store's cursor.
-struct RegistryPager {
-    enum Query {
+/// One registry query read page by page behind the store's cursor, with one `now` for the whole read (the engine's
+/// registry-addressed jobs, and `fanout enqueue`'s).
+package struct RegistryPager: Sendable {
+    package enum Query: Sendable {
         case activity(app: String, id: String)
         case pushToStart(app: String, attributesType: String?, selection: RecipientSelection)
         case devices(app: String, selection: RecipientSelection)
+
+        /// The app the query reads.
+        package var app: String {
+            switch self {
+            case .activity(let app, _), .pushToStart(let app, _, _), .devices(let app, _): app
+            }
+        }
     }
 
-    static let pageSize = 4096
+    package static let pageSize = 4096
 
     let store: any RegistryStore
-    let query: Query
-    let now: Int64
+    package let query: Query
+    package let now: Int64
     private var cursor: RegistryCursor?
     private var page: [String] = []
     private var index = 0
     private var exhausted = false
     private(set) var delivered = 0
 
-    init(store: any RegistryStore, query: Query, now: Int64) {
+    package init(store: any RegistryStore, query: Query, now: Int64) {
         self.store = store
         self.query = query
         self.now = now
     }
 
+    /// The next token, or nil after the last.
     mutating func next() async throws(RegistryError) -> String? {
         while index == page.count {
             guard !exhausted else { return nil }
@@ -97,6 +106,19 @@ struct RegistryPager {
             delivered += 1
         }
         return page[index]
+    }
+
+    /// The next page's tokens (what `next()` has not returned of the current one, if any), or nil after the last.
+    package mutating func nextPage() async throws(RegistryError) -> [String]? {
+        while index == page.count {
+            guard !exhausted else { return nil }
+            try await loadPage()
+        }
+        defer {
+            delivered += page.count - index
+            index = page.count
+        }
+        return Array(page[index...])
     }
 
     private mutating func loadPage() async throws(RegistryError) {
