@@ -418,7 +418,7 @@ final class ClientStream {
         if bytesEqual(name, ":status") {
             status = parseDecimal(value)
         } else if bytesEqual(name, "apns-id") {
-            apnsID = String(decoding: value, as: UTF8.self)
+            apnsID = Self.string(value, reusing: request.apnsID)
         } else if bytesEqual(name, "apns-unique-id") {
             apnsUniqueID = String(decoding: value, as: UTF8.self)
         } else if bytesEqual(name, "apns-channel-id") {
@@ -426,6 +426,16 @@ final class ClientStream {
         } else if bytesEqual(name, "apns-request-id") {
             requestID = String(decoding: value, as: UTF8.self)
         }
+    }
+
+    /// `value` as a String: `known` itself when it has the same bytes, a new String otherwise. APNs echoes the
+    /// `apns-id` a request sent, so every response would otherwise allocate a copy of a String the request holds.
+    private static func string(_ value: UnsafeRawBufferPointer, reusing known: String?) -> String {
+        if var known, known.utf8.count == value.count, value.count > 0 {
+            let same = known.withUTF8 { memcmp($0.baseAddress!, value.baseAddress!, value.count) == 0 }
+            if same { return known }
+        }
+        return String(decoding: value, as: UTF8.self)
     }
 
     func makeResponse(status: Int) -> HTTP2Response {
