@@ -10,7 +10,6 @@ import Foundation
 final class PendingNotification: @unchecked Sendable {
     let job: PreparedJob
     let token: String
-    let path: String
     let apnsID: String
     /// Position of the recipient in its job.
     let position: Int
@@ -31,8 +30,6 @@ final class PendingNotification: @unchecked Sendable {
         self.job = job
         self.token = token
         self.position = position
-        // A broadcast's one recipient is its channel; the channel travels in a header, not the path.
-        path = job.broadcastPath ?? "/3/device/" + token
         self.apnsID = apnsID
     }
 }
@@ -179,9 +176,13 @@ final class EngineLoop: @unchecked Sendable {
             retryBudget.recordFirstAttempt(now: now * 1_000_000)
         }
         pending.attempts += 1
+        // `:path` is "/3/device/" and the token, joined by the session in a buffer it reuses (no String per
+        // notification). A broadcast's one recipient is its channel, which travels in a header, not the path.
+        let broadcastPath = pending.job.broadcastPath
         let request = HTTP2Request(
             // A broadcast carries no apns-id (Apple lists only apns-request-id for it).
-            head: pending.job.headerBlock(bearer: bearer), path: pending.path,
+            head: pending.job.headerBlock(bearer: bearer), path: broadcastPath ?? "/3/device/",
+            pathSuffix: broadcastPath == nil ? pending.token : "",
             apnsID: pending.job.isBroadcast ? nil : pending.apnsID, body: pending.job.body)
         if let slot = freeWireSlots.popLast() {
             pending.wireSlot = slot

@@ -2,15 +2,19 @@
 /// optional `apns-id`, and a shared body.
 package struct HTTP2Request: Sendable {
     package var head: HeaderBlock
-    /// `:path`, e.g. `/3/device/<token>`.
+    /// `:path`, e.g. `/3/device/<token>`, or its first part when `pathSuffix` is not empty.
     package var path: String
+    /// The rest of `:path` after `path`: a device push sends `path` "/3/device/" (a literal) and the token
+    /// here, and the session joins them in a buffer it reuses, so no path String is made per request.
+    package var pathSuffix: String
     /// Sent as `apns-id` when set (a retry keeps its id).
     package var apnsID: String?
     package var body: SharedBody
 
-    package init(head: HeaderBlock, path: String, apnsID: String? = nil, body: SharedBody) {
+    package init(head: HeaderBlock, path: String, pathSuffix: String = "", apnsID: String? = nil, body: SharedBody) {
         self.head = head
         self.path = path
+        self.pathSuffix = pathSuffix
         self.apnsID = apnsID
         self.body = body
     }

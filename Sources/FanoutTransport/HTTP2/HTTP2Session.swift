@@ -179,6 +179,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         assert(isClosed, "an HTTP2Session must be closed before it is freed")
         scratchBytes?.deallocate()
         scratchFields?.deallocate()
+        pathScratch?.deallocate()
     }
 
     /// Runs HTTP/2 over `channel` once its TLS handshake is done. Call once.
@@ -238,11 +239,10 @@ package final class HTTP2Session: SecureChannelDelegate {
         }
         // The read callback finds the body in the stream table by stream id; no source pointer.
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
-        var path = request.path
         var apnsID = request.apnsID
-        let streamID: Int32 = path.withUTF8 { pathBytes in
+        let streamID: Int32 = withPath(of: request) { pathBytes in
             func submit(_ extra: (name: StaticString, value: UnsafeRawBufferPointer)?) -> Int32 {
-                request.head.withNameValuePairs(path: UnsafeRawBufferPointer(pathBytes), extra: extra) { nva, count in
+                request.head.withNameValuePairs(path: pathBytes, extra: extra) { nva, count in
                     nghttp2_submit_request(nghttp2, nil, nva, count, &provider, nil)
                 }
             }
@@ -257,6 +257,32 @@ package final class HTTP2Session: SecureChannelDelegate {
         streams[streamID] = OpenStream(context: context, body: request.body)
         channel?.scheduleFlush()
         return .success(streamID)
+    }
+
+    /// Owned: allocated on first use (grown when a path does not fit), freed in deinit. Where `withPath` joins a
+    /// request's `path` and `pathSuffix`; nghttp2 copies the header on submit, so one buffer serves every request.
+    private var pathScratch: UnsafeMutableRawBufferPointer?
+
+    /// Lends `body` the request's `:path` bytes, `path` then `pathSuffix`, valid only inside `body`.
+    private func withPath<R>(of request: HTTP2Request, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        var path = request.path
+        guard !request.pathSuffix.isEmpty else { return path.withUTF8 { body(UnsafeRawBufferPointer($0)) } }
+        var suffix = request.pathSuffix
+        let needed = path.utf8.count + suffix.utf8.count
+        if (pathScratch?.count ?? 0) < needed {
+            pathScratch?.deallocate()
+            pathScratch = .allocate(byteCount: max(needed, 256), alignment: 1)
+        }
+        let scratch = pathScratch!
+        let prefixCount = path.withUTF8 { bytes in
+            scratch.copyMemory(from: UnsafeRawBufferPointer(bytes))
+            return bytes.count
+        }
+        suffix.withUTF8 { bytes in
+            UnsafeMutableRawBufferPointer(rebasing: scratch[prefixCount...]).copyMemory(
+                from: UnsafeRawBufferPointer(bytes))
+        }
+        return body(UnsafeRawBufferPointer(rebasing: scratch[..<needed]))
     }
 
     /// Server role: answers stream `streamID` with `status`, `headers` and `body` (nil or empty: the
