@@ -63,7 +63,7 @@ final class EngineShared: Sendable {
 ///
 /// Streams are kept busy as h2load does: whenever a connection can open a stream (ready, a stream
 /// closed, the server raised its limit) it takes waiting notifications up to its limit.
-final class EngineLoop: @unchecked Sendable {
+final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     // @unchecked Sendable: referenced from other threads only to `loop.execute` onto it.
 
     let loop: LoopThread
@@ -192,9 +192,16 @@ final class EngineLoop: @unchecked Sendable {
             onWire.append(pending)
         }
         pending.connection = connection
-        pending.requestID = connection.submit(request) { [self] result in
-            complete(pending, result: result, connection: connection)
-        }
+        // No closure per notification: the connection hands `pending` back to `request(_:didComplete:on:)`.
+        pending.requestID = connection.submit(request, context: pending, handler: self)
+    }
+
+    /// HTTP2ResponseHandler: a notification's stream ended; `context` is its PendingNotification.
+    func request(
+        _ context: AnyObject, didComplete result: Result<HTTP2Response, HTTP2StreamFailure>,
+        on connection: HTTP2ClientConnection
+    ) {
+        complete(unsafeDowncast(context, to: PendingNotification.self), result: result, connection: connection)
     }
 
     private func complete(

@@ -160,11 +160,25 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     /// - Returns: the request's id, for `cancel(_:)`.
     @discardableResult
     package func submit(_ request: HTTP2Request, completion: @escaping HTTP2Completion) -> HTTP2RequestID {
+        submit(request, .closure(completion))
+    }
+
+    /// Queues a request like `submit(_:completion:)`, but tells `handler` of its end, with `context`, instead of
+    /// calling a closure: a caller with many requests (the engine's loop) then makes no closure per request.
+    /// The request holds `handler` and `context` strongly until it completes.
+    @discardableResult
+    package func submit(_ request: HTTP2Request, context: AnyObject, handler: HTTP2ResponseHandler) -> HTTP2RequestID {
+        submit(request, .handler(handler, context))
+    }
+
+    private func submit(_ request: HTTP2Request, _ completion: ClientStream.Completion) -> HTTP2RequestID {
         loop.assertInLoop()
         lastRequestID += 1
         let id = HTTP2RequestID(rawValue: lastRequestID)
         guard isAcceptingRequests else {
-            completion(.failure(.notSent(TransportError(.connectionClosed, "connection is not accepting requests"))))
+            complete(
+                completion,
+                .failure(.notSent(TransportError(.connectionClosed, "connection is not accepting requests"))))
             return id
         }
         var deadline = UInt64.max
@@ -216,7 +230,14 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
         guard let completion = stream.takeCompletion() else { return }
         if stream.streamID == 0 { waitingCount -= 1 }
         ledger.didFinish()
-        completion(result)
+        complete(completion, result)
+    }
+
+    private func complete(_ completion: ClientStream.Completion, _ result: Result<HTTP2Response, HTTP2StreamFailure>) {
+        switch completion {
+        case .closure(let body): body(result)
+        case .handler(let handler, let context): handler.request(context, didComplete: result, on: self)
+        }
     }
 
     private func failWaiting(_ error: TransportError) {
@@ -382,11 +403,17 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
 /// stream contexts) while its stream is open; and `ledger`, for cancel and deadlines, until it
 /// finishes.
 final class ClientStream {
+    /// Who is told of the end: a closure, or a handler with the caller's context (no closure per request).
+    enum Completion {
+        case closure(HTTP2Completion)
+        case handler(HTTP2ResponseHandler, AnyObject)
+    }
+
     let id: UInt64
     let request: HTTP2Request
     /// In `uv_now` milliseconds; `.max`: none.
     let deadline: UInt64
-    private var completion: HTTP2Completion?
+    private var completion: Completion?
     /// 0 while waiting for a stream; the stream id once it has one.
     var streamID: Int32 = 0
     var status: Int?
@@ -398,18 +425,22 @@ final class ClientStream {
     var responseBody: [UInt8] = []
     var endStreamSeen = false
 
-    init(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: @escaping HTTP2Completion) {
+    init(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: Completion) {
         self.id = id
         self.request = request
         self.deadline = deadline
         self.completion = completion
     }
 
+    convenience init(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: @escaping HTTP2Completion) {
+        self.init(id: id, request: request, deadline: deadline, completion: .closure(completion))
+    }
+
     /// Completed (answered, failed, cancelled or timed out).
     var isFinished: Bool { completion == nil }
 
     /// The completion, the first time only.
-    func takeCompletion() -> HTTP2Completion? {
+    func takeCompletion() -> Completion? {
         defer { completion = nil }
         return completion
     }

@@ -84,3 +84,11 @@ package enum HTTP2StreamFailure: Error, Sendable, Equatable {
 }
 
 package typealias HTTP2Completion = @Sendable (Result<HTTP2Response, HTTP2StreamFailure>) -> Void
+
+/// Told of a request's end by `HTTP2ClientConnection.submit(_:context:handler:)`, on the loop thread, exactly
+/// once per request, with the context it was submitted with.
+package protocol HTTP2ResponseHandler: AnyObject {
+    func request(
+        _ context: AnyObject, didComplete result: Result<HTTP2Response, HTTP2StreamFailure>,
+        on connection: HTTP2ClientConnection)
+}
