@@ -2,17 +2,26 @@ import FanoutCore
 import FanoutPolicy
 import FanoutTransport
 import Foundation
+import Synchronization
 
 /// One notification on its way: which job, which token, its fixed `apns-id` (kept across retries),
 /// and how many attempts may have reached APNs.
 ///
-/// `@unchecked Sendable`: touched only on its loop; completion closures merely carry it there.
+/// Records are reused: once a notification has its result, its loop keeps the record (`EngineLoop.recycle`)
+/// and the feeding task fills it again for a later notification (`EngineLoop.takeSpares`), so in steady state
+/// a notification makes no record.
+///
+/// `@unchecked Sendable`: touched by one thread at a time. The feeding task fills it, then hands it to its loop
+/// with `execute` (a lock); from then on only the loop touches it, until `recycle` hands it back to the
+/// feeding side through the loop's spares mutex.
 final class PendingNotification: @unchecked Sendable {
-    let job: PreparedJob
-    let token: String
-    let apnsID: String
+    /// Nil only while the record is spare.
+    private var preparedJob: PreparedJob?
+    var job: PreparedJob { preparedJob! }
+    private(set) var token: String
+    private(set) var apnsID: String
     /// Position of the recipient in its job.
-    let position: Int
+    private(set) var position: Int
     var attempts = 0
     /// Loop clock (ms) of the first send, for latency.
     var firstSentAt: UInt64 = 0
@@ -27,10 +36,35 @@ final class PendingNotification: @unchecked Sendable {
     var wireSlot = -1
 
     init(job: PreparedJob, token: String, apnsID: String, position: Int) {
-        self.job = job
+        preparedJob = job
         self.token = token
         self.position = position
         self.apnsID = apnsID
+    }
+
+    /// Fills a spare record for another notification, as `init` would.
+    func reuse(job: PreparedJob, token: String, apnsID: String, position: Int) {
+        precondition(preparedJob == nil, "a record is reused only once it is spare")
+        preparedJob = job
+        self.token = token
+        self.apnsID = apnsID
+        self.position = position
+    }
+
+    /// Makes the record spare: it lets go of its job (and so of the job's run and result handler) and strings.
+    fileprivate func clear() {
+        preparedJob = nil
+        token = ""
+        apnsID = ""
+        position = 0
+        attempts = 0
+        firstSentAt = 0
+        lastStatus = nil
+        lastReason = nil
+        notBefore = 0
+        connection = nil
+        requestID = HTTP2RequestID(rawValue: 0)
+        wireSlot = -1
     }
 }
 
@@ -90,6 +124,11 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     /// allocates nothing per notification. Only a cancelled job walks it.
     private var onWire: [PendingNotification?] = []
     private var freeWireSlots: [Int] = []
+    /// Records of finished notifications, kept by the loop until there are enough to hand over at once.
+    private var finishedRecords: [PendingNotification] = []
+    /// Records the feeding tasks take (`takeSpares`) before they make new ones; at most `maxSpares`.
+    private let spares = Mutex<[PendingNotification]>([])
+    private let maxSpares: Int
 
     /// One connection position in the pool: the live connection, or when to make the next one.
     private final class ConnectionSlot {
@@ -103,7 +142,39 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         self.shared = shared
         slots = (0..<shared.configuration.connectionsPerLoop).map { _ in ConnectionSlot() }
         retryBudget = RetryBudget(ratio: shared.configuration.retryBudgetRatio)
+        // No more than can be in flight at once: past that, the feeding side could not use them.
+        maxSpares = shared.limiter.capacity
     }
+
+    // MARK: Records
+
+    /// Moves up to `count` spare records into `records` (the feeding task then fills them with `reuse`). Any
+    /// thread.
+    func takeSpares(upTo count: Int, into records: inout [PendingNotification]) {
+        spares.withLock { spares in
+            let taken = min(count, spares.count)
+            records.append(contentsOf: spares[(spares.count - taken)...])
+            spares.removeLast(taken)
+        }
+    }
+
+    /// Keeps the record of a notification that has its result. Loop thread; hands records to the feeding side
+    /// in groups of `batch`, so the lock is taken once per group, not per notification.
+    private func recycle(_ pending: PendingNotification) {
+        pending.clear()
+        finishedRecords.append(pending)
+        if finishedRecords.count >= Self.recycleBatch { handOverFinishedRecords() }
+    }
+
+    private func handOverFinishedRecords() {
+        spares.withLock { spares in
+            let room = max(0, maxSpares - spares.count)
+            spares.append(contentsOf: finishedRecords.prefix(room))
+        }
+        finishedRecords.removeAll(keepingCapacity: true)
+    }
+
+    private static let recycleBatch = 256
 
     // MARK: Work in
 
@@ -359,6 +430,9 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         shared.limiter.release(1)
         configuration.metrics?.inFlight.set(shared.limiter.inFlight)
         pending.job.run.record(result)
+        // Nothing refers to the record now: it left the waiting queue, the delayed list and the on-the-wire
+        // table before it was finished, and its stream's completion has run.
+        recycle(pending)
     }
 
     private func failAllWaiting(reason: String) {
