@@ -27,7 +27,7 @@ struct ProbeOptions {
     var scenario = "throughput-1c"
     var small = 2_000
     var large = 12_000
-    var runs = 3
+    var runs = 5
 
     static func parse(_ arguments: [String]) throws -> ProbeOptions {
         var options = ProbeOptions()

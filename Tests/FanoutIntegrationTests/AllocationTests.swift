@@ -11,8 +11,8 @@ final class AllocationTests: XCTestCase {
     /// exact, but some allocations depend on timing rather than on the notification count: how many responses one
     /// socket read carries, how often the feeding task suspends for in-flight permits, a loop turn more or less
     /// before a job's last result. In a release build they move the figure by about 0.01 (16.273 to 16.285 over
-    /// runs on a loaded 2-core machine); in a debug build, which `make test` runs, one job in a few takes about
-    /// 2,600 allocations more (28.02 against 28.29 per notification, the median of three runs hides most of it).
+    /// runs on a loaded 2-core machine); in a debug build, which `make test` runs, one run in a few takes about
+    /// 2,600 allocations more (19.05 against 19.30 per notification; the median of five runs hides it).
     /// One allocation more per notification moves the figure by 1.0, so 0.3 cannot hide one.
     static let tolerance = 0.3
 
