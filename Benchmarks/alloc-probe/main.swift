@@ -85,7 +85,11 @@ final class MockChild {
         tlsDirectory = "\(workDirectory)/tls"
         let output = "\(workDirectory)/mock-apns.out"
         _ = FileManager.default.createFile(atPath: output, contents: nil)
-        process.executableURL = URL(fileURLWithPath: "\(binDirectory)/mock-apns")
+        let executable = "\(binDirectory)/mock-apns"
+        guard FileManager.default.isExecutableFile(atPath: executable) else {
+            throw ProbeError("\(executable) is missing: build it too (swift build --product mock-apns)")
+        }
+        process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = [
             "--listen", "127.0.0.1:0", "--tls-dir", tlsDirectory, "--threads", "1", "--key-id", Self.keyID,
             "--team-id", Self.teamID,
