@@ -142,6 +142,13 @@ let package = Package(
             ],
             path: "Benchmarks/fanout-bench"),
 
+        // alloc-probe: heap allocations per notification in steady state on throughput-1c's path, counted by
+        // CAllocationCounter, a counting malloc/free that only this executable links (it interposes the allocator
+        // on its whole process). The allocation test runs it against Tests/AllocationThresholds.
+        .target(name: "CAllocationCounter", path: "Benchmarks/CAllocationCounter"),
+        .executableTarget(
+            name: "alloc-probe", dependencies: ["Fanout", "CAllocationCounter"], path: "Benchmarks/alloc-probe"),
+
         .testTarget(name: "FanoutCoreTests", dependencies: ["FanoutCore"]),
         .testTarget(name: "FanoutPolicyTests", dependencies: ["FanoutPolicy"]),
         .testTarget(

@@ -56,6 +56,8 @@ package final class ChunkedLineReader {
     /// Everything in `buffer[start..<scanned]` is known to hold no newline, so a long line is scanned only once.
     private var scanned = 0
     private var atEnd = false
+    /// What `fill` grows the buffer with before a read overwrites it.
+    private static let zeros = [UInt8](repeating: 0, count: defaultChunkSize)
 
     /// Opens `path` for reading; throws when it does not exist, cannot be read or is a directory.
     package init(
@@ -136,7 +138,14 @@ package final class ChunkedLineReader {
             throw FileReadError(.lineTooLong, "line \(lineNumber + 1) is longer than \(maximumLineLength) bytes")
         }
         let oldCount = buffer.count
-        buffer.append(contentsOf: repeatElement(0, count: chunkSize))
+        // Room for the read, zeroed from an array (one copy in any build): appending `repeatElement(0, ...)`
+        // walks it an element at a time in a debug build, allocating on each, 262,144 times per chunk.
+        var room = chunkSize
+        while room > 0 {
+            let piece = min(room, Self.zeros.count)
+            buffer.append(contentsOf: Self.zeros[..<piece])
+            room -= piece
+        }
         let result = buffer.withUnsafeMutableBufferPointer { bytes in
             ReadableFile.readChunk(descriptor, into: UnsafeMutableBufferPointer(rebasing: bytes[oldCount...]))
         }

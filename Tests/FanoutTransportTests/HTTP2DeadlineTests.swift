@@ -379,4 +379,28 @@ final class RequestLedgerTests: XCTestCase {
         XCTAssertTrue(ledger.oldest === inFlight[0])
         XCTAssertTrue(ledger.find(inFlight[50].id) === inFlight[50])
     }
+
+    /// The connection reuses a finished stream object for a later request while the ledger may still hold its
+    /// old entry: that entry counts as finished, and the old id finds nothing.
+    func testAReusedStreamIsFoundOnlyUnderItsNewID() {
+        var ledger = RequestLedger()
+        let first = stream(1)
+        let second = stream(2)
+        ledger.append(first)
+        ledger.append(second)
+        _ = second.takeCompletion()
+        ledger.didFinish()
+        second.clear()
+        second.reuse(
+            id: 3, request: HTTP2Request(head: HeaderBlock([]), path: "/", body: SharedBody([])), deadline: .max,
+            completion: .closure { _ in })
+        ledger.append(second)
+        XCTAssertNil(ledger.find(2))
+        XCTAssertTrue(ledger.find(3) === second)
+        XCTAssertTrue(ledger.oldest === first)
+        _ = first.takeCompletion()
+        ledger.didFinish()
+        XCTAssertTrue(ledger.oldest === second, "the reused stream's old entry was released with the front")
+        XCTAssertEqual(ledger.oldest?.id, 3)
+    }
 }

@@ -2,18 +2,26 @@ import FanoutCore
 import FanoutPolicy
 import FanoutTransport
 import Foundation
+import Synchronization
 
 /// One notification on its way: which job, which token, its fixed `apns-id` (kept across retries),
 /// and how many attempts may have reached APNs.
 ///
-/// `@unchecked Sendable`: touched only on its loop; completion closures merely carry it there.
+/// Records are reused: once a notification has its result, its loop keeps the record (`EngineLoop.recycle`)
+/// and the feeding task fills it again for a later notification (`EngineLoop.takeSpares`), so in steady state
+/// a notification makes no record.
+///
+/// `@unchecked Sendable`: touched by one thread at a time. The feeding task fills it, then hands it to its loop
+/// with `execute` (a lock); from then on only the loop touches it, until `recycle` hands it back to the
+/// feeding side through the loop's spares mutex.
 final class PendingNotification: @unchecked Sendable {
-    let job: PreparedJob
-    let token: String
-    let path: String
-    let apnsID: String
+    /// Nil only while the record is spare.
+    private var preparedJob: PreparedJob?
+    var job: PreparedJob { preparedJob! }
+    private(set) var token: String
+    private(set) var apnsID: String
     /// Position of the recipient in its job.
-    let position: Int
+    private(set) var position: Int
     var attempts = 0
     /// Loop clock (ms) of the first send, for latency.
     var firstSentAt: UInt64 = 0
@@ -28,12 +36,35 @@ final class PendingNotification: @unchecked Sendable {
     var wireSlot = -1
 
     init(job: PreparedJob, token: String, apnsID: String, position: Int) {
-        self.job = job
+        preparedJob = job
         self.token = token
         self.position = position
-        // A broadcast's one recipient is its channel; the channel travels in a header, not the path.
-        path = job.broadcastPath ?? "/3/device/" + token
         self.apnsID = apnsID
+    }
+
+    /// Fills a spare record for another notification, as `init` would.
+    func reuse(job: PreparedJob, token: String, apnsID: String, position: Int) {
+        precondition(preparedJob == nil, "a record is reused only once it is spare")
+        preparedJob = job
+        self.token = token
+        self.apnsID = apnsID
+        self.position = position
+    }
+
+    /// Makes the record spare: it lets go of its job (and so of the job's run and result handler) and strings.
+    fileprivate func clear() {
+        preparedJob = nil
+        token = ""
+        apnsID = ""
+        position = 0
+        attempts = 0
+        firstSentAt = 0
+        lastStatus = nil
+        lastReason = nil
+        notBefore = 0
+        connection = nil
+        requestID = HTTP2RequestID(rawValue: 0)
+        wireSlot = -1
     }
 }
 
@@ -66,7 +97,7 @@ final class EngineShared: Sendable {
 ///
 /// Streams are kept busy as h2load does: whenever a connection can open a stream (ready, a stream
 /// closed, the server raised its limit) it takes waiting notifications up to its limit.
-final class EngineLoop: @unchecked Sendable {
+final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     // @unchecked Sendable: referenced from other threads only to `loop.execute` onto it.
 
     let loop: LoopThread
@@ -93,6 +124,11 @@ final class EngineLoop: @unchecked Sendable {
     /// allocates nothing per notification. Only a cancelled job walks it.
     private var onWire: [PendingNotification?] = []
     private var freeWireSlots: [Int] = []
+    /// Records of finished notifications, kept by the loop until there are enough to hand over at once.
+    private var finishedRecords: [PendingNotification] = []
+    /// Records the feeding tasks take (`takeSpares`) before they make new ones; at most `maxSpares`.
+    private let spares = Mutex<[PendingNotification]>([])
+    private let maxSpares: Int
 
     /// One connection position in the pool: the live connection, or when to make the next one.
     private final class ConnectionSlot {
@@ -106,7 +142,39 @@ final class EngineLoop: @unchecked Sendable {
         self.shared = shared
         slots = (0..<shared.configuration.connectionsPerLoop).map { _ in ConnectionSlot() }
         retryBudget = RetryBudget(ratio: shared.configuration.retryBudgetRatio)
+        // No more than can be in flight at once: past that, the feeding side could not use them.
+        maxSpares = shared.limiter.capacity
     }
+
+    // MARK: Records
+
+    /// Moves up to `count` spare records into `records` (the feeding task then fills them with `reuse`). Any
+    /// thread.
+    func takeSpares(upTo count: Int, into records: inout [PendingNotification]) {
+        spares.withLock { spares in
+            let taken = min(count, spares.count)
+            records.append(contentsOf: spares[(spares.count - taken)...])
+            spares.removeLast(taken)
+        }
+    }
+
+    /// Keeps the record of a notification that has its result. Loop thread; hands records to the feeding side
+    /// in groups of `batch`, so the lock is taken once per group, not per notification.
+    private func recycle(_ pending: PendingNotification) {
+        pending.clear()
+        finishedRecords.append(pending)
+        if finishedRecords.count >= Self.recycleBatch { handOverFinishedRecords() }
+    }
+
+    private func handOverFinishedRecords() {
+        spares.withLock { spares in
+            let room = max(0, maxSpares - spares.count)
+            spares.append(contentsOf: finishedRecords.prefix(room))
+        }
+        finishedRecords.removeAll(keepingCapacity: true)
+    }
+
+    private static let recycleBatch = 256
 
     // MARK: Work in
 
@@ -147,8 +215,12 @@ final class EngineLoop: @unchecked Sendable {
         }
         let now = loop.nowMilliseconds
         var nowSeconds: Int64 = 0  // read only if a job has an expiration
-        for slot in slots {
-            guard let connection = slot.connection, connection.isReady, connection.isAcceptingRequests else { continue }
+        // By index, here and in ensureConnections: pump runs once per response, and a debug build's array
+        // iterator allocates on every step (two allocations per notification, in the allocation test's figure).
+        for index in slots.indices {
+            guard let connection = slots[index].connection, connection.isReady, connection.isAcceptingRequests else {
+                continue
+            }
             while connection.outstanding < connection.streamLimit, let pending = waiting.popFirst() {
                 if pending.job.run.isSuperseded {
                     // A newer update for the activity came before this one left: it is never sent.
@@ -179,9 +251,13 @@ final class EngineLoop: @unchecked Sendable {
             retryBudget.recordFirstAttempt(now: now * 1_000_000)
         }
         pending.attempts += 1
+        // `:path` is "/3/device/" and the token, joined by the session in a buffer it reuses (no String per
+        // notification). A broadcast's one recipient is its channel, which travels in a header, not the path.
+        let broadcastPath = pending.job.broadcastPath
         let request = HTTP2Request(
             // A broadcast carries no apns-id (Apple lists only apns-request-id for it).
-            head: pending.job.headerBlock(bearer: bearer), path: pending.path,
+            head: pending.job.headerBlock(bearer: bearer), path: broadcastPath ?? "/3/device/",
+            pathSuffix: broadcastPath == nil ? pending.token : "",
             apnsID: pending.job.isBroadcast ? nil : pending.apnsID, body: pending.job.body)
         if let slot = freeWireSlots.popLast() {
             pending.wireSlot = slot
@@ -191,9 +267,16 @@ final class EngineLoop: @unchecked Sendable {
             onWire.append(pending)
         }
         pending.connection = connection
-        pending.requestID = connection.submit(request) { [self] result in
-            complete(pending, result: result, connection: connection)
-        }
+        // No closure per notification: the connection hands `pending` back to `request(_:didComplete:on:)`.
+        pending.requestID = connection.submit(request, context: pending, handler: self)
+    }
+
+    /// HTTP2ResponseHandler: a notification's stream ended; `context` is its PendingNotification.
+    func request(
+        _ context: AnyObject, didComplete result: Result<HTTP2Response, HTTP2StreamFailure>,
+        on connection: HTTP2ClientConnection
+    ) {
+        complete(unsafeDowncast(context, to: PendingNotification.self), result: result, connection: connection)
     }
 
     private func complete(
@@ -351,6 +434,9 @@ final class EngineLoop: @unchecked Sendable {
         shared.limiter.release(1)
         configuration.metrics?.inFlight.set(shared.limiter.inFlight)
         pending.job.run.record(result)
+        // Nothing refers to the record now: it left the waiting queue, the delayed list and the on-the-wire
+        // table before it was finished, and its stream's completion has run.
+        recycle(pending)
     }
 
     private func failAllWaiting(reason: String) {
@@ -374,8 +460,8 @@ final class EngineLoop: @unchecked Sendable {
     // MARK: Connections
 
     private func ensureConnections() {
-        for slot in slots where slot.connection == nil && slot.reconnectTimer == nil {
-            connect(slot)
+        for index in slots.indices where slots[index].connection == nil && slots[index].reconnectTimer == nil {
+            connect(slots[index])
         }
     }
 

@@ -326,14 +326,23 @@ public final class FanoutEngine: Sendable {
             let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
             // The per-notification objects (path, apns-id) are made here, on the feeding task's
             // thread, so the loop thread only sends.
-            let notifications = batch.map { entry in
-                PendingNotification(
-                    job: target, token: entry.token,
-                    apnsID: job.singleNotificationID ?? APNsID.generate(using: &random), position: entry.position)
+            // Records of finished notifications are filled again; new ones are made only past those.
+            var notifications: [PendingNotification] = []
+            notifications.reserveCapacity(batch.count)
+            engineLoop.takeSpares(upTo: batch.count, into: &notifications)
+            for (index, entry) in batch.enumerated() {
+                let apnsID = job.singleNotificationID ?? APNsID.generate(using: &random)
+                if index < notifications.count {
+                    notifications[index].reuse(
+                        job: target, token: entry.token, apnsID: apnsID, position: entry.position)
+                } else {
+                    notifications.append(
+                        PendingNotification(job: target, token: entry.token, apnsID: apnsID, position: entry.position))
+                }
             }
             if rules.demotedByGuard { run.countDemoted(notifications.count) }
             do {
-                try engineLoop.loop.execute { engineLoop.enqueue(notifications) }
+                try engineLoop.loop.execute { [notifications] in engineLoop.enqueue(notifications) }
             } catch {
                 // The loop stopped under us (shutdown, or the engine was dropped).
                 shared.limiter.release(batch.count)

@@ -71,6 +71,9 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     private var waitingCount = 0
     /// Every unfinished request, waiting or open, in submit order.
     private var ledger = RequestLedger()
+    /// Streams done with (see `recycle`), reused for later requests: once warm, a request makes no
+    /// ClientStream. At most `maxConcurrentStreams` are kept.
+    private var spareStreams: [ClientStream] = []
     private var lastRequestID: UInt64 = 0
     /// `configuration.requestTimeout` in milliseconds.
     private let timeoutMilliseconds: UInt64?
@@ -160,16 +163,36 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     /// - Returns: the request's id, for `cancel(_:)`.
     @discardableResult
     package func submit(_ request: HTTP2Request, completion: @escaping HTTP2Completion) -> HTTP2RequestID {
+        submit(request, .closure(completion))
+    }
+
+    /// Queues a request like `submit(_:completion:)`, but tells `handler` of its end, with `context`, instead of
+    /// calling a closure: a caller with many requests (the engine's loop) then makes no closure per request.
+    /// The request holds `handler` and `context` strongly until it completes.
+    @discardableResult
+    package func submit(_ request: HTTP2Request, context: AnyObject, handler: HTTP2ResponseHandler) -> HTTP2RequestID {
+        submit(request, .handler(handler, context))
+    }
+
+    private func submit(_ request: HTTP2Request, _ completion: ClientStream.Completion) -> HTTP2RequestID {
         loop.assertInLoop()
         lastRequestID += 1
         let id = HTTP2RequestID(rawValue: lastRequestID)
         guard isAcceptingRequests else {
-            completion(.failure(.notSent(TransportError(.connectionClosed, "connection is not accepting requests"))))
+            complete(
+                completion,
+                .failure(.notSent(TransportError(.connectionClosed, "connection is not accepting requests"))))
             return id
         }
         var deadline = UInt64.max
         if let timeoutMilliseconds { deadline = loop.nowMilliseconds + timeoutMilliseconds }
-        let stream = ClientStream(id: id.rawValue, request: request, deadline: deadline, completion: completion)
+        let stream: ClientStream
+        if let spare = spareStreams.popLast() {
+            spare.reuse(id: id.rawValue, request: request, deadline: deadline, completion: completion)
+            stream = spare
+        } else {
+            stream = ClientStream(id: id.rawValue, request: request, deadline: deadline, completion: completion)
+        }
         ledger.append(stream)
         waiting.append(stream)
         waitingCount += 1
@@ -216,7 +239,24 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
         guard let completion = stream.takeCompletion() else { return }
         if stream.streamID == 0 { waitingCount -= 1 }
         ledger.didFinish()
-        completion(result)
+        complete(completion, result)
+    }
+
+    private func complete(_ completion: ClientStream.Completion, _ result: Result<HTTP2Response, HTTP2StreamFailure>) {
+        switch completion {
+        case .closure(let body): body(result)
+        case .handler(let handler, let context): handler.request(context, didComplete: result, on: self)
+        }
+    }
+
+    /// Keeps a finished stream for a later request. Only from `session(_:didClose:...)`: by then nothing holds it
+    /// for its old request but the ledger, which tells an old entry from a reused object by id. Not the waiting
+    /// queue (it left it for a stream), not the session (its stream closed), not its caller (its completion ran,
+    /// or ran at a cancel or timeout before the stream closed).
+    private func recycle(_ stream: ClientStream) {
+        guard stream.isFinished, spareStreams.count < configuration.maxConcurrentStreams else { return }
+        stream.clear()
+        spareStreams.append(stream)
     }
 
     private func failWaiting(_ error: TransportError) {
@@ -323,6 +363,7 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
             }
         }
         guard !isClosed else { return }
+        recycle(stream)
         fillStreams()
         onEvent?(.capacityAvailable)
     }
@@ -382,11 +423,18 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
 /// stream contexts) while its stream is open; and `ledger`, for cancel and deadlines, until it
 /// finishes.
 final class ClientStream {
-    let id: UInt64
-    let request: HTTP2Request
+    /// Who is told of the end: a closure, or a handler with the caller's context (no closure per request).
+    enum Completion {
+        case closure(HTTP2Completion)
+        case handler(HTTP2ResponseHandler, AnyObject)
+    }
+
+    /// Set anew when the connection reuses the object for another request (`reuse`).
+    private(set) var id: UInt64
+    private(set) var request: HTTP2Request
     /// In `uv_now` milliseconds; `.max`: none.
-    let deadline: UInt64
-    private var completion: HTTP2Completion?
+    private(set) var deadline: UInt64
+    private var completion: Completion?
     /// 0 while waiting for a stream; the stream id once it has one.
     var streamID: Int32 = 0
     var status: Int?
@@ -398,18 +446,47 @@ final class ClientStream {
     var responseBody: [UInt8] = []
     var endStreamSeen = false
 
-    init(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: @escaping HTTP2Completion) {
+    init(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: Completion) {
         self.id = id
         self.request = request
         self.deadline = deadline
         self.completion = completion
     }
 
+    convenience init(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: @escaping HTTP2Completion) {
+        self.init(id: id, request: request, deadline: deadline, completion: .closure(completion))
+    }
+
     /// Completed (answered, failed, cancelled or timed out).
     var isFinished: Bool { completion == nil }
 
+    /// What a spare stream holds: no job's headers or body are kept alive by it.
+    private static let idleRequest = HTTP2Request(head: HeaderBlock([]), path: "/", body: SharedBody([]))
+
+    /// Lets go of the last request's headers, body and response, once it is finished.
+    func clear() {
+        request = Self.idleRequest
+        streamID = 0
+        status = nil
+        apnsID = nil
+        apnsUniqueID = nil
+        channelID = nil
+        requestID = nil
+        responseBody.removeAll(keepingCapacity: true)
+        endStreamSeen = false
+    }
+
+    /// Serves another request (after `clear`), under a new id.
+    func reuse(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: Completion) {
+        precondition(isFinished, "a stream is reused only once its request is finished")
+        self.id = id
+        self.request = request
+        self.deadline = deadline
+        self.completion = completion
+    }
+
     /// The completion, the first time only.
-    func takeCompletion() -> HTTP2Completion? {
+    func takeCompletion() -> Completion? {
         defer { completion = nil }
         return completion
     }
@@ -418,7 +495,7 @@ final class ClientStream {
         if bytesEqual(name, ":status") {
             status = parseDecimal(value)
         } else if bytesEqual(name, "apns-id") {
-            apnsID = String(decoding: value, as: UTF8.self)
+            apnsID = Self.string(value, reusing: request.apnsID)
         } else if bytesEqual(name, "apns-unique-id") {
             apnsUniqueID = String(decoding: value, as: UTF8.self)
         } else if bytesEqual(name, "apns-channel-id") {
@@ -426,6 +503,16 @@ final class ClientStream {
         } else if bytesEqual(name, "apns-request-id") {
             requestID = String(decoding: value, as: UTF8.self)
         }
+    }
+
+    /// `value` as a String: `known` itself when it has the same bytes, a new String otherwise. APNs echoes the
+    /// `apns-id` a request sent, so every response would otherwise allocate a copy of a String the request holds.
+    private static func string(_ value: UnsafeRawBufferPointer, reusing known: String?) -> String {
+        if var known, known.utf8.count == value.count, value.count > 0 {
+            let same = known.withUTF8 { memcmp($0.baseAddress!, value.baseAddress!, value.count) == 0 }
+            if same { return known }
+        }
+        return String(decoding: value, as: UTF8.self)
     }
 
     func makeResponse(status: Int) -> HTTP2Response {
@@ -442,18 +529,27 @@ final class ClientStream {
 /// request at the front) are compacted away once they are most of the array, so it stays within a
 /// small multiple of the requests in flight. Once warm it allocates nothing per request.
 struct RequestLedger {
+    /// One request: its id, and its stream object, which the connection may reuse for a later request once
+    /// this one is finished; an entry whose stream has moved on to another id counts as finished.
+    private struct Entry {
+        let id: UInt64
+        let stream: ClientStream
+
+        var isFinished: Bool { stream.id != id || stream.isFinished }
+    }
+
     /// Requests in id order from `head`; slots before `head` are nil (released).
-    private var entries: [ClientStream?] = []
+    private var entries: [Entry?] = []
     private var head = 0
     /// Finished requests at `head` or after, not yet compacted away.
     private var finishedInside = 0
 
     mutating func append(_ stream: ClientStream) {
-        entries.append(stream)
+        entries.append(Entry(id: stream.id, stream: stream))
     }
 
     /// The oldest unfinished request.
-    var oldest: ClientStream? { head < entries.count ? entries[head] : nil }
+    var oldest: ClientStream? { head < entries.count ? entries[head]!.stream : nil }
 
     /// The unfinished request with this id, if any.
     func find(_ id: UInt64) -> ClientStream? {
@@ -462,7 +558,7 @@ struct RequestLedger {
         while low < high {
             let middle = (low + high) / 2
             let candidate = entries[middle]!
-            if candidate.id == id { return candidate.isFinished ? nil : candidate }
+            if candidate.id == id { return candidate.isFinished ? nil : candidate.stream }
             if candidate.id < id { low = middle + 1 } else { high = middle }
         }
         return nil

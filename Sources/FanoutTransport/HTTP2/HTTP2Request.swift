@@ -2,15 +2,19 @@
 /// optional `apns-id`, and a shared body.
 package struct HTTP2Request: Sendable {
     package var head: HeaderBlock
-    /// `:path`, e.g. `/3/device/<token>`.
+    /// `:path`, e.g. `/3/device/<token>`, or its first part when `pathSuffix` is not empty.
     package var path: String
+    /// The rest of `:path` after `path`: a device push sends `path` "/3/device/" (a literal) and the token
+    /// here, and the session joins them in a buffer it reuses, so no path String is made per request.
+    package var pathSuffix: String
     /// Sent as `apns-id` when set (a retry keeps its id).
     package var apnsID: String?
     package var body: SharedBody
 
-    package init(head: HeaderBlock, path: String, apnsID: String? = nil, body: SharedBody) {
+    package init(head: HeaderBlock, path: String, pathSuffix: String = "", apnsID: String? = nil, body: SharedBody) {
         self.head = head
         self.path = path
+        self.pathSuffix = pathSuffix
         self.apnsID = apnsID
         self.body = body
     }
@@ -80,3 +84,11 @@ package enum HTTP2StreamFailure: Error, Sendable, Equatable {
 }
 
 package typealias HTTP2Completion = @Sendable (Result<HTTP2Response, HTTP2StreamFailure>) -> Void
+
+/// Told of a request's end by `HTTP2ClientConnection.submit(_:context:handler:)`, on the loop thread, exactly
+/// once per request, with the context it was submitted with.
+package protocol HTTP2ResponseHandler: AnyObject {
+    func request(
+        _ context: AnyObject, didComplete result: Result<HTTP2Response, HTTP2StreamFailure>,
+        on connection: HTTP2ClientConnection)
+}

@@ -106,7 +106,8 @@ extension HTTP2SessionDelegate {
 /// classic API. `HTTP2ClientConnection` and the test server's connection are thin layers over it.
 ///
 /// It owns, in one place:
-/// - the nghttp2 session: created with every callback when TLS is ready, deleted on close;
+/// - the nghttp2 session: created with every callback when TLS is ready, deleted on close; it allocates from
+///   an `HTTP2BlockPool`, so streams reuse nghttp2's freed blocks instead of calling malloc;
 /// - the stream table, the only owner of each open stream's context (see `streams`);
 /// - the re-entrancy guard: a close asked for from inside an nghttp2 callback waits until nghttp2
 ///   has returned, so nghttp2 is never deleted under its own feet;
@@ -125,6 +126,9 @@ package final class HTTP2Session: SecureChannelDelegate {
     private var channel: SecureChannel?
     /// Owned: created when TLS is ready, freed with `nghttp2_session_del` in `finishClose`.
     private var nghttp2: OpaquePointer?
+    /// The allocator nghttp2 was made with (its blocks are reused, so streams allocate nothing in steady
+    /// state). Released only after `nghttp2_session_del`, which frees through it.
+    private var blockPool: HTTP2BlockPool?
 
     /// One open stream: the delegate's context and what the data provider is sending on it.
     private struct OpenStream {
@@ -179,6 +183,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         assert(isClosed, "an HTTP2Session must be closed before it is freed")
         scratchBytes?.deallocate()
         scratchFields?.deallocate()
+        pathScratch?.deallocate()
     }
 
     /// Runs HTTP/2 over `channel` once its TLS handshake is done. Call once.
@@ -238,11 +243,10 @@ package final class HTTP2Session: SecureChannelDelegate {
         }
         // The read callback finds the body in the stream table by stream id; no source pointer.
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
-        var path = request.path
         var apnsID = request.apnsID
-        let streamID: Int32 = path.withUTF8 { pathBytes in
+        let streamID: Int32 = withPath(of: request) { pathBytes in
             func submit(_ extra: (name: StaticString, value: UnsafeRawBufferPointer)?) -> Int32 {
-                request.head.withNameValuePairs(path: UnsafeRawBufferPointer(pathBytes), extra: extra) { nva, count in
+                request.head.withNameValuePairs(path: pathBytes, extra: extra) { nva, count in
                     nghttp2_submit_request(nghttp2, nil, nva, count, &provider, nil)
                 }
             }
@@ -257,6 +261,32 @@ package final class HTTP2Session: SecureChannelDelegate {
         streams[streamID] = OpenStream(context: context, body: request.body)
         channel?.scheduleFlush()
         return .success(streamID)
+    }
+
+    /// Owned: allocated on first use (grown when a path does not fit), freed in deinit. Where `withPath` joins a
+    /// request's `path` and `pathSuffix`; nghttp2 copies the header on submit, so one buffer serves every request.
+    private var pathScratch: UnsafeMutableRawBufferPointer?
+
+    /// Lends `body` the request's `:path` bytes, `path` then `pathSuffix`, valid only inside `body`.
+    private func withPath<R>(of request: HTTP2Request, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        var path = request.path
+        guard !request.pathSuffix.isEmpty else { return path.withUTF8 { body(UnsafeRawBufferPointer($0)) } }
+        var suffix = request.pathSuffix
+        let needed = path.utf8.count + suffix.utf8.count
+        if (pathScratch?.count ?? 0) < needed {
+            pathScratch?.deallocate()
+            pathScratch = .allocate(byteCount: max(needed, 256), alignment: 1)
+        }
+        let scratch = pathScratch!
+        let prefixCount = path.withUTF8 { bytes in
+            scratch.copyMemory(from: UnsafeRawBufferPointer(bytes))
+            return bytes.count
+        }
+        suffix.withUTF8 { bytes in
+            UnsafeMutableRawBufferPointer(rebasing: scratch[prefixCount...]).copyMemory(
+                from: UnsafeRawBufferPointer(bytes))
+        }
+        return body(UnsafeRawBufferPointer(rebasing: scratch[..<needed]))
     }
 
     /// Server role: answers stream `streamID` with `status`, `headers` and `body` (nil or empty: the
@@ -368,6 +398,7 @@ package final class HTTP2Session: SecureChannelDelegate {
             nghttp2_session_del(nghttp2)
             self.nghttp2 = nil
         }
+        blockPool = nil  // after nghttp2_session_del, which returned every block
         let open = streams.map { (streamID: $0.key, stream: $0.value.context) }
         streams = [:]
         if let channel {
@@ -395,10 +426,12 @@ package final class HTTP2Session: SecureChannelDelegate {
         // The session holds an unretained pointer to self as user data; `finishClose` deletes the
         // session before self can go (the loop's stop action holds self until then).
         let userData = Unmanaged.passUnretained(self).toOpaque()
+        let pool = HTTP2BlockPool()
+        var allocator = pool.nghttp2Allocator()
         let rc = Self.withCallbacks(role: role) { callbacks in
             switch role {
-            case .client: return nghttp2_session_client_new(&session, callbacks, userData)
-            case .server: return nghttp2_session_server_new(&session, callbacks, userData)
+            case .client: return nghttp2_session_client_new3(&session, callbacks, userData, nil, &allocator)
+            case .server: return nghttp2_session_server_new3(&session, callbacks, userData, nil, &allocator)
             }
         }
         guard rc == 0, let session else {
@@ -406,6 +439,7 @@ package final class HTTP2Session: SecureChannelDelegate {
             return
         }
         nghttp2 = session
+        blockPool = pool
         withSettingsEntries { entries, count in
             _ = nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), entries, count)
         }
