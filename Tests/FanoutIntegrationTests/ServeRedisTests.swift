@@ -1,6 +1,9 @@
 // Issue 14, item 5: `fanout serve --redis URL`. Two real `fanout serve` processes on one real redis-server (each
 // with its own --db for its dispatch queue) behind no load balancer: the test is the load balancer, sending each
 // request to the instance it chooses. Both send to one in-process mock-apns.
+import FanoutRedis
+import FanoutRedisRegistry
+import FanoutRegistry
 import FanoutTestSupport
 import Foundation
 import Synchronization
@@ -9,6 +12,7 @@ import XCTest
 final class ServeRedisTests: XCTestCase {
     private var mock: MockHarness!
     private var instances: [ServeHarness] = []
+    private var redisURL = ""
 
     override func tearDown() {
         mock?.stop()
@@ -18,6 +22,7 @@ final class ServeRedisTests: XCTestCase {
     /// - Parameter mockLatency: mock-apns's answer delay, in milliseconds.
     private func startTwo(mockLatency: UInt64 = 0) throws -> (ServeHarness, ServeHarness) {
         let redis = try RedisServerProcess(for: self)
+        redisURL = redis.url
         mock = try MockHarness {
             $0.capturePayloads = true
             $0.latencyMilliseconds = mockLatency
@@ -79,6 +84,24 @@ final class ServeRedisTests: XCTestCase {
         XCTAssertEqual(seenElsewhere["delivered"] as? Int, 9, "\(seenElsewhere)")
         XCTAssertEqual(seenElsewhere["kind"] as? String, "update")
         XCTAssertEqual(try first.curl("GET", "/v1/dispatches/\(updateID)", key: ServeKeys.globexServer).status, 404)
+        // Its results too, page by page, the same lines the accepting instance serves.
+        let owned = try second.curl("GET", "/v1/dispatches/\(updateID)/results", key: ServeKeys.acmeServer)
+        XCTAssertEqual(owned.status, 200, owned.text)
+        var pagedElsewhere = ""
+        var after = "-1"
+        while true {
+            let page = try first.curl(
+                "GET", "/v1/dispatches/\(updateID)/results?limit=4&after=\(after)", key: ServeKeys.acmeServer)
+            XCTAssertEqual(page.status, 200, page.text)
+            if page.text.isEmpty { break }
+            XCTAssertLessThanOrEqual(page.text.split(separator: "\n").count, 4)
+            pagedElsewhere += page.text
+            after = try XCTUnwrap(page.headers["x-fanout-last-position"])
+        }
+        XCTAssertEqual(pagedElsewhere, owned.text, "the other instance serves the same results lines in order")
+        XCTAssertEqual(owned.text.split(separator: "\n").count, 9)
+        XCTAssertEqual(
+            try first.curl("GET", "/v1/dispatches/\(updateID)/results", key: ServeKeys.globexServer).status, 404)
         for index in 0..<9 {
             let received = try aps(for: Self.token(index))
             XCTAssertEqual(received.count, 1, "token \(index)")
@@ -162,6 +185,45 @@ final class ServeRedisTests: XCTestCase {
         for index in 0..<5 {
             XCTAssertEqual(try aps(for: Self.token(index)).count, 1, "token \(index) got the update once")
         }
+    }
+
+    func testTheResultsOfALargeDispatchArePagedThroughTheOtherInstance() async throws {
+        let (first, second) = try startTwo()
+        // 4,500 tokens straight into the registry on Redis (as a bulk import would), more than one pipeline of
+        // published results.
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redisURL)))
+        let store = RedisRegistryStore(client: client)
+        let count = 4_500
+        _ = try await store.apply(
+            (0..<count).map { index in
+                .updateToken(
+                    UpdateTokenRegistration(
+                        app: ServeHarness.acmeApp, activityID: "big", deviceID: "d-\(index)", token: Self.token(index)))
+            })
+        await client.shutdown()
+        let update = try second.curl(
+            "POST", "/v1/activities/big/update", key: ServeKeys.acmeServer, json: #"{"content_state": {"n": 1}}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        XCTAssertEqual(try first.waitForDispatch(id)["delivered"] as? Int, count)
+        var tokens: [String] = []
+        var after = "-1"
+        while true {
+            let page = try first.curl(
+                "GET", "/v1/dispatches/\(id)/results?limit=1000&after=\(after)", key: ServeKeys.acmeServer)
+            XCTAssertEqual(page.status, 200, page.text)
+            let lines = page.text.split(separator: "\n")
+            if lines.isEmpty { break }
+            for line in lines {
+                let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                XCTAssertEqual(object["outcome"] as? String, "delivered")
+                tokens.append(try XCTUnwrap(object["token"] as? String))
+            }
+            after = try XCTUnwrap(page.headers["x-fanout-last-position"])
+        }
+        XCTAssertEqual(tokens.count, count, "one line per token")
+        XCTAssertEqual(Set(tokens).count, count, "each token once")
+        XCTAssertTrue(Set(tokens).isSubset(of: Set((0..<count).map(Self.token))), "only the activity's tokens")
     }
 
     func testRedisThatCannotBeReachedAtStartIsAClearErrorWithExitStatusTwo() throws {

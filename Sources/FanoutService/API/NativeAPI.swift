@@ -145,7 +145,7 @@ struct NativeAPI {
         case .dispatch(let id):
             return .json(200, try await core.dispatch(id, of: caller).json)
         case .dispatchResults(let id):
-            return try results(id, request, caller)
+            return try await results(id, request, caller)
         case .activity(let id):
             return try await activity(id, app: request.query["app"], caller)
         case .status:
@@ -274,15 +274,23 @@ struct NativeAPI {
 
     // MARK: Reads
 
-    private func results(_ id: String, _ request: APIRequest, _ caller: Caller) throws(APIError) -> APIResponse {
+    private func results(_ id: String, _ request: APIRequest, _ caller: Caller) async throws(APIError) -> APIResponse {
         let after = Int(request.query["after"] ?? "") ?? Int.min
         // Pages of at most 100,000 lines (about 20 MB), 10,000 by default: a response is held whole in memory.
         let limit = min(max(Int(request.query["limit"] ?? "") ?? 10_000, 1), 100_000)
-        let page: (lines: [UInt8], last: Int)?
+        var page: (lines: [UInt8], last: Int)?
         do {
             page = try core.store.results(id: id, workspace: caller.workspace, after: after, limit: limit)
         } catch {
             throw APIError(503, "the dispatch store cannot be read: \(error)")
+        }
+        if page == nil, let shared = core.sharedDispatches {
+            // Another instance's dispatch: its results as that instance published them.
+            do {
+                page = try await shared.results(id: id, workspace: caller.workspace, after: after, limit: limit)
+            } catch {
+                throw APIError(503, "the shared dispatch results cannot be read now; retry later")
+            }
         }
         guard let page else { throw APIError.notFound }
         return APIResponse(

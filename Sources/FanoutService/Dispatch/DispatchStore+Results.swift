@@ -143,8 +143,26 @@ extension DispatchStore {
     package func results(id: String, workspace: String, after: Int, limit: Int) throws(DispatchStoreError)
         -> (lines: [UInt8], last: Int)?
     {
+        var lines: [UInt8] = []
+        guard
+            let last = try results(
+                id: id, workspace: workspace, after: after, limit: limit,
+                each: { _, result in
+                    ResultLine.append(result, to: &lines)
+                })
+        else { return nil }
+        return (lines, last)
+    }
+
+    /// `results`, one result at a time with its stored position (for publishing them to the other instances on
+    /// Redis): calls `each` in position order for positions below `before` and returns the last position (`after` when
+    /// there was none), or nil when there is no such dispatch in `workspace`.
+    func results(
+        id: String, workspace: String, after: Int, before: Int = .max, limit: Int,
+        each: (Int, NotificationResult) -> Void
+    ) throws(DispatchStoreError) -> Int? {
         let lower = after < 0 && Int64(after) > DispatchSchema.jobLevelKeyLimit ? Int64.min : Int64(after)
-        return try read { connection throws(SQLiteError) -> (lines: [UInt8], last: Int)? in
+        return try read { connection throws(SQLiteError) -> Int? in
             let database = connection.database
             let dispatch = try database.withStatement(
                 "SELECT seq, job_id FROM dispatches WHERE id = ?1 AND workspace = ?2"
@@ -154,18 +172,19 @@ extension DispatchStore {
                 return try statement.step() ? (statement.int64(at: 0), statement.optionalString(at: 1) ?? "") : nil
             }
             guard let dispatch else { return nil }
-            var lines: [UInt8] = []
             var last = after
             try database.withStatement(
                 """
                 SELECT position, token, outcome, status, reason, apns_id, apns_unique_id, attempts, latency_ms,
                     timestamp, retry_after_s, job, channel
-                FROM dispatch_results WHERE dispatch = ?1 AND position > ?2 ORDER BY position LIMIT ?3
+                FROM dispatch_results WHERE dispatch = ?1 AND position > ?2 AND position < ?4 ORDER BY position
+                LIMIT ?3
                 """
             ) { statement throws(SQLiteError) in
                 try statement.bind(dispatch.seq, at: 1)
                 try statement.bind(lower, at: 2)
                 try statement.bind(Int64(max(0, limit)), at: 3)
+                try statement.bind(Int64(before), at: 4)
                 while try statement.step() {
                     let position = statement.int64(at: 0)
                     var result = NotificationResult(
@@ -178,11 +197,19 @@ extension DispatchStore {
                         timestamp: statement.optionalInt64(at: 9), retryAfterSeconds: statement.optionalDouble(at: 10))
                     result.position = position >= 0 ? Int(position) : -1
                     result.channel = statement.optionalString(at: 12)
-                    ResultLine.append(result, to: &lines)
+                    each(Int(position), result)
                     last = Int(position)
                 }
             }
-            return (lines, last)
+            return last
+        }
+    }
+
+    /// Every position below this has its result, and results arrive in any order above it: the bound below which a
+    /// running dispatch's results are final. Nil when there is no such dispatch.
+    func donePrefix(id: String) throws(DispatchStoreError) -> Int? {
+        try read { connection throws(SQLiteError) in
+            try Self.dispatchRow(id: id, in: connection.database).map { Int($0.donePrefix) }
         }
     }
 

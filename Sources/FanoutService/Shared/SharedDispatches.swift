@@ -1,4 +1,5 @@
 import Fanout
+import FanoutJobFile
 import FanoutRedis
 import Foundation
 import Synchronization
@@ -8,16 +9,20 @@ import Synchronization
 /// idempotency keys already used (so a retry that reaches another instance returns the first dispatch instead of
 /// sending again).
 ///
-/// Each dispatch is queued, sent and recorded by the instance that accepted it, in its own SQLite file; that file
-/// holds the per-recipient results, which only that instance serves. This type only publishes a copy of each record.
+/// Each dispatch is queued, sent and recorded by the instance that accepted it, in its own SQLite file. This type
+/// publishes a copy of its record and of its results lines, so `GET /v1/dispatches/{id}` and its `/results` answer on
+/// every instance.
 ///
 /// | Key | Type | What |
 /// |---|---|---|
 /// | `fanout:dispatch:{ID}` | string | the record as JSON (with its workspace); expires 7 days after its last change |
+/// | `fanout:dispatch:{ID}:results` | sorted set | position → `POSITION LINE` (the results line); expires a day after the last added |
 /// | `fanout:idempotency:{WORKSPACE}:KEY` | string | the dispatch id that took the key; expires after 7 days |
 ///
 /// The owner publishes a record when it accepts it (before the 202), and then every `interval` while it is queued or
-/// running and once more when it is done: another instance's answer lags by at most `interval`.
+/// running and once more when it is done, each time with the results committed since the last time (before the
+/// record, so a record that says `done` has all its results there): another instance's answer lags by at most
+/// `interval`.
 final class SharedDispatches: Sendable {
     private let client: RedisClient
     private let store: DispatchStore
@@ -25,7 +30,13 @@ final class SharedDispatches: Sendable {
     /// Dispatches accepted or started since the last publication, or running.
     private let dirty = Mutex<Set<String>>([])
     private let publisher = Mutex<Task<Void, Never>?>(nil)
+    /// The last result position published, per dispatch of this instance's (only the publisher task touches it).
+    private let publishedUpTo = Mutex<[String: Int]>([:])
     private static let expirySeconds = 7 * 86_400
+    private static let resultsExpirySeconds = 86_400
+    /// Results lines per ZADD, and per pipeline (about 300 bytes each: a pipeline holds some 6 MB).
+    private static let resultsChunk = 2_000
+    private static let resultsPerRound = 20_000
 
     init(client: RedisClient, store: DispatchStore, interval: Duration = .milliseconds(250)) {
         self.client = client
@@ -109,17 +120,91 @@ final class SharedDispatches: Sendable {
             defer { dirty.removeAll() }
             return dirty.union(running)
         }
-        guard !ids.isEmpty else { return }
-        var commands: [[RedisArgument]] = []
         for id in ids {
             guard let record = try? store.record(id: id) else { continue }
-            commands.append(Self.setCommand(record))
+            // Its new results in pipelines of at most `resultsPerRound` lines, then the record with the last one.
+            while true {
+                let (results, last, more) = resultsCommands(record)
+                let commands = more ? results : results + [Self.setCommand(record)]
+                let replies = try? await client.commands(commands, timeout: timeout)
+                guard let replies, !replies.contains(where: { if case .error = $0 { true } else { false } }) else {
+                    // Redis is away: try this one again next round, from the same position.
+                    dirty.withLock { _ = $0.insert(id) }
+                    break
+                }
+                if let last { publishedUpTo.withLock { $0[id] = last } }
+                if !more { break }
+            }
+            if record.state == .done {
+                publishedUpTo.withLock { _ = $0.removeValue(forKey: id) }
+            }
         }
-        guard !commands.isEmpty else { return }
-        if (try? await client.commands(commands, timeout: timeout)) == nil {
-            // Redis is away: try these again next round.
-            dirty.withLock { $0.formUnion(ids) }
+    }
+
+    /// ZADD commands for up to `resultsPerRound` results committed after the last published position, the last
+    /// position they hold (nil when there is nothing new), and whether more may follow.
+    private func resultsCommands(_ record: DispatchRecord) -> (commands: [[RedisArgument]], last: Int?, more: Bool) {
+        let key = Self.resultsKey(record.id)
+        var after = publishedUpTo.withLock { $0[record.id] } ?? -1
+        var commands: [[RedisArgument]] = []
+        var published: Int?
+        // Results are committed in the order they complete, not by position: while the dispatch runs, only the
+        // positions below its done prefix are final (every one has its result), so publishing stops there, and the
+        // published position is a gap-free cursor. Once done, everything is.
+        let before = record.state == .done ? Int.max : (try? store.donePrefix(id: record.id)) ?? 0
+        for _ in 0..<(Self.resultsPerRound / Self.resultsChunk) {
+            var command: [RedisArgument] = ["ZADD", key]
+            let last = try? store.results(
+                id: record.id, workspace: record.workspace, after: after, before: before, limit: Self.resultsChunk
+            ) { position, result in
+                var member = Array(String(position).utf8)
+                member.append(UInt8(ascii: " "))
+                ResultLine.append(result, to: &member)
+                command.append(RedisArgument(Self.score(position)))
+                command.append(RedisArgument(bytes: member))
+            }
+            guard let last, command.count > 2 else { return (commands, published, false) }
+            commands.append(command)
+            commands.append(["EXPIRE", key, RedisArgument(Self.resultsExpirySeconds)])
+            after = last
+            published = last
         }
+        return (commands, published, true)
+    }
+
+    /// A page of another instance's dispatch's results, as the owner's store answers it: the lines after position
+    /// `after`, at most `limit`, and the last position (`after` when none). Nil when the dispatch is not published
+    /// for `workspace`.
+    func results(id: String, workspace: String, after: Int, limit: Int) async throws(RedisError)
+        -> (lines: [UInt8], last: Int)?
+    {
+        guard try await lookup(id: id, workspace: workspace) != nil else { return nil }
+        let lower = after < 0 && Int64(after) > DispatchSchema.jobLevelKeyLimit ? "-inf" : "(" + Self.score(after)
+        let reply = try await client.command([
+            "ZRANGEBYSCORE", Self.resultsKey(id), RedisArgument(lower), "+inf", "LIMIT", "0", RedisArgument(limit),
+        ])
+        var lines: [UInt8] = []
+        var last = after
+        for case .bytes(let member) in reply.array ?? [] {
+            guard let space = member.firstIndex(of: UInt8(ascii: " ")),
+                let position = Int(String(decoding: member[..<space], as: UTF8.self))
+            else { continue }
+            lines += member[(space + 1)...]
+            last = position
+        }
+        return (lines, last)
+    }
+
+    /// A position's score in the results set. Job-level results are stored under keys near `Int64.min`, where a
+    /// double cannot tell neighbours apart: they are moved to just above -2^52, below every other position, where it
+    /// can.
+    private static func score(_ position: Int) -> String {
+        guard Int64(position) <= DispatchSchema.jobLevelKeyLimit else { return String(position) }
+        return String(-(1 << 52) + Int(Int64(position) - DispatchSchema.jobLevelKeyBase))
+    }
+
+    private static func resultsKey(_ id: String) -> RedisArgument {
+        RedisArgument("fanout:dispatch:{\(id)}:results")
     }
 
     private static func setCommand(_ record: DispatchRecord) -> [RedisArgument] {
