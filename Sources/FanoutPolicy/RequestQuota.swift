@@ -32,6 +32,15 @@ public struct RequestQuotaDecision: Sendable, Hashable {
     public var resetAtUnixSeconds: Int64
     /// `Retry-After` for a refused request: whole seconds until one request is admitted (at least 1).
     public var retryAfterSeconds: Int
+
+    /// A decision taken elsewhere (a bucket shared by several processes, in Redis).
+    package init(admitted: Bool, limit: Int, remaining: Int, resetAtUnixSeconds: Int64, retryAfterSeconds: Int) {
+        self.admitted = admitted
+        self.limit = limit
+        self.remaining = remaining
+        self.resetAtUnixSeconds = resetAtUnixSeconds
+        self.retryAfterSeconds = retryAfterSeconds
+    }
 }
 
 /// One workspace's bucket. Not thread-safe by itself: the caller holds it in a lock (`RequestQuotas`).

@@ -68,6 +68,7 @@ package final class ServiceInstance: Sendable {
             configuration: configuration, quotas: RequestQuotas(configuration), registry: registry,
             store: stores.dispatches, sharedTimestamps: stores.redis.map { SharedContentTimestamps(client: $0) },
             sharedDispatches: sharedDispatches,
+            sharedQuotas: stores.redis.map { SharedRequestQuotas(client: $0) },
             dispatcher: dispatcher, channels: channels, metrics: metrics, logger: logger)
         do throws(ServiceStartError) {
             return try ServiceInstance(

@@ -20,7 +20,10 @@ final class ServeRedisTests: XCTestCase {
 
     /// Two instances on one Redis.
     /// - Parameter mockLatency: mock-apns's answer delay, in milliseconds.
-    private func startTwo(mockLatency: UInt64 = 0) throws -> (ServeHarness, ServeHarness) {
+    /// - Parameter acmeRateLimit: acme's API budget in both instances' configs.
+    private func startTwo(mockLatency: UInt64 = 0, acmeRateLimit: (perHour: Int, burst: Int)? = nil) throws -> (
+        ServeHarness, ServeHarness
+    ) {
         let redis = try RedisServerProcess(for: self)
         redisURL = redis.url
         mock = try MockHarness {
@@ -28,7 +31,7 @@ final class ServeRedisTests: XCTestCase {
             $0.latencyMilliseconds = mockLatency
         }
         for _ in 0..<2 {
-            let instance = try ServeHarness(testCase: self, mock: mock)
+            let instance = try ServeHarness(testCase: self, mock: mock, acmeRateLimit: acmeRateLimit)
             try instance.start(arguments: ["--redis", redis.url])
             instances.append(instance)
         }
@@ -224,6 +227,35 @@ final class ServeRedisTests: XCTestCase {
         XCTAssertEqual(tokens.count, count, "one line per token")
         XCTAssertEqual(Set(tokens).count, count, "each token once")
         XCTAssertTrue(Set(tokens).isSubset(of: Set((0..<count).map(Self.token))), "only the activity's tokens")
+    }
+
+    func testTheInstancesShareOneWorkspaceBudget() throws {
+        // 100 requests an hour with a burst of 10: the 12 requests below, split between the instances, find one
+        // bucket of 10 (each instance alone would admit all 6 it gets).
+        let (first, second) = try startTwo(acmeRateLimit: (perHour: 100, burst: 10))
+        var statuses: [Int] = []
+        var remaining: [Int] = []
+        for index in 0..<12 {
+            let response = try (index.isMultiple(of: 2) ? first : second).curl(
+                "GET", "/v1/status", key: ServeKeys.acmeServer)
+            statuses.append(response.status)
+            if response.status == 200 {
+                let left = Int(response.headers["x-ratelimit-remaining"] ?? "") ?? -1
+                remaining.append(left)
+                // The status page shows the shared bucket too.
+                let budget = try XCTUnwrap(try response.object()["budget"] as? [String: Any])
+                XCTAssertEqual(budget["remaining"] as? Int, left, response.text)
+            }
+            if response.status == 429 {
+                XCTAssertNotNil(response.headers["retry-after"], "a refusal says when to retry")
+                XCTAssertEqual(response.headers["x-ratelimit-limit"], "100")
+            }
+        }
+        XCTAssertEqual(statuses.filter { $0 == 200 }.count, 10, "\(statuses)")
+        XCTAssertEqual(statuses.filter { $0 == 429 }.count, 2, "\(statuses)")
+        XCTAssertEqual(remaining, Array((0..<10).reversed()), "one count across both instances")
+        // Another workspace has its own bucket.
+        XCTAssertEqual(try first.curl("GET", "/v1/status", key: ServeKeys.globexServer).status, 200)
     }
 
     func testRedisThatCannotBeReachedAtStartIsAClearErrorWithExitStatusTwo() throws {

@@ -22,7 +22,7 @@ struct BrazeAPI {
         } catch {
             return .json(error.status, ["message": .string(error.status == 401 ? "Invalid API key" : "Access Denied")])
         }
-        let (headers, refused) = core.admit(caller, budget: .api)
+        let (headers, refused) = await core.admit(caller, budget: .api)
         var response: APIResponse
         if refused != nil {
             response = .json(429, ["message": "Rate Limited"])

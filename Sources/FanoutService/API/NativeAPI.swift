@@ -12,7 +12,7 @@ struct NativeAPI {
             let route = try Route(request.method, segments)
             let caller = try core.authenticate(
                 key: Self.bearer(request), needs: route.isDeviceRoute ? .device : .server)
-            let (headers, refused) = core.admit(caller, budget: route.isDeviceRoute ? .devices : .api)
+            let (headers, refused) = await core.admit(caller, budget: route.isDeviceRoute ? .devices : .api)
             var response: APIResponse
             if refused != nil {
                 response = Self.error(APIError(429, "rate limited: this workspace's request budget is spent"))

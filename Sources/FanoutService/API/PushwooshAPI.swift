@@ -44,7 +44,7 @@ struct PushwooshAPI {
             }
             return Self.argumentError(error)
         }
-        let (headers, refused) = core.admit(caller, budget: isServer ? .api : .devices)
+        let (headers, refused) = await core.admit(caller, budget: isServer ? .api : .devices)
         var response: APIResponse
         if refused != nil {
             response = Self.answer(

@@ -23,16 +23,20 @@ package final class ServiceCore: Sendable {
     private let sharedTimestamps: SharedContentTimestamps?
     /// With the registry on Redis: the dispatches and idempotency keys of every instance on it.
     let sharedDispatches: SharedDispatches?
+    /// With the registry on Redis: the workspaces' API budgets, one bucket for every instance.
+    private let sharedQuotas: SharedRequestQuotas?
 
     init(
         configuration: ServiceConfiguration, quotas: RequestQuotas, registry: any RegistryStore, store: DispatchStore,
-        sharedTimestamps: SharedContentTimestamps?, sharedDispatches: SharedDispatches?, dispatcher: Dispatcher,
+        sharedTimestamps: SharedContentTimestamps?, sharedDispatches: SharedDispatches?,
+        sharedQuotas: SharedRequestQuotas?, dispatcher: Dispatcher,
         channels: TeamChannelClients,
         metrics: FanoutMetrics, logger: FanoutLogger
     ) {
         self.configuration = configuration
         self.sharedTimestamps = sharedTimestamps
         self.sharedDispatches = sharedDispatches
+        self.sharedQuotas = sharedQuotas
         keyring = APIKeyring(configuration)
         self.quotas = quotas
         self.registry = registry
@@ -61,10 +65,17 @@ package final class ServiceCore: Sendable {
     }
 
     /// Counts the request against the caller's budget: the headers to send back, or a 429 refusal with them.
-    func admit(_ caller: Caller, budget: RequestQuotas.Budget) -> (
+    func admit(_ caller: Caller, budget: RequestQuotas.Budget) async -> (
         headers: [(name: String, value: String)], refused: Int?
     ) {
-        guard let decision = quotas.take(workspace: caller.workspace, budget: budget) else { return ([], nil) }
+        var shared: RequestQuotaDecision?
+        if let sharedQuotas, let rule = quotas.rule(workspace: caller.workspace, budget: budget) {
+            // One bucket for every instance; this instance's own decides only while Redis does not answer.
+            shared = await sharedQuotas.take(workspace: caller.workspace, budget: budget, rule: rule)
+        }
+        guard let decision = shared ?? quotas.take(workspace: caller.workspace, budget: budget) else {
+            return ([], nil)
+        }
         var headers: [(name: String, value: String)] = [
             ("x-ratelimit-limit", String(decision.limit)), ("x-ratelimit-remaining", String(decision.remaining)),
             ("x-ratelimit-reset", String(decision.resetAtUnixSeconds)),
@@ -74,6 +85,17 @@ package final class ServiceCore: Sendable {
             return (headers, decision.retryAfterSeconds)
         }
         return (headers, nil)
+    }
+
+    /// What is left of the workspace's API budget, without taking any (the status page): the shared bucket's with
+    /// Redis.
+    func remainingBudget(workspace: String) async -> Int? {
+        if let sharedQuotas, let rule = quotas.rule(workspace: workspace, budget: .api),
+            let decision = await sharedQuotas.take(workspace: workspace, budget: .api, rule: rule, taking: false)
+        {
+            return decision.remaining
+        }
+        return quotas.remaining(workspace: workspace)
     }
 
     // MARK: Apps

@@ -26,6 +26,11 @@ package final class RequestQuotas: Sendable {
         self.wallClock = wallClock
     }
 
+    /// The rule of a workspace's budget (nil for an unknown workspace).
+    func rule(workspace: String, budget: Budget) -> RequestQuotaRule? {
+        buckets.withLock { $0[Key(workspace: workspace, budget: budget)]?.rule }
+    }
+
     /// Counts one request against the workspace's budget.
     package func take(workspace: String, budget: Budget) -> RequestQuotaDecision? {
         let now = clock.nanoseconds()

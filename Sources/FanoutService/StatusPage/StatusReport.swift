@@ -10,7 +10,7 @@ enum StatusReport {
         let rule = core.configuration.workspaces[workspace]?.rateLimit
         let budget: JSONValue = [
             "limit_per_hour": .integer(Int64(rule?.requestsPerHour ?? 0)),
-            "remaining": .integer(Int64(core.quotas.remaining(workspace: workspace) ?? 0)),
+            "remaining": .integer(Int64(await core.remainingBudget(workspace: workspace) ?? 0)),
         ]
         return [
             "workspace": .string(workspace),
