@@ -1,6 +1,9 @@
 import CommandLineSupport
 import Fanout
 import FanoutCore
+import FanoutFleet
+import FanoutRedis
+import FanoutRedisRegistry
 import Foundation
 
 #if canImport(Glibc)
@@ -14,9 +17,9 @@ import Foundation
 enum RegistryCommand {
     static let usage = """
         fanout registry: the token registry (Live Activity update tokens, push-to-start tokens, devices) in one
-        SQLite file.
+        SQLite file, or on Redis (the registry fanout serve --redis shares).
 
-        usage: fanout registry --db FILE <subcommand> [options]
+        usage: fanout registry (--db FILE | --redis URL) <subcommand> [options]
 
           register --app BUNDLE --activity ID --token HEX [--device ID] [--user ID] [--workspace NAME]
           register --app BUNDLE --push-to-start HEX --device ID [--user ID] [--attributes-type T] [--workspace NAME]
@@ -31,6 +34,8 @@ enum RegistryCommand {
 
           --db FILE   the registry file. register and import create it when it is missing; the other
                       subcommands refuse a missing (or empty) file.
+          --redis URL the registry on Redis (redis://[user:password@]host:port[/db]), as fanout serve --redis
+                      and fanout enqueue use it.
 
         Apps: register and import define an app they name that the registry does not hold yet, in the
         workspace --workspace names (default "default"). An app already defined keeps its workspace.
@@ -47,8 +52,9 @@ enum RegistryCommand {
     /// Runs `fanout registry`; returns the exit status.
     static func run(_ arguments: [String]) async -> Int32 {
         var database: String?
+        var redis: String?
         var rest = arguments[...]
-        // Flags before the subcommand: --db and --help.
+        // Flags before the subcommand: --db, --redis and --help.
         while let first = rest.first, first.hasPrefix("-") {
             rest.removeFirst()
             switch first {
@@ -60,6 +66,9 @@ enum RegistryCommand {
                 database = value
             case let flag where flag.hasPrefix("--db="):
                 database = String(flag.dropFirst("--db=".count))
+            case "--redis":
+                guard let value = rest.popFirst() else { return fail(nil, "--redis needs a value") }
+                redis = value
             default:
                 return fail(nil, "unknown option \(first) before the subcommand (see fanout registry --help)")
             }
@@ -73,7 +82,7 @@ enum RegistryCommand {
         guard let subcommand = parser(for: name) else {
             return fail(nil, "unknown subcommand '\(name)' (see fanout registry --help)")
         }
-        var cursor = RegistryArguments(Array(rest), subcommand: name, database: database)
+        var cursor = RegistryArguments(Array(rest), subcommand: name, database: database, redis: redis)
         do {
             guard let action = try subcommand(&cursor) else {
                 print(cursor.usage)
@@ -142,12 +151,21 @@ struct RegistryCommandError: Error {
     static let outputClosed = RegistryCommandError("", status: 0)
 }
 
-/// A subcommand's command line: flags through `ArgumentCursor`, positional words, `--db` anywhere, `--help`.
+/// Where the registry is: a SQLite file (`--db`) or Redis (`--redis`).
+enum RegistryLocation {
+    case file(String)
+    case redis(String)
+}
+
+/// A subcommand's command line: flags through `ArgumentCursor`, positional words, `--db` and `--redis` anywhere,
+/// `--help`.
 struct RegistryArguments {
     private var cursor: ArgumentCursor
     let subcommand: String
     /// `--db`, before the subcommand or among its flags.
     private(set) var database: String?
+    /// `--redis`, likewise.
+    private(set) var redis: String?
     /// The subcommand's usage, printed for `--help`.
     var usage = RegistryCommand.usage
 
@@ -158,13 +176,15 @@ struct RegistryArguments {
         "workspace": "--workspace", "dismissal_date": "--dismissal-date",
     ]
 
-    init(_ arguments: [String], subcommand: String, database: String?) {
+    init(_ arguments: [String], subcommand: String, database: String?, redis: String?) {
         cursor = ArgumentCursor(arguments)
         self.subcommand = subcommand
         self.database = database
+        self.redis = redis
     }
 
-    /// The next flag, with `--db` taken here; nil at the end. Positional words are refused (see `nextWord`).
+    /// The next flag, with `--db` and `--redis` taken here; nil at the end. Positional words are refused (see
+    /// `nextWord`).
     mutating func nextFlag() throws(RegistryCommandError) -> String? {
         while true {
             let flag: String?
@@ -173,8 +193,11 @@ struct RegistryArguments {
             } catch {
                 throw RegistryCommandError(error.message)
             }
-            guard flag == "--db" else { return flag }
-            database = try string()
+            switch flag {
+            case "--db": database = try string()
+            case "--redis": redis = try string()
+            default: return flag
+            }
         }
     }
 
@@ -208,18 +231,34 @@ struct RegistryArguments {
         RegistryCommandError("unknown option \(flag) (see fanout registry \(subcommand) --help)")
     }
 
-    /// `--db`, required once the flags are read.
-    func requireDatabase() throws(RegistryCommandError) -> String {
-        guard let database, !database.isEmpty else { throw RegistryCommandError("--db FILE is required") }
-        return database
+    /// `--db` or `--redis` (exactly one), required once the flags are read.
+    func requireDatabase() throws(RegistryCommandError) -> RegistryLocation {
+        switch (database, redis) {
+        case (let database?, nil) where !database.isEmpty: return .file(database)
+        case (nil, let redis?) where !redis.isEmpty: return .redis(redis)
+        case (.some, .some): throw RegistryCommandError("--db and --redis cannot be combined: give one")
+        default: throw RegistryCommandError("--db FILE or --redis URL is required")
+        }
     }
 }
 
 /// Opening the registry and checking input the way the store will, before anything is written.
 enum RegistryFiles {
-    /// Opens the registry at `path`. With `create` false, a missing or empty file is an error instead of a new
-    /// registry (reads, stop and end have nothing to work on in an empty one).
-    static func open(_ path: String, create: Bool) throws(RegistryCommandError) -> SQLiteRegistryStore {
+    /// Opens the registry. A file: with `create` false, a missing or empty file is an error instead of a new
+    /// registry (reads, stop and end have nothing to work on in an empty one). Redis: connects and checks it answers
+    /// (a registry on Redis always exists).
+    static func open(_ location: RegistryLocation, create: Bool) async throws(RegistryCommandError)
+        -> any RegistryStore
+    {
+        guard case .file(let path) = location else {
+            guard case .redis(let url) = location else { preconditionFailure("a location is a file or Redis") }
+            do {
+                // The client is left to the process's exit: the command ends right after its one call.
+                return RedisRegistryStore(client: try await FleetConnection.connect(url))
+            } catch {
+                throw RegistryCommandError(error.message)
+            }
+        }
         if !create {
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
@@ -239,8 +278,14 @@ enum RegistryFiles {
         }
     }
 
+    /// Closes what `open` opened (a file's connections; a Redis store's subscribers).
+    static func close(_ store: any RegistryStore) {
+        (store as? SQLiteRegistryStore)?.close()
+        (store as? RedisRegistryStore)?.close()
+    }
+
     /// Defines each of `bundleIDs` the registry does not hold yet, in `workspace`; returns the ones it defined.
-    static func defineMissingApps(_ bundleIDs: Set<String>, workspace: String, in store: SQLiteRegistryStore)
+    static func defineMissingApps(_ bundleIDs: Set<String>, workspace: String, in store: any RegistryStore)
         async throws(RegistryCommandError) -> [String]
     {
         do {

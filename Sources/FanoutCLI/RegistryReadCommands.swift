@@ -22,7 +22,7 @@ private func registry<R>(_ body: () async throws(RegistryError) -> R) async thro
 
 /// The flags of a subcommand that takes none but `--db` (stats, prune).
 private func parseNoFlags(_ arguments: inout RegistryArguments, usage: String) throws(RegistryCommandError)
-    -> String?
+    -> RegistryLocation?
 {
     arguments.usage = usage
     while let flag = try arguments.nextFlag() {
@@ -39,7 +39,7 @@ enum ListCommand {
     static let usage = """
         fanout registry list: print registrations as JSON lines.
 
-        usage: fanout registry --db FILE list --app BUNDLE (--activity ID | --user ID | --device ID)
+        usage: fanout registry (--db FILE | --redis URL) list --app BUNDLE (--activity ID | --user ID | --device ID)
 
           --activity ID   the activity's live update tokens
           --user ID       the devices recorded with this user, the push-to-start tokens registered with
@@ -47,6 +47,7 @@ enum ListCommand {
                           update tokens
           --device ID     the device, its push-to-start tokens and its live update tokens
           --db FILE       the registry (must exist)
+          --redis URL     or the registry on Redis
 
         Lines are in the import format (fanout registry import --help), so a list can be imported into
         another registry; registered_at is Unix seconds (with milliseconds):
@@ -95,8 +96,8 @@ enum ListCommand {
         case .device(let id): try RegistryFiles.identifier(id, field: "device")
         }
         return { () async throws(RegistryCommandError) -> Int32 in
-            let store = try RegistryFiles.open(path, create: false)
-            defer { store.close() }
+            let store = try await RegistryFiles.open(path, create: false)
+            defer { RegistryFiles.close(store) }
             var output = RegistryOutput()
             let now = store.clock.now()
             switch target {
@@ -122,7 +123,7 @@ enum ListCommand {
 
     /// The selected devices, then their push-to-start tokens, then their live update tokens.
     private static func list(
-        _ store: SQLiteRegistryStore, app: String, selection: RecipientSelection, now: Int64,
+        _ store: any RegistryStore, app: String, selection: RecipientSelection, now: Int64,
         to output: inout RegistryOutput
     ) async throws(RegistryCommandError) {
         var deviceIDs: [String] = []
@@ -187,7 +188,7 @@ enum StatsCommand {
     static let usage = """
         fanout registry stats: print the registry's counts as one JSON object.
 
-        usage: fanout registry --db FILE stats
+        usage: fanout registry (--db FILE | --redis URL) stats
 
         {"apps":N,"devices":N,"activities":N,"live_activities":N,"update_tokens":N,"push_to_start_tokens":N,
          "expired_swept":N}
@@ -200,8 +201,8 @@ enum StatsCommand {
     {
         guard let path = try parseNoFlags(&arguments, usage: usage) else { return nil }
         return { () async throws(RegistryCommandError) -> Int32 in
-            let store = try RegistryFiles.open(path, create: false)
-            defer { store.close() }
+            let store = try await RegistryFiles.open(path, create: false)
+            defer { RegistryFiles.close(store) }
             let stats = try await registry { () async throws(RegistryError) in try await store.stats() }
             try RegistryOutput.printLine(stats.jsonLine)
             return 0
@@ -214,7 +215,7 @@ enum PruneCommand {
     static let usage = """
         fanout registry prune: remove what has expired, now.
 
-        usage: fanout registry --db FILE prune
+        usage: fanout registry (--db FILE | --redis URL) prune
 
         Removes update tokens past their lifetime (8 hours after registration; reason "expired"), the tokens
         of ended activities past their dismissal date (reason "ended"), activities left with nothing, and
@@ -227,8 +228,8 @@ enum PruneCommand {
     {
         guard let path = try parseNoFlags(&arguments, usage: usage) else { return nil }
         return { () async throws(RegistryCommandError) -> Int32 in
-            let store = try RegistryFiles.open(path, create: false)
-            defer { store.close() }
+            let store = try await RegistryFiles.open(path, create: false)
+            defer { RegistryFiles.close(store) }
             let result = try await registry { () async throws(RegistryError) in try await store.sweep() }
             var line = JSONLine()
             line.add("expired", result.expired)
@@ -246,11 +247,12 @@ enum EventsCommand {
     static let usage = """
         fanout registry events: print the change feed as JSON lines.
 
-        usage: fanout registry --db FILE events [--follow] [--after SEQ]
+        usage: fanout registry (--db FILE | --redis URL) events [--follow] [--after SEQ]
 
           --follow      keep printing new events (polling every 200 ms) until SIGINT or SIGTERM; exit 0
           --after SEQ   start after this event (its "seq"); default: from the oldest kept (24 hours)
           --db FILE     the registry (must exist)
+          --redis URL   or the registry on Redis
 
         One line per token change, oldest first:
           {"at":1764460800123,"app":"com.acme.app","activity_id":"match-7","token":"<hex>","change":"removed",
@@ -279,8 +281,8 @@ enum EventsCommand {
         }
         let path = try arguments.requireDatabase()
         return { () async throws(RegistryCommandError) -> Int32 in
-            let store = try RegistryFiles.open(path, create: false)
-            defer { store.close() }
+            let store = try await RegistryFiles.open(path, create: false)
+            defer { RegistryFiles.close(store) }
             let signals = follow ? StopSignals.install() : []
             defer { signals.forEach { $0.cancel() } }
             var cursor = after.map { RegistryCursor(rawValue: String($0)) }

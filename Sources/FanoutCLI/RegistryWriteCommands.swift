@@ -19,11 +19,13 @@ private func applyResultLine(_ result: RegistryApplyResult) -> String {
 }
 
 /// Applies `changes`, mapping the store's errors to the command's.
-private func apply(_ changes: [RegistryChange], to store: SQLiteRegistryStore) throws(RegistryCommandError)
+private func apply(_ changes: [RegistryChange], to store: any RegistryStore) async throws(RegistryCommandError)
     -> RegistryApplyResult
 {
     do {
-        return try store.applyNow(changes)
+        // The file's store applies on this thread; Redis's through its client.
+        if let file = store as? SQLiteRegistryStore { return try file.applyNow(changes) }
+        return try await store.apply(changes)
     } catch {
         throw RegistryCommandError(error)
     }
@@ -34,11 +36,11 @@ enum RegisterCommand {
     static let usage = """
         fanout registry register: record one registration.
 
-        usage: fanout registry --db FILE register --app BUNDLE --activity ID --token HEX
+        usage: fanout registry (--db FILE | --redis URL) register --app BUNDLE --activity ID --token HEX
                    [--device ID] [--user ID] [--workspace NAME]
-               fanout registry --db FILE register --app BUNDLE --push-to-start HEX --device ID
+               fanout registry (--db FILE | --redis URL) register --app BUNDLE --push-to-start HEX --device ID
                    [--user ID] [--attributes-type T] [--workspace NAME]
-               fanout registry --db FILE register --app BUNDLE --device ID [--push-token HEX]
+               fanout registry (--db FILE | --redis URL) register --app BUNDLE --device ID [--push-token HEX]
                    [--user ID] [--workspace NAME]
 
           --app BUNDLE          the app's bundle id; defined in the registry when missing
@@ -53,6 +55,7 @@ enum RegisterCommand {
           --workspace NAME      the workspace of an app this defines (default "default"); an app already
                                 defined keeps its own
           --db FILE             the registry, created when missing
+          --redis URL           or the registry on Redis
 
         Prints {"added":N,"rotated":N,"removed":N,"unchanged":N}. Bad input (a token that is not hex of
         the right length, an id over 256 bytes) exits 2 naming the field; nothing is written.
@@ -133,12 +136,12 @@ enum RegisterCommand {
 
         let workspaceName = workspace ?? "default"
         return { () async throws(RegistryCommandError) -> Int32 in
-            let store = try RegistryFiles.open(path, create: true)
-            defer { store.close() }
+            let store = try await RegistryFiles.open(path, create: true)
+            defer { RegistryFiles.close(store) }
             for defined in try await RegistryFiles.defineMissingApps([app], workspace: workspaceName, in: store) {
                 RegistryCommand.note("register", "defined app \(defined) in workspace \(workspaceName)")
             }
-            let result = try apply([registration.change], to: store)
+            let result = try await apply([registration.change], to: store)
             try RegistryOutput.printLine(applyResultLine(result))
             return 0
         }
@@ -150,12 +153,13 @@ enum StopCommand {
     static let usage = """
         fanout registry stop: remove Live Activity update tokens (reason "stopped").
 
-        usage: fanout registry --db FILE stop --app BUNDLE --activity ID [--device ID]
+        usage: fanout registry (--db FILE | --redis URL) stop --app BUNDLE --activity ID [--device ID]
 
           --app BUNDLE    the app's bundle id (must be in the registry)
           --activity ID   the activity
           --device ID     only this device's token; without it, every token of the activity
           --db FILE       the registry (must exist)
+          --redis URL     or the registry on Redis
 
         Prints {"added":0,"rotated":0,"removed":N,"unchanged":0}.
         """
@@ -183,9 +187,9 @@ enum StopCommand {
         try RegistryFiles.identifier(activity, field: "activity_id")
         if let device { try RegistryFiles.identifier(device, field: "device") }
         return { () async throws(RegistryCommandError) -> Int32 in
-            let store = try RegistryFiles.open(path, create: false)
-            defer { store.close() }
-            let result = try apply(
+            let store = try await RegistryFiles.open(path, create: false)
+            defer { RegistryFiles.close(store) }
+            let result = try await apply(
                 [.stopUpdateTokens(app: app, activityID: activity, deviceID: device)], to: store)
             try RegistryOutput.printLine(applyResultLine(result))
             return 0
@@ -198,13 +202,14 @@ enum EndCommand {
     static let usage = """
         fanout registry end: mark an activity ended.
 
-        usage: fanout registry --db FILE end --app BUNDLE --activity ID [--dismissal-date UNIX]
+        usage: fanout registry (--db FILE | --redis URL) end --app BUNDLE --activity ID [--dismissal-date UNIX]
 
           --app BUNDLE            the app's bundle id (must be in the registry)
           --activity ID           the activity (must be in the registry)
           --dismissal-date UNIX   when its tokens are removed (Unix seconds); default 4 hours from now,
                                   Apple's default. A date already past removes them now (reason "ended").
           --db FILE               the registry (must exist)
+          --redis URL             or the registry on Redis
 
         An ended activity keeps its update tokens (an end event may still be sent to them) until the
         dismissal date; from then on they are not returned, and prune or the next sweep removes them.
@@ -234,8 +239,8 @@ enum EndCommand {
         try RegistryFiles.identifier(activity, field: "activity_id")
         let dismissalDate = dismissalSeconds.map { Int64($0) * 1000 }
         return { () async throws(RegistryCommandError) -> Int32 in
-            let store = try RegistryFiles.open(path, create: false)
-            defer { store.close() }
+            let store = try await RegistryFiles.open(path, create: false)
+            defer { RegistryFiles.close(store) }
             let found: ActivityRecord?
             do throws(RegistryError) {
                 found = try await store.activity(app: app, activityID: activity)
@@ -247,7 +252,7 @@ enum EndCommand {
                     "activity_id: the registry holds no activity \(RegistryFiles.excerpt(activity)) for app "
                         + "\(RegistryFiles.excerpt(app)) (--activity)")
             }
-            let result = try apply(
+            let result = try await apply(
                 [.endActivity(app: app, activityID: activity, dismissalDate: dismissalDate)], to: store)
             // Read back for the default date; an activity already dismissed reads as nil (then the date was given).
             let ended = try? await store.activity(app: app, activityID: activity)
@@ -268,12 +273,13 @@ enum ImportCommand {
     static let usage = """
         fanout registry import: import registrations from a JSON-lines or CSV file (idempotent).
 
-        usage: fanout registry --db FILE import FILE [--format jsonl|csv] [--workspace NAME]
+        usage: fanout registry (--db FILE | --redis URL) import FILE [--format jsonl|csv] [--workspace NAME]
 
           FILE               the registrations, one per line (see below)
           --format jsonl|csv default: JSON lines when the first non-blank character is {, else CSV
           --workspace NAME   the workspace of the apps this defines (default "default")
           --db FILE          the registry, created when missing
+          --redis URL        or the registry on Redis
 
         Lines (JSON; null means absent, an unknown field is refused):
           {"app": "com.acme.app", "activity_id": "match-7", "token": "<hex>", "device": "d1", "user": "u1"}
@@ -330,8 +336,8 @@ enum ImportCommand {
         return { () async throws(RegistryCommandError) -> Int32 in
             // Before the registry is opened (or created): the apps the file names, and whether it can be read.
             let apps = try appsNamed(in: file, format: format)
-            let store = try RegistryFiles.open(path, create: true)
-            defer { store.close() }
+            let store = try await RegistryFiles.open(path, create: true)
+            defer { RegistryFiles.close(store) }
             for defined in try await RegistryFiles.defineMissingApps(apps, workspace: workspaceName, in: store) {
                 RegistryCommand.note("import", "defined app \(defined) in workspace \(workspaceName)")
             }

@@ -1,22 +1,33 @@
 // The real `fanout registry` binary on registry files in a scratch directory: every subcommand, the import's
 // idempotence, the change feed followed across processes, and the one-line errors for bad input and bad files.
+import FanoutTestSupport
 import Foundation
 import XCTest
 
-final class RegistryCommandTests: XCTestCase {
+class RegistryCommandTests: XCTestCase {
     static let app = "com.acme.app"
 
     private var scratch = ""
     private var database = ""
+    /// The registry on Redis (`--redis`) instead of the file, in `RegistryCommandRedisTests`.
+    class var onRedis: Bool { false }
+    private var redisURL: String?
 
     override func setUpWithError() throws {
         scratch = try ProcessSupport.temporaryDirectory(for: self, "registry")
         database = path("registry.db")
+        if Self.onRedis { redisURL = try RedisServerProcess(for: self).url }
+    }
+
+    /// `--db FILE`, or `--redis URL` in the Redis subclass (unless a test names a file).
+    private func location(_ database: String? = nil) -> [String] {
+        if database == nil, let redisURL { return ["--redis", redisURL] }
+        return ["--db", database ?? self.database]
     }
 
     // MARK: Helpers
 
-    private func path(_ name: String) -> String {
+    fileprivate func path(_ name: String) -> String {
         (scratch as NSString).appendingPathComponent(name)
     }
 
@@ -29,7 +40,7 @@ final class RegistryCommandTests: XCTestCase {
         -> ProcessResult
     {
         try ProcessSupport.run(
-            try ProcessSupport.builtExecutable("fanout"), ["registry", "--db", database ?? self.database] + arguments,
+            try ProcessSupport.builtExecutable("fanout"), ["registry"] + location(database) + arguments,
             environment: ProcessSupport.cleanEnvironment(), timeout: timeout)
     }
 
@@ -71,7 +82,7 @@ final class RegistryCommandTests: XCTestCase {
         }
     }
 
-    private func stats() throws -> [String: Int] {
+    fileprivate func stats() throws -> [String: Int] {
         let objects = try succeed(["stats"])
         XCTAssertEqual(objects.count, 1)
         return (objects.first ?? [:]).compactMapValues { $0 as? Int }
@@ -228,13 +239,24 @@ final class RegistryCommandTests: XCTestCase {
         XCTAssertTrue(line.contains("--activity"), line)
         XCTAssertFalse(FileManager.default.fileExists(atPath: database))
 
-        // Reads, stop and end refuse a missing registry instead of creating one.
-        for arguments in [
-            ["stats"], ["prune"], ["events"], ["list", "--app", Self.app, "--activity", "m"],
-            ["end", "--app", Self.app, "--activity", "m"], ["stop", "--app", Self.app, "--activity", "m"],
-        ] {
-            line = try refuse(arguments)
-            XCTAssertTrue(line.contains("does not exist"), line)
+        if Self.onRedis {
+            // A registry on Redis always exists: reads, stop and end of an app it does not hold refuse the app.
+            for arguments in [
+                ["list", "--app", Self.app, "--activity", "m"], ["end", "--app", Self.app, "--activity", "m"],
+                ["stop", "--app", Self.app, "--activity", "m"],
+            ] {
+                line = try refuse(arguments)
+                XCTAssertTrue(line.contains("unknown app \"\(Self.app)\""), line)
+            }
+        } else {
+            // Reads, stop and end refuse a missing registry instead of creating one.
+            for arguments in [
+                ["stats"], ["prune"], ["events"], ["list", "--app", Self.app, "--activity", "m"],
+                ["end", "--app", Self.app, "--activity", "m"], ["stop", "--app", Self.app, "--activity", "m"],
+            ] {
+                line = try refuse(arguments)
+                XCTAssertTrue(line.contains("does not exist"), line)
+            }
         }
         XCTAssertFalse(FileManager.default.fileExists(atPath: database))
 
@@ -304,7 +326,7 @@ final class RegistryCommandTests: XCTestCase {
     func testEventsFollowPrintsARegistrationMadeByAnotherProcess() throws {
         try succeed(["register", "--app", Self.app, "--activity", "match-7", "--token", Self.token(1)])
         let follower = try RunningProcess(
-            try ProcessSupport.builtExecutable("fanout"), ["registry", "--db", database, "events", "--follow"],
+            try ProcessSupport.builtExecutable("fanout"), ["registry"] + location() + ["events", "--follow"],
             environment: ProcessSupport.cleanEnvironment())
         // The event already in the log comes first.
         let first = try follower.firstStdoutLine(timeout: 10)
@@ -368,5 +390,54 @@ final class RegistryCommandTests: XCTestCase {
         // The activity is gone: ending it again names the field.
         let line = try refuse(["end", "--app", Self.app, "--activity", "match-7"])
         XCTAssertTrue(line.contains("activity_id: "), line)
+    }
+}
+
+/// The subcommands again on the registry on Redis (`fanout registry --redis URL`), each declared here so the list is
+/// explicit; the file's own failures (not a registry, locked) are replaced by Redis's (two locations, unreachable).
+final class RegistryCommandRedisTests: RegistryCommandTests {
+    override class var onRedis: Bool { true }
+
+    override func testRegisterRotateStopThenListAndEvents() throws {
+        try super.testRegisterRotateStopThenListAndEvents()
+    }
+    override func testImportingThousandsOfJSONLinesTwiceChangesNothingTheSecondTime() throws {
+        try super.testImportingThousandsOfJSONLinesTwiceChangesNothingTheSecondTime()
+    }
+    override func testCSVImportAndBadLinesAreSkippedNamingTheirField() throws {
+        try super.testCSVImportAndBadLinesAreSkippedNamingTheirField()
+    }
+    override func testEventsFollowPrintsARegistrationMadeByAnotherProcess() throws {
+        try super.testEventsFollowPrintsARegistrationMadeByAnotherProcess()
+    }
+    override func testEndWithADismissalDateInThePastRemovesTheTokensAsEndedAndPruneRemovesTheActivity() throws {
+        try super.testEndWithADismissalDateInThePastRemovesTheTokensAsEndedAndPruneRemovesTheActivity()
+    }
+    override func testBadArgumentsAndBadInputExit2WithOneLineAndWriteNothing() throws {
+        try super.testBadArgumentsAndBadInputExit2WithOneLineAndWriteNothing()
+        XCTAssertEqual(try stats()["apps"], 0, "bad input defined no app on Redis either")
+    }
+
+    // The file's own failures have Redis counterparts: a server that cannot be reached, and two locations at once.
+
+    override func testAFileThatIsNotARegistryExits2WithOneLineAndIsLeftAlone() throws {
+        let result = try ProcessSupport.run(
+            try ProcessSupport.builtExecutable("fanout"),
+            ["registry", "--db", path("registry.db"), "--redis", "redis://127.0.0.1:1", "stats"],
+            environment: ProcessSupport.cleanEnvironment(), timeout: 20)
+        XCTAssertEqual(result.exitCode, 2, result.summary)
+        XCTAssertEqual(result.stderrLines, ["fanout registry stats: --db and --redis cannot be combined: give one"])
+    }
+
+    override func testARegistryLockedByAnotherProcessExits2AfterTheBusyTimeout() throws {
+        let port = try LoopbackPort.free()
+        let result = try ProcessSupport.run(
+            try ProcessSupport.builtExecutable("fanout"),
+            ["registry", "--redis", "redis://:s3cret@127.0.0.1:\(port)", "stats"],
+            environment: ProcessSupport.cleanEnvironment(), timeout: 20)
+        XCTAssertEqual(result.exitCode, 2, result.summary)
+        XCTAssertEqual(result.stderrLines.count, 1, result.summary)
+        XCTAssertTrue(result.stderr.contains("cannot reach Redis at redis://"), result.summary)
+        XCTAssertFalse(result.stderr.contains("s3cret"), "the password never appears: \(result.stderr)")
     }
 }
