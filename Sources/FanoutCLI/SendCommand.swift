@@ -1,9 +1,11 @@
 import CommandLineSupport
 import Fanout
 import FanoutCore
+import FanoutFleet
 import FanoutJobFile
 import FanoutObservability
 import FanoutPolicy
+import FanoutRedisRegistry
 import Foundation
 
 /// `fanout send`: every job of a job file, with results, summary, progress and crash-safe resume.
@@ -15,7 +17,7 @@ enum SendCommand {
                            [--endpoint HOST:PORT | --sandbox | --production] [--ca-file PEM]
                            [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS]
                            [--connections N] [--loops N] [--resume] [--progress auto|always|never]
-                           [--invalid-tokens FILE] [--concurrent-jobs N] [--registry FILE]
+                           [--invalid-tokens FILE] [--concurrent-jobs N] [--registry FILE|URL]
                            [--metrics-listen HOST:PORT] [--log-format text|json]
 
           --jobs FILE           the job file (JSON Lines, one job per line; see the README)
@@ -31,9 +33,11 @@ enum SendCommand {
           --resume              continue the run recorded in --results FILE's journal after a crash:
                                 finished notifications are not sent again
           --invalid-tokens FILE tokens APNs invalidated, as JSON lines (token, reason, timestamp, job)
-          --registry FILE       the token registry (fanout registry) that jobs naming activity_id,
+          --registry FILE|URL   the token registry (fanout registry) that jobs naming activity_id,
                                 push_to_start, users or devices are resolved from; tokens APNs
-                                invalidates are removed from it as their results arrive
+                                invalidates are removed from it as their results arrive. A
+                                redis://host:port[/db] URL names the registry on Redis (fanout serve
+                                --redis's)
           --metrics-listen HOST:PORT
                                 serve Prometheus metrics at http://HOST:PORT/metrics while running
           --log-format FORMAT   text (default) or json: structured logs on stderr
@@ -152,7 +156,13 @@ enum SendCommand {
         guard let send = options.send, FileManager.default.isReadableFile(atPath: send.jobsPath) else {
             return fail("job file \(options.send?.jobsPath ?? "") cannot be read")
         }
-        if let path = options.registryPath {
+        if let url = options.registryPath, url.hasPrefix("redis://") || url.hasPrefix("rediss://") {
+            do {
+                configuration.registry = RedisRegistryStore(client: try await FleetConnection.connect(url))
+            } catch {
+                return fail("registry: \(error.message)")
+            }
+        } else if let path = options.registryPath {
             guard FileManager.default.fileExists(atPath: path) else {
                 return fail("registry \(path) does not exist (create it with fanout registry --db \(path) import ...)")
             }

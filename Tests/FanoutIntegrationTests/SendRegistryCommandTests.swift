@@ -1,10 +1,11 @@
 // `fanout send --registry` as users run it: registrations imported with the real `fanout registry import`, a job
 // file addressing an activity by id and devices by user, the real binary against a mock-apns subprocess that
 // answers some of the tokens 410 Unregistered, and the registry pruned of them afterwards.
+import FanoutTestSupport
 import Foundation
 import XCTest
 
-final class SendRegistryCommandTests: XCTestCase {
+class SendRegistryCommandTests: XCTestCase {
     private static let app = "com.acme.app"
     /// Update tokens registered for match-7, and for match-8 (which the jobs never name).
     private static let match7 = 300
@@ -17,16 +18,23 @@ final class SendRegistryCommandTests: XCTestCase {
     private var scratch = ""
     private var database = ""
     private var fanout = ""
+    /// The registry on Redis (`--redis URL`, `--registry redis://…`) instead of the file, in the Redis subclass.
+    class var onRedis: Bool { false }
+    private var redisURL: String?
 
     override func setUpWithError() throws {
         scratch = try ProcessSupport.temporaryDirectory(for: self, "send-registry")
         database = path("registry.db")
         fanout = try ProcessSupport.builtExecutable("fanout")
+        if Self.onRedis { redisURL = try RedisServerProcess(for: self).url }
     }
+
+    /// `fanout registry`'s location flag: `--db FILE`, or `--redis URL`.
+    private var location: [String] { redisURL.map { ["--redis", $0] } ?? ["--db", database] }
 
     // MARK: Helpers
 
-    private func path(_ name: String) -> String {
+    fileprivate func path(_ name: String) -> String {
         (scratch as NSString).appendingPathComponent(name)
     }
 
@@ -36,13 +44,13 @@ final class SendRegistryCommandTests: XCTestCase {
         return kind + String(repeating: "0", count: 62 - hex.count) + hex
     }
 
-    private func write(_ lines: [String], to name: String) throws -> String {
+    fileprivate func write(_ lines: [String], to name: String) throws -> String {
         let file = path(name)
         try (lines.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
         return file
     }
 
-    private func runFanout(_ arguments: [String], timeout: TimeInterval = 30) throws -> ProcessResult {
+    fileprivate func runFanout(_ arguments: [String], timeout: TimeInterval = 30) throws -> ProcessResult {
         try ProcessSupport.run(fanout, arguments, environment: ProcessSupport.cleanEnvironment(), timeout: timeout)
     }
 
@@ -55,7 +63,7 @@ final class SendRegistryCommandTests: XCTestCase {
 
     /// `fanout registry --db <database> stats` as integers.
     private func registryStats() throws -> [String: Int] {
-        let result = try runFanout(["registry", "--db", database, "stats"])
+        let result = try runFanout(["registry"] + location + ["stats"])
         XCTAssertEqual(result.exitCode, 0, result.summary)
         let line = try XCTUnwrap(result.stdoutLines.last, result.summary)
         return try Self.object(line).compactMapValues { $0 as? Int }
@@ -81,7 +89,7 @@ final class SendRegistryCommandTests: XCTestCase {
             )
         }
         let file = try write(lines, to: "registrations.jsonl")
-        let result = try runFanout(["registry", "--db", database, "import", file])
+        let result = try runFanout(["registry"] + location + ["import", file])
         XCTAssertEqual(result.exitCode, 0, result.summary)
         let summary = try Self.object(try XCTUnwrap(result.stdoutLines.last, result.summary))
         XCTAssertEqual(summary["added"] as? Int, lines.count, result.summary)
@@ -117,7 +125,7 @@ final class SendRegistryCommandTests: XCTestCase {
             ], to: "jobs.jsonl")
         let results = path("results.jsonl")
         let run = try runFanout([
-            "send", "--jobs", jobs, "--registry", database, "--results", results, "--endpoint",
+            "send", "--jobs", jobs, "--registry", redisURL ?? database, "--results", results, "--endpoint",
             "localhost:\(mock.port)",
             "--ca-file", "\(tls)/ca.pem", "--key", "\(tls)/auth-key.p8", "--key-id", "KEYID12345",
             "--team-id", "TEAMID1234", "--progress", "never",
@@ -174,12 +182,12 @@ final class SendRegistryCommandTests: XCTestCase {
         // The registry no longer holds the unregistered tokens.
         let after = try registryStats()
         XCTAssertEqual(after["update_tokens"], Self.match7 + Self.match8 - unregistered.count)
-        let listed = try runFanout(["registry", "--db", database, "list", "--app", Self.app, "--activity", "match-7"])
+        let listed = try runFanout(["registry"] + location + ["list", "--app", Self.app, "--activity", "match-7"])
         XCTAssertEqual(listed.exitCode, 0, listed.summary)
         let live = Set(try listed.stdoutLines.map { try Self.object($0)["token"] as? String ?? "?" })
         XCTAssertEqual(live.count, Self.match7 - unregistered.count)
         XCTAssertTrue(live.isDisjoint(with: unregistered))
-        let events = try runFanout(["registry", "--db", database, "events"])
+        let events = try runFanout(["registry"] + location + ["events"])
         XCTAssertEqual(events.exitCode, 0, events.summary)
         let removed = try events.stdoutLines.map { try Self.object($0) }.filter {
             $0["change"] as? String == "removed" && $0["reason"] as? String == "unregistered"
@@ -207,5 +215,31 @@ final class SendRegistryCommandTests: XCTestCase {
         XCTAssertTrue(line.contains("registry") && line.contains(missing), run.summary)
         XCTAssertEqual(run.stdout, "", run.summary)
         XCTAssertFalse(FileManager.default.fileExists(atPath: missing), "the registry is not created")
+    }
+}
+
+/// The same send with the registry on Redis (`fanout send --registry redis://…`, registrations imported with
+/// `fanout registry --redis`).
+final class SendRegistryRedisCommandTests: SendRegistryCommandTests {
+    override class var onRedis: Bool { true }
+
+    override func testActivityAndUsersJobsResolveFromTheRegistryAndUnregisteredTokensArePruned() throws {
+        try super.testActivityAndUsersJobsResolveFromTheRegistryAndUnregisteredTokensArePruned()
+    }
+
+    /// Redis's counterpart of a missing file: a server that cannot be reached. Exit 2, one line, nothing sent.
+    override func testMissingRegistryFileExitsTwoWithOneLine() throws {
+        let jobs = try write(
+            [
+                #"{"id": "update", "topic": "com.acme.app.push-type.liveactivity", "push_type": "liveactivity", "live_activity": {"event": "update", "content_state": {"home": 1, "away": 0}}, "activity_id": "match-7"}"#
+            ], to: "jobs.jsonl")
+        let port = try LoopbackPort.free()
+        let run = try runFanout([
+            "send", "--jobs", jobs, "--registry", "redis://127.0.0.1:\(port)", "--endpoint", "localhost:9", "--key",
+            path("auth-key.p8"), "--key-id", "KEYID12345", "--team-id", "TEAMID1234", "--progress", "never",
+        ])
+        XCTAssertEqual(run.exitCode, 2, run.summary)
+        XCTAssertEqual(run.stderrLines.count, 1, run.summary)
+        XCTAssertTrue(run.stderr.contains("cannot reach Redis at redis://127.0.0.1:\(port)"), run.summary)
     }
 }
