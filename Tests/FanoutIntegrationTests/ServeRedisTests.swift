@@ -87,6 +87,12 @@ final class ServeRedisTests: XCTestCase {
         XCTAssertEqual(seenElsewhere["delivered"] as? Int, 9, "\(seenElsewhere)")
         XCTAssertEqual(seenElsewhere["kind"] as? String, "update")
         XCTAssertEqual(try first.curl("GET", "/v1/dispatches/\(updateID)", key: ServeKeys.globexServer).status, 404)
+        // The status page of either instance lists it; another workspace's does not.
+        let status = try first.curl("GET", "/v1/status", key: ServeKeys.acmeServer)
+        let listed = try XCTUnwrap(try status.object()["dispatches"] as? [[String: Any]], status.text)
+        XCTAssertEqual(listed.first?["id"] as? String, updateID, status.text)
+        let foreignStatus = try first.curl("GET", "/v1/status", key: ServeKeys.globexServer)
+        XCTAssertFalse(foreignStatus.text.contains(updateID), foreignStatus.text)
         // Its results too, page by page, the same lines the accepting instance serves.
         let owned = try second.curl("GET", "/v1/dispatches/\(updateID)/results", key: ServeKeys.acmeServer)
         XCTAssertEqual(owned.status, 200, owned.text)

@@ -18,6 +18,7 @@ import Synchronization
 /// | `fanout:dispatch:{ID}` | string | the record as JSON (with its workspace); expires 7 days after its last change |
 /// | `fanout:dispatch:{ID}:results` | sorted set | position → `POSITION LINE` (the results line); expires a day after the last added |
 /// | `fanout:idempotency:{WORKSPACE}:KEY` | string | the dispatch id that took the key; expires after 7 days |
+/// | `fanout:dispatches:{WORKSPACE}` | sorted set | the workspace's newest 200 dispatch ids by creation time (the status page) |
 ///
 /// The owner publishes a record when it accepts it (before the 202), and then every `interval` while it is queued or
 /// running and once more when it is done, each time with the results committed since the last time (before the
@@ -71,9 +72,35 @@ final class SharedDispatches: Sendable {
 
     // MARK: Records
 
-    /// Publishes the record now (the accept path: before the 202, so any instance finds the dispatch at once).
+    /// Publishes the record now (the accept path: before the 202, so any instance finds the dispatch at once), and
+    /// lists it among its workspace's newest (the status page's list, whichever instance serves it).
     func publish(_ record: DispatchRecord) async throws(RedisError) {
-        _ = try await client.command(Self.setCommand(record))
+        let recent = Self.recentKey(record.workspace)
+        let replies = try await client.commands([
+            Self.setCommand(record),
+            ["ZADD", recent, RedisArgument(String(record.createdAt)), RedisArgument(record.id)],
+            ["ZREMRANGEBYRANK", recent, "0", RedisArgument(-Self.recentKept - 1)],
+            ["EXPIRE", recent, RedisArgument(Self.expirySeconds)],
+        ])
+        for case .error(let message) in replies { throw RedisError.server(message) }
+    }
+
+    /// The workspace's newest dispatches on every instance, newest first (at most `limit`, at most 200).
+    func recent(workspace: String, limit: Int) async throws(RedisError) -> [DispatchRecord] {
+        let ids = try await client.command([
+            "ZREVRANGE", Self.recentKey(workspace), "0", RedisArgument(max(0, min(limit, Self.recentKept) - 1)),
+        ])
+        let gets = (ids.array ?? []).compactMap(\.string).map { id -> [RedisArgument] in
+            ["GET", RedisArgument("fanout:dispatch:{\(id)}")]
+        }
+        guard !gets.isEmpty else { return [] }
+        return try await client.commands(gets).compactMap { reply in
+            guard case .bytes(let bytes) = reply,
+                let published = try? JSONDecoder().decode(PublishedDispatch.self, from: Data(bytes)),
+                published.workspace == workspace
+            else { return nil }
+            return published.record
+        }
     }
 
     /// Marks a dispatch to publish on the next round (queued, started, finished: the dispatcher's changes).
@@ -214,6 +241,13 @@ final class SharedDispatches: Sendable {
             RedisArgument(expirySeconds),
         ]
     }
+
+    /// The workspace's newest dispatch ids, scored by creation time (Unix ms), the newest `recentKept` kept.
+    private static func recentKey(_ workspace: String) -> RedisArgument {
+        RedisArgument("fanout:dispatches:{\(workspace)}")
+    }
+
+    private static let recentKept = 200
 
     private static func idempotencyKey(_ key: String, workspace: String) -> RedisArgument {
         RedisArgument("fanout:idempotency:{\(workspace)}:\(key)")

@@ -6,7 +6,11 @@ import Foundation
 /// counts and rates, the budget left, open APNs connections (server-wide: engines are per APNs team), and how many of its dispatches are sending now.
 enum StatusReport {
     static func make(_ core: ServiceCore, workspace: String) async -> JSONValue {
-        let dispatches = (try? core.store.recent(workspace: workspace, limit: 50)) ?? []
+        // Behind a load balancer, every instance's (as published to Redis); else this instance's own.
+        var dispatches = (try? await core.sharedDispatches?.recent(workspace: workspace, limit: 50)) ?? []
+        if core.sharedDispatches == nil || dispatches.isEmpty {
+            dispatches = (try? core.store.recent(workspace: workspace, limit: 50)) ?? []
+        }
         let rule = core.configuration.workspaces[workspace]?.rateLimit
         let budget: JSONValue = [
             "limit_per_hour": .integer(Int64(rule?.requestsPerHour ?? 0)),
