@@ -7,7 +7,8 @@ import Foundation
 struct ReportRun {
     var date: Date
     var seconds: Double
-    var commandLine: String
+    /// The arguments as given, program name first.
+    var arguments: [String]
     var cores: Int
     var kernel: String
     var loadAverageBefore: [Double]
@@ -76,7 +77,9 @@ func reportHTML(results: [[String: Any]], run: ReportRun) -> String {
     body += "<dt>machine</dt><dd>\(run.cores) cores, \(escapeHTML(run.kernel))</dd>\n"
     body += "<dt>load average (1, 5, 15 min)</dt><dd>before \(loads(run.loadAverageBefore)), "
     body += "after \(loads(run.loadAverageAfter))</dd>\n"
-    body += "<dt>command</dt><dd><code>\(escapeHTML(run.commandLine))</code></dd>\n"
+    // One unbreakable span per argument, so a line wraps between arguments and never inside `--report`.
+    let command = run.arguments.map { "<span class=\"arg\">\(escapeHTML(shellQuoted([$0])))</span>" }
+    body += "<dt>command</dt><dd><code>\(command.joined(separator: " "))</code></dd>\n"
     body += "<dt>runs per measurement</dt><dd>\(run.runs): bars are medians, whiskers span min to max</dd>\n"
     body += "</dl>\n"
 
@@ -141,6 +144,7 @@ func reportHTML(results: [[String: Any]], run: ReportRun) -> String {
         .pair { display: flex; flex-wrap: wrap; gap: 2em; }
         table { border-collapse: collapse; width: 100%; font-size: 13px; }
         th, td { border-bottom: 1px solid #e4e4e4; padding: 0.3em 0.5em; text-align: left; vertical-align: top; }
+        td:first-child, th { white-space: nowrap; } .arg { white-space: nowrap; }
         td.n { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
         svg text { font: 12px system-ui, sans-serif; fill: #222; }
         svg .axis { stroke: #999; } svg .grid { stroke: #e6e6e6; }
@@ -234,7 +238,7 @@ func barChartSVG(_ bars: [ReportBar], unit: String) -> String {
     let axisMax = niceCeiling(top0 > 0 ? top0 : 1)
     func x(_ value: Double) -> Double { left + plot * Swift.max(0, value) / axisMax }
     var svg = svgOpen(width: width, height: height, label: "bar chart")
-    let ticks = 5
+    let ticks = niceTickCount(axisMax)
     for tick in 0...ticks {
         let value = axisMax * Double(tick) / Double(ticks)
         let position = x(value)
@@ -361,8 +365,9 @@ func lineChartSVG(_ sizes: [[String: Any]], key: String, format: String) -> Stri
     }
     func y(_ value: Double) -> Double { top + plotHeight * (1 - value / axisMax) }
     var svg = svgOpen(width: width, height: height, label: key)
-    for tick in 0...4 {
-        let value = axisMax * Double(tick) / 4
+    let ticks = niceTickCount(axisMax)
+    for tick in 0...ticks {
+        let value = axisMax * Double(tick) / Double(ticks)
         svg += svgLine(left, y(value), width - right, y(value), class: "grid")
         svg += svgText(left - 6, y(value) + 4, formatQuantity(value), anchor: "end")
     }
@@ -416,6 +421,18 @@ func niceCeiling(_ value: Double) -> Double {
         return step * magnitude
     }
     return 10 * magnitude
+}
+
+/// How many equal steps split an axis ending at `niceCeiling`'s value into round numbers (80k in 4 of 20k, not 5 of
+/// 16k).
+func niceTickCount(_ axisMax: Double) -> Int {
+    guard axisMax > 0, axisMax.isFinite else { return 4 }
+    let lead = axisMax / pow(10, floor(log10(axisMax)))
+    switch (lead * 10).rounded() {
+    case 15, 30, 60: return 3
+    case 20, 40, 80: return 4
+    default: return 5
+    }
 }
 
 /// 1234567 as "1.23M", 45600 as "45.6k", 12 as "12", 0.5 as "0.5".

@@ -165,7 +165,7 @@ func runParent(_ options: Options) throws -> Int32 {
     if let directory = options.reportDirectory {
         let run = ReportRun(
             date: started, seconds: Date().timeIntervalSince(started),
-            commandLine: shellQuoted(["fanout-bench"] + CommandLine.arguments.dropFirst()),
+            arguments: ["fanout-bench"] + CommandLine.arguments.dropFirst(),
             cores: ProcessInfo.processInfo.activeProcessorCount, kernel: kernelDescription(),
             loadAverageBefore: loadBefore, loadAverageAfter: loadAverage(), runs: bench.runs)
         print("report: \(try writeReport(directory: directory, results: bench.results, run: run))")
