@@ -97,10 +97,11 @@ func number(_ value: Any?) -> Double {
     }
 }
 
-/// The end-of-run table: one row per scenario, the columns every scenario has, then its key figure.
-func printSummaryTable(_ results: [[String: Any]]) {
-    guard !results.isEmpty else { return }
-    let header = ["scenario", "notifications", "rate/s (median [min-max])", "CPU s", "peak RSS MB", "key figure"]
+/// The end-of-run table's columns: the ones every scenario has, then its key figure.
+let summaryHeader = ["scenario", "notifications", "rate/s (median [min-max])", "CPU s", "peak RSS MB", "key figure"]
+
+/// The end-of-run table's rows, one per scenario (the terminal table and the HTML report both show these).
+func summaryRows(_ results: [[String: Any]]) -> [[String]] {
     var rows: [[String]] = []
     for entry in results {
         let rate = number(entry["rate"])
@@ -117,6 +118,14 @@ func printSummaryTable(_ results: [[String: Any]]) {
             entry["key_figure"] as? String ?? "",
         ])
     }
+    return rows
+}
+
+/// The end-of-run table: one row per scenario, the columns every scenario has, then its key figure.
+func printSummaryTable(_ results: [[String: Any]]) {
+    guard !results.isEmpty else { return }
+    let header = summaryHeader
+    let rows = summaryRows(results)
     var widths = header.map(\.count)
     for row in rows {
         for (column, cell) in row.enumerated() { widths[column] = max(widths[column], cell.count) }

@@ -4,7 +4,8 @@ import Foundation
 let usage = """
     fanout-bench: measures Fanout against mock-apns, beside h2load and aioapns against the same mock.
 
-    usage: fanout-bench [--scenario NAME]... [--json FILE] [--quick] [--runs N] [--rate R] [--duration S]
+    usage: fanout-bench [--scenario NAME]... [--json FILE] [--report DIR] [--quick] [--runs N] [--rate R]
+                        [--duration S]
 
       --scenario NAME   run this scenario (repeatable; default: all, but peer-aioapns only when
                         named with --quick). Scenarios:
@@ -65,6 +66,13 @@ let usage = """
                                            Every run checked: one delivered result per token, no duplicate at the
                                            mock. --quick: 20,000 tokens in 4 jobs, shards of 1,000
       --json FILE       also write the results as JSON (one object per scenario)
+      --report DIR      also write DIR/index.html (DIR made when missing): one self-contained page, inline CSS
+                        and hand-written SVG, no script, nothing fetched. The machine (cores, load average
+                        before and after), date and command line; per throughput scenario a bar chart of
+                        Fanout beside its reference (h2load, aioapns, fanout send...) with min-max whiskers;
+                        load's latency percentiles beside the mock's own (log scale); fanout-scaling's CPU
+                        per notification and peak RSS against tokens; the summary table. Made from the same
+                        results as --json and the table; scenarios not run are absent
       --quick           small sizes (seconds, not minutes), for CI
       --runs N          runs per measurement; the median is reported (default 5, 1 with --quick)
       --rate R          load: target notifications per second (default: 40% of the measured maximum)
@@ -85,6 +93,7 @@ let slowScenarios: Set = ["peer-aioapns"]
 struct Options {
     var scenarios: [String] = []
     var jsonPath: String?
+    var reportDirectory: String?
     var quick = false
     var runs: Int?
     var loadRate: Double?
@@ -104,6 +113,7 @@ func parse(_ arguments: [String]) throws(UsageError) -> Options? {
             }
             if !options.scenarios.contains(name) { options.scenarios.append(name) }
         case "--json": options.jsonPath = try cursor.string()
+        case "--report": options.reportDirectory = try cursor.string()
         case "--quick": options.quick = true
         case "--runs": options.runs = try cursor.int(in: 1...50)
         case "--rate": options.loadRate = try cursor.double(in: 1...10_000_000)
@@ -121,6 +131,8 @@ func parse(_ arguments: [String]) throws(UsageError) -> Options? {
 }
 
 func runParent(_ options: Options) throws -> Int32 {
+    let started = Date()
+    let loadBefore = loadAverage()
     let bench = try BenchContext(options: options)
     defer { bench.close() }
     print(
@@ -149,6 +161,14 @@ func runParent(_ options: Options) throws -> Int32 {
     if let path = options.jsonPath {
         let data = try JSONSerialization.data(withJSONObject: bench.results, options: [.prettyPrinted, .sortedKeys])
         _ = FileManager.default.createFile(atPath: path, contents: data)
+    }
+    if let directory = options.reportDirectory {
+        let run = ReportRun(
+            date: started, seconds: Date().timeIntervalSince(started),
+            arguments: ["fanout-bench"] + CommandLine.arguments.dropFirst(),
+            cores: ProcessInfo.processInfo.activeProcessorCount, kernel: kernelDescription(),
+            loadAverageBefore: loadBefore, loadAverageAfter: loadAverage(), runs: bench.runs)
+        print("report: \(try writeReport(directory: directory, results: bench.results, run: run))")
     }
     return 0
 }
