@@ -22,6 +22,8 @@ public final class FanoutEngine: Sendable {
     private let shared: EngineShared
     private let loops: [EngineLoop]
     private let nextLoop = Atomic<Int>(0)
+    /// The endpoint's `:authority`, worked out once rather than per job (it searches and formats strings).
+    private let authority: String
     private let state = Mutex(EngineState())
     /// Latest-wins and the priority-10 guard, per activity.
     let activities = ActivityLedger()
@@ -42,6 +44,7 @@ public final class FanoutEngine: Sendable {
     public init(configuration: FanoutEngineConfiguration) throws(FanoutError) {
         precondition(configuration.loops >= 1 && configuration.connectionsPerLoop >= 1)
         self.configuration = configuration
+        authority = configuration.endpoint.authority
         let tls: TLSClientContext
         do {
             tls = try TLSClientContext(TLSClientConfiguration(caFile: configuration.caFile))
@@ -388,13 +391,13 @@ public final class FanoutEngine: Sendable {
                 try Self.checkBroadcast(job, payload: payload, storagePolicy: policy)
                 let prepared = try PreparedJob(
                     broadcastOf: job, payload: SharedBody(payload), bundleID: app, channelID: channel, run: run,
-                    authority: configuration.endpoint.authority)
+                    authority: authority)
                 run.countEncoding()
                 return prepared
             }
             try PayloadLimits.check(payload, pushType: job.headers.pushType)
             let prepared = try PreparedJob(
-                job: job, payload: payload, run: run, authority: configuration.endpoint.authority)
+                job: job, payload: payload, run: run, authority: authority)
             run.countEncoding()
             return prepared
         } catch let error as NotificationHeaderError {
@@ -426,7 +429,7 @@ public final class FanoutEngine: Sendable {
             try Self.checkBroadcast(job, payload: Array(tokenJob.body.bytes), storagePolicy: nil)
             broadcast = try PreparedJob(
                 broadcastOf: job, payload: tokenJob.body, bundleID: app, channelID: channel, run: run,
-                authority: configuration.endpoint.authority)
+                authority: authority)
         } catch {
             result.outcome = .invalid
             result.reason = "\(error)"

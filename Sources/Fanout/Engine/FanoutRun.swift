@@ -50,6 +50,14 @@ public final class FanoutRun: Sendable {
     }
     private let state = Mutex(State())
 
+    /// The `results` of a run whose results go to its handler: one stream, finished, shared by every such run (its
+    /// `next()` returns nil at once, so any number of tasks may iterate it), instead of a stream made per job.
+    private static let finishedResults: AsyncStream<NotificationResult> = {
+        let (stream, continuation) = AsyncStream<NotificationResult>.makeStream()
+        continuation.finish()
+        return stream
+    }()
+
     init(
         jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?,
         cancelOnLoops: @escaping @Sendable (FanoutRun) -> Void
@@ -62,7 +70,7 @@ public final class FanoutRun: Sendable {
             results = stream
             self.continuation = continuation
         } else {
-            results = AsyncStream { $0.finish() }
+            results = Self.finishedResults
             continuation = nil
         }
         // The consumer's task was cancelled while iterating: nobody wants the rest of this job.

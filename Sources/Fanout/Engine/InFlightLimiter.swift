@@ -33,10 +33,18 @@ final class InFlightLimiter: Sendable {
     /// - Returns: false, with no permit taken, when the waiting task was cancelled.
     func acquire(_ count: Int) async -> Bool {
         let count = min(count, capacity)
-        let id = state.withLock { state -> UInt64 in
+        if Task.isCancelled { return false }
+        // Room now and nobody queued ahead (the usual case, and always so for a gateway's one-token jobs): one lock,
+        // no continuation and no cancellation handler.
+        let id = state.withLock { state -> UInt64? in
+            if state.waiters.isEmpty && state.available >= count {
+                state.available -= count
+                return nil
+            }
             state.nextWaiterID += 1
             return state.nextWaiterID
         }
+        guard let id else { return true }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let ready = state.withLock { state -> Bool? in
