@@ -1,4 +1,4 @@
-import COpenSSL
+import FanoutTransport
 
 /// A Lua script and its SHA-1, computed once: what `EVALSHA` names it by.
 package struct RedisScript: Sendable, Hashable {
@@ -8,23 +8,7 @@ package struct RedisScript: Sendable, Hashable {
 
     package init(_ source: String) {
         self.source = source
-        sha1 = Self.sha1Hex(Array(source.utf8))
-    }
-
-    static func sha1Hex(_ bytes: [UInt8]) -> String {
-        var digest = [UInt8](repeating: 0, count: 20)
-        var length: UInt32 = 0
-        let status = bytes.withUnsafeBytes { message in
-            digest.withUnsafeMutableBytes { output in
-                // Nothing allocated is kept: EVP_Digest makes and frees its own context.
-                EVP_Digest(
-                    message.baseAddress, message.count, output.baseAddress!.assumingMemoryBound(to: UInt8.self),
-                    &length, EVP_sha1(), nil)
-            }
-        }
-        precondition(status == 1 && length == 20, "EVP_Digest(SHA-1) failed")
-        let digits = Array("0123456789abcdef".utf8)
-        return String(decoding: digest.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0x0F)]] }, as: UTF8.self)
+        sha1 = OpenSSLDigest.hex(OpenSSLDigest.sha1(Array(source.utf8)))
     }
 }
 

@@ -120,6 +120,8 @@ package final class HTTP2Server: @unchecked Sendable {
     }
 
     /// A second descriptor for an accepted socket's connection, to open on another loop once this socket is closed.
+    /// The caller owns it: `uv_tcp_open` on the target loop hands it to that `TCPSocket` (closed with it), and every
+    /// path that does not get there closes it.
     private static func duplicateDescriptor(of socket: TCPSocket) -> Int32? {
         var descriptor = uv_os_fd_t()
         guard uv_fileno(socket.genericHandle, &descriptor) == 0 else { return nil }
