@@ -244,7 +244,7 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     package func tcpSocket(_ socket: TCPSocket, didRead bytes: UnsafeRawBufferPointer) {
         guard let tls else {
             delegate?.channel(self, didRead: bytes)
-            scheduleFlush()
+            flushAfterRead(bytes.count)
             return
         }
         tls.feed(bytes)
@@ -263,7 +263,19 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         // What TLS read may be what a held-back write was waiting for.
         retryBacklog()
         // Reading may have produced TLS output (key updates, alerts) or protocol output.
-        scheduleFlush()
+        flushAfterRead(bytes.count)
+    }
+
+    /// After a read: a full read buffer means more input is waiting, and libuv goes on reading (up to 32
+    /// buffers) before the loop turn ends. Holding the output until then would make the two ends take turns,
+    /// each idle while the other works through a whole window of streams; so the answers to (or the
+    /// requests after) this buffer leave now, and the peer starts on them while this side reads on.
+    private func flushAfterRead(_ count: Int) {
+        if count >= TCPSocket.readBufferSize && !isClosed {
+            flushNow()
+        } else {
+            scheduleFlush()
+        }
     }
 
     package func tcpSocket(_ socket: TCPSocket, didCloseWith error: TransportError?) {
