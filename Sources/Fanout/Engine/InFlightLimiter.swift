@@ -63,10 +63,20 @@ final class InFlightLimiter: Sendable {
         }
     }
 
-    /// Returns permits and wakes the waiters they satisfy, in order.
+    /// Returns permits and wakes the waiters they satisfy, in order. Called once per notification from the
+    /// loops: with nobody waiting it is one lock around an addition (no arrays, no generic metadata).
     func release(_ count: Int) {
-        let (woken, empty) = state.withLock { state -> ([Waiter], [CheckedContinuation<Void, Never>]) in
+        let someoneWaits = state.withLock { state -> Bool in
             state.available += count
+            return !state.waiters.isEmpty || !state.emptyWaiters.isEmpty
+        }
+        if someoneWaits { wakeWaiters() }
+    }
+
+    /// Wakes the waiters the free permits now satisfy (a waiter may have come or gone since `release`'s lock:
+    /// this looks again).
+    private func wakeWaiters() {
+        let (woken, empty) = state.withLock { state -> ([Waiter], [CheckedContinuation<Void, Never>]) in
             let woken = Self.takeSatisfiedWaiters(&state)
             var empty: [CheckedContinuation<Void, Never>] = []
             if state.available == capacity && !state.emptyWaiters.isEmpty {

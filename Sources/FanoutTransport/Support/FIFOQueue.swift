@@ -1,23 +1,26 @@
 /// A first-in first-out queue over one array that is reused, not reallocated: popping advances a
 /// head index, and the array is compacted only when the dead prefix is both large and most of it.
 /// `prepend` puts an item before all others (a retry that must go first). Once warm it allocates
-/// nothing per item. `@inlinable` so that other modules get a specialised copy on their hot paths.
-package struct FIFOQueue<Element> {
+/// nothing per item. `@inlinable` so that other modules get a specialised copy on their hot paths, and `public`
+/// (the module is no product, so no library user sees it) because Swift 6.3 does not specialise an `@inlinable
+/// package` generic in another module: the engine's `pump` called the generic `popFirst`, with a metadata lookup
+/// per notification, until this was `public`.
+public struct FIFOQueue<Element> {
     @usableFromInline var items: [Element?] = []
     @usableFromInline var head = 0
     /// Items put in front, last in first out.
     @usableFromInline var front: [Element] = []
 
-    @inlinable package init() {}
+    @inlinable public init() {}
 
-    @inlinable package var count: Int { items.count - head + front.count }
-    @inlinable package var isEmpty: Bool { count == 0 }
+    @inlinable public var count: Int { items.count - head + front.count }
+    @inlinable public var isEmpty: Bool { count == 0 }
 
-    @inlinable package mutating func append(_ item: Element) { items.append(item) }
+    @inlinable public mutating func append(_ item: Element) { items.append(item) }
 
-    @inlinable package mutating func prepend(_ item: Element) { front.append(item) }
+    @inlinable public mutating func prepend(_ item: Element) { front.append(item) }
 
-    @inlinable package mutating func popFirst() -> Element? {
+    @inlinable public mutating func popFirst() -> Element? {
         if let item = front.popLast() { return item }
         guard head < items.count else { return nil }
         let item = items[head]
@@ -34,13 +37,13 @@ package struct FIFOQueue<Element> {
     }
 
     /// The item `popFirst` would return, left in place.
-    @inlinable package var first: Element? {
+    @inlinable public var first: Element? {
         if let item = front.last { return item }
         return head < items.count ? items[head] : nil
     }
 
     /// The first item, in pop order, that satisfies `predicate`.
-    @inlinable package func first(where predicate: (Element) -> Bool) -> Element? {
+    @inlinable public func first(where predicate: (Element) -> Bool) -> Element? {
         for item in front.reversed() where predicate(item) { return item }
         for index in head..<items.count { if let item = items[index], predicate(item) { return item } }
         return nil
@@ -48,7 +51,7 @@ package struct FIFOQueue<Element> {
 
     /// Removes every item that satisfies `predicate`, keeping the others in order; returns the removed
     /// ones in pop order. Linear: for rare events (a cancelled job), not the hot path.
-    @inlinable package mutating func removeAll(where predicate: (Element) -> Bool) -> [Element] {
+    @inlinable public mutating func removeAll(where predicate: (Element) -> Bool) -> [Element] {
         var removed: [Element] = []
         var keptFront: [Element] = []
         for item in front.reversed() {
