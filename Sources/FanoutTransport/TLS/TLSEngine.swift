@@ -167,6 +167,16 @@ package final class TLSEngine {
     /// Ciphertext waiting for the socket.
     package var pendingCiphertext: Int { CFanoutShims_BIO_pending(networkOut) }
 
+    /// Lends `body` all waiting ciphertext where the output BIO holds it (no copy), then empties the BIO: `body`
+    /// must write or copy the bytes before it returns. Does nothing when there is none.
+    package func withCiphertext(_ body: (UnsafeRawBufferPointer) -> Void) {
+        var data: UnsafeMutablePointer<CChar>?
+        let count = CFanoutShims_BIO_get_mem_data(networkOut, &data)
+        guard count > 0, let data else { return }
+        body(UnsafeRawBufferPointer(start: data, count: count))
+        _ = CFanoutShims_BIO_reset(networkOut)
+    }
+
     /// Moves all waiting ciphertext into one newly allocated buffer, whose ownership passes to the
     /// caller (the socket's write frees it). Nil when there is none.
     package func takeCiphertext() -> (buffer: UnsafeMutableRawBufferPointer, count: Int)? {
