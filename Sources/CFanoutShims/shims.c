@@ -9,8 +9,6 @@ int CFanoutShims_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version) { retu
 long CFanoutShims_SSL_CTX_set_mode(SSL_CTX *ctx, long mode) { return SSL_CTX_set_mode(ctx, mode); }
 long CFanoutShims_BIO_set_mem_eof_return(BIO *bio, int value) { return BIO_set_mem_eof_return(bio, value); }
 size_t CFanoutShims_BIO_pending(BIO *bio) { return BIO_pending(bio); }
-long CFanoutShims_BIO_get_mem_data(BIO *bio, char **data) { return BIO_get_mem_data(bio, data); }
-int CFanoutShims_BIO_reset(BIO *bio) { return BIO_reset(bio); }
 long CFanoutShims_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long mode) { return SSL_CTX_set_session_cache_mode(ctx, mode); }
 int CFanoutShims_SSL_CTX_set1_groups_list(SSL_CTX *ctx, const char *list) { return (int)SSL_CTX_set1_groups_list(ctx, list); }
 void CFanoutShims_OPENSSL_free(void *pointer) { OPENSSL_free(pointer); }

@@ -18,10 +18,6 @@ long CFanoutShims_SSL_CTX_set_mode(SSL_CTX *ctx, long mode);
 long CFanoutShims_BIO_set_mem_eof_return(BIO *bio, int value);
 // BIO_pending is a macro over BIO_ctrl: bytes waiting to be read from a memory BIO.
 size_t CFanoutShims_BIO_pending(BIO *bio);
-// BIO_get_mem_data is a macro over BIO_ctrl: where a memory BIO's unread bytes are, and how many.
-long CFanoutShims_BIO_get_mem_data(BIO *bio, char **data);
-// BIO_reset is a macro over BIO_ctrl: empties a writable memory BIO.
-int CFanoutShims_BIO_reset(BIO *bio);
 // SSL_CTX_set_session_cache_mode is a macro over SSL_CTX_ctrl.
 long CFanoutShims_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long mode);
 // SSL_CTX_set1_groups_list is a macro over SSL_CTX_ctrl.

@@ -175,7 +175,7 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         guard !isClosed else { return }
         if shutdownAfterFlush && !shutdownSent { tls?.shutdown() }  // close_notify goes out with the rest
         if let tls {
-            // Straight from the TLS output buffer: a copy is made only of what the socket does not take now.
+            // From the TLS engine's reused buffer: a copy is made only of what the socket does not take now.
             tls.withCiphertext { socket.write(borrowing: $0) }
         } else if !plainOutput.isEmpty {
             // Owned by the socket's write from here (freed once written).
