@@ -220,6 +220,8 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         }
         let now = loop.nowMilliseconds
         var nowSeconds: Int64 = 0  // read only if a job has an expiration
+        var lastJob: PreparedJob?
+        var head: HeaderBlock?
         // By index, here and in ensureConnections: pump runs once per response, and a debug build's array
         // iterator allocates on every step (two allocations per notification, in the allocation test's figure).
         for index in slots.indices {
@@ -233,7 +235,13 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
                 } else if hasExpired(pending, nowSeconds: &nowSeconds) {
                     finish(pending, outcome: .expired, reason: "Expired")
                 } else {
-                    send(pending, on: connection, bearer: bearer, now: now)
+                    let job = pending.job
+                    if lastJob !== job {
+                        // Once per run of notifications of one job, not per notification (headerBlock takes a lock).
+                        lastJob = job
+                        head = job.headerBlock(bearer: bearer)
+                    }
+                    send(pending, job: job, head: head!, on: connection, now: now)
                 }
             }
             if waiting.isEmpty { break }
@@ -249,7 +257,8 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     }
 
     private func send(
-        _ pending: PendingNotification, on connection: HTTP2ClientConnection, bearer: String?, now: UInt64
+        _ pending: PendingNotification, job: PreparedJob, head: HeaderBlock, on connection: HTTP2ClientConnection,
+        now: UInt64
     ) {
         if pending.firstSentAt == 0 {
             pending.firstSentAt = now
@@ -258,12 +267,12 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         pending.attempts += 1
         // `:path` is "/3/device/" and the token, joined by the session in a buffer it reuses (no String per
         // notification). A broadcast's one recipient is its channel, which travels in a header, not the path.
-        let broadcastPath = pending.job.broadcastPath
+        let broadcastPath = job.broadcastPath
         let request = HTTP2Request(
             // A broadcast carries no apns-id (Apple lists only apns-request-id for it).
-            head: pending.job.headerBlock(bearer: bearer), path: broadcastPath ?? "/3/device/",
+            head: head, path: broadcastPath ?? "/3/device/",
             pathSuffix: broadcastPath == nil ? pending.token : "",
-            apnsID: pending.job.isBroadcast ? nil : pending.apnsID, body: pending.job.body)
+            apnsID: broadcastPath != nil ? nil : pending.apnsID, body: job.body)
         if let slot = freeWireSlots.popLast() {
             pending.wireSlot = slot
             onWire[slot] = pending

@@ -162,7 +162,7 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     /// `HTTP2StreamFailure`. The request's deadline, if any, counts from now.
     /// - Returns: the request's id, for `cancel(_:)`.
     @discardableResult
-    package func submit(_ request: HTTP2Request, completion: @escaping HTTP2Completion) -> HTTP2RequestID {
+    package func submit(_ request: consuming HTTP2Request, completion: @escaping HTTP2Completion) -> HTTP2RequestID {
         submit(request, .closure(completion))
     }
 
@@ -170,11 +170,13 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     /// calling a closure: a caller with many requests (the engine's loop) then makes no closure per request.
     /// The request holds `handler` and `context` strongly until it completes.
     @discardableResult
-    package func submit(_ request: HTTP2Request, context: AnyObject, handler: HTTP2ResponseHandler) -> HTTP2RequestID {
+    package func submit(
+        _ request: consuming HTTP2Request, context: AnyObject, handler: HTTP2ResponseHandler
+    ) -> HTTP2RequestID {
         submit(request, .handler(handler, context))
     }
 
-    private func submit(_ request: HTTP2Request, _ completion: ClientStream.Completion) -> HTTP2RequestID {
+    private func submit(_ request: consuming HTTP2Request, _ completion: ClientStream.Completion) -> HTTP2RequestID {
         loop.assertInLoop()
         lastRequestID += 1
         let id = HTTP2RequestID(rawValue: lastRequestID)
@@ -446,7 +448,7 @@ final class ClientStream {
     @exclusivity(unchecked) var responseBody: [UInt8] = []
     @exclusivity(unchecked) var endStreamSeen = false
 
-    init(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: Completion) {
+    init(id: UInt64, request: consuming HTTP2Request, deadline: UInt64, completion: Completion) {
         self.id = id
         self.request = request
         self.deadline = deadline
@@ -477,7 +479,7 @@ final class ClientStream {
     }
 
     /// Serves another request (after `clear`), under a new id.
-    func reuse(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: Completion) {
+    func reuse(id: UInt64, request: consuming HTTP2Request, deadline: UInt64, completion: Completion) {
         precondition(isFinished, "a stream is reused only once its request is finished")
         self.id = id
         self.request = request
