@@ -136,11 +136,27 @@ public final class FanoutRun: Sendable {
 
     /// Records one notification's outcome. Called exactly once per notification, on any thread.
     func record(_ result: NotificationResult) {
-        if let onResult { onResult(result) } else { continuation?.yield(result) }
+        deliver(result)
         finishIfDone { state in
             state.counts.add(result)
             state.completed += 1
             if result.channel != nil { state.broadcasts += 1 }
+        }
+    }
+
+    /// Hands one result to the caller (its `onResult`, or `results`) without counting it: a loop's results thread
+    /// delivers a batch this way, then counts the batch with one `countDelivered`. Every result delivered must be
+    /// counted, after it is delivered, for the summary to come.
+    func deliver(_ result: NotificationResult) {
+        if let onResult { onResult(result) } else { continuation?.yield(result) }
+    }
+
+    /// Counts results already `deliver`ed, under one lock; finishes the run when they were its last.
+    func countDelivered(_ counts: OutcomeCounts, results: Int, broadcasts: Int) {
+        finishIfDone { state in
+            state.counts.add(counts)
+            state.completed += results
+            state.broadcasts += broadcasts
         }
     }
 
