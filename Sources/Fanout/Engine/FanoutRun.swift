@@ -16,7 +16,8 @@ public struct JobSummary: Sendable {
     public var broadcasts = 0
 }
 
-/// One job in progress: results arrive from the loop threads, counts accumulate, and whoever
+/// One job in progress: results arrive from the loops' results threads (and from the feeding task, for results decided
+/// before a loop: bad tokens, rate-limited, stopped), counts accumulate, and whoever
 /// awaits `summary()` is resumed when the last notification has its outcome.
 ///
 /// `cancel()` (or cancelling the task that iterates `results`) ends the job early: what was not sent
@@ -134,7 +135,8 @@ public final class FanoutRun: Sendable {
         finishIfDone { $0.allSubmitted = true }
     }
 
-    /// Records one notification's outcome. Called exactly once per notification, on any thread.
+    /// Records one notification's outcome: delivers and counts it. Called exactly once per notification that never
+    /// reached a loop, on any thread (a loop's results go through `deliver` and `countDelivered`).
     func record(_ result: NotificationResult) {
         deliver(result)
         finishIfDone { state in
