@@ -25,6 +25,20 @@ final class ResultLineTests: XCTestCase {
         }
     }
 
+    /// Numbers are written in place, not through String(format:): the same text as before.
+    func testNumbersReadAsFormatPrintsThem() {
+        for value: Int64 in [0, 7, -7, 10, 200, 429, 1_733_000_000_000, .max, .min] {
+            var output: [UInt8] = []
+            ResultLine.appendDecimal(value, to: &output)
+            XCTAssertEqual(String(decoding: output, as: UTF8.self), String(value))
+        }
+        for value in [0, -0.0, 1, 12, 999, 1e14, 12.34, 0.05, 0.25, -3.5, 1e16, 123_456.789] {
+            var output: [UInt8] = []
+            ResultLine.appendOneDecimal(value, to: &output)
+            XCTAssertEqual(String(decoding: output, as: UTF8.self), String(format: "%.1f", value), "\(value)")
+        }
+    }
+
     func testATornLineIsNotAResult() {
         var line: [UInt8] = []
         ResultLine.append(NotificationResult(jobID: "a", token: "t", outcome: .delivered, reason: nil), to: &line)

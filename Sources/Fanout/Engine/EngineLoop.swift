@@ -422,37 +422,17 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         reason: String? = nil,
         status: Int? = nil, apnsUniqueID: String? = nil
     ) {
-        let latency = pending.firstSentAt == 0 ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt)
-        let isBroadcast = pending.job.isBroadcast
-        var result = NotificationResult(
-            jobID: pending.job.id, token: isBroadcast ? nil : pending.token, outcome: outcome,
-            status: status ?? response?.status ?? pending.lastStatus,
-            reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
-            apnsID: response?.apnsID ?? (isBroadcast ? nil : pending.apnsID),
-            apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID,
-            attempts: pending.attempts,
-            latencyMilliseconds: latency, timestamp: response?.timestamp)
-        result.position = pending.position
-        if isBroadcast { result.channel = pending.token }
-        if let metrics = configuration.metrics {
-            metrics.record(outcome, reason: result.reason)
-            if result.status != nil { metrics.apnsRoundTrip.observe(latency / 1000) }
-        }
-        if outcome == .unregistered && !isBroadcast {
-            let invalidated = InvalidatedToken(
-                token: pending.token, reason: result.reason ?? "Unregistered", timestamp: result.timestamp,
-                jobID: pending.job.id)
-            shared.invalidTokens.yield(invalidated)
-            shared.pruner?.add(invalidated)
-        }
-        // The permit comes back before the result is recorded: whoever the result wakes (the job's
-        // summary, a caller reading `inFlight`) then sees nothing of it in flight.
-        shared.limiter.release(1)
-        configuration.metrics?.inFlight.set(shared.limiter.inFlight)
-        pending.job.run.record(result)
-        // Nothing refers to the record now: it left the waiting queue, the delayed list and the on-the-wire
-        // table before it was finished, and its stream's completion has run.
-        recycle(pending)
+        // The loop only decides: the result is made, reported, counted and delivered, and the permit and the record
+        // come back, on this loop's results thread (`deliverFinished`), which takes the turn's results at once.
+        finishedThisTurn.append(
+            FinishedNotification(
+                pending: pending, outcome: outcome, status: status ?? response?.status ?? pending.lastStatus,
+                reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
+                apnsID: response?.apnsID, apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID,
+                timestamp: response?.timestamp,
+                latencyMilliseconds: pending.firstSentAt == 0
+                    ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt)))
+        if results == nil { startResults() }
     }
 
     private func failAllWaiting(reason: String) {
@@ -618,4 +598,117 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
 
     /// Notifications this loop holds (waiting or delayed); the rest of in-flight is on the wire.
     var heldCount: Int { waiting.count + delayed.count }
+
+    // MARK: Results
+
+    /// Notifications finished this loop turn (the record and the outcome), handed to `results` at the end of the turn.
+    private var finishedThisTurn: [FinishedNotification] = []
+    /// This loop's results thread, started with the first result and ended when the loop stops.
+    private var results: ResultsThread?
+    private var turnEnd: LoopTurnEnd?
+    /// Set once the results thread has ended (or the loop was stopping before there was one): from then on `finish`
+    /// delivers on the loop thread, since nobody else will.
+    private var resultsClosed = false
+    /// `deliverFinished`'s array, kept for its capacity. Touched only by whoever delivers: the results thread, or
+    /// the loop thread once that thread has ended.
+    private var delivered: [(run: FanoutRun, result: NotificationResult)] = []
+
+    /// Starts the results thread, on the first result; once the loop is stopping, delivers the turn's results here.
+    private func startResults() {
+        if resultsClosed || isStopping || loop.isStopping {
+            // The loop is stopping: a stop action registered now might never run, so deliver here.
+            resultsClosed = true
+            deliverFinished(&finishedThisTurn)
+            return
+        }
+        results = ResultsThread(name: loop.name.replacingOccurrences(of: "-loop", with: "-writer")) {
+            [self] batch in deliverFinished(&batch)
+        }
+        turnEnd = LoopTurnEnd(loop: loop) { [self] in
+            if !finishedThisTurn.isEmpty { results?.handOver(&finishedThisTurn) }
+        }
+        // When the loop stops (shutdown, or the engine dropped), every result is delivered before its thread ends:
+        // `shutdown()` returns only then, and finishes `invalidTokens` after what the results reported.
+        _ = loop.addStopAction { [self] in closeResults() }
+    }
+
+    /// Loop thread, when the loop stops: hands over the last results, waits for the results thread to deliver
+    /// everything and end, then delivers whatever still finishes (streams of connections closed after this) itself.
+    private func closeResults() {
+        turnEnd?.close()
+        turnEnd = nil
+        results?.handOver(&finishedThisTurn)
+        results?.close()
+        results = nil
+        resultsClosed = true
+        deliverFinished(&finishedThisTurn)
+    }
+
+    /// The results thread's work for one batch: makes each notification's result, reports it (metrics, invalidated
+    /// tokens), gives the records back to the feeding side, returns the permits, then delivers and counts the results
+    /// run by run (one lock per run and batch).
+    private func deliverFinished(_ batch: inout [FinishedNotification]) {
+        guard !batch.isEmpty else { return }
+        var made: [(run: FanoutRun, result: NotificationResult)] = []
+        swap(&made, &delivered)
+        defer {
+            made.removeAll(keepingCapacity: true)
+            swap(&made, &delivered)
+        }
+        let metrics = configuration.metrics
+        // By index: a debug build's array iterator allocates on every step (see `pump`).
+        for index in batch.indices {
+            let finished = batch[index]
+            let pending = finished.pending
+            let isBroadcast = pending.job.isBroadcast
+            var result = NotificationResult(
+                jobID: pending.job.id, token: isBroadcast ? nil : pending.token, outcome: finished.outcome,
+                status: finished.status, reason: finished.reason,
+                apnsID: finished.apnsID ?? (isBroadcast ? nil : pending.apnsID), apnsUniqueID: finished.apnsUniqueID,
+                attempts: pending.attempts, latencyMilliseconds: finished.latencyMilliseconds,
+                timestamp: finished.timestamp)
+            result.position = pending.position
+            if isBroadcast { result.channel = pending.token }
+            if let metrics {
+                metrics.record(finished.outcome, reason: result.reason)
+                if result.status != nil { metrics.apnsRoundTrip.observe(finished.latencyMilliseconds / 1000) }
+            }
+            if finished.outcome == .unregistered && !isBroadcast {
+                let invalidated = InvalidatedToken(
+                    token: pending.token, reason: result.reason ?? "Unregistered", timestamp: result.timestamp,
+                    jobID: pending.job.id)
+                shared.invalidTokens.yield(invalidated)
+                shared.pruner?.add(invalidated)
+            }
+            made.append((pending.job.run, result))
+            // Nothing else refers to the record: it left the waiting queue, the delayed list and the on-the-wire
+            // table before it was finished, and its stream's completion has run.
+            pending.clear()
+        }
+        // The records go back before the permits, so that the feeding task the permits wake finds them spare.
+        spares.withLock { spares in
+            for index in 0..<min(batch.count, max(0, maxSpares - spares.count)) { spares.append(batch[index].pending) }
+        }
+        batch.removeAll(keepingCapacity: true)
+        // The permits come back before the results are delivered, so whoever a result wakes (the job's summary, a
+        // caller reading `inFlight`) sees nothing of it in flight; and no sooner, so while this thread is behind the
+        // feeding side waits, and no more than the in-flight limit is ever queued here.
+        shared.limiter.release(made.count)
+        metrics?.inFlight.set(shared.limiter.inFlight)
+        var start = 0
+        while start < made.count {
+            let run = made[start].run
+            var counts = OutcomeCounts()
+            var broadcasts = 0
+            var end = start
+            while end < made.count && made[end].run === run {
+                run.deliver(made[end].result)
+                counts.add(made[end].result)
+                if made[end].result.channel != nil { broadcasts += 1 }
+                end += 1
+            }
+            run.countDelivered(counts, results: end - start, broadcasts: broadcasts)
+            start = end
+        }
+    }
 }

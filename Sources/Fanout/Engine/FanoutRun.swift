@@ -16,7 +16,8 @@ public struct JobSummary: Sendable {
     public var broadcasts = 0
 }
 
-/// One job in progress: results arrive from the loop threads, counts accumulate, and whoever
+/// One job in progress: results arrive from the loops' results threads (and from the feeding task, for results decided
+/// before a loop: bad tokens, rate-limited, stopped), counts accumulate, and whoever
 /// awaits `summary()` is resumed when the last notification has its outcome.
 ///
 /// `cancel()` (or cancelling the task that iterates `results`) ends the job early: what was not sent
@@ -134,13 +135,30 @@ public final class FanoutRun: Sendable {
         finishIfDone { $0.allSubmitted = true }
     }
 
-    /// Records one notification's outcome. Called exactly once per notification, on any thread.
+    /// Records one notification's outcome: delivers and counts it. Called exactly once per notification that never
+    /// reached a loop, on any thread (a loop's results go through `deliver` and `countDelivered`).
     func record(_ result: NotificationResult) {
-        if let onResult { onResult(result) } else { continuation?.yield(result) }
+        deliver(result)
         finishIfDone { state in
             state.counts.add(result)
             state.completed += 1
             if result.channel != nil { state.broadcasts += 1 }
+        }
+    }
+
+    /// Hands one result to the caller (its `onResult`, or `results`) without counting it: a loop's results thread
+    /// delivers a batch this way, then counts the batch with one `countDelivered`. Every result delivered must be
+    /// counted, after it is delivered, for the summary to come.
+    func deliver(_ result: NotificationResult) {
+        if let onResult { onResult(result) } else { continuation?.yield(result) }
+    }
+
+    /// Counts results already `deliver`ed, under one lock; finishes the run when they were its last.
+    func countDelivered(_ counts: OutcomeCounts, results: Int, broadcasts: Int) {
+        finishIfDone { state in
+            state.counts.add(counts)
+            state.completed += results
+            state.broadcasts += broadcasts
         }
     }
 

@@ -105,6 +105,20 @@ public struct OutcomeCounts: Codable, Sendable, Equatable {
         add(result.outcome, retries: max(0, result.attempts - 1))
     }
 
+    /// Adds another set of counts (a batch counted apart) to these.
+    mutating func add(_ other: OutcomeCounts) {
+        delivered += other.delivered
+        rejected += other.rejected
+        unregistered += other.unregistered
+        failed += other.failed
+        expired += other.expired
+        rateLimited += other.rateLimited
+        invalid += other.invalid
+        cancelled += other.cancelled
+        superseded += other.superseded
+        retries += other.retries
+    }
+
     /// Counts one notification that ended with `outcome` after `retries` attempts beyond the first.
     public mutating func add(_ outcome: NotificationOutcome, retries extra: Int = 0) {
         switch outcome {

@@ -14,7 +14,7 @@ package enum ResultLine {
             if let value { JSONStringEscaping.appendString(value, to: &output) } else { key("null") }
         }
         func integer(_ value: Int64?) {
-            if let value { output.append(contentsOf: String(value).utf8) } else { key("null") }
+            if let value { appendDecimal(value, to: &output) } else { key("null") }
         }
         key("{\"job\":")
         string(result.jobID)
@@ -33,7 +33,7 @@ package enum ResultLine {
         key(",\"attempts\":")
         integer(Int64(result.attempts))
         key(",\"latency_ms\":")
-        output.append(contentsOf: String(format: "%.1f", result.latencyMilliseconds).utf8)
+        appendOneDecimal(result.latencyMilliseconds, to: &output)
         key(",\"timestamp\":")
         integer(result.timestamp)
         if let channel = result.channel {
@@ -45,6 +45,35 @@ package enum ResultLine {
             output.append(contentsOf: String(format: "%.3f", retryAfter).utf8)
         }
         key("}\n")
+    }
+
+    /// `value` in decimal, written in place (no String per number: this runs once per result field).
+    static func appendDecimal(_ value: Int64, to output: inout [UInt8]) {
+        if value < 0 { output.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: Int64.min has 19 digits
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var index = buffer.count
+            repeat {
+                index -= 1
+                buffer[index] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude != 0
+            output.append(contentsOf: buffer[index...])
+        }
+    }
+
+    /// `value` as `%.1f` prints it. A whole number (every latency the engine measures: its clock counts
+    /// milliseconds) is written in place; anything else goes through `String(format:)`.
+    static func appendOneDecimal(_ value: Double, to output: inout [UInt8]) {
+        if value == value.rounded(), value.magnitude < 1e15 {
+            if value == 0 && value.sign == .minus { output.append(UInt8(ascii: "-")) }
+            appendDecimal(Int64(value), to: &output)
+            output.append(UInt8(ascii: "."))
+            output.append(UInt8(ascii: "0"))
+        } else {
+            output.append(contentsOf: String(format: "%.1f", value).utf8)
+        }
     }
 
     /// The job, token and outcome of a results line (for resuming from the results file's tail).
