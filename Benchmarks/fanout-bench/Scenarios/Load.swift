@@ -72,6 +72,14 @@ func runLoad(_ bench: BenchContext) throws {
             rate, rateSource, duration, achieved.median, achieved.min, achieved.max, shortfall.median,
             latencyText(percentiles), mockText, delivered, notifications, spread(runs, "generator_max_lag_ms").median
         ))
+    let partNames = [("scheduler", "scheduler lag"), ("task_start", "task start"), ("engine", "engine and mock")]
+    print(
+        "load: where it went (ms, each part's own percentiles): "
+            + partNames.map { key, label in
+                String(
+                    format: "%@ p50 %.2f p99 %.2f p99.9 %.2f", label, spread(runs, "part_\(key)_ms_p50").median,
+                    spread(runs, "part_\(key)_ms_p99").median, spread(runs, "part_\(key)_ms_p999").median)
+            }.joined(separator: "; "))
     var keyFigure = String(
         format: "target %.0f/s, shortfall %.1f%%, ms p50 %.2f p99 %.2f p99.9 %.2f max %.2f", rate, shortfall.median,
         percentiles[0].median, percentiles[2].median, percentiles[3].median, percentiles[4].median)
@@ -88,6 +96,11 @@ func runLoad(_ bench: BenchContext) throws {
         "cpu_seconds": spread(runs, "cpu_seconds").median, "peak_rss_mb": spread(runs, "peak_rss_mb").median,
         "generator_max_lag_ms": spread(runs, "generator_max_lag_ms").median, "key_figure": keyFigure,
     ]
+    for (key, _) in partNames {
+        for percentile in ["p50", "p99", "p999"] {
+            entry["part_\(key)_ms_\(percentile)"] = spread(runs, "part_\(key)_ms_\(percentile)").median
+        }
+    }
     if let maximum {
         entry["max_rate"] = maximum.median
         entry["max_rate_min"] = maximum.min

@@ -25,6 +25,16 @@ public final class FanoutEngine: Sendable {
     /// The endpoint's `:authority`, worked out once rather than per job (it searches and formats strings).
     private let authority: String
     private let state = Mutex(EngineState())
+    /// Constant headers of recent jobs, checked and encoded once per distinct header set.
+    private let headerCache = HeaderCache()
+    /// Seeds each job's `apns-id` generator: a job's seed is this plus a count, expanded by SplitMix64,
+    /// instead of a `getrandom` system call per job (1 of the 2 system calls a one-token job made
+    /// before it reached its loop).
+    private let idSeedBase: UInt64 = {
+        var system = SystemRandomNumberGenerator()
+        return system.next()
+    }()
+    private let idSeedCount = Atomic<UInt64>(0)
     /// Latest-wins and the priority-10 guard, per activity.
     let activities = ActivityLedger()
     /// Tokens APNs invalidated (410, BadDeviceToken, DeviceTokenNotForTopic), from every job, for the
@@ -240,7 +250,8 @@ public final class FanoutEngine: Sendable {
         if countsNotifications { batchSize = min(batchSize, maximumRateCost(for: job) ?? batchSize) }
         var batch: [(token: String, position: Int)] = []
         batch.reserveCapacity(batchSize)
-        var random = FastRandomGenerator()
+        var random = FastRandomGenerator(
+            seed: idSeedBase &+ idSeedCount.add(1, ordering: .relaxed).newValue &* 0xD1B5_4A32_D192_ED03)
         var position = -1
         var resume = job.alreadyDone
         func result(_ token: String, _ position: Int, _ outcome: NotificationOutcome, _ reason: String)
@@ -397,7 +408,7 @@ public final class FanoutEngine: Sendable {
             }
             try PayloadLimits.check(payload, pushType: job.headers.pushType)
             let prepared = try PreparedJob(
-                job: job, payload: payload, run: run, authority: authority)
+                job: job, payload: payload, run: run, authority: authority, headerCache: headerCache)
             run.countEncoding()
             return prepared
         } catch let error as NotificationHeaderError {
