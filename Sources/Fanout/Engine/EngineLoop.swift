@@ -7,13 +7,13 @@ import Synchronization
 /// One notification on its way: which job, which token, its fixed `apns-id` (kept across retries),
 /// and how many attempts may have reached APNs.
 ///
-/// Records are reused: once a notification has its result, its loop keeps the record (`EngineLoop.recycle`)
-/// and the feeding task fills it again for a later notification (`EngineLoop.takeSpares`), so in steady state
-/// a notification makes no record.
+/// Records are reused: once a notification's result is built, its loop's results thread returns the record to the
+/// loop's spares (`deliverFinished`) and the feeding task fills it again for a later notification
+/// (`EngineLoop.takeSpares`), so in steady state a notification makes no record.
 ///
-/// `@unchecked Sendable`: touched by one thread at a time. The feeding task fills it, then hands it to its loop
-/// with `execute` (a lock); from then on only the loop touches it, until `recycle` hands it back to the
-/// feeding side through the loop's spares mutex.
+/// `@unchecked Sendable`: touched by one thread at a time, each handing it to the next under a lock. The feeding
+/// task fills it and hands it to its loop with `execute`; the loop sends it and, with its outcome, hands it to the
+/// results thread once per turn; that thread clears it and puts it back in the spares mutex.
 final class PendingNotification: @unchecked Sendable {
     /// Nil only while the record is spare.
     @exclusivity(unchecked) private var preparedJob: PreparedJob?
@@ -124,8 +124,6 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     /// allocates nothing per notification. Only a cancelled job walks it.
     @exclusivity(unchecked) private var onWire: [PendingNotification?] = []
     @exclusivity(unchecked) private var freeWireSlots: [Int] = []
-    /// Records of finished notifications, kept by the loop until there are enough to hand over at once.
-    @exclusivity(unchecked) private var finishedRecords: [PendingNotification] = []
     /// Records the feeding tasks take (`takeSpares`) before they make new ones; at most `maxSpares`.
     private let spares = Mutex<[PendingNotification]>([])
     private let maxSpares: Int
@@ -162,24 +160,6 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             spares.removeLast(taken)
         }
     }
-
-    /// Keeps the record of a notification that has its result. Loop thread; hands records to the feeding side
-    /// in groups of `batch`, so the lock is taken once per group, not per notification.
-    private func recycle(_ pending: PendingNotification) {
-        pending.clear()
-        finishedRecords.append(pending)
-        if finishedRecords.count >= Self.recycleBatch { handOverFinishedRecords() }
-    }
-
-    private func handOverFinishedRecords() {
-        spares.withLock { spares in
-            let room = max(0, maxSpares - spares.count)
-            spares.append(contentsOf: finishedRecords.prefix(room))
-        }
-        finishedRecords.removeAll(keepingCapacity: true)
-    }
-
-    private static let recycleBatch = 256
 
     // MARK: Work in
 

@@ -3,7 +3,7 @@ import Synchronization
 
 /// Bounds the notifications in flight in an engine: submission suspends while the engine is full,
 /// so a large job applies back-pressure instead of queueing without limit. Permits are released
-/// from loop threads as notifications finish.
+/// by the loops' results threads, a batch at a time, once the notifications' results are built.
 ///
 /// Both waits (`acquire` and `waitUntilEmpty`) end when the waiting task is cancelled.
 final class InFlightLimiter: Sendable {
@@ -63,8 +63,8 @@ final class InFlightLimiter: Sendable {
         }
     }
 
-    /// Returns permits and wakes the waiters they satisfy, in order. Called once per notification from the
-    /// loops: with nobody waiting it is one lock around an addition (no arrays, no generic metadata).
+    /// Returns permits and wakes the waiters they satisfy, in order. With nobody waiting it is one lock around an
+    /// addition (no arrays, no generic metadata).
     func release(_ count: Int) {
         let someoneWaits = state.withLock { state -> Bool in
             state.available += count
