@@ -1,3 +1,4 @@
+import CNGHTTP2
 import FanoutCore
 import Foundation
 
@@ -124,6 +125,14 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
             streamID: streamID, status: status, headers: headers, body: body.isEmpty ? nil : SharedBody(body))
     }
 
+    /// Answers a stream with `fields` (`:status` and the header fields, already laid out as bytes). `body` empty
+    /// sends headers only.
+    package func respond(streamID: Int32, fields: borrowing HTTP2ResponseFields, body: [UInt8] = []) {
+        fields.withNameValues { nva in
+            session.respond(streamID: streamID, fields: nva, body: body.isEmpty ? nil : SharedBody(body))
+        }
+    }
+
     /// Resets a stream with REFUSED_STREAM (the request was not processed).
     package func refuse(streamID: Int32) {
         session.resetStream(streamID, errorCode: HTTP2ErrorCode.refusedStream)
@@ -164,26 +173,26 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         _ session: HTTP2Session, stream: AnyObject, didReceiveHeader name: UnsafeRawBufferPointer,
         value: UnsafeRawBufferPointer
     ) {
-        let stream = unsafeDowncast(stream, to: ServerStream.self)
+        let head = unsafeDowncast(stream, to: ServerStream.self).head
         if let first = name.first, first != UInt8(ascii: ":") {
-            stream.head.append(name: name, value: value)
+            head.pointee.append(name: name, value: value)
         } else if bytesEqual(name, ":method") {
-            stream.head.setMethod(value)
+            head.pointee.setMethod(value)
         } else if bytesEqual(name, ":path") {
-            stream.head.setPath(value)
+            head.pointee.setPath(value)
         }
     }
 
     package func session(_ session: HTTP2Session, stream: AnyObject, didReceiveData data: UnsafeRawBufferPointer) {
         let stream = unsafeDowncast(stream, to: ServerStream.self)
-        if stream.body.count + data.count > maxRequestBody || stream.overflow {
+        if stream.body.pointee.count + data.count > maxRequestBody || stream.overflow {
             if !stream.overflow {
                 stream.overflow = true
                 if let streamID = stream.streamID { handler.serverConnection(self, bodyTooLarge: streamID) }
             }
             return
         }
-        stream.body.append(contentsOf: data)
+        stream.body.pointee.append(contentsOf: data)
     }
 
     package func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32) {
@@ -199,7 +208,8 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         handler.serverConnection(
             self,
             didReceive: HTTP2ServerRequest(
-                streamID: streamID, head: stream.head, body: stream.body, bodyTruncated: stream.overflow))
+                streamID: streamID, head: stream.head.pointee, body: stream.body.pointee,
+                bodyTruncated: stream.overflow))
     }
 
     package func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32) {
@@ -228,25 +238,112 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
 /// One incoming request as it arrives. The session's stream table owns it while the stream is open; then the
 /// connection keeps it, emptied, for a later stream (see `spareStreams`).
 private final class ServerStream {
-    var head = HeaderView()
-    var body: [UInt8] = []
+    /// Owned: allocated in init, freed in deinit. The head and body sit behind pointers rather than in `var`s:
+    /// every header and data callback modifies them, and each modification of a class's `var` is a dynamic
+    /// exclusivity check (swift_beginAccess, a thread-local lookup), which showed in mock-apns's profile.
+    let head: UnsafeMutablePointer<HeaderView>
+    let body: UnsafeMutablePointer<[UInt8]>
     var overflow = false
     var delivered = false
     var streamID: Int32?
 
     init() {
+        head = .allocate(capacity: 1)
+        head.initialize(to: HeaderView())
+        body = .allocate(capacity: 1)
+        body.initialize(to: [])
         // An APNs request has up to 9 regular headers, a few hundred bytes with the pseudo-headers, and a body of up
         // to 4 KiB (5 KiB for voip): room for the common case at once.
-        head.reserveCapacity(bytes: 512, fields: 12)
-        body.reserveCapacity(1024)
+        head.pointee.reserveCapacity(bytes: 512, fields: 12)
+        body.pointee.reserveCapacity(1024)
+    }
+
+    deinit {
+        head.deinitialize(count: 1)
+        head.deallocate()
+        body.deinitialize(count: 1)
+        body.deallocate()
     }
 
     /// Ready for another stream, keeping the storage.
     func reset() {
-        head.removeAll()
-        body.removeAll(keepingCapacity: true)
+        head.pointee.removeAll()
+        body.pointee.removeAll(keepingCapacity: true)
         overflow = false
         delivered = false
         streamID = nil
+    }
+}
+
+/// A response's `:status` and header fields as bytes, for `HTTP2ServerConnection.respond(streamID:fields:body:)`:
+/// kept by the caller and refilled for each answer, so answering makes no `String` per field and, once its buffers
+/// have grown, allocates nothing.
+package struct HTTP2ResponseFields {
+    private struct Field {
+        var start: Int
+        var nameCount: Int
+        var valueCount: Int
+        var indexed: Bool
+    }
+
+    /// Every name and value, back to back.
+    private var bytes: [UInt8] = []
+    private var fields: [Field] = []
+
+    package init() {
+        bytes.reserveCapacity(256)
+        fields.reserveCapacity(8)
+    }
+
+    /// Starts a new response: `:status` alone.
+    package mutating func reset(status: Int) {
+        bytes.removeAll(keepingCapacity: true)
+        fields.removeAll(keepingCapacity: true)
+        if (100...999).contains(status) {
+            append(name: ":status", count: 3, indexed: true) { digits in
+                digits[0] = UInt8(ascii: "0") + UInt8(status / 100)
+                digits[1] = UInt8(ascii: "0") + UInt8(status / 10 % 10)
+                digits[2] = UInt8(ascii: "0") + UInt8(status % 10)
+            }
+        } else {
+            var text = String(status)
+            text.withUTF8 { append(name: ":status", value: UnsafeRawBufferPointer($0), indexed: true) }
+        }
+    }
+
+    /// Appends a field. `indexed: false` keeps a value new in every response (an id) out of both sides' HPACK
+    /// tables, where it would only churn them.
+    package mutating func append(name: StaticString, value: UnsafeRawBufferPointer, indexed: Bool = true) {
+        append(name: name, count: value.count, indexed: indexed) { $0.copyMemory(from: value) }
+    }
+
+    /// Appends a field whose `count`-byte value `write` fills in place.
+    package mutating func append(
+        name: StaticString, count: Int, indexed: Bool = true, _ write: (UnsafeMutableRawBufferPointer) -> Void
+    ) {
+        let start = bytes.count
+        let nameCount = name.utf8CodeUnitCount
+        bytes.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: nameCount))
+        bytes.append(contentsOf: repeatElement(0, count: count))
+        bytes.withUnsafeMutableBytes { storage in
+            write(UnsafeMutableRawBufferPointer(rebasing: storage[(start + nameCount)...]))
+        }
+        fields.append(Field(start: start, nameCount: nameCount, valueCount: count, indexed: indexed))
+    }
+
+    /// Lends nghttp2 the fields (valid only inside `body`; nghttp2 copies them on submit).
+    fileprivate func withNameValues<R>(_ body: (UnsafeBufferPointer<nghttp2_nv>) -> R) -> R {
+        bytes.withUnsafeBufferPointer { storage in
+            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: max(fields.count, 1)) { nva in
+                let base = UnsafeMutablePointer(mutating: storage.baseAddress)
+                for (index, field) in fields.enumerated() {
+                    nva[index] = nghttp2_nv(
+                        name: base! + field.start, value: base! + field.start + field.nameCount,
+                        namelen: field.nameCount, valuelen: field.valueCount,
+                        flags: UInt8(field.indexed ? NGHTTP2_NV_FLAG_NONE.rawValue : NGHTTP2_NV_FLAG_NO_INDEX.rawValue))
+                }
+                return body(UnsafeBufferPointer(rebasing: nva[..<fields.count]))
+            }
+        }
     }
 }

@@ -142,6 +142,11 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// its streams without calling on_stream_close. nghttp2 holds no pointer to a context: callbacks
     /// find it here by stream id (neither stream user data nor the data source pointer is used).
     private var streams: [Int32: OpenStream] = [:]
+    /// Server role: the stream whose request is arriving (set when its HEADERS begin), so the request's header,
+    /// data and end-of-stream callbacks (about ten per APNs request) find its context without hashing into
+    /// `streams`. Unowned: the table holds the context; cleared when that stream closes.
+    private var arrivingStreamID: Int32 = 0
+    private unowned(unsafe) var arrivingContext: AnyObject?
 
     package private(set) var isReady = false
     package private(set) var isClosed = false
@@ -294,15 +299,25 @@ package final class HTTP2Session: SecureChannelDelegate {
     package func respond(
         streamID: Int32, status: Int, headers: [(name: String, value: String)], body: SharedBody?
     ) {
+        withResponseHeaders(status: status, headers: headers) { nva, count in
+            respond(streamID: streamID, fields: UnsafeBufferPointer(start: nva, count: count), body: body)
+        }
+    }
+
+    /// Server role: answers stream `streamID` with header fields already laid out for nghttp2, `:status` first
+    /// (nghttp2 copies them before this returns), and `body` as `respond(streamID:status:headers:body:)` does.
+    package func respond(streamID: Int32, fields: UnsafeBufferPointer<nghttp2_nv>, body: SharedBody?) {
         assert(role == .server, "only a server responds")
         guard let nghttp2, !isClosed, let index = streams.index(forKey: streamID) else { return }
         let hasBody = (body?.count ?? 0) > 0
         streams.values[index].body = hasBody ? body : nil
-        let rc = withResponseHeaders(status: status, headers: headers) { nva, count -> Int32 in
-            guard hasBody else { return nghttp2_submit_response(nghttp2, streamID, nva, count, nil) }
+        let rc: Int32
+        if hasBody {
             var provider = nghttp2_data_provider(
                 source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
-            return nghttp2_submit_response(nghttp2, streamID, nva, count, &provider)
+            rc = nghttp2_submit_response(nghttp2, streamID, fields.baseAddress, fields.count, &provider)
+        } else {
+            rc = nghttp2_submit_response(nghttp2, streamID, fields.baseAddress, fields.count, nil)
         }
         if rc != 0 {
             nghttp2_submit_rst_stream(
@@ -401,6 +416,8 @@ package final class HTTP2Session: SecureChannelDelegate {
         blockPool = nil  // after nghttp2_session_del, which returned every block
         let open = streams.map { (streamID: $0.key, stream: $0.value.context) }
         streams = [:]
+        arrivingStreamID = 0
+        arrivingContext = nil
         if let channel {
             channel.delegate = nil
             channel.close(error: nil)
@@ -504,25 +521,39 @@ package final class HTTP2Session: SecureChannelDelegate {
     fileprivate func didBeginHeaders(streamID: Int32) {
         guard role == .server, let delegate else { return }
         // The table owns the context from here to on_stream_close.
-        streams[streamID] = OpenStream(context: delegate.session(self, contextForStream: streamID))
+        let context = delegate.session(self, contextForStream: streamID)
+        streams[streamID] = OpenStream(context: context)
+        arrivingStreamID = streamID
+        arrivingContext = context
+    }
+
+    /// The context of open stream `streamID`: the arriving one's without a lookup.
+    @inline(__always)
+    private func context(ofStream streamID: Int32) -> AnyObject? {
+        if streamID == arrivingStreamID, let context = arrivingContext { return context }
+        return streams[streamID]?.context
     }
 
     fileprivate func didReceiveHeader(streamID: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
-        guard let context = streams[streamID]?.context else { return }
+        guard let context = context(ofStream: streamID) else { return }
         delegate?.session(self, stream: context, didReceiveHeader: name, value: value)
     }
 
     fileprivate func didReceiveData(streamID: Int32, data: UnsafeRawBufferPointer) {
-        guard let context = streams[streamID]?.context else { return }
+        guard let context = context(ofStream: streamID) else { return }
         delegate?.session(self, stream: context, didReceiveData: data)
     }
 
     fileprivate func didReceiveEndOfStream(streamID: Int32) {
-        guard let context = streams[streamID]?.context else { return }
+        guard let context = context(ofStream: streamID) else { return }
         delegate?.session(self, streamDidEnd: context, streamID: streamID)
     }
 
     fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32) {
+        if streamID == arrivingStreamID {
+            arrivingStreamID = 0
+            arrivingContext = nil
+        }
         guard let closed = streams.removeValue(forKey: streamID) else { return }
         delegate?.session(self, didClose: closed.context, streamID: streamID, errorCode: errorCode)
         if draining && streams.isEmpty, let nghttp2, !isClosed {
