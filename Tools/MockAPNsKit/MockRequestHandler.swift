@@ -86,7 +86,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
     /// This loop's cache of the last body's JSON shape.
     private let shapes = PayloadShapeCache()
     /// The headers of an accepted answer, as bytes, refilled per request (no string is made for them).
-    private var acceptedFields = HTTP2ResponseFields()
+    private let acceptedFields = HTTP2ResponseFields()
 
     init(shared: MockShared, loop: LoopThread) {
         self.shared = shared
@@ -178,15 +178,15 @@ final class MockRequestHandler: HTTP2ServerHandler {
                 // Only a client's apns-id can be sent twice: one this mock generated is not counted.
                 apnsID = MockStats.digest(hex: id)
             } else {
-                acceptedFields.append(name: "apns-id", count: APNsID.length, indexed: false) {
-                    AnswerID.write(using: &random, into: $0)
-                }
+                AnswerID.write(
+                    using: &random,
+                    into: acceptedFields.appendValue(name: "apns-id", count: APNsID.length, indexed: false))
             }
             token = MockStats.digest(hex: UnsafeBufferPointer(rebasing: bytes[checked.token]))
         }
-        acceptedFields.append(name: "apns-unique-id", count: APNsID.length, indexed: false) {
-            AnswerID.write(using: &random, into: $0)
-        }
+        AnswerID.write(
+            using: &random,
+            into: acceptedFields.appendValue(name: "apns-unique-id", count: APNsID.length, indexed: false))
         stats.recordAnswer(status: 200, reason: reason, token: token, apnsID: apnsID, priority: checked.priority)
         adjustThrottle(connection, state: state, accepted: true)
         connection.respond(streamID: request.streamID, fields: acceptedFields)

@@ -127,10 +127,8 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
 
     /// Answers a stream with `fields` (`:status` and the header fields, already laid out as bytes). `body` empty
     /// sends headers only.
-    package func respond(streamID: Int32, fields: borrowing HTTP2ResponseFields, body: [UInt8] = []) {
-        fields.withNameValues { nva in
-            session.respond(streamID: streamID, fields: nva, body: body.isEmpty ? nil : SharedBody(body))
-        }
+    package func respond(streamID: Int32, fields: HTTP2ResponseFields, body: [UInt8] = []) {
+        session.respond(streamID: streamID, fields: fields.nameValues, body: body.isEmpty ? nil : SharedBody(body))
     }
 
     /// Resets a stream with REFUSED_STREAM (the request was not processed).
@@ -275,75 +273,93 @@ private final class ServerStream {
     }
 }
 
-/// A response's `:status` and header fields as bytes, for `HTTP2ServerConnection.respond(streamID:fields:body:)`:
-/// kept by the caller and refilled for each answer, so answering makes no `String` per field and, once its buffers
-/// have grown, allocates nothing.
-package struct HTTP2ResponseFields {
-    private struct Field {
-        var start: Int
-        var nameCount: Int
-        var valueCount: Int
-        var indexed: Bool
-    }
-
-    /// Every name and value, back to back.
-    private var bytes: [UInt8] = []
-    private var fields: [Field] = []
+/// A response's `:status` and header fields laid out for nghttp2, for
+/// `HTTP2ServerConnection.respond(streamID:fields:body:)`: kept by the caller (one per loop) and refilled for each
+/// answer, so answering makes no `String` per field and, once its buffers have grown, allocates nothing. Values are
+/// written in place (`appendValue`), and the `nghttp2_nv` entries are kept with the bytes they point to.
+/// Confined to one thread.
+package final class HTTP2ResponseFields {
+    /// Owned: allocated in init (and when growing), freed in deinit. Every name and value, back to back.
+    private var bytes: UnsafeMutableRawBufferPointer
+    private var used = 0
+    /// Owned, likewise. The entries, pointing into `bytes`.
+    private var entries: UnsafeMutableBufferPointer<nghttp2_nv>
+    private var count = 0
 
     package init() {
-        bytes.reserveCapacity(256)
-        fields.reserveCapacity(8)
+        bytes = .allocate(byteCount: 512, alignment: 8)
+        entries = .allocate(capacity: 8)
+    }
+
+    deinit {
+        bytes.deallocate()
+        entries.deallocate()
     }
 
     /// Starts a new response: `:status` alone.
-    package mutating func reset(status: Int) {
-        bytes.removeAll(keepingCapacity: true)
-        fields.removeAll(keepingCapacity: true)
+    package func reset(status: Int) {
+        used = 0
+        count = 0
         if (100...999).contains(status) {
-            append(name: ":status", count: 3, indexed: true) { digits in
-                digits[0] = UInt8(ascii: "0") + UInt8(status / 100)
-                digits[1] = UInt8(ascii: "0") + UInt8(status / 10 % 10)
-                digits[2] = UInt8(ascii: "0") + UInt8(status % 10)
-            }
+            let digits = appendValue(name: ":status", count: 3)
+            digits[0] = UInt8(ascii: "0") + UInt8(status / 100)
+            digits[1] = UInt8(ascii: "0") + UInt8(status / 10 % 10)
+            digits[2] = UInt8(ascii: "0") + UInt8(status % 10)
         } else {
             var text = String(status)
-            text.withUTF8 { append(name: ":status", value: UnsafeRawBufferPointer($0), indexed: true) }
+            text.withUTF8 { append(name: ":status", value: UnsafeRawBufferPointer($0)) }
         }
     }
 
     /// Appends a field. `indexed: false` keeps a value new in every response (an id) out of both sides' HPACK
     /// tables, where it would only churn them.
-    package mutating func append(name: StaticString, value: UnsafeRawBufferPointer, indexed: Bool = true) {
-        append(name: name, count: value.count, indexed: indexed) { $0.copyMemory(from: value) }
+    package func append(name: StaticString, value: UnsafeRawBufferPointer, indexed: Bool = true) {
+        let destination = appendValue(name: name, count: value.count, indexed: indexed)
+        if value.count > 0 { destination.copyMemory(from: value) }
     }
 
-    /// Appends a field whose `count`-byte value `write` fills in place.
-    package mutating func append(
-        name: StaticString, count: Int, indexed: Bool = true, _ write: (UnsafeMutableRawBufferPointer) -> Void
-    ) {
-        let start = bytes.count
+    /// Appends a field with a `count`-byte value and returns where the caller writes that value (valid until the
+    /// next call on these fields).
+    package func appendValue(name: StaticString, count valueCount: Int, indexed: Bool = true)
+        -> UnsafeMutableRawBufferPointer
+    {
         let nameCount = name.utf8CodeUnitCount
-        bytes.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: nameCount))
-        bytes.append(contentsOf: repeatElement(0, count: count))
-        bytes.withUnsafeMutableBytes { storage in
-            write(UnsafeMutableRawBufferPointer(rebasing: storage[(start + nameCount)...]))
-        }
-        fields.append(Field(start: start, nameCount: nameCount, valueCount: count, indexed: indexed))
+        reserve(bytes: nameCount + valueCount)
+        let start = bytes.baseAddress! + used
+        start.copyMemory(from: name.utf8Start, byteCount: nameCount)
+        used += nameCount + valueCount
+        entries[count] = nghttp2_nv(
+            name: start.assumingMemoryBound(to: UInt8.self),
+            value: (start + nameCount).assumingMemoryBound(to: UInt8.self), namelen: nameCount, valuelen: valueCount,
+            flags: UInt8(indexed ? NGHTTP2_NV_FLAG_NONE.rawValue : NGHTTP2_NV_FLAG_NO_INDEX.rawValue))
+        count += 1
+        return UnsafeMutableRawBufferPointer(start: start + nameCount, count: valueCount)
     }
 
-    /// Lends nghttp2 the fields (valid only inside `body`; nghttp2 copies them on submit).
-    fileprivate func withNameValues<R>(_ body: (UnsafeBufferPointer<nghttp2_nv>) -> R) -> R {
-        bytes.withUnsafeBufferPointer { storage in
-            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: max(fields.count, 1)) { nva in
-                let base = UnsafeMutablePointer(mutating: storage.baseAddress)
-                for (index, field) in fields.enumerated() {
-                    nva[index] = nghttp2_nv(
-                        name: base! + field.start, value: base! + field.start + field.nameCount,
-                        namelen: field.nameCount, valuelen: field.valueCount,
-                        flags: UInt8(field.indexed ? NGHTTP2_NV_FLAG_NONE.rawValue : NGHTTP2_NV_FLAG_NO_INDEX.rawValue))
-                }
-                return body(UnsafeBufferPointer(rebasing: nva[..<fields.count]))
-            }
+    /// The entries, for nghttp2 (which copies them on submit).
+    fileprivate var nameValues: UnsafeBufferPointer<nghttp2_nv> {
+        UnsafeBufferPointer(start: entries.baseAddress, count: count)
+    }
+
+    /// Room for one more field of `extra` bytes: larger buffers when needed, the entries moved to point into them.
+    private func reserve(bytes extra: Int) {
+        if count == entries.count {
+            let larger = UnsafeMutableBufferPointer<nghttp2_nv>.allocate(capacity: 2 * entries.count)
+            _ = larger.initialize(from: entries)
+            entries.deallocate()
+            entries = larger
         }
+        guard used + extra > bytes.count else { return }
+        let larger = UnsafeMutableRawBufferPointer.allocate(
+            byteCount: max(2 * bytes.count, used + extra), alignment: 8)
+        larger.baseAddress!.copyMemory(from: bytes.baseAddress!, byteCount: used)
+        let old = UnsafeMutablePointer<UInt8>(bytes.baseAddress!.assumingMemoryBound(to: UInt8.self))
+        let new = larger.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        for index in 0..<count {
+            entries[index].name = new + (entries[index].name - old)
+            entries[index].value = new + (entries[index].value - old)
+        }
+        bytes.deallocate()
+        bytes = larger
     }
 }
