@@ -144,9 +144,11 @@ package final class HTTP2Session: SecureChannelDelegate {
     private var streams: [Int32: OpenStream] = [:]
     /// Server role: the stream whose request is arriving (set when its HEADERS begin), so the request's header,
     /// data and end-of-stream callbacks (about ten per APNs request) find its context without hashing into
-    /// `streams`. Unowned: the table holds the context; cleared when that stream closes.
+    /// `streams`, and pass it on without a retain. Unretained: the table holds the context, and nothing removes it
+    /// while one of these callbacks runs (on_stream_close comes from nghttp2 after them, and a close asked for
+    /// inside nghttp2 waits for it to return); cleared when that stream closes.
     private var arrivingStreamID: Int32 = 0
-    private unowned(unsafe) var arrivingContext: AnyObject?
+    private var arrivingContext: Unmanaged<AnyObject>?
 
     package private(set) var isReady = false
     package private(set) var isClosed = false
@@ -524,29 +526,29 @@ package final class HTTP2Session: SecureChannelDelegate {
         let context = delegate.session(self, contextForStream: streamID)
         streams[streamID] = OpenStream(context: context)
         arrivingStreamID = streamID
-        arrivingContext = context
+        arrivingContext = Unmanaged.passUnretained(context)
     }
 
-    /// The context of open stream `streamID`: the arriving one's without a lookup.
+    /// Calls `body` with open stream `streamID`'s context: the arriving one's without a lookup or a retain.
     @inline(__always)
-    private func context(ofStream streamID: Int32) -> AnyObject? {
-        if streamID == arrivingStreamID, let context = arrivingContext { return context }
-        return streams[streamID]?.context
+    private func withContext(ofStream streamID: Int32, _ body: (AnyObject) -> Void) {
+        if streamID == arrivingStreamID, let arriving = arrivingContext {
+            arriving._withUnsafeGuaranteedRef(body)
+        } else if let context = streams[streamID]?.context {
+            body(context)
+        }
     }
 
     fileprivate func didReceiveHeader(streamID: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
-        guard let context = context(ofStream: streamID) else { return }
-        delegate?.session(self, stream: context, didReceiveHeader: name, value: value)
+        withContext(ofStream: streamID) { delegate?.session(self, stream: $0, didReceiveHeader: name, value: value) }
     }
 
     fileprivate func didReceiveData(streamID: Int32, data: UnsafeRawBufferPointer) {
-        guard let context = context(ofStream: streamID) else { return }
-        delegate?.session(self, stream: context, didReceiveData: data)
+        withContext(ofStream: streamID) { delegate?.session(self, stream: $0, didReceiveData: data) }
     }
 
     fileprivate func didReceiveEndOfStream(streamID: Int32) {
-        guard let context = context(ofStream: streamID) else { return }
-        delegate?.session(self, streamDidEnd: context, streamID: streamID)
+        withContext(ofStream: streamID) { delegate?.session(self, streamDidEnd: $0, streamID: streamID) }
     }
 
     fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32) {
