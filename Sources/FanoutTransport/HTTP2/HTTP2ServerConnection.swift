@@ -52,7 +52,9 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     /// Strong: the handler does not own connections, so there is no cycle (and no weak-reference
     /// side table on the hot path).
     private let handler: HTTP2ServerHandler
-    package private(set) var streamsReceived = 0
+    package var streamsReceived: Int { received }
+    /// Private, unlike `streamsReceived`, so counting a stream is no dynamic exclusivity check.
+    private var received = 0
     private var goawaySent = false
     /// The last stream a sent GOAWAY promised to process; later ones are refused, never processed
     /// (nghttp2 keeps accepting streams until the GOAWAY has actually gone out).
@@ -161,7 +163,7 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     package func sessionDidBecomeReady(_ session: HTTP2Session) {}
 
     package func session(_ session: HTTP2Session, contextForStream streamID: Int32) -> AnyObject {
-        streamsReceived += 1
+        received += 1
         let stream = spareStreams.popLast() ?? ServerStream()
         stream.streamID = streamID
         return stream

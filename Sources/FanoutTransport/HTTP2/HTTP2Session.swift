@@ -524,9 +524,9 @@ package final class HTTP2Session: SecureChannelDelegate {
         guard role == .server, let delegate else { return }
         // The table owns the context from here to on_stream_close.
         let context = delegate.session(self, contextForStream: streamID)
-        streams[streamID] = OpenStream(context: context)
         arrivingStreamID = streamID
         arrivingContext = Unmanaged.passUnretained(context)
+        streams[streamID] = OpenStream(context: consume context)
     }
 
     /// Calls `body` with open stream `streamID`'s context: the arriving one's without a lookup or a retain.
@@ -744,11 +744,14 @@ func http2ErrorName(_ code: Int32) -> String {
 // Each is defined once, for both roles: a file-level function matching nghttp2's C typedef (so it is
 // @convention(c)) that recovers the session from `user_data` and forwards to one of its methods.
 
-/// The session behind nghttp2's `user_data`: an unretained pointer set in `channelDidBecomeReady`,
-/// valid until `finishClose` deletes the nghttp2 session.
-private func session(_ userData: UnsafeMutableRawPointer?) -> HTTP2Session {
+/// Calls `body` with the session behind nghttp2's `user_data`: an unretained pointer set in
+/// `channelDidBecomeReady`, valid until `finishClose` deletes the nghttp2 session. Lent without a retain (a
+/// retain and release per callback, about fifteen per request a server answers, showed in mock-apns's profile):
+/// the loop's stop action holds the session, and a close asked for inside nghttp2 waits until it returns.
+@inline(__always)
+private func withSession<R>(_ userData: UnsafeMutableRawPointer?, _ body: (HTTP2Session) -> R) -> R {
     guard let userData else { preconditionFailure("nghttp2 callback without user data") }
-    return Unmanaged<HTTP2Session>.fromOpaque(userData).takeUnretainedValue()
+    return Unmanaged<HTTP2Session>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)
 }
 
 private func nghttp2BeginHeadersCallback(
@@ -757,7 +760,7 @@ private func nghttp2BeginHeadersCallback(
     guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
         frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST
     else { return 0 }
-    session(userData).didBeginHeaders(streamID: frame.pointee.hd.stream_id)
+    withSession(userData) { $0.didBeginHeaders(streamID: frame.pointee.hd.stream_id) }
     return 0
 }
 
@@ -767,9 +770,11 @@ private func nghttp2HeaderCallback(
     _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
     guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
-    session(userData).didReceiveHeader(
-        streamID: frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: nameLength),
-        value: UnsafeRawBufferPointer(start: value, count: valueLength))
+    withSession(userData) {
+        $0.didReceiveHeader(
+            streamID: frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: nameLength),
+            value: UnsafeRawBufferPointer(start: value, count: valueLength))
+    }
     return 0
 }
 
@@ -777,7 +782,9 @@ private func nghttp2DataChunkCallback(
     _ nghttp2: OpaquePointer?, _ flags: UInt8, _ streamID: Int32, _ data: UnsafePointer<UInt8>?, _ length: Int,
     _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
-    session(userData).didReceiveData(streamID: streamID, data: UnsafeRawBufferPointer(start: data, count: length))
+    withSession(userData) {
+        $0.didReceiveData(streamID: streamID, data: UnsafeRawBufferPointer(start: data, count: length))
+    }
     return 0
 }
 
@@ -785,22 +792,23 @@ private func nghttp2FrameRecvCallback(
     _ nghttp2: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
     guard let frame else { return 0 }
-    let owner = session(userData)
     let header = frame.pointee.hd
-    switch UInt32(header.type) {
-    case NGHTTP2_SETTINGS.rawValue:
-        if header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 { owner.didReceiveSettings() }
-    case NGHTTP2_GOAWAY.rawValue:
-        let goaway = frame.pointee.goaway
-        owner.didReceiveGoaway(
-            lastStreamID: goaway.last_stream_id, errorCode: goaway.error_code,
-            debugData: UnsafeRawBufferPointer(start: goaway.opaque_data, count: goaway.opaque_data_len))
-    case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
-        if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
-            owner.didReceiveEndOfStream(streamID: header.stream_id)
+    withSession(userData) { owner in
+        switch UInt32(header.type) {
+        case NGHTTP2_SETTINGS.rawValue:
+            if header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 { owner.didReceiveSettings() }
+        case NGHTTP2_GOAWAY.rawValue:
+            let goaway = frame.pointee.goaway
+            owner.didReceiveGoaway(
+                lastStreamID: goaway.last_stream_id, errorCode: goaway.error_code,
+                debugData: UnsafeRawBufferPointer(start: goaway.opaque_data, count: goaway.opaque_data_len))
+        case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
+            if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
+                owner.didReceiveEndOfStream(streamID: header.stream_id)
+            }
+        default:
+            break
         }
-    default:
-        break
     }
     return 0
 }
@@ -808,7 +816,7 @@ private func nghttp2FrameRecvCallback(
 private func nghttp2StreamCloseCallback(
     _ nghttp2: OpaquePointer?, _ streamID: Int32, _ errorCode: UInt32, _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
-    session(userData).didCloseStream(streamID: streamID, errorCode: errorCode)
+    withSession(userData) { $0.didCloseStream(streamID: streamID, errorCode: errorCode) }
     return 0
 }
 
@@ -817,7 +825,7 @@ private func nghttp2InvalidFrameCallback(
     _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
     guard let frame else { return 0 }
-    session(userData).didReceiveInvalidFrame(type: frame.pointee.hd.type, errorCode: errorCode)
+    withSession(userData) { $0.didReceiveInvalidFrame(type: frame.pointee.hd.type, errorCode: errorCode) }
     return 0
 }
 
@@ -827,5 +835,5 @@ private func nghttp2ReadCallback(
     _ userData: UnsafeMutableRawPointer?
 ) -> Int {
     guard let buffer, let flags else { return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue) }
-    return session(userData).readBody(streamID: streamID, into: buffer, length: length, flags: flags)
+    return withSession(userData) { $0.readBody(streamID: streamID, into: buffer, length: length, flags: flags) }
 }
