@@ -122,7 +122,18 @@ package final class HTTP2Session: SecureChannelDelegate {
     private let settings: HTTP2SessionSettings
     /// Strong (no weak side table on the hot path): cleared when the session closes, which ends the
     /// cycle with the connection that owns this session.
-    package var delegate: HTTP2SessionDelegate?
+    package var delegate: HTTP2SessionDelegate? {
+        didSet {
+            delegateBox = delegate.map(DelegateBox.init)
+            unretainedDelegate = delegateBox.map { Unmanaged.passUnretained($0) }
+        }
+    }
+    /// `delegate` in an immutable box, and that box unretained, for the server's request callbacks (about a dozen
+    /// per request): through it they reach the delegate with no retain and no dynamic exclusivity check. Replaced
+    /// whenever `delegate` is set, which only `finishClose` does after init, and a close asked for inside nghttp2
+    /// waits until nghttp2 has returned.
+    private var delegateBox: DelegateBox?
+    private var unretainedDelegate: Unmanaged<DelegateBox>?
     private var channel: SecureChannel?
     /// Owned: created when TLS is ready, freed with `nghttp2_session_del` in `finishClose`.
     private var nghttp2: OpaquePointer?
@@ -521,34 +532,35 @@ package final class HTTP2Session: SecureChannelDelegate {
     // MARK: nghttp2 events (from the thunks below)
 
     fileprivate func didBeginHeaders(streamID: Int32) {
-        guard role == .server, let delegate else { return }
+        guard role == .server, let box = unretainedDelegate else { return }
         // The table owns the context from here to on_stream_close.
-        let context = delegate.session(self, contextForStream: streamID)
+        let context = box._withUnsafeGuaranteedRef { $0.delegate.session(self, contextForStream: streamID) }
         arrivingStreamID = streamID
         arrivingContext = Unmanaged.passUnretained(context)
         streams[streamID] = OpenStream(context: consume context)
     }
 
-    /// Calls `body` with open stream `streamID`'s context: the arriving one's without a lookup or a retain.
+    /// Calls `body` with the delegate and open stream `streamID`'s context: for the arriving stream without a
+    /// lookup or a retain.
     @inline(__always)
-    private func withContext(ofStream streamID: Int32, _ body: (AnyObject) -> Void) {
-        if streamID == arrivingStreamID, let arriving = arrivingContext {
-            arriving._withUnsafeGuaranteedRef(body)
-        } else if let context = streams[streamID]?.context {
-            body(context)
+    private func withContext(ofStream streamID: Int32, _ body: (HTTP2SessionDelegate, AnyObject) -> Void) {
+        if streamID == arrivingStreamID, let arriving = arrivingContext, let box = unretainedDelegate {
+            box._withUnsafeGuaranteedRef { box in arriving._withUnsafeGuaranteedRef { body(box.delegate, $0) } }
+        } else if let context = streams[streamID]?.context, let delegate {
+            body(delegate, context)
         }
     }
 
     fileprivate func didReceiveHeader(streamID: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
-        withContext(ofStream: streamID) { delegate?.session(self, stream: $0, didReceiveHeader: name, value: value) }
+        withContext(ofStream: streamID) { $0.session(self, stream: $1, didReceiveHeader: name, value: value) }
     }
 
     fileprivate func didReceiveData(streamID: Int32, data: UnsafeRawBufferPointer) {
-        withContext(ofStream: streamID) { delegate?.session(self, stream: $0, didReceiveData: data) }
+        withContext(ofStream: streamID) { $0.session(self, stream: $1, didReceiveData: data) }
     }
 
     fileprivate func didReceiveEndOfStream(streamID: Int32) {
-        withContext(ofStream: streamID) { delegate?.session(self, streamDidEnd: $0, streamID: streamID) }
+        withContext(ofStream: streamID) { $0.session(self, streamDidEnd: $1, streamID: streamID) }
     }
 
     fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32) {
@@ -703,6 +715,13 @@ package final class HTTP2Session: SecureChannelDelegate {
         if fits { return body(UnsafePointer(scratchFields.baseAddress!), count) }
         return withNameValueArray([(":status", String(status))] + headers.map { ($0.name, $0.value) }, body)
     }
+}
+
+/// An `HTTP2Session`'s delegate, held in a `let` so it can be read through an unretained reference to the box
+/// without a retain (see `HTTP2Session.delegateBox`).
+private final class DelegateBox {
+    let delegate: HTTP2SessionDelegate
+    init(_ delegate: HTTP2SessionDelegate) { self.delegate = delegate }
 }
 
 /// Lends nghttp2 a header array for `fields`, valid only inside `body` (nghttp2 copies on submit).
