@@ -153,13 +153,20 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// its streams without calling on_stream_close. nghttp2 holds no pointer to a context: callbacks
     /// find it here by stream id (neither stream user data nor the data source pointer is used).
     private var streams: [Int32: OpenStream] = [:]
-    /// Server role: the stream whose request is arriving (set when its HEADERS begin), so the request's header,
-    /// data and end-of-stream callbacks (about ten per APNs request) find its context without hashing into
-    /// `streams`, and pass it on without a retain. Unretained: the table holds the context, and nothing removes it
-    /// while one of these callbacks runs (on_stream_close comes from nghttp2 after them, and a close asked for
-    /// inside nghttp2 waits for it to return); cleared when that stream closes.
-    private var arrivingStreamID: Int32 = 0
-    private var arrivingContext: Unmanaged<AnyObject>?
+    /// Server role: the open streams' contexts again, in a direct-mapped table by stream id (slot `(id >> 1) &
+    /// (count - 1)`; a client opens odd ids in order), so a request's header, data and end-of-stream callbacks
+    /// (about twelve per APNs request; a client sends its HEADERS frames ahead of their DATA, so the streams
+    /// interleave) find the context without hashing into `streams` and pass it on without a retain. A stream whose
+    /// slot is taken is found in `streams`. Unretained: `streams` holds the contexts, and nothing removes one while
+    /// a callback for it runs (on_stream_close comes from nghttp2 after them, and a close asked for inside nghttp2
+    /// waits for it to return); a slot is cleared when its stream closes. Owned: allocated at the first request,
+    /// freed in deinit.
+    private var contextSlots: UnsafeMutableBufferPointer<ContextSlot>?
+    private static let contextSlotCount = 1024
+    private struct ContextSlot {
+        var streamID: Int32 = 0
+        var context: Unmanaged<AnyObject>?
+    }
 
     package private(set) var isReady = false
     package private(set) var isClosed = false
@@ -201,6 +208,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         assert(isClosed, "an HTTP2Session must be closed before it is freed")
         scratchBytes?.deallocate()
         scratchFields?.deallocate()
+        contextSlots?.deallocate()
         pathScratch?.deallocate()
     }
 
@@ -429,8 +437,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         blockPool = nil  // after nghttp2_session_del, which returned every block
         let open = streams.map { (streamID: $0.key, stream: $0.value.context) }
         streams = [:]
-        arrivingStreamID = 0
-        arrivingContext = nil
+        if let contextSlots { contextSlots.update(repeating: ContextSlot()) }
         if let channel {
             channel.delegate = nil
             channel.close(error: nil)
@@ -535,17 +542,30 @@ package final class HTTP2Session: SecureChannelDelegate {
         guard role == .server, let box = unretainedDelegate else { return }
         // The table owns the context from here to on_stream_close.
         let context = box._withUnsafeGuaranteedRef { $0.delegate.session(self, contextForStream: streamID) }
-        arrivingStreamID = streamID
-        arrivingContext = Unmanaged.passUnretained(context)
+        let slots = contextSlots ?? makeContextSlots()
+        slots[Self.contextSlot(of: streamID)] = ContextSlot(
+            streamID: streamID, context: Unmanaged.passUnretained(context))
         streams[streamID] = OpenStream(context: consume context)
     }
 
-    /// Calls `body` with the delegate and open stream `streamID`'s context: for the arriving stream without a
-    /// lookup or a retain.
+    @inline(__always)
+    private static func contextSlot(of streamID: Int32) -> Int { Int(streamID >> 1) & (contextSlotCount - 1) }
+
+    private func makeContextSlots() -> UnsafeMutableBufferPointer<ContextSlot> {
+        let slots = UnsafeMutableBufferPointer<ContextSlot>.allocate(capacity: Self.contextSlotCount)
+        slots.initialize(repeating: ContextSlot())
+        contextSlots = slots
+        return slots
+    }
+
+    /// Calls `body` with the delegate and open stream `streamID`'s context: from its slot (see `contextSlots`)
+    /// without a lookup or a retain.
     @inline(__always)
     private func withContext(ofStream streamID: Int32, _ body: (HTTP2SessionDelegate, AnyObject) -> Void) {
-        if streamID == arrivingStreamID, let arriving = arrivingContext, let box = unretainedDelegate {
-            box._withUnsafeGuaranteedRef { box in arriving._withUnsafeGuaranteedRef { body(box.delegate, $0) } }
+        if let slots = contextSlots, case let slot = slots[Self.contextSlot(of: streamID)], slot.streamID == streamID,
+            let context = slot.context, let box = unretainedDelegate
+        {
+            box._withUnsafeGuaranteedRef { box in context._withUnsafeGuaranteedRef { body(box.delegate, $0) } }
         } else if let context = streams[streamID]?.context, let delegate {
             body(delegate, context)
         }
@@ -564,9 +584,8 @@ package final class HTTP2Session: SecureChannelDelegate {
     }
 
     fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32) {
-        if streamID == arrivingStreamID {
-            arrivingStreamID = 0
-            arrivingContext = nil
+        if let slots = contextSlots, slots[Self.contextSlot(of: streamID)].streamID == streamID {
+            slots[Self.contextSlot(of: streamID)] = ContextSlot()
         }
         guard let closed = streams.removeValue(forKey: streamID) else { return }
         delegate?.session(self, didClose: closed.context, streamID: streamID, errorCode: errorCode)
