@@ -16,24 +16,24 @@ import Synchronization
 /// feeding side through the loop's spares mutex.
 final class PendingNotification: @unchecked Sendable {
     /// Nil only while the record is spare.
-    private var preparedJob: PreparedJob?
+    @exclusivity(unchecked) private var preparedJob: PreparedJob?
     var job: PreparedJob { preparedJob! }
-    private(set) var token: String
-    private(set) var apnsID: String
+    @exclusivity(unchecked) private(set) var token: String
+    @exclusivity(unchecked) private(set) var apnsID: String
     /// Position of the recipient in its job.
-    private(set) var position: Int
-    var attempts = 0
+    @exclusivity(unchecked) private(set) var position: Int
+    @exclusivity(unchecked) var attempts = 0
     /// Loop clock (ms) of the first send, for latency.
-    var firstSentAt: UInt64 = 0
-    var lastStatus: Int?
-    var lastReason: String?
+    @exclusivity(unchecked) var firstSentAt: UInt64 = 0
+    @exclusivity(unchecked) var lastStatus: Int?
+    @exclusivity(unchecked) var lastReason: String?
     /// Loop clock (ms) before which a retry must not be sent.
-    var notBefore: UInt64 = 0
+    @exclusivity(unchecked) var notBefore: UInt64 = 0
     /// While on the wire: the connection carrying it, its request there, and its slot in the loop's
     /// on-the-wire table (-1 otherwise), so that a cancelled job can reset its open streams.
-    var connection: HTTP2ClientConnection?
-    var requestID = HTTP2RequestID(rawValue: 0)
-    var wireSlot = -1
+    @exclusivity(unchecked) var connection: HTTP2ClientConnection?
+    @exclusivity(unchecked) var requestID = HTTP2RequestID(rawValue: 0)
+    @exclusivity(unchecked) var wireSlot = -1
 
     init(job: PreparedJob, token: String, apnsID: String, position: Int) {
         preparedJob = job
@@ -103,38 +103,38 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     let loop: LoopThread
     private let shared: EngineShared
     private var configuration: FanoutEngineConfiguration { shared.configuration }
-    private var slots: [ConnectionSlot]
+    @exclusivity(unchecked) private var slots: [ConnectionSlot]
     /// Connections that got GOAWAY and are finishing their streams.
-    private var draining: [ObjectIdentifier: HTTP2ClientConnection] = [:]
-    private var waiting = FIFOQueue<PendingNotification>()
-    private var delayed: [PendingNotification] = []
-    private var delayTimer: LoopTimer?
-    private var delayTimerDue: UInt64 = .max
-    private var random = FastRandomGenerator()
-    private var consecutiveConnectFailures = 0
+    @exclusivity(unchecked) private var draining: [ObjectIdentifier: HTTP2ClientConnection] = [:]
+    @exclusivity(unchecked) private var waiting = FIFOQueue<PendingNotification>()
+    @exclusivity(unchecked) private var delayed: [PendingNotification] = []
+    @exclusivity(unchecked) private var delayTimer: LoopTimer?
+    @exclusivity(unchecked) private var delayTimerDue: UInt64 = .max
+    @exclusivity(unchecked) private var random = FastRandomGenerator()
+    @exclusivity(unchecked) private var consecutiveConnectFailures = 0
     /// Set when connecting keeps failing (or TLS verification fails): new work fails fast while a
     /// reconnect probes the endpoint in the background; cleared when a connection is ready.
-    private var endpointDown: TransportError?
-    private var retryBudget: RetryBudget
+    @exclusivity(unchecked) private var endpointDown: TransportError?
+    @exclusivity(unchecked) private var retryBudget: RetryBudget
     /// Connections that became ready and have not closed (for the open-connections gauge).
-    private var readyConnections = Set<ObjectIdentifier>()
-    private var lastConnectError: TransportError?
-    private(set) var isStopping = false
+    @exclusivity(unchecked) private var readyConnections = Set<ObjectIdentifier>()
+    @exclusivity(unchecked) private var lastConnectError: TransportError?
+    @exclusivity(unchecked) private(set) var isStopping = false
     /// Notifications on the wire, each at its `wireSlot`; freed slots are reused, so once warm this
     /// allocates nothing per notification. Only a cancelled job walks it.
-    private var onWire: [PendingNotification?] = []
-    private var freeWireSlots: [Int] = []
+    @exclusivity(unchecked) private var onWire: [PendingNotification?] = []
+    @exclusivity(unchecked) private var freeWireSlots: [Int] = []
     /// Records of finished notifications, kept by the loop until there are enough to hand over at once.
-    private var finishedRecords: [PendingNotification] = []
+    @exclusivity(unchecked) private var finishedRecords: [PendingNotification] = []
     /// Records the feeding tasks take (`takeSpares`) before they make new ones; at most `maxSpares`.
     private let spares = Mutex<[PendingNotification]>([])
     private let maxSpares: Int
 
     /// One connection position in the pool: the live connection, or when to make the next one.
     private final class ConnectionSlot {
-        var connection: HTTP2ClientConnection?
-        var reconnectTimer: LoopTimer?
-        var failures = 0
+        @exclusivity(unchecked) var connection: HTTP2ClientConnection?
+        @exclusivity(unchecked) var reconnectTimer: LoopTimer?
+        @exclusivity(unchecked) var failures = 0
     }
 
     init(loop: LoopThread, shared: EngineShared) {

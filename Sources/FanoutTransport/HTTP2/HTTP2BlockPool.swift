@@ -104,24 +104,26 @@ final class HTTP2BlockPool {
 //
 // Each recovers the pool from nghttp2's mem_user_data (an unretained pointer, valid while the session lives).
 
-private func pool(_ userData: UnsafeMutableRawPointer?) -> HTTP2BlockPool {
+/// Lends `body` the pool without a retain and release around the call (`_withUnsafeGuaranteedRef`: the session holds
+/// the pool for as long as nghttp2 can call these; a retain pair per call was 1% of the sender's loop thread).
+private func withPool<R>(_ userData: UnsafeMutableRawPointer?, _ body: (HTTP2BlockPool) -> R) -> R {
     guard let userData else { preconditionFailure("nghttp2 allocator without user data") }
-    return Unmanaged<HTTP2BlockPool>.fromOpaque(userData).takeUnretainedValue()
+    return Unmanaged<HTTP2BlockPool>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)
 }
 
 private func nghttp2PoolMallocCallback(_ size: Int, _ userData: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
-    pool(userData).allocate(size)
+    withPool(userData) { $0.allocate(size) }
 }
 
 private func nghttp2PoolFreeCallback(_ block: UnsafeMutableRawPointer?, _ userData: UnsafeMutableRawPointer?) {
-    pool(userData).release(block)
+    withPool(userData) { $0.release(block) }
 }
 
 private func nghttp2PoolCallocCallback(_ count: Int, _ size: Int, _ userData: UnsafeMutableRawPointer?)
     -> UnsafeMutableRawPointer?
 {
     let (total, overflow) = count.multipliedReportingOverflow(by: size)
-    guard !overflow, let block = pool(userData).allocate(total) else { return nil }
+    guard !overflow, let block = withPool(userData, { $0.allocate(total) }) else { return nil }
     block.initializeMemory(as: UInt8.self, repeating: 0, count: total)
     return block
 }
@@ -129,5 +131,5 @@ private func nghttp2PoolCallocCallback(_ count: Int, _ size: Int, _ userData: Un
 private func nghttp2PoolReallocCallback(
     _ block: UnsafeMutableRawPointer?, _ size: Int, _ userData: UnsafeMutableRawPointer?
 ) -> UnsafeMutableRawPointer? {
-    pool(userData).reallocate(block, size)
+    withPool(userData) { $0.reallocate(block, size) }
 }

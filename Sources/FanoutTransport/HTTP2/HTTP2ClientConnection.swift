@@ -63,37 +63,37 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     package let configuration: HTTP2ClientConfiguration
     private let tlsContext: TLSContext
     private let session: HTTP2Session
-    package var onEvent: ((HTTP2ConnectionEvent) -> Void)?
+    @exclusivity(unchecked) package var onEvent: ((HTTP2ConnectionEvent) -> Void)?
 
     /// Requests waiting for a stream, oldest first. A request cancelled or timed out while waiting
     /// stays here, finished, until it reaches the front (`waitingCount` does not count it).
-    private var waiting = FIFOQueue<ClientStream>()
-    private var waitingCount = 0
+    @exclusivity(unchecked) private var waiting = FIFOQueue<ClientStream>()
+    @exclusivity(unchecked) private var waitingCount = 0
     /// Every unfinished request, waiting or open, in submit order.
-    private var ledger = RequestLedger()
+    @exclusivity(unchecked) private var ledger = RequestLedger()
     /// Streams done with (see `recycle`), reused for later requests: once warm, a request makes no
     /// ClientStream. At most `maxConcurrentStreams` are kept.
-    private var spareStreams: [ClientStream] = []
-    private var lastRequestID: UInt64 = 0
+    @exclusivity(unchecked) private var spareStreams: [ClientStream] = []
+    @exclusivity(unchecked) private var lastRequestID: UInt64 = 0
     /// `configuration.requestTimeout` in milliseconds.
     private let timeoutMilliseconds: UInt64?
     /// Fires at the oldest unfinished request's deadline. Created with the first deadline.
-    private var deadlineTimer: LoopTimer?
+    @exclusivity(unchecked) private var deadlineTimer: LoopTimer?
     /// The deadline the timer is armed for, nil when it is not armed.
-    private var deadlineTimerDue: UInt64?
+    @exclusivity(unchecked) private var deadlineTimerDue: UInt64?
 
     /// The most streams open at once so far.
-    package private(set) var peakOpenStreams = 0
+    @exclusivity(unchecked) package private(set) var peakOpenStreams = 0
     /// Streams allowed before the first response (APNs: one until a valid token was seen).
-    private var ramped = false
-    package private(set) var isClosed = false
+    @exclusivity(unchecked) private var ramped = false
+    @exclusivity(unchecked) package private(set) var isClosed = false
     /// `close` was called: no new request is accepted.
-    private var isClosing = false
-    package private(set) var goawayReceived = false
-    private var goawayLastStreamID: Int32 = .max
-    private var goawayErrorCode: UInt32 = 0
+    @exclusivity(unchecked) private var isClosing = false
+    @exclusivity(unchecked) package private(set) var goawayReceived = false
+    @exclusivity(unchecked) private var goawayLastStreamID: Int32 = .max
+    @exclusivity(unchecked) private var goawayErrorCode: UInt32 = 0
     /// Counts of what happened, for tests and stats.
-    package private(set) var responsesReceived = 0
+    @exclusivity(unchecked) package private(set) var responsesReceived = 0
 
     /// Creates a connection and starts connecting. Call on the loop thread.
     package init(loop: LoopThread, configuration: HTTP2ClientConfiguration, tlsContext: TLSClientContext) {
@@ -430,21 +430,21 @@ final class ClientStream {
     }
 
     /// Set anew when the connection reuses the object for another request (`reuse`).
-    private(set) var id: UInt64
-    private(set) var request: HTTP2Request
+    @exclusivity(unchecked) private(set) var id: UInt64
+    @exclusivity(unchecked) private(set) var request: HTTP2Request
     /// In `uv_now` milliseconds; `.max`: none.
-    private(set) var deadline: UInt64
-    private var completion: Completion?
+    @exclusivity(unchecked) private(set) var deadline: UInt64
+    @exclusivity(unchecked) private var completion: Completion?
     /// 0 while waiting for a stream; the stream id once it has one.
-    var streamID: Int32 = 0
-    var status: Int?
-    var apnsID: String?
-    var apnsUniqueID: String?
+    @exclusivity(unchecked) var streamID: Int32 = 0
+    @exclusivity(unchecked) var status: Int?
+    @exclusivity(unchecked) var apnsID: String?
+    @exclusivity(unchecked) var apnsUniqueID: String?
     /// Channel management's answer headers (the create's new channel, the echoed request id).
-    var channelID: String?
-    var requestID: String?
-    var responseBody: [UInt8] = []
-    var endStreamSeen = false
+    @exclusivity(unchecked) var channelID: String?
+    @exclusivity(unchecked) var requestID: String?
+    @exclusivity(unchecked) var responseBody: [UInt8] = []
+    @exclusivity(unchecked) var endStreamSeen = false
 
     init(id: UInt64, request: HTTP2Request, deadline: UInt64, completion: Completion) {
         self.id = id

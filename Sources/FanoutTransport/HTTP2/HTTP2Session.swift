@@ -122,7 +122,7 @@ package final class HTTP2Session: SecureChannelDelegate {
     private let settings: HTTP2SessionSettings
     /// Strong (no weak side table on the hot path): cleared when the session closes, which ends the
     /// cycle with the connection that owns this session.
-    package var delegate: HTTP2SessionDelegate? {
+    @exclusivity(unchecked) package var delegate: HTTP2SessionDelegate? {
         didSet {
             delegateBox = delegate.map(DelegateBox.init)
             unretainedDelegate = delegateBox.map { Unmanaged.passUnretained($0) }
@@ -134,15 +134,15 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// waits until nghttp2 has returned.
     private var delegateBox: DelegateBox?
     private var unretainedDelegate: Unmanaged<DelegateBox>?
-    private var channel: SecureChannel?
+    @exclusivity(unchecked) private var channel: SecureChannel?
     /// Owned: created when TLS is ready, freed with `nghttp2_session_del` in `finishClose`.
-    private var nghttp2: OpaquePointer?
+    @exclusivity(unchecked) private var nghttp2: OpaquePointer?
     /// The allocator nghttp2 was made with (its blocks are reused, so streams allocate nothing in steady
     /// state). Released only after `nghttp2_session_del`, which frees through it.
-    private var blockPool: HTTP2BlockPool?
+    @exclusivity(unchecked) private var blockPool: HTTP2BlockPool?
 
     /// One open stream: the delegate's context and what the data provider is sending on it.
-    private struct OpenStream {
+    struct OpenStream {
         let context: AnyObject
         var body: SharedBody?
         var bodyOffset = 0
@@ -152,15 +152,16 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// HEADERS) to nghttp2's on_stream_close, or to `finishClose`, since `nghttp2_session_del` frees
     /// its streams without calling on_stream_close. nghttp2 holds no pointer to a context: callbacks
     /// find it here by stream id (neither stream user data nor the data source pointer is used).
-    private var streams: [Int32: OpenStream] = [:]
-    /// Server role: the open streams' contexts again, in a direct-mapped table by stream id (slot `(id >> 1) &
-    /// (count - 1)`; a client opens odd ids in order), so a request's header, data and end-of-stream callbacks
-    /// (about twelve per APNs request; a client sends its HEADERS frames ahead of their DATA, so the streams
-    /// interleave) find the context without hashing into `streams` and pass it on without a retain. A stream whose
-    /// slot is taken is found in `streams`. Unretained: `streams` holds the contexts, and nothing removes one while
-    /// a callback for it runs (on_stream_close comes from nghttp2 after them, and a close asked for inside nghttp2
-    /// waits for it to return); a slot is cleared when its stream closes. Owned: allocated at the first request,
-    /// freed in deinit.
+    /// `@exclusivity(unchecked)`: touched several times per request, and only on the loop thread, never across a
+    /// call that could reach it again; the dynamic check cost more than the lookup.
+    @exclusivity(unchecked) private var streams: HTTP2StreamTable
+    /// Server role: the open streams' contexts again, unretained, in a fixed direct-mapped table by stream id (slot
+    /// `(id >> 1) & (count - 1)`), so a request's header, data and end-of-stream callbacks (about twelve per APNs
+    /// request) pass the context on without a retain and release (`streams.value(for:)` copies the stream out). A
+    /// stream whose slot is taken is found in `streams`. Unretained: `streams` holds the contexts, and nothing
+    /// removes one while a callback for it runs (on_stream_close comes from nghttp2 after them, and a close asked
+    /// for inside nghttp2 waits for it to return); a slot is cleared when its stream closes. Owned: allocated at
+    /// the first request, freed in deinit.
     private var contextSlots: UnsafeMutableBufferPointer<ContextSlot>?
     private static let contextSlotCount = 1024
     private struct ContextSlot {
@@ -168,26 +169,26 @@ package final class HTTP2Session: SecureChannelDelegate {
         var context: Unmanaged<AnyObject>?
     }
 
-    package private(set) var isReady = false
-    package private(set) var isClosed = false
+    @exclusivity(unchecked) package private(set) var isReady = false
+    @exclusivity(unchecked) package private(set) var isClosed = false
     /// The peer sent GOAWAY: it will process no stream above the one it named.
-    package private(set) var goawayReceived = false
+    @exclusivity(unchecked) package private(set) var goawayReceived = false
     /// This side asked the channel to close (drained, or nghttp2 is done), so a clean close is not
     /// the peer going away.
-    private var closeRequested = false
+    @exclusivity(unchecked) private var closeRequested = false
     /// Closing gracefully: GOAWAY goes out once the last open stream closes.
-    private var draining = false
+    @exclusivity(unchecked) private var draining = false
     /// Set when nghttp2 reported a fatal error: the session stops reading, sends what nghttp2 queued
     /// (a GOAWAY naming the error) and closes with this error.
-    private var failure: TransportError?
+    @exclusivity(unchecked) private var failure: TransportError?
     /// Depth of calls into nghttp2 (mem_recv/mem_send) now on the stack.
-    private var depth = 0
+    @exclusivity(unchecked) private var depth = 0
     /// A close asked for while `depth > 0`, carried out when nghttp2 returns.
-    private var pendingClose: TransportError??
-    private var stopActionID = 0
-    private var keepaliveTimer: LoopTimer?
-    private var lastReadMilliseconds: UInt64 = 0
-    private var pingOutstanding = false
+    @exclusivity(unchecked) private var pendingClose: TransportError??
+    @exclusivity(unchecked) private var stopActionID = 0
+    @exclusivity(unchecked) private var keepaliveTimer: LoopTimer?
+    @exclusivity(unchecked) private var lastReadMilliseconds: UInt64 = 0
+    @exclusivity(unchecked) private var pingOutstanding = false
 
     /// - Parameters:
     ///   - role: client or server.
@@ -197,7 +198,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         self.role = role
         self.loop = loop
         self.settings = settings
-        streams.reserveCapacity(Int(min(settings.maxConcurrentStreams ?? 128, 1024)))
+        streams = HTTP2StreamTable(capacity: Int(min(settings.maxConcurrentStreams ?? 128, 1024)))
         // The loop holds the session (and so its delegate) strongly until it closes, so callers need
         // not keep a connection alive; when the loop stops first, the session closes as cancelled.
         stopActionID = loop.addStopAction { [self] in close(TransportError(.cancelled, "event loop stopped")) }
@@ -284,14 +285,14 @@ package final class HTTP2Session: SecureChannelDelegate {
         guard streamID > 0 else {
             return .failure(TransportError(.protocolError, "cannot open stream: \(http2ErrorName(streamID))"))
         }
-        streams[streamID] = OpenStream(context: context, body: request.body)
+        streams.insert(OpenStream(context: context, body: request.body), for: streamID)
         channel?.scheduleFlush()
         return .success(streamID)
     }
 
     /// Owned: allocated on first use (grown when a path does not fit), freed in deinit. Where `withPath` joins a
     /// request's `path` and `pathSuffix`; nghttp2 copies the header on submit, so one buffer serves every request.
-    private var pathScratch: UnsafeMutableRawBufferPointer?
+    @exclusivity(unchecked) private var pathScratch: UnsafeMutableRawBufferPointer?
 
     /// Lends `body` the request's `:path` bytes, `path` then `pathSuffix`, valid only inside `body`.
     private func withPath<R>(of request: HTTP2Request, _ body: (UnsafeRawBufferPointer) -> R) -> R {
@@ -329,9 +330,9 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// (nghttp2 copies them before this returns), and `body` as `respond(streamID:status:headers:body:)` does.
     package func respond(streamID: Int32, fields: UnsafeBufferPointer<nghttp2_nv>, body: SharedBody?) {
         assert(role == .server, "only a server responds")
-        guard let nghttp2, !isClosed, let index = streams.index(forKey: streamID) else { return }
+        guard let nghttp2, !isClosed else { return }
         let hasBody = (body?.count ?? 0) > 0
-        streams.values[index].body = hasBody ? body : nil
+        guard streams.update(streamID, { $0.body = hasBody ? body : nil }) != nil else { return }
         let rc: Int32
         if hasBody {
             var provider = nghttp2_data_provider(
@@ -435,8 +436,7 @@ package final class HTTP2Session: SecureChannelDelegate {
             self.nghttp2 = nil
         }
         blockPool = nil  // after nghttp2_session_del, which returned every block
-        let open = streams.map { (streamID: $0.key, stream: $0.value.context) }
-        streams = [:]
+        let open = streams.removeAll().map { (streamID: $0.id, stream: $0.value.context) }
         if let contextSlots { contextSlots.update(repeating: ContextSlot()) }
         if let channel {
             channel.delegate = nil
@@ -545,7 +545,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         let slots = contextSlots ?? makeContextSlots()
         slots[Self.contextSlot(of: streamID)] = ContextSlot(
             streamID: streamID, context: Unmanaged.passUnretained(context))
-        streams[streamID] = OpenStream(context: consume context)
+        streams.insert(OpenStream(context: consume context), for: streamID)
     }
 
     @inline(__always)
@@ -566,7 +566,7 @@ package final class HTTP2Session: SecureChannelDelegate {
             let context = slot.context, let box = unretainedDelegate
         {
             box._withUnsafeGuaranteedRef { box in context._withUnsafeGuaranteedRef { body(box.delegate, $0) } }
-        } else if let context = streams[streamID]?.context, let delegate {
+        } else if let context = streams.value(for: streamID)?.context, let delegate {
             body(delegate, context)
         }
     }
@@ -587,7 +587,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         if let slots = contextSlots, slots[Self.contextSlot(of: streamID)].streamID == streamID {
             slots[Self.contextSlot(of: streamID)] = ContextSlot()
         }
-        guard let closed = streams.removeValue(forKey: streamID) else { return }
+        guard let closed = streams.remove(streamID) else { return }
         delegate?.session(self, didClose: closed.context, streamID: streamID, errorCode: errorCode)
         if draining && streams.isEmpty, let nghttp2, !isClosed {
             nghttp2_session_terminate_session(nghttp2, HTTP2ErrorCode.noError)
@@ -618,18 +618,19 @@ package final class HTTP2Session: SecureChannelDelegate {
     fileprivate func readBody(
         streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>
     ) -> Int {
-        guard let index = streams.index(forKey: streamID) else {
-            return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)  // resets just this stream
+        let read = streams.update(streamID) { stream -> Int in
+            let body = stream.body?.bytes ?? UnsafeRawBufferPointer(start: nil, count: 0)
+            let offset = stream.bodyOffset
+            let take = min(length, body.count - offset)
+            if take > 0 {
+                UnsafeMutableRawPointer(buffer).copyMemory(from: body.baseAddress! + offset, byteCount: take)
+                stream.bodyOffset = offset + take
+            }
+            if offset + take == body.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
+            return take
         }
-        let body = streams.values[index].body?.bytes ?? UnsafeRawBufferPointer(start: nil, count: 0)
-        let offset = streams.values[index].bodyOffset
-        let take = min(length, body.count - offset)
-        if take > 0 {
-            UnsafeMutableRawPointer(buffer).copyMemory(from: body.baseAddress! + offset, byteCount: take)
-            streams.values[index].bodyOffset = offset + take
-        }
-        if offset + take == body.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
-        return take
+        // A stream not in the table: reset just this stream.
+        return read ?? Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
     }
 
     // MARK: Setup helpers
@@ -689,9 +690,9 @@ package final class HTTP2Session: SecureChannelDelegate {
 
     /// Owned: allocated on first use, freed in deinit. Where response header names and values are
     /// laid out for nghttp2 (which copies them on submit), so answering allocates nothing.
-    private var scratchBytes: UnsafeMutableRawBufferPointer?
+    @exclusivity(unchecked) private var scratchBytes: UnsafeMutableRawBufferPointer?
     /// Owned: allocated on first use, freed in deinit. The nghttp2_nv entries pointing into `scratchBytes`.
-    private var scratchFields: UnsafeMutableBufferPointer<nghttp2_nv>?
+    @exclusivity(unchecked) private var scratchFields: UnsafeMutableBufferPointer<nghttp2_nv>?
 
     /// Lends nghttp2 the `:status` and `headers` laid out in the scratch buffers (or, when they do
     /// not fit, in temporary arrays).

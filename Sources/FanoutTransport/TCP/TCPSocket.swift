@@ -21,12 +21,12 @@ package final class TCPSocket {
     private let readBuffer: UnsafeMutableRawBufferPointer
     /// Strong, and cleared by `close()`: a weak reference would give the delegate a side table and
     /// make every retain of it take the slow path, on the hot path.
-    package var delegate: TCPSocketDelegate?
+    @exclusivity(unchecked) package var delegate: TCPSocketDelegate?
     /// Ciphertext handed to `uv_write` and not yet written.
-    private(set) var queuedWriteBytes = 0
-    private(set) var isClosed = false
-    private var reportedClose = false
-    private var stopActionID = 0
+    @exclusivity(unchecked) private(set) var queuedWriteBytes = 0
+    @exclusivity(unchecked) private(set) var isClosed = false
+    @exclusivity(unchecked) private var reportedClose = false
+    @exclusivity(unchecked) private var stopActionID = 0
 
     package static let readBufferSize = 64 * 1024
 
@@ -61,6 +61,26 @@ package final class TCPSocket {
         loop.assertInLoop()
         let rc = uv_read_start(streamHandle, tcpAllocCallback, tcpReadCallback)
         if rc != 0 { fail(TransportError(.connectionClosed, "read failed: \(uvErrorName(rc))")) }
+    }
+
+    /// Writes `bytes`, which are only lent: what the socket takes at once is written from them, and only the
+    /// rest (the socket buffer was full, or earlier writes are queued) is copied into a buffer of its own.
+    package func write(borrowing bytes: UnsafeRawBufferPointer) {
+        loop.assertInLoop()
+        guard !isClosed, bytes.count > 0 else { return }
+        var start = 0
+        if queuedWriteBytes == 0 {
+            var direct = uv_buf_t(
+                base: UnsafeMutablePointer(mutating: bytes.baseAddress!.assumingMemoryBound(to: CChar.self)),
+                len: bytes.count)
+            let written = uv_try_write(streamHandle, &direct, 1)
+            if written == Int32(bytes.count) { return }
+            if written > 0 { start = Int(written) }
+        }
+        let rest = UnsafeRawBufferPointer(rebasing: bytes[start...])
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: rest.count, alignment: 16)
+        buffer.copyMemory(from: rest)
+        write(taking: buffer, count: rest.count)
     }
 
     /// Writes `count` bytes of `buffer`, taking ownership of the buffer (freed after the write).

@@ -26,24 +26,24 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     private let tls: TLSEngine?
     /// Strong (no side table on the hot path); cleared when the channel closes, which breaks the
     /// cycle with the connection that owns this channel.
-    package var delegate: SecureChannelDelegate?
-    private var handshakeTimer: LoopTimer?
-    private(set) var isReady = false
-    private(set) var isClosed = false
-    private var closeAfterFlush = false
+    @exclusivity(unchecked) package var delegate: SecureChannelDelegate?
+    @exclusivity(unchecked) private var handshakeTimer: LoopTimer?
+    @exclusivity(unchecked) private(set) var isReady = false
+    @exclusivity(unchecked) private(set) var isClosed = false
+    @exclusivity(unchecked) private var closeAfterFlush = false
     /// Half-close once what is pending has been written (`shutdownWhenFlushed`).
-    private var shutdownAfterFlush = false
-    private var shutdownSent = false
+    @exclusivity(unchecked) private var shutdownAfterFlush = false
+    @exclusivity(unchecked) private var shutdownSent = false
     /// Plaintext mode: output waiting for the next flush, which hands it to the socket in one write.
-    private var plainOutput: [UInt8] = []
+    @exclusivity(unchecked) private var plainOutput: [UInt8] = []
 
     /// Owned: freed in deinit. Plaintext staged for one SSL_write.
     private let staging: UnsafeMutableRawBufferPointer
-    private var stagedCount = 0
+    @exclusivity(unchecked) private var stagedCount = 0
     /// Plaintext TLS could not take yet (SSL_write wants to read first, as in a renegotiation), in
     /// order. While it holds anything, later output queues behind it and no more is asked of the
     /// delegate; it is handed to TLS again after each read and each flush.
-    private var backlog: [UInt8] = []
+    @exclusivity(unchecked) private var backlog: [UInt8] = []
     /// Owned: freed in deinit. Plaintext read from TLS.
     private let plaintextBuffer: UnsafeMutableRawBufferPointer
 
@@ -175,7 +175,8 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         guard !isClosed else { return }
         if shutdownAfterFlush && !shutdownSent { tls?.shutdown() }  // close_notify goes out with the rest
         if let tls {
-            if let (buffer, count) = tls.takeCiphertext() { socket.write(taking: buffer, count: count) }
+            // From the TLS engine's reused buffer: a copy is made only of what the socket does not take now.
+            tls.withCiphertext { socket.write(borrowing: $0) }
         } else if !plainOutput.isEmpty {
             // Owned by the socket's write from here (freed once written).
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: plainOutput.count, alignment: 16)
