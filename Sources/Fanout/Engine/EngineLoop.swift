@@ -129,6 +129,8 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     /// Records the feeding tasks take (`takeSpares`) before they make new ones; at most `maxSpares`.
     private let spares = Mutex<[PendingNotification]>([])
     private let maxSpares: Int
+    /// Runs `pump` once at the end of the loop turn in which answers freed streams. Created in `init`.
+    private var pumpAtTurnEnd: LoopTurnAction!
 
     /// One connection position in the pool: the live connection, or when to make the next one.
     private final class ConnectionSlot {
@@ -144,6 +146,9 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         retryBudget = RetryBudget(ratio: shared.configuration.retryBudgetRatio)
         // No more than can be in flight at once: past that, the feeding side could not use them.
         maxSpares = shared.limiter.capacity
+        // Weak: the action lives in self, and the loop's list of the turn's flushes may hold it after an engine
+        // is dropped. Read once per turn, so the weak reference's cost does not matter.
+        pumpAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.pump() }
     }
 
     // MARK: Records
@@ -316,7 +321,9 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
                 retryOrFail(pending)
             }
         }
-        pump()
+        // Once per batch of answers (a read buffer holds hundreds), not once per answer: the provider token,
+        // the clock and the connection scan are then read once for all the streams the batch freed.
+        pumpAtTurnEnd.schedule()
     }
 
     private func handle(_ pending: PendingNotification, response: APNsResponse, connection: HTTP2ClientConnection) {

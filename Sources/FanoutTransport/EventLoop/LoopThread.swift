@@ -163,6 +163,13 @@ package final class LoopThread: @unchecked Sendable {
         flushList.append(flushable)
     }
 
+    /// Runs what is scheduled for the end of this turn now (`SecureChannel` after a full read buffer: the
+    /// engine's deferred sends, then the connections' output, go out while libuv reads on).
+    package func flushScheduledNow() {
+        assertInLoop()
+        flushAll()
+    }
+
     fileprivate func flushAll() {
         // Flushing may schedule more flushes (e.g. a write completing synchronously): loop until quiet.
         while !flushList.isEmpty {

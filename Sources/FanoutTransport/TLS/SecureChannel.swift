@@ -269,14 +269,12 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
 
     /// After a read: a full read buffer means more input is waiting, and libuv goes on reading (up to 32
     /// buffers) before the loop turn ends. Holding the output until then would make the two ends take turns,
-    /// each idle while the other works through a whole window of streams; so the answers to (or the
-    /// requests after) this buffer leave now, and the peer starts on them while this side reads on.
+    /// each idle while the other works through a whole window of streams; so what this buffer led to (the
+    /// answers to it, or the engine's next requests, which it queues for the end of the turn) leaves now, and the
+    /// peer starts on it while this side reads on.
     private func flushAfterRead(_ count: Int) {
-        if count >= TCPSocket.readBufferSize && !isClosed {
-            flushNow()
-        } else {
-            scheduleFlush()
-        }
+        scheduleFlush()
+        if count >= TCPSocket.readBufferSize && !isClosed { loop.flushScheduledNow() }
     }
 
     package func tcpSocket(_ socket: TCPSocket, didCloseWith error: TransportError?) {
