@@ -82,7 +82,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
     /// This loop's counts, which no other loop writes.
     private let stats: MockStats.LoopStats
     /// Ids for answers; per loop, so no locking and no system call per request.
-    private var random = FastRandomGenerator()
+    @exclusivity(unchecked) private var random = FastRandomGenerator()
     /// This loop's cache of the last body's JSON shape.
     private let shapes = PayloadShapeCache()
     /// The headers of an accepted answer, as bytes, refilled per request (no string is made for them).

@@ -45,7 +45,9 @@ extension HTTP2ServerHandler {
 /// the handler. Shared by the test server mock-apns runs (`HTTP2Server`, in FanoutTestSupport) and `HTTPServer`. A malformed or hostile peer gets a GOAWAY from nghttp2 and
 /// this connection closes; nothing it sends can crash the process. Confined to its loop.
 ///
-/// `@unchecked Sendable`: referenced from any thread, used only on its loop.
+/// `@unchecked Sendable`: referenced from any thread, used only on its loop. Its state (and its streams' and
+/// `HTTP2ResponseFields`') is `@exclusivity(unchecked)`: touched per request, only on the loop thread, never across
+/// a call that could reach it again, so the dynamic exclusivity check is pure cost.
 package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Sendable {
     package let loop: LoopThread
     private let session: HTTP2Session
@@ -54,18 +56,18 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     private let handler: HTTP2ServerHandler
     package var streamsReceived: Int { received }
     /// Private, unlike `streamsReceived`, so counting a stream is no dynamic exclusivity check.
-    private var received = 0
-    private var goawaySent = false
+    @exclusivity(unchecked) private var received = 0
+    @exclusivity(unchecked) private var goawaySent = false
     /// The last stream a sent GOAWAY promised to process; later ones are refused, never processed
     /// (nghttp2 keeps accepting streams until the GOAWAY has actually gone out).
-    private var goawayLastStreamID: Int32 = .max
+    @exclusivity(unchecked) private var goawayLastStreamID: Int32 = .max
 
     /// Lets the server that owns this connection forget it.
     package var onClose: (() -> Void)?
     /// A free slot for the application (mock-apns keeps its per-connection state here).
-    package var userInfo: AnyObject?
+    @exclusivity(unchecked) package var userInfo: AnyObject?
     /// Streams that closed, emptied with their buffers kept, for the next streams: no allocation per request.
-    private var spareStreams: [ServerStream] = []
+    @exclusivity(unchecked) private var spareStreams: [ServerStream] = []
     private static let maxSpareStreams = 256
 
     /// Largest request body kept; past it the rest is dropped, the handler hears `bodyTooLarge`, and the
@@ -243,9 +245,9 @@ private final class ServerStream {
     /// exclusivity check (swift_beginAccess, a thread-local lookup), which showed in mock-apns's profile.
     let head: UnsafeMutablePointer<HeaderView>
     let body: UnsafeMutablePointer<[UInt8]>
-    var overflow = false
-    var delivered = false
-    var streamID: Int32?
+    @exclusivity(unchecked) var overflow = false
+    @exclusivity(unchecked) var delivered = false
+    @exclusivity(unchecked) var streamID: Int32?
 
     init() {
         head = .allocate(capacity: 1)
@@ -282,11 +284,11 @@ private final class ServerStream {
 /// Confined to one thread.
 package final class HTTP2ResponseFields {
     /// Owned: allocated in init (and when growing), freed in deinit. Every name and value, back to back.
-    private var bytes: UnsafeMutableRawBufferPointer
-    private var used = 0
+    @exclusivity(unchecked) private var bytes: UnsafeMutableRawBufferPointer
+    @exclusivity(unchecked) private var used = 0
     /// Owned, likewise. The entries, pointing into `bytes`.
-    private var entries: UnsafeMutableBufferPointer<nghttp2_nv>
-    private var count = 0
+    @exclusivity(unchecked) private var entries: UnsafeMutableBufferPointer<nghttp2_nv>
+    @exclusivity(unchecked) private var count = 0
 
     package init() {
         bytes = .allocate(byteCount: 512, alignment: 8)
