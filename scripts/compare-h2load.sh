@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # h2load's rate against mock-apns and against nghttpd on this machine, same flags
-# (-c 4 -m 100, 300-byte body, TLS), median of RUNS runs each. Usage:
+# (-c 4 -m 100, 300-byte body, TLS), median of RUNS runs each, the two alternating, after one unmeasured
+# warm-up run each (the mock's first requests grow its buffers and statistics). Also each server's CPU time
+# per request (user + system, from /proc), which other load on the machine changes far less than the rates.
+# Usage:
 #   scripts/compare-h2load.sh [REQUESTS] [RUNS] [MOCK_THREADS]
 set -euo pipefail
 requests=${1:-200000}
@@ -23,28 +26,42 @@ PY
 token=$(printf '%064x' 1)
 
 "$bin/mock-apns" --listen 127.0.0.1:0 --tls-dir "$work/tls" --no-auth --threads "$threads" > "$work/mock.out" &
+mock_pid=$!
 for _ in $(seq 100); do grep -q listening "$work/mock.out" && break; sleep 0.1; done
 mock_port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$work/mock.out")
 
 mkdir -p "$work/docroot/3/device" && echo ok > "$work/docroot/3/device/$token"
 nghttpd_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 nghttpd -n "$threads" -d "$work/docroot" "$nghttpd_port" "$work/tls/server-key.pem" "$work/tls/server.pem" >/dev/null 2>&1 &
+nghttpd_pid=$!
 sleep 0.5
 
-rate() {  # rate URL
-    h2load -n "$requests" -c 4 -m 100 -d "$work/body.json" -H 'apns-topic: com.example.bench' "$1" 2>&1 \
-        | sed -n 's/.*finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p'
+ticks=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # user + system time of process $1, in clock ticks
+rate() {  # rate URL PID: "REQ/S US_PER_REQUEST"
+    local before after result
+    before=$(cpu_ticks "$2")
+    result=$(h2load -n "$requests" -c 4 -m 100 -d "$work/body.json" -H 'apns-topic: com.example.bench' "$1" 2>&1 \
+        | sed -n 's/.*finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p')
+    after=$(cpu_ticks "$2")
+    echo "$result $(awk -v t="$((after - before))" -v hz="$ticks" -v n="$requests" 'BEGIN {printf "%.2f", t * 1e6 / hz / n}')"
 }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-echo "cores: $(nproc), requests per run: $requests, runs: $runs, server threads: $threads"
-mock_rates=(); nghttpd_rates=()
+echo "cores: $(nproc), requests per run: $requests, runs: $runs, server threads: $threads, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+mock_url="https://127.0.0.1:$mock_port/3/device/$token"
+nghttpd_url="https://127.0.0.1:$nghttpd_port/3/device/$token"
+rate "$mock_url" "$mock_pid" > /dev/null
+rate "$nghttpd_url" "$nghttpd_pid" > /dev/null
+mock_rates=(); nghttpd_rates=(); mock_cpu=(); nghttpd_cpu=()
 for _ in $(seq "$runs"); do
-    mock_rates+=("$(rate "https://127.0.0.1:$mock_port/3/device/$token")")
-    nghttpd_rates+=("$(rate "https://127.0.0.1:$nghttpd_port/3/device/$token")")
+    read -r r c < <(rate "$mock_url" "$mock_pid"); mock_rates+=("$r"); mock_cpu+=("$c")
+    read -r r c < <(rate "$nghttpd_url" "$nghttpd_pid"); nghttpd_rates+=("$r"); nghttpd_cpu+=("$c")
 done
 mock_median=$(printf '%s\n' "${mock_rates[@]}" | median)
 nghttpd_median=$(printf '%s\n' "${nghttpd_rates[@]}" | median)
 echo "mock-apns: ${mock_rates[*]} req/s (median $mock_median)"
 echo "nghttpd:   ${nghttpd_rates[*]} req/s (median $nghttpd_median)"
+echo "CPU per request: mock-apns ${mock_cpu[*]} us (median $(printf '%s\n' "${mock_cpu[@]}" | median))," \
+    "nghttpd ${nghttpd_cpu[*]} us (median $(printf '%s\n' "${nghttpd_cpu[@]}" | median)); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 awk -v m="$mock_median" -v n="$nghttpd_median" 'BEGIN {printf "mock-apns / nghttpd = %.2f\n", m / n}'

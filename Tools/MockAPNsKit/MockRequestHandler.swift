@@ -82,11 +82,11 @@ final class MockRequestHandler: HTTP2ServerHandler {
     /// This loop's counts, which no other loop writes.
     private let stats: MockStats.LoopStats
     /// Ids for answers; per loop, so no locking and no system call per request.
-    private var random = FastRandomGenerator()
+    @exclusivity(unchecked) private var random = FastRandomGenerator()
     /// This loop's cache of the last body's JSON shape.
     private let shapes = PayloadShapeCache()
-    /// The headers of an accepted answer, values replaced per request.
-    private var acceptedHeaders: [(name: String, value: String)] = [("apns-id", ""), ("apns-unique-id", "")]
+    /// The headers of an accepted answer, as bytes, refilled per request (no string is made for them).
+    private let acceptedFields = HTTP2ResponseFields()
 
     init(shared: MockShared, loop: LoopThread) {
         self.shared = shared
@@ -120,6 +120,13 @@ final class MockRequestHandler: HTTP2ServerHandler {
             return
         }
         let answer = self.answer(request, connection: connection, state: state, injected: decision.failure)
+        if answer.status == 200, let checked = answer.checked, delayed == nil, shared.record == nil,
+            !shared.options.capturePayloads
+        {
+            respondAccepted(request, checked, reason: answer.reason, connection: connection, state: state)
+            finish(connection, decision: decision)
+            return
+        }
         // The request's own apns-id (valid when it passed the checks; echoed as sent otherwise), or a new one.
         let requestID =
             if let checked = answer.checked { checked.apnsID.map(request.head.string) } else {
@@ -130,10 +137,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
         var body: [UInt8] = []
         var token: UInt64?
         if answer.status == 200 {
-            // The array is this handler's, reused (the session copies the headers out before `respond` returns).
-            acceptedHeaders[0].value = id
-            acceptedHeaders[1].value = AnswerID.generate(using: &random)
-            headers = acceptedHeaders
+            headers = [("apns-id", id), ("apns-unique-id", AnswerID.generate(using: &random))]
             if let checked = answer.checked {
                 token = request.head.bytes.withUnsafeBufferPointer {
                     MockStats.digest(hex: UnsafeBufferPointer(rebasing: $0[checked.token]))
@@ -155,6 +159,37 @@ final class MockRequestHandler: HTTP2ServerHandler {
             priority: answer.checked?.priority)
         adjustThrottle(connection, state: state, accepted: answer.status == 200)
         finish(request, connection: connection, status: answer.status, headers: headers, body: body, decision: decision)
+    }
+
+    /// Answers an accepted request when nothing needs its ids as strings (no `--record`, `--capture-payloads` or
+    /// `--latency-ms`): as the general path does, with the ids written straight into the answer's header bytes.
+    private func respondAccepted(
+        _ request: HTTP2ServerRequest, _ checked: CheckedDeviceRequest, reason: String?,
+        connection: HTTP2ServerConnection, state: MockConnectionState
+    ) {
+        acceptedFields.reset(status: 200)
+        var token: UInt64 = 0
+        var apnsID: UInt64?
+        request.head.bytes.withUnsafeBufferPointer { bytes in
+            // The request's own apns-id (it passed the checks), or a new one.
+            if let range = checked.apnsID {
+                let id = UnsafeBufferPointer(rebasing: bytes[range])
+                acceptedFields.append(name: "apns-id", value: UnsafeRawBufferPointer(id), indexed: false)
+                // Only a client's apns-id can be sent twice: one this mock generated is not counted.
+                apnsID = MockStats.digest(hex: id)
+            } else {
+                AnswerID.write(
+                    using: &random,
+                    into: acceptedFields.appendValue(name: "apns-id", count: APNsID.length, indexed: false))
+            }
+            token = MockStats.digest(hex: UnsafeBufferPointer(rebasing: bytes[checked.token]))
+        }
+        AnswerID.write(
+            using: &random,
+            into: acceptedFields.appendValue(name: "apns-unique-id", count: APNsID.length, indexed: false))
+        stats.recordAnswer(status: 200, reason: reason, token: token, apnsID: apnsID, priority: checked.priority)
+        adjustThrottle(connection, state: state, accepted: true)
+        connection.respond(streamID: request.streamID, fields: acceptedFields)
     }
 
     /// The digest of an apns-id for the duplicate count (one that passed the checks: a UUID).
@@ -188,6 +223,11 @@ final class MockRequestHandler: HTTP2ServerHandler {
         } else {
             connection.respond(streamID: request.streamID, status: status, headers: headers, body: body)
         }
+        finish(connection, decision: decision)
+    }
+
+    /// GOAWAY after an answer, when the fault plan says so.
+    private func finish(_ connection: HTTP2ServerConnection, decision: FaultPlan.Decision) {
         if decision.goaway {
             shared.stats.recordGoaway()
             connection.sendGoaway(reason: "Shutdown")

@@ -1,3 +1,4 @@
+import CNGHTTP2
 import FanoutCore
 import Foundation
 
@@ -44,25 +45,29 @@ extension HTTP2ServerHandler {
 /// the handler. Shared by the test server mock-apns runs (`HTTP2Server`, in FanoutTestSupport) and `HTTPServer`. A malformed or hostile peer gets a GOAWAY from nghttp2 and
 /// this connection closes; nothing it sends can crash the process. Confined to its loop.
 ///
-/// `@unchecked Sendable`: referenced from any thread, used only on its loop.
+/// `@unchecked Sendable`: referenced from any thread, used only on its loop. Its state (and its streams' and
+/// `HTTP2ResponseFields`') is `@exclusivity(unchecked)`: touched per request, only on the loop thread, never across
+/// a call that could reach it again, so the dynamic exclusivity check is pure cost.
 package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Sendable {
     package let loop: LoopThread
     private let session: HTTP2Session
     /// Strong: the handler does not own connections, so there is no cycle (and no weak-reference
     /// side table on the hot path).
     private let handler: HTTP2ServerHandler
-    package private(set) var streamsReceived = 0
-    private var goawaySent = false
+    package var streamsReceived: Int { received }
+    /// Private, unlike `streamsReceived`, so counting a stream is no dynamic exclusivity check.
+    @exclusivity(unchecked) private var received = 0
+    @exclusivity(unchecked) private var goawaySent = false
     /// The last stream a sent GOAWAY promised to process; later ones are refused, never processed
     /// (nghttp2 keeps accepting streams until the GOAWAY has actually gone out).
-    private var goawayLastStreamID: Int32 = .max
+    @exclusivity(unchecked) private var goawayLastStreamID: Int32 = .max
 
     /// Lets the server that owns this connection forget it.
     package var onClose: (() -> Void)?
     /// A free slot for the application (mock-apns keeps its per-connection state here).
-    package var userInfo: AnyObject?
+    @exclusivity(unchecked) package var userInfo: AnyObject?
     /// Streams that closed, emptied with their buffers kept, for the next streams: no allocation per request.
-    private var spareStreams: [ServerStream] = []
+    @exclusivity(unchecked) private var spareStreams: [ServerStream] = []
     private static let maxSpareStreams = 256
 
     /// Largest request body kept; past it the rest is dropped, the handler hears `bodyTooLarge`, and the
@@ -124,6 +129,12 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
             streamID: streamID, status: status, headers: headers, body: body.isEmpty ? nil : SharedBody(body))
     }
 
+    /// Answers a stream with `fields` (`:status` and the header fields, already laid out as bytes). `body` empty
+    /// sends headers only.
+    package func respond(streamID: Int32, fields: HTTP2ResponseFields, body: [UInt8] = []) {
+        session.respond(streamID: streamID, fields: fields.nameValues, body: body.isEmpty ? nil : SharedBody(body))
+    }
+
     /// Resets a stream with REFUSED_STREAM (the request was not processed).
     package func refuse(streamID: Int32) {
         session.resetStream(streamID, errorCode: HTTP2ErrorCode.refusedStream)
@@ -154,7 +165,7 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     package func sessionDidBecomeReady(_ session: HTTP2Session) {}
 
     package func session(_ session: HTTP2Session, contextForStream streamID: Int32) -> AnyObject {
-        streamsReceived += 1
+        received += 1
         let stream = spareStreams.popLast() ?? ServerStream()
         stream.streamID = streamID
         return stream
@@ -164,26 +175,26 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         _ session: HTTP2Session, stream: AnyObject, didReceiveHeader name: UnsafeRawBufferPointer,
         value: UnsafeRawBufferPointer
     ) {
-        let stream = unsafeDowncast(stream, to: ServerStream.self)
+        let head = unsafeDowncast(stream, to: ServerStream.self).head
         if let first = name.first, first != UInt8(ascii: ":") {
-            stream.head.append(name: name, value: value)
+            head.pointee.append(name: name, value: value)
         } else if bytesEqual(name, ":method") {
-            stream.head.setMethod(value)
+            head.pointee.setMethod(value)
         } else if bytesEqual(name, ":path") {
-            stream.head.setPath(value)
+            head.pointee.setPath(value)
         }
     }
 
     package func session(_ session: HTTP2Session, stream: AnyObject, didReceiveData data: UnsafeRawBufferPointer) {
         let stream = unsafeDowncast(stream, to: ServerStream.self)
-        if stream.body.count + data.count > maxRequestBody || stream.overflow {
+        if stream.body.pointee.count + data.count > maxRequestBody || stream.overflow {
             if !stream.overflow {
                 stream.overflow = true
                 if let streamID = stream.streamID { handler.serverConnection(self, bodyTooLarge: streamID) }
             }
             return
         }
-        stream.body.append(contentsOf: data)
+        stream.body.pointee.append(contentsOf: data)
     }
 
     package func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32) {
@@ -199,7 +210,8 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         handler.serverConnection(
             self,
             didReceive: HTTP2ServerRequest(
-                streamID: streamID, head: stream.head, body: stream.body, bodyTruncated: stream.overflow))
+                streamID: streamID, head: stream.head.pointee, body: stream.body.pointee,
+                bodyTruncated: stream.overflow))
     }
 
     package func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32) {
@@ -228,25 +240,130 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
 /// One incoming request as it arrives. The session's stream table owns it while the stream is open; then the
 /// connection keeps it, emptied, for a later stream (see `spareStreams`).
 private final class ServerStream {
-    var head = HeaderView()
-    var body: [UInt8] = []
-    var overflow = false
-    var delivered = false
-    var streamID: Int32?
+    /// Owned: allocated in init, freed in deinit. The head and body sit behind pointers rather than in `var`s:
+    /// every header and data callback modifies them, and each modification of a class's `var` is a dynamic
+    /// exclusivity check (swift_beginAccess, a thread-local lookup), which showed in mock-apns's profile.
+    let head: UnsafeMutablePointer<HeaderView>
+    let body: UnsafeMutablePointer<[UInt8]>
+    @exclusivity(unchecked) var overflow = false
+    @exclusivity(unchecked) var delivered = false
+    @exclusivity(unchecked) var streamID: Int32?
 
     init() {
+        head = .allocate(capacity: 1)
+        head.initialize(to: HeaderView())
+        body = .allocate(capacity: 1)
+        body.initialize(to: [])
         // An APNs request has up to 9 regular headers, a few hundred bytes with the pseudo-headers, and a body of up
         // to 4 KiB (5 KiB for voip): room for the common case at once.
-        head.reserveCapacity(bytes: 512, fields: 12)
-        body.reserveCapacity(1024)
+        head.pointee.reserveCapacity(bytes: 512, fields: 12)
+        body.pointee.reserveCapacity(1024)
+    }
+
+    deinit {
+        head.deinitialize(count: 1)
+        head.deallocate()
+        body.deinitialize(count: 1)
+        body.deallocate()
     }
 
     /// Ready for another stream, keeping the storage.
     func reset() {
-        head.removeAll()
-        body.removeAll(keepingCapacity: true)
+        head.pointee.removeAll()
+        body.pointee.removeAll(keepingCapacity: true)
         overflow = false
         delivered = false
         streamID = nil
+    }
+}
+
+/// A response's `:status` and header fields laid out for nghttp2, for
+/// `HTTP2ServerConnection.respond(streamID:fields:body:)`: kept by the caller (one per loop) and refilled for each
+/// answer, so answering makes no `String` per field and, once its buffers have grown, allocates nothing. Values are
+/// written in place (`appendValue`), and the `nghttp2_nv` entries are kept with the bytes they point to.
+/// Confined to one thread.
+package final class HTTP2ResponseFields {
+    /// Owned: allocated in init (and when growing), freed in deinit. Every name and value, back to back.
+    @exclusivity(unchecked) private var bytes: UnsafeMutableRawBufferPointer
+    @exclusivity(unchecked) private var used = 0
+    /// Owned, likewise. The entries, pointing into `bytes`.
+    @exclusivity(unchecked) private var entries: UnsafeMutableBufferPointer<nghttp2_nv>
+    @exclusivity(unchecked) private var count = 0
+
+    package init() {
+        bytes = .allocate(byteCount: 512, alignment: 8)
+        entries = .allocate(capacity: 8)
+    }
+
+    deinit {
+        bytes.deallocate()
+        entries.deallocate()
+    }
+
+    /// Starts a new response: `:status` alone.
+    package func reset(status: Int) {
+        used = 0
+        count = 0
+        if (100...999).contains(status) {
+            let digits = appendValue(name: ":status", count: 3)
+            digits[0] = UInt8(ascii: "0") + UInt8(status / 100)
+            digits[1] = UInt8(ascii: "0") + UInt8(status / 10 % 10)
+            digits[2] = UInt8(ascii: "0") + UInt8(status % 10)
+        } else {
+            var text = String(status)
+            text.withUTF8 { append(name: ":status", value: UnsafeRawBufferPointer($0)) }
+        }
+    }
+
+    /// Appends a field. `indexed: false` keeps a value new in every response (an id) out of both sides' HPACK
+    /// tables, where it would only churn them.
+    package func append(name: StaticString, value: UnsafeRawBufferPointer, indexed: Bool = true) {
+        let destination = appendValue(name: name, count: value.count, indexed: indexed)
+        if value.count > 0 { destination.copyMemory(from: value) }
+    }
+
+    /// Appends a field with a `count`-byte value and returns where the caller writes that value (valid until the
+    /// next call on these fields).
+    package func appendValue(name: StaticString, count valueCount: Int, indexed: Bool = true)
+        -> UnsafeMutableRawBufferPointer
+    {
+        let nameCount = name.utf8CodeUnitCount
+        reserve(bytes: nameCount + valueCount)
+        let start = bytes.baseAddress! + used
+        start.copyMemory(from: name.utf8Start, byteCount: nameCount)
+        used += nameCount + valueCount
+        entries[count] = nghttp2_nv(
+            name: start.assumingMemoryBound(to: UInt8.self),
+            value: (start + nameCount).assumingMemoryBound(to: UInt8.self), namelen: nameCount, valuelen: valueCount,
+            flags: UInt8(indexed ? NGHTTP2_NV_FLAG_NONE.rawValue : NGHTTP2_NV_FLAG_NO_INDEX.rawValue))
+        count += 1
+        return UnsafeMutableRawBufferPointer(start: start + nameCount, count: valueCount)
+    }
+
+    /// The entries, for nghttp2 (which copies them on submit).
+    fileprivate var nameValues: UnsafeBufferPointer<nghttp2_nv> {
+        UnsafeBufferPointer(start: entries.baseAddress, count: count)
+    }
+
+    /// Room for one more field of `extra` bytes: larger buffers when needed, the entries moved to point into them.
+    private func reserve(bytes extra: Int) {
+        if count == entries.count {
+            let larger = UnsafeMutableBufferPointer<nghttp2_nv>.allocate(capacity: 2 * entries.count)
+            _ = larger.initialize(from: entries)
+            entries.deallocate()
+            entries = larger
+        }
+        guard used + extra > bytes.count else { return }
+        let larger = UnsafeMutableRawBufferPointer.allocate(
+            byteCount: max(2 * bytes.count, used + extra), alignment: 8)
+        larger.baseAddress!.copyMemory(from: bytes.baseAddress!, byteCount: used)
+        let old = UnsafeMutablePointer<UInt8>(bytes.baseAddress!.assumingMemoryBound(to: UInt8.self))
+        let new = larger.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        for index in 0..<count {
+            entries[index].name = new + (entries[index].name - old)
+            entries[index].value = new + (entries[index].value - old)
+        }
+        bytes.deallocate()
+        bytes = larger
     }
 }

@@ -122,7 +122,18 @@ package final class HTTP2Session: SecureChannelDelegate {
     private let settings: HTTP2SessionSettings
     /// Strong (no weak side table on the hot path): cleared when the session closes, which ends the
     /// cycle with the connection that owns this session.
-    @exclusivity(unchecked) package var delegate: HTTP2SessionDelegate?
+    @exclusivity(unchecked) package var delegate: HTTP2SessionDelegate? {
+        didSet {
+            delegateBox = delegate.map(DelegateBox.init)
+            unretainedDelegate = delegateBox.map { Unmanaged.passUnretained($0) }
+        }
+    }
+    /// `delegate` in an immutable box, and that box unretained, for the server's request callbacks (about a dozen
+    /// per request): through it they reach the delegate with no retain and no dynamic exclusivity check. Replaced
+    /// whenever `delegate` is set, which only `finishClose` does after init, and a close asked for inside nghttp2
+    /// waits until nghttp2 has returned.
+    private var delegateBox: DelegateBox?
+    private var unretainedDelegate: Unmanaged<DelegateBox>?
     @exclusivity(unchecked) private var channel: SecureChannel?
     /// Owned: created when TLS is ready, freed with `nghttp2_session_del` in `finishClose`.
     @exclusivity(unchecked) private var nghttp2: OpaquePointer?
@@ -144,6 +155,19 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// `@exclusivity(unchecked)`: touched several times per request, and only on the loop thread, never across a
     /// call that could reach it again; the dynamic check cost more than the lookup.
     @exclusivity(unchecked) private var streams: HTTP2StreamTable
+    /// Server role: the open streams' contexts again, unretained, in a fixed direct-mapped table by stream id (slot
+    /// `(id >> 1) & (count - 1)`), so a request's header, data and end-of-stream callbacks (about twelve per APNs
+    /// request) pass the context on without a retain and release (`streams.value(for:)` copies the stream out). A
+    /// stream whose slot is taken is found in `streams`. Unretained: `streams` holds the contexts, and nothing
+    /// removes one while a callback for it runs (on_stream_close comes from nghttp2 after them, and a close asked
+    /// for inside nghttp2 waits for it to return); a slot is cleared when its stream closes. Owned: allocated at
+    /// the first request, freed in deinit.
+    private var contextSlots: UnsafeMutableBufferPointer<ContextSlot>?
+    private static let contextSlotCount = 1024
+    private struct ContextSlot {
+        var streamID: Int32 = 0
+        var context: Unmanaged<AnyObject>?
+    }
 
     @exclusivity(unchecked) package private(set) var isReady = false
     @exclusivity(unchecked) package private(set) var isClosed = false
@@ -185,6 +209,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         assert(isClosed, "an HTTP2Session must be closed before it is freed")
         scratchBytes?.deallocate()
         scratchFields?.deallocate()
+        contextSlots?.deallocate()
         pathScratch?.deallocate()
     }
 
@@ -296,15 +321,25 @@ package final class HTTP2Session: SecureChannelDelegate {
     package func respond(
         streamID: Int32, status: Int, headers: [(name: String, value: String)], body: SharedBody?
     ) {
+        withResponseHeaders(status: status, headers: headers) { nva, count in
+            respond(streamID: streamID, fields: UnsafeBufferPointer(start: nva, count: count), body: body)
+        }
+    }
+
+    /// Server role: answers stream `streamID` with header fields already laid out for nghttp2, `:status` first
+    /// (nghttp2 copies them before this returns), and `body` as `respond(streamID:status:headers:body:)` does.
+    package func respond(streamID: Int32, fields: UnsafeBufferPointer<nghttp2_nv>, body: SharedBody?) {
         assert(role == .server, "only a server responds")
         guard let nghttp2, !isClosed else { return }
         let hasBody = (body?.count ?? 0) > 0
         guard streams.update(streamID, { $0.body = hasBody ? body : nil }) != nil else { return }
-        let rc = withResponseHeaders(status: status, headers: headers) { nva, count -> Int32 in
-            guard hasBody else { return nghttp2_submit_response(nghttp2, streamID, nva, count, nil) }
+        let rc: Int32
+        if hasBody {
             var provider = nghttp2_data_provider(
                 source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
-            return nghttp2_submit_response(nghttp2, streamID, nva, count, &provider)
+            rc = nghttp2_submit_response(nghttp2, streamID, fields.baseAddress, fields.count, &provider)
+        } else {
+            rc = nghttp2_submit_response(nghttp2, streamID, fields.baseAddress, fields.count, nil)
         }
         if rc != 0 {
             nghttp2_submit_rst_stream(
@@ -402,6 +437,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         }
         blockPool = nil  // after nghttp2_session_del, which returned every block
         let open = streams.removeAll().map { (streamID: $0.id, stream: $0.value.context) }
+        if let contextSlots { contextSlots.update(repeating: ContextSlot()) }
         if let channel {
             channel.delegate = nil
             channel.close(error: nil)
@@ -503,27 +539,54 @@ package final class HTTP2Session: SecureChannelDelegate {
     // MARK: nghttp2 events (from the thunks below)
 
     fileprivate func didBeginHeaders(streamID: Int32) {
-        guard role == .server, let delegate else { return }
+        guard role == .server, let box = unretainedDelegate else { return }
         // The table owns the context from here to on_stream_close.
-        streams.insert(OpenStream(context: delegate.session(self, contextForStream: streamID)), for: streamID)
+        let context = box._withUnsafeGuaranteedRef { $0.delegate.session(self, contextForStream: streamID) }
+        let slots = contextSlots ?? makeContextSlots()
+        slots[Self.contextSlot(of: streamID)] = ContextSlot(
+            streamID: streamID, context: Unmanaged.passUnretained(context))
+        streams.insert(OpenStream(context: consume context), for: streamID)
+    }
+
+    @inline(__always)
+    private static func contextSlot(of streamID: Int32) -> Int { Int(streamID >> 1) & (contextSlotCount - 1) }
+
+    private func makeContextSlots() -> UnsafeMutableBufferPointer<ContextSlot> {
+        let slots = UnsafeMutableBufferPointer<ContextSlot>.allocate(capacity: Self.contextSlotCount)
+        slots.initialize(repeating: ContextSlot())
+        contextSlots = slots
+        return slots
+    }
+
+    /// Calls `body` with the delegate and open stream `streamID`'s context: from its slot (see `contextSlots`)
+    /// without a lookup or a retain.
+    @inline(__always)
+    private func withContext(ofStream streamID: Int32, _ body: (HTTP2SessionDelegate, AnyObject) -> Void) {
+        if let slots = contextSlots, case let slot = slots[Self.contextSlot(of: streamID)], slot.streamID == streamID,
+            let context = slot.context, let box = unretainedDelegate
+        {
+            box._withUnsafeGuaranteedRef { box in context._withUnsafeGuaranteedRef { body(box.delegate, $0) } }
+        } else if let context = streams.value(for: streamID)?.context, let delegate {
+            body(delegate, context)
+        }
     }
 
     fileprivate func didReceiveHeader(streamID: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
-        guard let context = streams.value(for: streamID)?.context else { return }
-        delegate?.session(self, stream: context, didReceiveHeader: name, value: value)
+        withContext(ofStream: streamID) { $0.session(self, stream: $1, didReceiveHeader: name, value: value) }
     }
 
     fileprivate func didReceiveData(streamID: Int32, data: UnsafeRawBufferPointer) {
-        guard let context = streams.value(for: streamID)?.context else { return }
-        delegate?.session(self, stream: context, didReceiveData: data)
+        withContext(ofStream: streamID) { $0.session(self, stream: $1, didReceiveData: data) }
     }
 
     fileprivate func didReceiveEndOfStream(streamID: Int32) {
-        guard let context = streams.value(for: streamID)?.context else { return }
-        delegate?.session(self, streamDidEnd: context, streamID: streamID)
+        withContext(ofStream: streamID) { $0.session(self, streamDidEnd: $1, streamID: streamID) }
     }
 
     fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32) {
+        if let slots = contextSlots, slots[Self.contextSlot(of: streamID)].streamID == streamID {
+            slots[Self.contextSlot(of: streamID)] = ContextSlot()
+        }
         guard let closed = streams.remove(streamID) else { return }
         delegate?.session(self, didClose: closed.context, streamID: streamID, errorCode: errorCode)
         if draining && streams.isEmpty, let nghttp2, !isClosed {
@@ -674,6 +737,13 @@ package final class HTTP2Session: SecureChannelDelegate {
     }
 }
 
+/// An `HTTP2Session`'s delegate, held in a `let` so it can be read through an unretained reference to the box
+/// without a retain (see `HTTP2Session.delegateBox`).
+private final class DelegateBox {
+    let delegate: HTTP2SessionDelegate
+    init(_ delegate: HTTP2SessionDelegate) { self.delegate = delegate }
+}
+
 /// Lends nghttp2 a header array for `fields`, valid only inside `body` (nghttp2 copies on submit).
 private func withNameValueArray<R>(_ fields: [(String, String)], _ body: (UnsafePointer<nghttp2_nv>, Int) -> R) -> R {
     var bytes: [UInt8] = []
@@ -713,11 +783,14 @@ func http2ErrorName(_ code: Int32) -> String {
 // Each is defined once, for both roles: a file-level function matching nghttp2's C typedef (so it is
 // @convention(c)) that recovers the session from `user_data` and forwards to one of its methods.
 
-/// The session behind nghttp2's `user_data`: an unretained pointer set in `channelDidBecomeReady`,
-/// valid until `finishClose` deletes the nghttp2 session.
-private func session(_ userData: UnsafeMutableRawPointer?) -> HTTP2Session {
+/// Calls `body` with the session behind nghttp2's `user_data`: an unretained pointer set in
+/// `channelDidBecomeReady`, valid until `finishClose` deletes the nghttp2 session. Lent without a retain (a
+/// retain and release per callback, about fifteen per request a server answers, showed in mock-apns's profile):
+/// the loop's stop action holds the session, and a close asked for inside nghttp2 waits until it returns.
+@inline(__always)
+private func withSession<R>(_ userData: UnsafeMutableRawPointer?, _ body: (HTTP2Session) -> R) -> R {
     guard let userData else { preconditionFailure("nghttp2 callback without user data") }
-    return Unmanaged<HTTP2Session>.fromOpaque(userData).takeUnretainedValue()
+    return Unmanaged<HTTP2Session>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)
 }
 
 private func nghttp2BeginHeadersCallback(
@@ -726,7 +799,7 @@ private func nghttp2BeginHeadersCallback(
     guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
         frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST
     else { return 0 }
-    session(userData).didBeginHeaders(streamID: frame.pointee.hd.stream_id)
+    withSession(userData) { $0.didBeginHeaders(streamID: frame.pointee.hd.stream_id) }
     return 0
 }
 
@@ -736,9 +809,11 @@ private func nghttp2HeaderCallback(
     _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
     guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
-    session(userData).didReceiveHeader(
-        streamID: frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: nameLength),
-        value: UnsafeRawBufferPointer(start: value, count: valueLength))
+    withSession(userData) {
+        $0.didReceiveHeader(
+            streamID: frame.pointee.hd.stream_id, name: UnsafeRawBufferPointer(start: name, count: nameLength),
+            value: UnsafeRawBufferPointer(start: value, count: valueLength))
+    }
     return 0
 }
 
@@ -746,7 +821,9 @@ private func nghttp2DataChunkCallback(
     _ nghttp2: OpaquePointer?, _ flags: UInt8, _ streamID: Int32, _ data: UnsafePointer<UInt8>?, _ length: Int,
     _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
-    session(userData).didReceiveData(streamID: streamID, data: UnsafeRawBufferPointer(start: data, count: length))
+    withSession(userData) {
+        $0.didReceiveData(streamID: streamID, data: UnsafeRawBufferPointer(start: data, count: length))
+    }
     return 0
 }
 
@@ -754,22 +831,23 @@ private func nghttp2FrameRecvCallback(
     _ nghttp2: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
     guard let frame else { return 0 }
-    let owner = session(userData)
     let header = frame.pointee.hd
-    switch UInt32(header.type) {
-    case NGHTTP2_SETTINGS.rawValue:
-        if header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 { owner.didReceiveSettings() }
-    case NGHTTP2_GOAWAY.rawValue:
-        let goaway = frame.pointee.goaway
-        owner.didReceiveGoaway(
-            lastStreamID: goaway.last_stream_id, errorCode: goaway.error_code,
-            debugData: UnsafeRawBufferPointer(start: goaway.opaque_data, count: goaway.opaque_data_len))
-    case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
-        if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
-            owner.didReceiveEndOfStream(streamID: header.stream_id)
+    withSession(userData) { owner in
+        switch UInt32(header.type) {
+        case NGHTTP2_SETTINGS.rawValue:
+            if header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 { owner.didReceiveSettings() }
+        case NGHTTP2_GOAWAY.rawValue:
+            let goaway = frame.pointee.goaway
+            owner.didReceiveGoaway(
+                lastStreamID: goaway.last_stream_id, errorCode: goaway.error_code,
+                debugData: UnsafeRawBufferPointer(start: goaway.opaque_data, count: goaway.opaque_data_len))
+        case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
+            if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
+                owner.didReceiveEndOfStream(streamID: header.stream_id)
+            }
+        default:
+            break
         }
-    default:
-        break
     }
     return 0
 }
@@ -777,7 +855,7 @@ private func nghttp2FrameRecvCallback(
 private func nghttp2StreamCloseCallback(
     _ nghttp2: OpaquePointer?, _ streamID: Int32, _ errorCode: UInt32, _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
-    session(userData).didCloseStream(streamID: streamID, errorCode: errorCode)
+    withSession(userData) { $0.didCloseStream(streamID: streamID, errorCode: errorCode) }
     return 0
 }
 
@@ -786,7 +864,7 @@ private func nghttp2InvalidFrameCallback(
     _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
     guard let frame else { return 0 }
-    session(userData).didReceiveInvalidFrame(type: frame.pointee.hd.type, errorCode: errorCode)
+    withSession(userData) { $0.didReceiveInvalidFrame(type: frame.pointee.hd.type, errorCode: errorCode) }
     return 0
 }
 
@@ -796,5 +874,5 @@ private func nghttp2ReadCallback(
     _ userData: UnsafeMutableRawPointer?
 ) -> Int {
     guard let buffer, let flags else { return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue) }
-    return session(userData).readBody(streamID: streamID, into: buffer, length: length, flags: flags)
+    return withSession(userData) { $0.readBody(streamID: streamID, into: buffer, length: length, flags: flags) }
 }

@@ -86,10 +86,28 @@ struct ReceivedHeaders {
 }
 
 extension UnsafeBufferPointer<UInt8> {
-    /// Whether these bytes are `text`'s UTF-8, byte for byte.
+    /// Whether these bytes are `text`'s UTF-8, byte for byte: compared eight bytes at a time (the generic
+    /// `elementsEqual`, a byte at a time, showed in mock-apns's profile).
     @inline(__always)
     func equals(_ text: String) -> Bool {
         var text = text
-        return text.withUTF8 { $0.count == count && $0.elementsEqual(self) }
+        return text.withUTF8 { other in
+            guard other.count == count else { return false }
+            let mine = UnsafeRawBufferPointer(self)
+            let theirs = UnsafeRawBufferPointer(other)
+            var offset = 0
+            while offset + 8 <= mine.count {
+                guard
+                    mine.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+                        == theirs.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+                else { return false }
+                offset += 8
+            }
+            while offset < mine.count {
+                guard mine[offset] == theirs[offset] else { return false }
+                offset += 1
+            }
+            return true
+        }
     }
 }
