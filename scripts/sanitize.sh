@@ -112,8 +112,9 @@ run_one() {
 # for each access (ThreadSanitizer) or the crash (AddressSanitizer), its first frame in the project's sources.
 #
 # A ThreadSanitizer report is `mutex` when both accesses run inside the body of a Synchronization.Mutex's withLock:
-# a frame whose mangled name is a closure taking `inout sending` and returning `sending` (mangled `zYu`, then `K` or
-# `YK<type>` when it throws, then `YTXEfU`), i.e. withLock's `(inout sending Value) throws(E) -> sending Result`; no
+# a frame whose mangled name is a closure taking `inout sending` and returning `sending` (mangled `zYu`, then `K`,
+# `YK<type>` or `<type>YK` when it throws (a generic body's thrown type comes before `YK`: SQLiteRegistryStore.read's
+# `zYuAIYKYTXEfU`), then `YTXEfU`), i.e. withLock's `(inout sending Value) throws(E) -> sending Result`; no
 # code in this repository declares such a closure itself. The frame may be below the access (a helper such as
 # ProviderTokenCache.mint(_:now:) that the body calls with `&state`).
 classify_reports() {
@@ -155,7 +156,7 @@ classify_reports() {
                 next
             }
             /^    #[0-9]+ / && section > 0 {
-                if ($2 ~ /zYu(K|YK[A-Za-z0-9_]+)?YTXEfU/) locked[section] = 1
+                if ($2 ~ /zYu(K|YK[A-Za-z0-9_]+|[A-Za-z0-9_]+YK)?YTXEfU/) locked[section] = 1
                 if (where[section] == "" && match($0, /\/(Sources|Tools|Tests|Benchmarks)\/[^ ]*:[0-9]+/))
                     where[section] = substr($0, RSTART + 1, RLENGTH - 1)
                 next
