@@ -43,6 +43,7 @@ final class HTTP2StreamTableTests: XCTestCase {
         }
         for id in stride(from: Int32(1), to: nextID + 4, by: 1) {
             XCTAssertTrue(table.value(for: id)?.context === reference[id]?.context, "stream \(id)")
+            XCTAssertTrue(table.context(of: id)?.takeUnretainedValue() === reference[id]?.context, "context \(id)")
             let updated = table.update(id) { stream -> Int in
                 stream.bodyOffset = Int(id)
                 return Int(id)

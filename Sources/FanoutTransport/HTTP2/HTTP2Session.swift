@@ -128,8 +128,8 @@ package final class HTTP2Session: SecureChannelDelegate {
             unretainedDelegate = delegateBox.map { Unmanaged.passUnretained($0) }
         }
     }
-    /// `delegate` in an immutable box, and that box unretained, for the server's request callbacks (about a dozen
-    /// per request): through it they reach the delegate with no retain and no dynamic exclusivity check. Replaced
+    /// `delegate` in an immutable box, and that box unretained, for the stream callbacks (about a dozen per request
+    /// a server answers): through it they reach the delegate with no retain and no dynamic exclusivity check. Replaced
     /// whenever `delegate` is set, which only `finishClose` does after init, and a close asked for inside nghttp2
     /// waits until nghttp2 has returned.
     private var delegateBox: DelegateBox?
@@ -155,19 +155,6 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// `@exclusivity(unchecked)`: touched several times per request, and only on the loop thread, never across a
     /// call that could reach it again; the dynamic check cost more than the lookup.
     @exclusivity(unchecked) private var streams: HTTP2StreamTable
-    /// Server role: the open streams' contexts again, unretained, in a fixed direct-mapped table by stream id (slot
-    /// `(id >> 1) & (count - 1)`), so a request's header, data and end-of-stream callbacks (about twelve per APNs
-    /// request) pass the context on without a retain and release (`streams.value(for:)` copies the stream out). A
-    /// stream whose slot is taken is found in `streams`. Unretained: `streams` holds the contexts, and nothing
-    /// removes one while a callback for it runs (on_stream_close comes from nghttp2 after them, and a close asked
-    /// for inside nghttp2 waits for it to return); a slot is cleared when its stream closes. Owned: allocated at
-    /// the first request, freed in deinit.
-    private var contextSlots: UnsafeMutableBufferPointer<ContextSlot>?
-    private static let contextSlotCount = 1024
-    private struct ContextSlot {
-        var streamID: Int32 = 0
-        var context: Unmanaged<AnyObject>?
-    }
 
     @exclusivity(unchecked) package private(set) var isReady = false
     @exclusivity(unchecked) package private(set) var isClosed = false
@@ -209,7 +196,6 @@ package final class HTTP2Session: SecureChannelDelegate {
         assert(isClosed, "an HTTP2Session must be closed before it is freed")
         scratchBytes?.deallocate()
         scratchFields?.deallocate()
-        contextSlots?.deallocate()
         pathScratch?.deallocate()
     }
 
@@ -437,7 +423,6 @@ package final class HTTP2Session: SecureChannelDelegate {
         }
         blockPool = nil  // after nghttp2_session_del, which returned every block
         let open = streams.removeAll().map { (streamID: $0.id, stream: $0.value.context) }
-        if let contextSlots { contextSlots.update(repeating: ContextSlot()) }
         if let channel {
             channel.delegate = nil
             channel.close(error: nil)
@@ -542,33 +527,15 @@ package final class HTTP2Session: SecureChannelDelegate {
         guard role == .server, let box = unretainedDelegate else { return }
         // The table owns the context from here to on_stream_close.
         let context = box._withUnsafeGuaranteedRef { $0.delegate.session(self, contextForStream: streamID) }
-        let slots = contextSlots ?? makeContextSlots()
-        slots[Self.contextSlot(of: streamID)] = ContextSlot(
-            streamID: streamID, context: Unmanaged.passUnretained(context))
-        streams.insert(OpenStream(context: consume context), for: streamID)
+        streams.insert(OpenStream(context: context), for: streamID)
     }
 
-    @inline(__always)
-    private static func contextSlot(of streamID: Int32) -> Int { Int(streamID >> 1) & (contextSlotCount - 1) }
-
-    private func makeContextSlots() -> UnsafeMutableBufferPointer<ContextSlot> {
-        let slots = UnsafeMutableBufferPointer<ContextSlot>.allocate(capacity: Self.contextSlotCount)
-        slots.initialize(repeating: ContextSlot())
-        contextSlots = slots
-        return slots
-    }
-
-    /// Calls `body` with the delegate and open stream `streamID`'s context: from its slot (see `contextSlots`)
-    /// without a lookup or a retain.
+    /// Calls `body` with the delegate and open stream `streamID`'s context, neither retained (the stream table and
+    /// the delegate box hold them, and nothing removes either while nghttp2 runs this callback).
     @inline(__always)
     private func withContext(ofStream streamID: Int32, _ body: (HTTP2SessionDelegate, AnyObject) -> Void) {
-        if let slots = contextSlots, case let slot = slots[Self.contextSlot(of: streamID)], slot.streamID == streamID,
-            let context = slot.context, let box = unretainedDelegate
-        {
-            box._withUnsafeGuaranteedRef { box in context._withUnsafeGuaranteedRef { body(box.delegate, $0) } }
-        } else if let context = streams.value(for: streamID)?.context, let delegate {
-            body(delegate, context)
-        }
+        guard let box = unretainedDelegate, let context = streams.context(of: streamID) else { return }
+        box._withUnsafeGuaranteedRef { box in context._withUnsafeGuaranteedRef { body(box.delegate, $0) } }
     }
 
     fileprivate func didReceiveHeader(streamID: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
@@ -584,9 +551,6 @@ package final class HTTP2Session: SecureChannelDelegate {
     }
 
     fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32) {
-        if let slots = contextSlots, slots[Self.contextSlot(of: streamID)].streamID == streamID {
-            slots[Self.contextSlot(of: streamID)] = ContextSlot()
-        }
         guard let closed = streams.remove(streamID) else { return }
         delegate?.session(self, didClose: closed.context, streamID: streamID, errorCode: errorCode)
         if draining && streams.isEmpty, let nghttp2, !isClosed {

@@ -6,15 +6,18 @@
 /// `Dictionary`'s seeded hash (which was about 2% of the sender's loop thread). A stream that is still open when a
 /// later id needs its slot (one slow stream while thousands of others pass it) goes to a small dictionary,
 /// looked in only while it holds anything. Once warm, nothing is allocated per stream.
+///
+/// `context(of:)` gives a stream's context without a retain, for the callbacks of each arriving header, data chunk and
+/// end of stream (about a dozen per request a server answers); copying the stream out would retain and release it.
 struct HTTP2StreamTable {
-    /// Not generic: a debug build runs unspecialised generic code, which allocated about eight times per request
-    /// here (the allocation test counts debug builds too).
     typealias Value = HTTP2Session.OpenStream
 
     private struct Slot {
         /// 0: empty (stream ids start at 1).
         var id: Int32 = 0
         var value: Value?
+        /// `value.context`, unretained: `value` holds it for as long as the slot does.
+        var context: Unmanaged<AnyObject>?
     }
 
     private var slots: [Slot]
@@ -43,7 +46,7 @@ struct HTTP2StreamTable {
         if slots[slot(of: id)].id != 0 && count >= slots.count / 2 { grow() }
         let index = slot(of: id)
         if slots[index].id == 0 {
-            slots[index] = Slot(id: id, value: value)
+            slots[index] = Slot(id: id, value: value, context: .passUnretained(value.context))
         } else {
             overflow[id] = value
         }
@@ -63,6 +66,16 @@ struct HTTP2StreamTable {
         let index = slot(of: id)
         if slots[index].id == id { return slots[index].value }
         return overflow.isEmpty ? nil : overflow[id]
+    }
+
+    /// The stream `id`'s context, unretained (the table holds it while the stream is open); nil when the stream is
+    /// not open. A reference, not a closure run inside the table: a callback that changes the table (an answer's
+    /// `respond`) while a read of it is still going on would copy the whole slot array.
+    func context(of id: Int32) -> Unmanaged<AnyObject>? {
+        let index = slot(of: id)
+        if slots[index].id == id { return slots[index].context }
+        guard !overflow.isEmpty, let stream = overflow[id] else { return nil }
+        return .passUnretained(stream.context)
     }
 
     /// Runs `body` on the stream `id`'s value in place; nil when the stream is not open.
