@@ -147,6 +147,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         // Weak: the action lives in self, and the loop's list of the turn's flushes may hold it after an engine
         // is dropped. Read once per turn, so the weak reference's cost does not matter.
         pumpAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.pump() }
+        handOverAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.handOverFinished() }
     }
 
     // MARK: Records
@@ -404,6 +405,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     ) {
         // The loop only decides: the result is made, reported, counted and delivered, and the permit and the record
         // come back, on this loop's results thread (`deliverFinished`), which takes the turn's results at once.
+        if finishedThisTurn.isEmpty { handOverAtTurnEnd.schedule() }
         finishedThisTurn.append(
             FinishedNotification(
                 pending: pending, outcome: outcome, status: status ?? response?.status ?? pending.lastStatus,
@@ -585,7 +587,8 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     private var finishedThisTurn: [FinishedNotification] = []
     /// This loop's results thread, started with the first result and ended when the loop stops.
     private var results: ResultsThread?
-    private var turnEnd: LoopTurnEnd?
+    /// Hands `finishedThisTurn` to `results` at the end of a turn that finished something. Created in `init`.
+    private var handOverAtTurnEnd: LoopTurnAction!
     /// Set once the results thread has ended (or the loop was stopping before there was one): from then on `finish`
     /// delivers on the loop thread, since nobody else will.
     private var resultsClosed = false
@@ -604,19 +607,20 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         results = ResultsThread(name: loop.name.replacingOccurrences(of: "-loop", with: "-writer")) {
             [self] batch in deliverFinished(&batch)
         }
-        turnEnd = LoopTurnEnd(loop: loop) { [self] in
-            if !finishedThisTurn.isEmpty { results?.handOver(&finishedThisTurn) }
-        }
         // When the loop stops (shutdown, or the engine dropped), every result is delivered before its thread ends:
         // `shutdown()` returns only then, and finishes `invalidTokens` after what the results reported.
         _ = loop.addStopAction { [self] in closeResults() }
     }
 
+    /// End of a turn that finished notifications: the results thread takes them all at once (after `closeResults`,
+    /// `finish` delivers them itself and there is nothing left here).
+    private func handOverFinished() {
+        if !finishedThisTurn.isEmpty { results?.handOver(&finishedThisTurn) }
+    }
+
     /// Loop thread, when the loop stops: hands over the last results, waits for the results thread to deliver
     /// everything and end, then delivers whatever still finishes (streams of connections closed after this) itself.
     private func closeResults() {
-        turnEnd?.close()
-        turnEnd = nil
         results?.handOver(&finishedThisTurn)
         results?.close()
         results = nil
