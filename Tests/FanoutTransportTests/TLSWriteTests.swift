@@ -12,15 +12,13 @@ final class TLSWriteTests: XCTestCase {
         for _ in 0..<20 {
             _ = client.advanceHandshake()
             var moved = false
-            if let (buffer, count) = client.takeCiphertext() {
-                server.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
-                buffer.deallocate()
+            client.withCiphertext {
+                server.feed($0)
                 moved = true
             }
             _ = server.advanceHandshake()
-            if let (buffer, count) = server.takeCiphertext() {
-                client.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
-                buffer.deallocate()
+            server.withCiphertext {
+                client.feed($0)
                 moved = true
             }
             if !moved { return }

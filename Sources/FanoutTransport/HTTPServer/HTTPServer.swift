@@ -190,11 +190,7 @@ final class HTTPRejectedConnection: TCPSocketDelegate {
         let text =
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
             + "content-length: \(message.utf8.count)\r\nconnection: close\r\n\r\n\(message)"
-        let bytes = Array(text.utf8)
-        // Owned by the socket's write from here.
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 1)
-        buffer.copyBytes(from: bytes)
-        socket.write(taking: buffer, count: bytes.count)
+        Array(text.utf8).withUnsafeBytes { socket.write(borrowing: $0) }
         socket.shutdownWrites()
         // Strong capture: the cycle ends when the timer closes.
         timer.schedule(milliseconds: lingerMilliseconds) { [self] in close() }

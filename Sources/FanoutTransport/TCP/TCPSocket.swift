@@ -63,8 +63,9 @@ package final class TCPSocket {
         if rc != 0 { fail(TransportError(.connectionClosed, "read failed: \(uvErrorName(rc))")) }
     }
 
-    /// Writes `bytes`, which are only lent: what the socket takes at once is written from them, and only the
-    /// rest (the socket buffer was full, or earlier writes are queued) is copied into a buffer of its own.
+    /// Writes `bytes`, which are only lent: what the socket takes at once is written from them (most flushes fit in
+    /// the socket buffer: no request, no epoll change), and only the rest (the socket buffer was full, or earlier
+    /// writes are queued) is copied into a buffer of its own and queued.
     package func write(borrowing bytes: UnsafeRawBufferPointer) {
         loop.assertInLoop()
         guard !isClosed, bytes.count > 0 else { return }
@@ -78,40 +79,26 @@ package final class TCPSocket {
             if written > 0 { start = Int(written) }
         }
         let rest = UnsafeRawBufferPointer(rebasing: bytes[start...])
+        // Owned by the write request from here: the write callback frees it.
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: rest.count, alignment: 16)
         buffer.copyMemory(from: rest)
-        write(taking: buffer, count: rest.count)
+        queueWrite(owning: buffer)
     }
 
-    /// Writes `count` bytes of `buffer`, taking ownership of the buffer (freed after the write).
-    package func write(taking buffer: UnsafeMutableRawBufferPointer, count: Int) {
-        loop.assertInLoop()
-        guard !isClosed else {
-            buffer.deallocate()
-            return
-        }
-        var start = 0
-        if queuedWriteBytes == 0 {
-            // Most flushes fit in the socket buffer: write now, with no request, no epoll change.
-            var direct = uv_buf_t(base: buffer.baseAddress!.assumingMemoryBound(to: CChar.self), len: count)
-            let written = uv_try_write(streamHandle, &direct, 1)
-            if written == Int32(count) {
-                buffer.deallocate()
-                return
-            }
-            if written > 0 { start = Int(written) }
-        }
-        let remaining = count - start
+    /// Queues all of `buffer` with `uv_write`, taking ownership of it (freed in the write callback, or here if the
+    /// write cannot be queued).
+    private func queueWrite(owning buffer: UnsafeMutableRawBufferPointer) {
+        let count = buffer.count
         let request = UnsafeMutablePointer<uv_write_t>.allocate(capacity: 1)
         // Owned by the request until the write callback frees it (with the buffer).
         let pending = UnsafeMutablePointer<PendingWrite>.allocate(capacity: 1)
-        pending.initialize(to: PendingWrite(buffer: buffer, count: remaining))
+        pending.initialize(to: PendingWrite(buffer: buffer, count: count))
         request.pointee.data = UnsafeMutableRawPointer(pending)
-        var uvBuffer = uv_buf_t(base: (buffer.baseAddress! + start).assumingMemoryBound(to: CChar.self), len: remaining)
-        queuedWriteBytes += remaining
+        var uvBuffer = uv_buf_t(base: buffer.baseAddress!.assumingMemoryBound(to: CChar.self), len: count)
+        queuedWriteBytes += count
         let rc = uv_write(request, streamHandle, &uvBuffer, 1, tcpWriteCallback)
         if rc != 0 {
-            queuedWriteBytes -= remaining
+            queuedWriteBytes -= count
             buffer.deallocate()
             pending.deallocate()
             request.deallocate()

@@ -178,12 +178,8 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
             // From the TLS engine's reused buffer: a copy is made only of what the socket does not take now.
             tls.withCiphertext { socket.write(borrowing: $0) }
         } else if !plainOutput.isEmpty {
-            // Owned by the socket's write from here (freed once written).
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: plainOutput.count, alignment: 16)
-            buffer.copyMemory(from: plainOutput.withUnsafeBytes { $0 })
-            let count = plainOutput.count
+            plainOutput.withUnsafeBytes { socket.write(borrowing: $0) }
             plainOutput.removeAll(keepingCapacity: true)
-            socket.write(taking: buffer, count: count)
         }
         if shutdownAfterFlush && !shutdownSent && !socket.isClosed {
             // libuv sends the FIN after the writes queued before it.
@@ -235,7 +231,7 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
             delegate?.channelDidBecomeReady(self)
         case .failed(let error):
             // Send the alert OpenSSL queued, best effort, then report.
-            if let (buffer, count) = tls.takeCiphertext() { socket.write(taking: buffer, count: count) }
+            tls.withCiphertext { socket.write(borrowing: $0) }
             close(error: error)
         }
     }

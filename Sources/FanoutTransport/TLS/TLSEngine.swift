@@ -188,17 +188,6 @@ package final class TLSEngine {
         body(UnsafeRawBufferPointer(rebasing: scratch[0..<Int(max(read, 0))]))
     }
 
-    /// Moves all waiting ciphertext into one newly allocated buffer, whose ownership passes to the
-    /// caller (the socket's write frees it). Nil when there is none.
-    package func takeCiphertext() -> (buffer: UnsafeMutableRawBufferPointer, count: Int)? {
-        let pending = pendingCiphertext
-        guard pending > 0 else { return nil }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: pending, alignment: 16)
-        let read = BIO_read(networkOut, buffer.baseAddress, Int32(pending))
-        assert(read == Int32(pending))
-        return (buffer, Int(read))
-    }
-
     /// Queues a TLS close_notify.
     package func shutdown() {
         if handshakeDone { SSL_shutdown(ssl) }
