@@ -49,6 +49,47 @@ final class APNsIDTests: XCTestCase {
         XCTAssertFalse(APNsID.isValid("gabeae54-14a8-11e5-b60b-1697f925ec7b"))
         XCTAssertFalse(APNsID.isValid("{abeae54-14a8-11e5-b60b-1697f925ec7}"))
     }
+
+    /// An id the engine keeps as two words reads back exactly as it was given: lowercase UUIDs as words, anything
+    /// else (uppercase, not a UUID) as the text itself.
+    func testIdentifierKeepsWhatItWasGiven() {
+        let lowercase = "eabeae54-14a8-11e5-b60b-1697f925ec7b"
+        XCTAssertEqual(APNsIdentifier(lowercase), .uuid(high: 0xEABE_AE54_14A8_11E5, low: 0xB60B_1697_F925_EC7B))
+        XCTAssertEqual(APNsIdentifier(lowercase).string, lowercase)
+        for text in ["EABEAE54-14A8-11E5-B60B-1697F925EC7B", "id-7", "", "eabeae54-14a8-11e5-b60b-1697f925ec7", "u-1"] {
+            XCTAssertEqual(APNsIdentifier(text), .text(text))
+            XCTAssertEqual(APNsIdentifier(text).string, text)
+        }
+        for text in [lowercase, "EABEAE54-14A8-11E5-B60B-1697F925EC7B", "u-1"] {
+            let fromBytes = Array(text.utf8).withUnsafeBytes { APNsIdentifier(utf8: $0) }
+            XCTAssertEqual(fromBytes, APNsIdentifier(text))
+            XCTAssertEqual(fromBytes.withUTF8 { String(decoding: $0, as: UTF8.self) }, text)
+        }
+        var generator = SplitMix64(seed: 7)
+        for _ in 0..<100 {
+            let id = APNsIdentifier.random(using: &generator)
+            XCTAssertTrue(APNsID.isValid(id.string))
+            XCTAssertEqual(APNsIdentifier(id.string), id, "a generated id parses back to the same words")
+        }
+    }
+
+    /// The contiguous-bytes check (mock-apns's) agrees with the generic one on every byte in every position of a
+    /// valid id, and on the lengths around 36.
+    func testContiguousValidationAgreesWithGeneric() {
+        let valid = Array("eabeae54-14a8-11e5-b60b-1697f925ec7b".utf8)
+        for position in valid.indices {
+            for byte in UInt8.min...UInt8.max {
+                var candidate = valid
+                candidate[position] = byte
+                let contiguous = candidate.withUnsafeBufferPointer { APNsID.isValid(utf8: $0) }
+                XCTAssertEqual(contiguous, APNsID.isValid(utf8: candidate[...]), "byte \(byte) at \(position)")
+            }
+        }
+        for length in [0, 35, 37] {
+            let candidate = Array(repeating: UInt8(ascii: "a"), count: length)
+            XCTAssertFalse(candidate.withUnsafeBufferPointer { APNsID.isValid(utf8: $0) })
+        }
+    }
 }
 
 /// A small deterministic generator for reproducibility tests.

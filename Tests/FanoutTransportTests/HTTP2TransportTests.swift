@@ -1,3 +1,4 @@
+import FanoutCore
 import FanoutTestSupport
 import Foundation
 import Synchronization
@@ -107,7 +108,8 @@ final class HTTP2TransportTests: XCTestCase {
                 tlsContext: tls)
             connectionBox.connection = connection
             for index in 0..<total {
-                let request = HTTP2Request(head: head, path: "/3/device/\(index)", apnsID: "id-\(index)", body: body)
+                let request = HTTP2Request(
+                    head: head, path: "/3/device/\(index)", apnsID: APNsIdentifier("id-\(index)"), body: body)
                 connection.submit(request) { result in
                     maxOpen.store(connection.peakOpenStreams, ordering: .relaxed)
                     collector.add(result)

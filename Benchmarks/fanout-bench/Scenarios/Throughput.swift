@@ -12,6 +12,7 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
     let tokensFile = try bench.tokensFile(count: tokens)
     var runs: [[String: Any]] = []
     var h2rates: [Double] = []
+    var h2OneTokenRates: [Double] = []
     for _ in 0..<bench.runs {
         runs.append(
             try bench.measureChild(
@@ -20,6 +21,11 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
                     streams: streams)))
         if let h2load = bench.h2load {
             h2rates.append(
+                try measureH2load(
+                    h2load: h2load, work: bench.work, mock: bench.mock, requests: tokens, connections: connections,
+                    streams: streams, payloadBytes: 1024, tokensFile: tokensFile))
+            // The former reference, one token over and over, for comparison (less work for the mock).
+            h2OneTokenRates.append(
                 try measureH2load(
                     h2load: h2load, work: bench.work, mock: bench.mock, requests: tokens, connections: connections,
                     streams: streams, payloadBytes: 1024))
@@ -47,10 +53,14 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
         entry["h2load_rate_min"] = h2.min
         entry["h2load_rate_max"] = h2.max
         entry["ratio_vs_h2load"] = rates.median / h2.median
+        let oneToken = Spread(h2OneTokenRates)
+        entry["h2load_one_token_rate"] = oneToken.median
+        entry["ratio_vs_h2load_one_token"] = rates.median / oneToken.median
         entry["key_figure"] = String(
             format: "ratio_vs_h2load %.2f (h2load %.0f/s)", rates.median / h2.median, h2.median)
         line += String(
-            format: "; h2load %.0f req/s [%.0f-%.0f]; ratio %.2f", h2.median, h2.min, h2.max, rates.median / h2.median)
+            format: "; h2load %.0f req/s [%.0f-%.0f]; ratio %.2f (h2load to one token: %.0f req/s, ratio %.2f)",
+            h2.median, h2.min, h2.max, rates.median / h2.median, oneToken.median, rates.median / oneToken.median)
     } else {
         entry["key_figure"] = "h2load not installed"
         line += "; h2load not installed (apt-get install nghttp2-client)"
@@ -59,15 +69,18 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
     bench.record(entry)
 }
 
-/// h2load against the same mock with the same connections, streams, body and headers (a pre-minted JWT).
+/// h2load against the same mock with the same connections, streams, body and headers (a pre-minted JWT), and, when
+/// `tokensFile` is given, to the same tokens: the mock's work for a request depends on its token (it counts distinct
+/// tokens), so h2load sending one token 500,000 times would give the mock less to do than Fanout's 500,000 tokens.
 func measureH2load(
     h2load: String, work: String, mock: MockProcess, requests: Int, connections: Int, streams: Int,
-    payloadBytes: Int
+    payloadBytes: Int, tokensFile: String? = nil
 ) throws -> Double {
     let child = try ChildProcess.start(
         h2load,
         ["-n", String(requests), "-c", String(connections), "-m", String(streams)]
-            + h2loadRequestArguments(work: work, mock: mock, payloadBytes: payloadBytes), in: work)
+            + h2loadRequestArguments(work: work, mock: mock, payloadBytes: payloadBytes, tokensFile: tokensFile),
+        in: work)
     child.wait(seconds: 900)
     let output = child.output
     guard let range = output.range(of: #"finished in [^,]*, ([0-9.]+) req/s"#, options: .regularExpression) else {
@@ -87,8 +100,11 @@ func measureH2load(
 }
 
 /// h2load's arguments for the requests Fanout sends: the same body, headers and provider token (a
-/// pre-minted JWT), to one bench token at the mock. The URI comes last.
-func h2loadRequestArguments(work: String, mock: MockProcess, payloadBytes: Int) throws -> [String] {
+/// pre-minted JWT), to one bench token at the mock, or to each token of `tokensFile` in turn (h2load's `-i`: every
+/// connection goes through the list from its start). The URI or `-i` comes last.
+func h2loadRequestArguments(work: String, mock: MockProcess, payloadBytes: Int, tokensFile: String? = nil) throws
+    -> [String]
+{
     let body = "\(work)/body-\(payloadBytes).json"
     _ = FileManager.default.createFile(atPath: body, contents: Data(liveActivityPayload(size: payloadBytes)))
     let key = try ES256PrivateKey(pemFilePath: "\(mock.tlsDirectory)/auth-key.p8")
@@ -97,6 +113,22 @@ func h2loadRequestArguments(work: String, mock: MockProcess, payloadBytes: Int) 
     return [
         "-d", body, "-H", "authorization: bearer \(jwt)", "-H", "apns-topic: \(benchTopic)",
         "-H", "apns-push-type: liveactivity", "-H", "apns-priority: 10",
-        "https://127.0.0.1:\(mock.port)/3/device/\(benchToken(1))",
     ]
+        + (try tokensFile.map { ["-i", try h2loadURIFile(work: work, mock: mock, tokensFile: $0)] }
+            ?? ["https://127.0.0.1:\(mock.port)/3/device/\(benchToken(1))"])
+}
+
+/// A file of one request URI per token of `tokensFile` (one token per line), for h2load's `-i`; written once per mock.
+private func h2loadURIFile(work: String, mock: MockProcess, tokensFile: String) throws -> String {
+    let path = "\(tokensFile).\(mock.port).uris"
+    if FileManager.default.fileExists(atPath: path) { return path }
+    let prefix = "https://127.0.0.1:\(mock.port)/3/device/"
+    var uris = ""
+    for token in try String(contentsOfFile: tokensFile, encoding: .utf8).split(separator: "\n") where !token.isEmpty {
+        uris += prefix
+        uris += token
+        uris += "\n"
+    }
+    try uris.write(toFile: path, atomically: true, encoding: .utf8)
+    return path
 }

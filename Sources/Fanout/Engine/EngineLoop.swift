@@ -19,7 +19,7 @@ final class PendingNotification: @unchecked Sendable {
     @exclusivity(unchecked) private var preparedJob: PreparedJob?
     var job: PreparedJob { preparedJob! }
     @exclusivity(unchecked) private(set) var token: String
-    @exclusivity(unchecked) private(set) var apnsID: String
+    @exclusivity(unchecked) private(set) var apnsID: APNsIdentifier
     /// Position of the recipient in its job.
     @exclusivity(unchecked) private(set) var position: Int
     @exclusivity(unchecked) var attempts = 0
@@ -35,7 +35,7 @@ final class PendingNotification: @unchecked Sendable {
     @exclusivity(unchecked) var requestID = HTTP2RequestID(rawValue: 0)
     @exclusivity(unchecked) var wireSlot = -1
 
-    init(job: PreparedJob, token: String, apnsID: String, position: Int) {
+    init(job: PreparedJob, token: String, apnsID: APNsIdentifier, position: Int) {
         preparedJob = job
         self.token = token
         self.position = position
@@ -43,7 +43,7 @@ final class PendingNotification: @unchecked Sendable {
     }
 
     /// Fills a spare record for another notification, as `init` would.
-    func reuse(job: PreparedJob, token: String, apnsID: String, position: Int) {
+    func reuse(job: PreparedJob, token: String, apnsID: APNsIdentifier, position: Int) {
         precondition(preparedJob == nil, "a record is reused only once it is spare")
         preparedJob = job
         self.token = token
@@ -51,11 +51,14 @@ final class PendingNotification: @unchecked Sendable {
         self.position = position
     }
 
+    /// What a spare record holds as its id.
+    private static let noID = APNsIdentifier.uuid(high: 0, low: 0)
+
     /// Makes the record spare: it lets go of its job (and so of the job's run and result handler) and strings.
     fileprivate func clear() {
         preparedJob = nil
         token = ""
-        apnsID = ""
+        apnsID = PendingNotification.noID
         position = 0
         attempts = 0
         firstSentAt = 0
@@ -287,7 +290,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         switch result {
         case .success(let http) where http.status == 200:
             pending.lastStatus = 200
-            finish(pending, outcome: .delivered, status: 200, apnsUniqueID: http.apnsUniqueID)
+            finish(pending, outcome: .delivered, status: 200, apnsUniqueID: http.apnsUniqueIDValue)
         case .success(let http):
             let response = APNsResponse.parse(
                 status: http.status, apnsID: http.apnsID, apnsUniqueID: http.apnsUniqueID, body: http.body)
@@ -401,7 +404,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     private func finish(
         _ pending: PendingNotification, outcome: NotificationOutcome, response: APNsResponse? = nil,
         reason: String? = nil,
-        status: Int? = nil, apnsUniqueID: String? = nil
+        status: Int? = nil, apnsUniqueID: APNsIdentifier? = nil
     ) {
         // The loop only decides: the result is made, reported, counted and delivered, and the permit and the record
         // come back, on this loop's results thread (`deliverFinished`), which takes the turn's results at once.
@@ -410,7 +413,8 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             FinishedNotification(
                 pending: pending, outcome: outcome, status: status ?? response?.status ?? pending.lastStatus,
                 reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
-                apnsID: response?.apnsID, apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID,
+                apnsID: response?.apnsID.map(APNsIdentifier.init),
+                apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID.map(APNsIdentifier.init),
                 timestamp: response?.timestamp,
                 latencyMilliseconds: pending.firstSentAt == 0
                     ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt)))
@@ -647,10 +651,10 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             let isBroadcast = pending.job.isBroadcast
             var result = NotificationResult(
                 jobID: pending.job.id, token: isBroadcast ? nil : pending.token, outcome: finished.outcome,
-                status: finished.status, reason: finished.reason,
-                apnsID: finished.apnsID ?? (isBroadcast ? nil : pending.apnsID), apnsUniqueID: finished.apnsUniqueID,
-                attempts: pending.attempts, latencyMilliseconds: finished.latencyMilliseconds,
-                timestamp: finished.timestamp)
+                status: finished.status, reason: finished.reason, attempts: pending.attempts,
+                latencyMilliseconds: finished.latencyMilliseconds, timestamp: finished.timestamp)
+            result.apnsIDValue = finished.apnsID ?? (isBroadcast ? nil : pending.apnsID)
+            result.apnsUniqueIDValue = finished.apnsUniqueID
             result.position = pending.position
             if isBroadcast { result.channel = pending.token }
             if let metrics {

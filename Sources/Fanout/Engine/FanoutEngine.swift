@@ -150,7 +150,7 @@ public final class FanoutEngine: Sendable {
             id: notification.headers.apnsID ?? "single", headers: notification.headers,
             payload: .raw(notification.payload),
             recipients: .tokens([notification.deviceToken]))
-        job.singleNotificationID = notification.headers.apnsID
+        job.singleNotificationID = notification.headers.apnsID.map(APNsIdentifier.init)
         let collected = Mutex<NotificationResult?>(nil)
         _ = try await run(job) { result in collected.withLock { $0 = result } }
         guard let result = collected.withLock({ $0 }) else {
@@ -345,7 +345,7 @@ public final class FanoutEngine: Sendable {
             notifications.reserveCapacity(batch.count)
             engineLoop.takeSpares(upTo: batch.count, into: &notifications)
             for (index, entry) in batch.enumerated() {
-                let apnsID = job.singleNotificationID ?? APNsID.generate(using: &random)
+                let apnsID = job.singleNotificationID ?? .random(using: &random)
                 if index < notifications.count {
                     notifications[index].reuse(
                         job: target, token: entry.token, apnsID: apnsID, position: entry.position)
@@ -454,7 +454,7 @@ public final class FanoutEngine: Sendable {
             return .cancelled
         }
         let pending = PendingNotification(
-            job: broadcast, token: channel, apnsID: APNsID.generate(using: &random),
+            job: broadcast, token: channel, apnsID: .random(using: &random),
             position: Self.activityBroadcastPosition)
         let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
         do {

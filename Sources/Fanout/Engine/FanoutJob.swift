@@ -15,7 +15,7 @@ public struct FanoutJob: Sendable {
     /// reported again.
     public var alreadyDone: ResumePoint?
     /// The `apns-id` of the one notification of a `send` (the caller's own id); nil: one per token.
-    var singleNotificationID: String?
+    var singleNotificationID: APNsIdentifier?
 
     public init(
         id: String, workspace: String = "default", headers: NotificationHeaders, payload: JobPayload,

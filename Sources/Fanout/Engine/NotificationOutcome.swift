@@ -47,8 +47,18 @@ public struct NotificationResult: Sendable {
     public var status: Int?
     /// APNs's reason, or Fanout's own for results without an answer (e.g. "NotSent").
     public var reason: String?
-    public var apnsID: String?
-    public var apnsUniqueID: String?
+    public var apnsID: String? {
+        get { apnsIDValue?.string }
+        set { apnsIDValue = newValue.map(APNsIdentifier.init) }
+    }
+    public var apnsUniqueID: String? {
+        get { apnsUniqueIDValue?.string }
+        set { apnsUniqueIDValue = newValue.map(APNsIdentifier.init) }
+    }
+    /// The same ids as the engine keeps them: a UUID as 16 bytes, spelled only when read as a String above or
+    /// written by a results writer (`ResultLine`), so that results nobody prints make no String for them.
+    package var apnsIDValue: APNsIdentifier?
+    package var apnsUniqueIDValue: APNsIdentifier?
     /// Attempts that reached APNs or may have (refused and unprocessed streams do not count).
     public var attempts: Int
     /// From the first send to the final answer, in milliseconds.
@@ -72,8 +82,8 @@ public struct NotificationResult: Sendable {
         self.outcome = outcome
         self.status = status
         self.reason = reason
-        self.apnsID = apnsID
-        self.apnsUniqueID = apnsUniqueID
+        apnsIDValue = apnsID.map(APNsIdentifier.init)
+        apnsUniqueIDValue = apnsUniqueID.map(APNsIdentifier.init)
         self.attempts = attempts
         self.latencyMilliseconds = latencyMilliseconds
         self.timestamp = timestamp

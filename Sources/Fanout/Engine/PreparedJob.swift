@@ -122,10 +122,9 @@ final class ConstantHeaders: Sendable {
         fields.reserveCapacity(fieldsWithoutToken.count + 1)
         for field in fieldsWithoutToken {
             fields.append((field.name, field.value, field.neverIndex))
-            // The provider token goes into HPACK's dynamic table: it is the same on every stream for
-            // 50 minutes, so after the first request it costs one byte instead of ~200 bytes of
-            // Huffman coding per stream (Netty-based clients such as Pushy do the same). :path and
-            // apns-id, which change per stream, stay out of the table.
+            // Not marked never-indexed here, but nghttp2's encoder never indexes `authorization` whatever the
+            // flag says (and Apple asks for it as a literal): every stream carries the token, Huffman-coded. :path
+            // and apns-id, which change per stream, stay out of the table too.
             if field.name == APNsHeaderName.authority, let bearer {
                 fields.append((APNsHeaderName.authorization, "bearer " + bearer, false))
             }

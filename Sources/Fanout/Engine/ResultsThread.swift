@@ -11,8 +11,8 @@ struct FinishedNotification {
     var status: Int?
     var reason: String?
     /// The response's `apns-id`, when it had one; nil means the record's (none for a broadcast).
-    var apnsID: String?
-    var apnsUniqueID: String?
+    var apnsID: APNsIdentifier?
+    var apnsUniqueID: APNsIdentifier?
     var timestamp: Int64?
     var latencyMilliseconds: Double
 }

@@ -13,6 +13,14 @@ package enum ResultLine {
         func string(_ value: String?) {
             if let value { JSONStringEscaping.appendString(value, to: &output) } else { key("null") }
         }
+        func identifier(_ value: APNsIdentifier?) {
+            guard let value else { return key("null") }
+            if case .text(let text) = value { return JSONStringEscaping.appendString(text, to: &output) }
+            // A UUID: hex digits and dashes, nothing to escape.
+            output.append(UInt8(ascii: "\""))
+            value.withUTF8 { output.append(contentsOf: $0) }
+            output.append(UInt8(ascii: "\""))
+        }
         func integer(_ value: Int64?) {
             if let value { appendDecimal(value, to: &output) } else { key("null") }
         }
@@ -27,9 +35,9 @@ package enum ResultLine {
         key(",\"reason\":")
         string(result.reason)
         key(",\"apns_id\":")
-        string(result.apnsID)
+        identifier(result.apnsIDValue)
         key(",\"apns_unique_id\":")
-        string(result.apnsUniqueID)
+        identifier(result.apnsUniqueIDValue)
         key(",\"attempts\":")
         integer(Int64(result.attempts))
         key(",\"latency_ms\":")

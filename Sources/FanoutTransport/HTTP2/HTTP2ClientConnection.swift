@@ -1,3 +1,4 @@
+import FanoutCore
 import Foundation
 
 /// Settings of one client connection.
@@ -440,8 +441,8 @@ final class ClientStream {
     /// 0 while waiting for a stream; the stream id once it has one.
     @exclusivity(unchecked) var streamID: Int32 = 0
     @exclusivity(unchecked) var status: Int?
-    @exclusivity(unchecked) var apnsID: String?
-    @exclusivity(unchecked) var apnsUniqueID: String?
+    @exclusivity(unchecked) var apnsID: APNsIdentifier?
+    @exclusivity(unchecked) var apnsUniqueID: APNsIdentifier?
     /// Channel management's answer headers (the create's new channel, the echoed request id).
     @exclusivity(unchecked) var channelID: String?
     @exclusivity(unchecked) var requestID: String?
@@ -497,24 +498,14 @@ final class ClientStream {
         if bytesEqual(name, ":status") {
             status = parseDecimal(value)
         } else if bytesEqual(name, "apns-id") {
-            apnsID = Self.string(value, reusing: request.apnsID)
+            apnsID = APNsIdentifier(utf8: value)
         } else if bytesEqual(name, "apns-unique-id") {
-            apnsUniqueID = String(decoding: value, as: UTF8.self)
+            apnsUniqueID = APNsIdentifier(utf8: value)
         } else if bytesEqual(name, "apns-channel-id") {
             channelID = String(decoding: value, as: UTF8.self)
         } else if bytesEqual(name, "apns-request-id") {
             requestID = String(decoding: value, as: UTF8.self)
         }
-    }
-
-    /// `value` as a String: `known` itself when it has the same bytes, a new String otherwise. APNs echoes the
-    /// `apns-id` a request sent, so every response would otherwise allocate a copy of a String the request holds.
-    private static func string(_ value: UnsafeRawBufferPointer, reusing known: String?) -> String {
-        if var known, known.utf8.count == value.count, value.count > 0 {
-            let same = known.withUTF8 { memcmp($0.baseAddress!, value.baseAddress!, value.count) == 0 }
-            if same { return known }
-        }
-        return String(decoding: value, as: UTF8.self)
     }
 
     func makeResponse(status: Int) -> HTTP2Response {

@@ -1,3 +1,5 @@
+import FanoutCore
+
 /// One request for an HTTP/2 client connection: shared constant headers, the per-request path and
 /// optional `apns-id`, and a shared body.
 package struct HTTP2Request: Sendable {
@@ -8,10 +10,12 @@ package struct HTTP2Request: Sendable {
     /// here, and the session joins them in a buffer it reuses, so no path String is made per request.
     package var pathSuffix: String
     /// Sent as `apns-id` when set (a retry keeps its id).
-    package var apnsID: String?
+    package var apnsID: APNsIdentifier?
     package var body: SharedBody
 
-    package init(head: HeaderBlock, path: String, pathSuffix: String = "", apnsID: String? = nil, body: SharedBody) {
+    package init(
+        head: HeaderBlock, path: String, pathSuffix: String = "", apnsID: APNsIdentifier? = nil, body: SharedBody
+    ) {
         self.head = head
         self.path = path
         self.pathSuffix = pathSuffix
@@ -23,19 +27,25 @@ package struct HTTP2Request: Sendable {
 /// What the server answered on one stream. Only the headers APNs clients need are kept.
 package struct HTTP2Response: Sendable {
     package var status: Int
-    package var apnsID: String?
-    package var apnsUniqueID: String?
+    /// The answer's `apns-id` and `apns-unique-id`, kept without a String (see `APNsIdentifier`).
+    package var apnsIDValue: APNsIdentifier?
+    package var apnsUniqueIDValue: APNsIdentifier?
     /// `apns-channel-id` and `apns-request-id` (broadcast channel management).
     package var channelID: String?
     package var requestID: String?
     package var body: [UInt8]
 
-    package init(status: Int, apnsID: String? = nil, apnsUniqueID: String? = nil, body: [UInt8] = []) {
+    package init(
+        status: Int, apnsID: APNsIdentifier? = nil, apnsUniqueID: APNsIdentifier? = nil, body: [UInt8] = []
+    ) {
         self.status = status
-        self.apnsID = apnsID
-        self.apnsUniqueID = apnsUniqueID
+        apnsIDValue = apnsID
+        apnsUniqueIDValue = apnsUniqueID
         self.body = body
     }
+
+    package var apnsID: String? { apnsIDValue?.string }
+    package var apnsUniqueID: String? { apnsUniqueIDValue?.string }
 }
 
 /// Names one request handed to an `HTTP2ClientConnection`, for `cancel(_:)`: the connection's serial

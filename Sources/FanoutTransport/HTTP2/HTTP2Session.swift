@@ -256,15 +256,18 @@ package final class HTTP2Session: SecureChannelDelegate {
         }
         // The read callback finds the body in the stream table by stream id; no source pointer.
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
-        var apnsID = request.apnsID
+        let apnsID = request.apnsID
         let streamID: Int32 = withPath(of: request) { pathBytes in
-            func submit(_ extra: (name: StaticString, value: UnsafeRawBufferPointer)?) -> Int32 {
+            func submit(_ extra: (name: StaticString, value: UnsafeRawBufferPointer, indexed: Bool)?) -> Int32 {
                 request.head.withNameValuePairs(path: pathBytes, extra: extra) { nva, count in
                     nghttp2_submit_request(nghttp2, nil, nva, count, &provider, nil)
                 }
             }
             if apnsID != nil {
-                return apnsID!.withUTF8 { submit(("apns-id", UnsafeRawBufferPointer($0))) }
+                let name: StaticString = "apns-id"
+                let indexed = uniqueFieldNames.shouldIndex(
+                    UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+                return apnsID!.withUTF8 { submit((name, $0, indexed)) }
             }
             return submit(nil)
         }
@@ -275,6 +278,9 @@ package final class HTTP2Session: SecureChannelDelegate {
         channel?.scheduleFlush()
         return .success(streamID)
     }
+
+    /// Which per-message id fields (`apns-id` and the like) have had their name entered in HPACK's table.
+    @exclusivity(unchecked) private var uniqueFieldNames = UniqueFieldNames()
 
     /// Owned: allocated on first use (grown when a path does not fit), freed in deinit. Where `withPath` joins a
     /// request's `path` and `pathSuffix`; nghttp2 copies the header on submit, so one buffer serves every request.
@@ -319,13 +325,13 @@ package final class HTTP2Session: SecureChannelDelegate {
         guard let nghttp2, !isClosed else { return }
         let hasBody = (body?.count ?? 0) > 0
         guard streams.update(streamID, { $0.body = hasBody ? body : nil }) != nil else { return }
-        let rc: Int32
-        if hasBody {
-            var provider = nghttp2_data_provider(
-                source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
-            rc = nghttp2_submit_response(nghttp2, streamID, fields.baseAddress, fields.count, &provider)
-        } else {
-            rc = nghttp2_submit_response(nghttp2, streamID, fields.baseAddress, fields.count, nil)
+        let rc = uniqueFieldNames.withNamesEntered(fields) { fields in
+            if hasBody {
+                var provider = nghttp2_data_provider(
+                    source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
+                return nghttp2_submit_response(nghttp2, streamID, fields.baseAddress, fields.count, &provider)
+            }
+            return nghttp2_submit_response(nghttp2, streamID, fields.baseAddress, fields.count, nil)
         }
         if rc != 0 {
             nghttp2_submit_rst_stream(
@@ -686,7 +692,8 @@ package final class HTTP2Session: SecureChannelDelegate {
                 return false
             }
             // An id is new in every response: indexing it would only churn both sides' HPACK tables (mock-apns
-            // under h2load spent a third more time in nghttp2 than with a constant header).
+            // under h2load spent a third more time in nghttp2 than with a constant header). Its name is entered
+            // once per session (`respond(streamID:fields:body:)`, `UniqueFieldNames`).
             let unique = name == "apns-id" || name == "apns-unique-id" || name == "apns-request-id"
             scratchFields[count] = nghttp2_nv(
                 name: namePointer, value: valuePointer, namelen: name.utf8.count, valuelen: value.utf8.count,

@@ -72,10 +72,10 @@ package final class HeaderBlock: Sendable {
     }
 
     /// Lends `body` an nghttp2 header array: the block's pseudo-headers, `:path`, the block's other
-    /// headers, then `extra` (per-request headers such as `apns-id`). Pointers are valid only inside
-    /// `body`; nghttp2 copies them when the request is submitted.
+    /// headers, then `extra` (a per-request header such as `apns-id`: never indexed unless `indexed`, see
+    /// `UniqueFieldNames`). Pointers are valid only inside `body`; nghttp2 copies them when the request is submitted.
     func withNameValuePairs<R>(
-        path: UnsafeRawBufferPointer, extra: (name: StaticString, value: UnsafeRawBufferPointer)?,
+        path: UnsafeRawBufferPointer, extra: (name: StaticString, value: UnsafeRawBufferPointer, indexed: Bool)?,
         _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
     ) -> R {
         let count = fields.count + 1 + (extra == nil ? 0 : 1)
@@ -98,7 +98,7 @@ package final class HeaderBlock: Sendable {
                 nva[index] = nghttp2_nv(
                     name: UnsafeMutablePointer(mutating: extra.name.utf8Start), value: mutablePointer(extra.value),
                     namelen: extra.name.utf8CodeUnitCount, valuelen: extra.value.count,
-                    flags: UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue))
+                    flags: UInt8(extra.indexed ? NGHTTP2_NV_FLAG_NONE.rawValue : NGHTTP2_NV_FLAG_NO_INDEX.rawValue))
                 index += 1
             }
             return body(UnsafePointer(nva.baseAddress!), index)

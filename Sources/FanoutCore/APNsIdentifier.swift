@@ -1,0 +1,104 @@
+/// An `apns-id` or `apns-unique-id` on its way through the engine. A lowercase canonical UUID (what Fanout makes
+/// and what APNs answers) is kept as its two 64-bit halves, so making an id, sending it, reading the answer's ids
+/// and handing them to the results makes no String: two allocations per notification fewer than keeping them as
+/// text. Anything else (an id a caller chose in uppercase, an answer's id in another form) is kept as given, so
+/// every id is reported exactly as it was sent or received. Spelled out (`string`, `withUTF8`) where it is written.
+package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
+    case uuid(high: UInt64, low: UInt64)
+    case text(String)
+
+    /// A random version 4 UUID from `generator`.
+    package static func random(using generator: inout some RandomNumberGenerator) -> APNsIdentifier {
+        // Version 4 in the high nibble of byte 6, variant 0b10 in the top bits of byte 8 (RFC 9562).
+        let high = (generator.next() as UInt64) & ~0xF000 | 0x4000
+        let low = (generator.next() as UInt64) & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
+        return .uuid(high: high, low: low)
+    }
+
+    /// `text` as an identifier: its halves when it is a lowercase canonical UUID, the text itself otherwise.
+    package init(_ text: String) {
+        var utf8 = text
+        if let halves = utf8.withUTF8({ Self.parse(UnsafeRawBufferPointer($0)) }) {
+            self = .uuid(high: halves.high, low: halves.low)
+        } else {
+            self = .text(text)
+        }
+    }
+
+    /// The bytes of a header value as an identifier, as `init(_:)` reads text.
+    package init(utf8 bytes: UnsafeRawBufferPointer) {
+        if let halves = Self.parse(bytes) {
+            self = .uuid(high: halves.high, low: halves.low)
+        } else {
+            self = .text(String(decoding: bytes, as: UTF8.self))
+        }
+    }
+
+    package var string: String {
+        switch self {
+        case .text(let text):
+            return text
+        case .uuid(let high, let low):
+            return String(unsafeUninitializedCapacity: APNsID.length) { buffer in
+                Self.spell(high: high, low: low, into: UnsafeMutableRawBufferPointer(buffer))
+                return APNsID.length
+            }
+        }
+    }
+
+    package var description: String { string }
+
+    /// Lends `body` the identifier's UTF-8 bytes (a UUID is spelled on the stack), valid only inside `body`.
+    package func withUTF8<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        switch self {
+        case .text(var text):
+            return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        case .uuid(let high, let low):
+            return withUnsafeTemporaryAllocation(byteCount: APNsID.length, alignment: 1) { buffer in
+                Self.spell(high: high, low: low, into: buffer)
+                return body(UnsafeRawBufferPointer(buffer))
+            }
+        }
+    }
+
+    /// Writes the 36 characters of the UUID with these halves, in lowercase, into the first 36 bytes of `buffer`.
+    private static func spell(high: UInt64, low: UInt64, into buffer: UnsafeMutableRawBufferPointer) {
+        var index = 0
+        for nibble in 0..<32 {
+            if nibble == 8 || nibble == 12 || nibble == 16 || nibble == 20 {
+                buffer[index] = UInt8(ascii: "-")
+                index += 1
+            }
+            let word = nibble < 16 ? high : low
+            let value = UInt8(truncatingIfNeeded: word >> UInt64(60 - (nibble % 16) * 4)) & 0xF
+            buffer[index] = value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
+            index += 1
+        }
+    }
+
+    /// The halves of a lowercase canonical UUID; nil for anything else (uppercase too: it must read back as sent).
+    private static func parse(_ bytes: UnsafeRawBufferPointer) -> (high: UInt64, low: UInt64)? {
+        guard bytes.count == APNsID.length else { return nil }
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        var nibbles = 0
+        for offset in 0..<APNsID.length {
+            let byte = bytes[offset]
+            if offset == 8 || offset == 13 || offset == 18 || offset == 23 {
+                guard byte == UInt8(ascii: "-") else { return nil }
+                continue
+            }
+            let value: UInt8
+            if byte &- UInt8(ascii: "0") < 10 {
+                value = byte &- UInt8(ascii: "0")
+            } else if byte &- UInt8(ascii: "a") < 6 {
+                value = byte &- UInt8(ascii: "a") + 10
+            } else {
+                return nil
+            }
+            if nibbles < 16 { high = high << 4 | UInt64(value) } else { low = low << 4 | UInt64(value) }
+            nibbles += 1
+        }
+        return (high, low)
+    }
+}
