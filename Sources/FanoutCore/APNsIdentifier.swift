@@ -77,28 +77,37 @@ package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The halves of a lowercase canonical UUID; nil for anything else (uppercase too: it must read back as sent).
+    /// Four characters at a time (`fourDigits`): a byte-at-a-time loop was 5% of a fan-out's CPU, for the two ids of
+    /// every answer.
     private static func parse(_ bytes: UnsafeRawBufferPointer) -> (high: UInt64, low: UInt64)? {
-        guard bytes.count == APNsID.length else { return nil }
-        var high: UInt64 = 0
-        var low: UInt64 = 0
-        var nibbles = 0
-        for offset in 0..<APNsID.length {
-            let byte = bytes[offset]
-            if offset == 8 || offset == 13 || offset == 18 || offset == 23 {
-                guard byte == UInt8(ascii: "-") else { return nil }
-                continue
-            }
-            let value: UInt8
-            if byte &- UInt8(ascii: "0") < 10 {
-                value = byte &- UInt8(ascii: "0")
-            } else if byte &- UInt8(ascii: "a") < 6 {
-                value = byte &- UInt8(ascii: "a") + 10
-            } else {
-                return nil
-            }
-            if nibbles < 16 { high = high << 4 | UInt64(value) } else { low = low << 4 | UInt64(value) }
-            nibbles += 1
-        }
-        return (high, low)
+        guard bytes.count == APNsID.length, bytes[8] == UInt8(ascii: "-"), bytes[13] == UInt8(ascii: "-"),
+            bytes[18] == UInt8(ascii: "-"), bytes[23] == UInt8(ascii: "-"),
+            let c0 = fourDigits(bytes, 0), let c1 = fourDigits(bytes, 4), let c2 = fourDigits(bytes, 9),
+            let c3 = fourDigits(bytes, 14), let c4 = fourDigits(bytes, 19), let c5 = fourDigits(bytes, 24),
+            let c6 = fourDigits(bytes, 28), let c7 = fourDigits(bytes, 32)
+        else { return nil }
+        return (c0 << 48 | c1 << 32 | c2 << 16 | c3, c4 << 48 | c5 << 32 | c6 << 16 | c7)
+    }
+
+    /// The 16-bit value of the four lowercase hex digits at `offset`, nil if any is not one; all four bytes at once.
+    @inline(__always)
+    private static func fourDigits(_ bytes: UnsafeRawBufferPointer, _ offset: Int) -> UInt64? {
+        let word = bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)
+        let ones: UInt32 = 0x0101_0101
+        // For bytes below 0x80 (checked first) each sum stays below 0x100, so no byte carries into the next; bit 7
+        // of each byte then says on which side of a bound the byte is: at least "0", below ":", at least "a",
+        // below "g".
+        guard word & (0x80 &* ones) == 0 else { return nil }
+        let atLeastZero = (word &+ 0x50 &* ones)
+        let belowColon = ~(word &+ 0x46 &* ones)
+        let atLeastA = (word &+ 0x1F &* ones)
+        let belowG = ~(word &+ 0x19 &* ones)
+        guard (atLeastZero & belowColon | atLeastA & belowG) & (0x80 &* ones) == 0x80 &* ones else { return nil }
+        // Each byte's value: its low nibble, plus 9 for a letter (bit 6 set).
+        let nibbles = (word & (0x0F &* ones)) &+ ((word >> 6) & ones) &* 9
+        // The first character is the lowest byte and the most significant digit: swap, then pack pairs and halves.
+        let swapped = nibbles.bigEndian
+        let pairs = (swapped | swapped >> 4) & 0x00FF_00FF
+        return UInt64((pairs | pairs >> 8) & 0xFFFF)
     }
 }

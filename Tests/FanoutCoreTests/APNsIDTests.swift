@@ -65,6 +65,25 @@ final class APNsIDTests: XCTestCase {
             XCTAssertEqual(fromBytes, APNsIdentifier(text))
             XCTAssertEqual(fromBytes.withUTF8 { String(decoding: $0, as: UTF8.self) }, text)
         }
+        // Every byte in every position of a lowercase id: words exactly when the text is still a lowercase id.
+        let valid = Array(lowercase.utf8)
+        let hexDigits = Set("0123456789abcdef".utf8)
+        for position in valid.indices {
+            for byte in UInt8.min...UInt8.max {
+                var candidate = valid
+                candidate[position] = byte
+                let text = String(decoding: candidate, as: UTF8.self)
+                let expectWords =
+                    [8, 13, 18, 23].contains(position) ? byte == UInt8(ascii: "-") : hexDigits.contains(byte)
+                let parsed = candidate.withUnsafeBytes { APNsIdentifier(utf8: $0) }
+                if case .uuid = parsed {
+                    XCTAssertTrue(expectWords, "byte \(byte) at \(position)")
+                } else {
+                    XCTAssertFalse(expectWords, "byte \(byte) at \(position)")
+                }
+                XCTAssertEqual(parsed.string, text)
+            }
+        }
         var generator = SplitMix64(seed: 7)
         for _ in 0..<100 {
             let id = APNsIdentifier.random(using: &generator)
