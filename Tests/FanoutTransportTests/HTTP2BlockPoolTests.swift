@@ -41,6 +41,14 @@ final class HTTP2BlockPoolTests: XCTestCase {
         for (index, (block, _)) in blocks.enumerated() where index != 4 { mem.free(block, user) }
     }
 
+    /// Each size goes to the smallest class (32, 64, ..., 4096 bytes) that holds it, and past 4096 to none.
+    func testSizeClassIsTheSmallestThatFits() {
+        for size in 0...10_000 {
+            let expected = (0..<8).first { 32 << $0 >= size } ?? -1
+            XCTAssertEqual(HTTP2BlockPool.sizeClass(for: size), expected, "size \(size)")
+        }
+    }
+
     func testASessionCarriesManyStreamsThroughThePool() throws {
         // nghttp2's own use: a client session submitting requests and freeing them on delete.
         let pool = HTTP2BlockPool()

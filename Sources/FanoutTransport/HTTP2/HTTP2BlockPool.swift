@@ -51,15 +51,12 @@ final class HTTP2BlockPool {
             free: nghttp2PoolFreeCallback, calloc: nghttp2PoolCallocCallback, realloc: nghttp2PoolReallocCallback)
     }
 
-    private static func sizeClass(for size: Int) -> Int {
-        var index = 0
-        var capacity = smallestClass
-        while capacity < size {
-            index += 1
-            capacity <<= 1
-            if index == classCount { return -1 }
-        }
-        return index
+    /// The smallest class that holds `size` bytes, -1 for none: log2 of `size` rounded up, less log2 of 32, from
+    /// the leading zeros (a loop over the classes was a branch per class for every nghttp2 allocation).
+    static func sizeClass(for size: Int) -> Int {
+        guard size > smallestClass else { return 0 }
+        let index = Int.bitWidth - (size - 1).leadingZeroBitCount - smallestClass.trailingZeroBitCount
+        return index < classCount ? index : -1
     }
 
     fileprivate func allocate(_ size: Int) -> UnsafeMutableRawPointer? {
