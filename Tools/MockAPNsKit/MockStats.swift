@@ -56,7 +56,7 @@ package final class MockStats: Sendable {
 
         fileprivate let counts = Mutex(Counts())
         private unowned let stats: MockStats
-        /// Digests kept before the loop folds them in itself, so that memory stays bounded with no reader.
+        /// Digests kept before the loop asks for a fold (`foldSoon`), so that memory stays bounded with no reader.
         private static let foldThreshold = 1 << 16
 
         fileprivate init(stats: MockStats) { self.stats = stats }
@@ -75,7 +75,7 @@ package final class MockStats: Sendable {
                 if let apnsID { counts.apnsIDs.append(apnsID) }
                 return counts.apnsIDs.count + counts.tokens.count
             }
-            if pending >= Self.foldThreshold { stats.fold() }
+            if pending >= Self.foldThreshold { stats.foldSoon() }
         }
     }
 
@@ -91,6 +91,11 @@ package final class MockStats: Sendable {
         tallies.withLock { tallies in
             loops.withLock { loops in
                 for loop in loops {
+                    // The digests are taken out under the loop's lock and put in the sets after it: inserting tens of
+                    // thousands of them (and growing a set of millions) takes milliseconds, which the loop would
+                    // otherwise wait out in its next `recordAnswer`, holding up every answer behind it.
+                    var tokens: [UInt64] = []
+                    var apnsIDs: [UInt64] = []
                     loop.counts.withLock { counts in
                         tallies.requests += counts.requests
                         tallies.accepted += counts.accepted
@@ -106,12 +111,12 @@ package final class MockStats: Sendable {
                             tallies.acceptedByPriority[priority] += counts.acceptedByPriority[priority]
                             counts.acceptedByPriority[priority] = 0
                         }
-                        for token in counts.tokens { _ = tallies.tokens.insert(token) }
-                        for apnsID in counts.apnsIDs where !tallies.apnsIDs.insert(apnsID) {
-                            tallies.duplicateApnsIDs += 1
-                        }
-                        counts.tokens.removeAll(keepingCapacity: true)
-                        counts.apnsIDs.removeAll(keepingCapacity: true)
+                        swap(&tokens, &counts.tokens)
+                        swap(&apnsIDs, &counts.apnsIDs)
+                    }
+                    for token in tokens { _ = tallies.tokens.insert(token) }
+                    for apnsID in apnsIDs where !tallies.apnsIDs.insert(apnsID) {
+                        tallies.duplicateApnsIDs += 1
                     }
                 }
             }
@@ -119,8 +124,19 @@ package final class MockStats: Sendable {
         }
     }
 
-    /// Folds the loops' counts in now (a loop whose digests piled up).
-    fileprivate func fold() { merged { _ in } }
+    /// Set while a background fold (`foldSoon`) is queued or running.
+    private let folding = Atomic<Bool>(false)
+
+    /// Folds the loops' counts in soon, on another thread (a loop whose digests piled up): folding on the loop
+    /// held up its answers for the milliseconds the sets took, a periodic stall in every latency measured against
+    /// the mock (every 32,768 answers, tens of milliseconds when a set of millions grew). One fold at a time.
+    fileprivate func foldSoon() {
+        guard folding.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged else { return }
+        DispatchQueue.global().async { [self] in
+            merged { _ in }
+            folding.store(false, ordering: .releasing)
+        }
+    }
 
     /// Counts a broadcast send answered with `status`: in `requests`, `by_status` and `by_reason` like a device push,
     /// and, when accepted, in `broadcasts` and `broadcasts_by_channel` (not in `accepted`, which counts device pushes).
