@@ -10,6 +10,24 @@ final class DeviceTokenTests: XCTestCase {
         XCTAssertEqual(token?.description, lowercase64)
     }
 
+    /// The eight-bytes-at-a-time check for lowercase tokens agrees with the byte-by-byte one on every byte in every
+    /// position, for a token whose length is a multiple of eight and one whose length is not.
+    func testFastLowercaseCheckAgreesWithTheByteScan() {
+        for length in [64, 66, 72] {
+            let valid = Array(String(repeating: "0123456789abcdef", count: 5).utf8.prefix(length))
+            for position in valid.indices {
+                for byte in UInt8.min...UInt8.max {
+                    var candidate = valid
+                    candidate[position] = byte
+                    let text = String(decoding: candidate, as: UTF8.self)
+                    guard text.utf8.count == length else { continue }  // a lone byte past 0x7F is repaired
+                    XCTAssertEqual(
+                        DeviceToken(text)?.hex, DeviceToken(utf8: candidate[...])?.hex, "byte \(byte) at \(position)")
+                }
+            }
+        }
+    }
+
     func testNormalisesUppercaseToLowercase() {
         let token = DeviceToken(lowercase64.uppercased())
         XCTAssertEqual(token?.hex, lowercase64)
