@@ -227,7 +227,7 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
             guard !stream.isFinished else { continue }  // cancelled or timed out while waiting
             waitingCount -= 1
             stream.streamID = -1  // leaving the queue
-            switch session.submitRequest(stream.request, context: stream) {
+            switch session.submitRequest(stream.takeRequest(), context: stream) {
             case .success(let streamID):
                 stream.streamID = streamID
             case .failure(let error):
@@ -434,7 +434,8 @@ final class ClientStream {
 
     /// Set anew when the connection reuses the object for another request (`reuse`).
     @exclusivity(unchecked) private(set) var id: UInt64
-    @exclusivity(unchecked) private(set) var request: HTTP2Request
+    /// Until the stream opens: then it moves into the session (`takeRequest`), which needs only its body after.
+    @exclusivity(unchecked) private var request: HTTP2Request?
     /// In `uv_now` milliseconds; `.max`: none.
     @exclusivity(unchecked) private(set) var deadline: UInt64
     @exclusivity(unchecked) private var completion: Completion?
@@ -463,12 +464,16 @@ final class ClientStream {
     /// Completed (answered, failed, cancelled or timed out).
     var isFinished: Bool { completion == nil }
 
-    /// What a spare stream holds: no job's headers or body are kept alive by it.
-    private static let idleRequest = HTTP2Request(head: HeaderBlock([]), path: "/", body: SharedBody([]))
+    /// The request, moved out for submitting it: no copy of its headers, path, id and body (five retains) and no
+    /// release of them when the stream is recycled. Once only, when the stream opens.
+    func takeRequest() -> HTTP2Request {
+        guard let request = request.take() else { preconditionFailure("a stream's request is submitted once") }
+        return request
+    }
 
     /// Lets go of the last request's headers, body and response, once it is finished.
     func clear() {
-        request = Self.idleRequest
+        request = nil
         streamID = 0
         status = nil
         apnsID = nil
