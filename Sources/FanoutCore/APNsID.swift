@@ -26,19 +26,17 @@ package enum APNsID {
     }
 
     /// `isValid(utf8:)` over contiguous bytes, non-generic so that a caller in another module (mock-apns checks the
-    /// apns-id of every request) runs it directly: the generic one ran there unspecialised, a witness call per byte.
+    /// apns-id of every request) runs it directly, four bytes at a time: the generic one ran there unspecialised (a
+    /// witness call per byte), and a byte-at-a-time loop was still 2% of the mock's CPU under Fanout.
     package static func isValid(utf8 bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         guard bytes.count == length else { return false }
-        for offset in 0..<length {
-            let byte = bytes[offset]
-            if offset == 8 || offset == 13 || offset == 18 || offset == 23 {
-                guard byte == UInt8(ascii: "-") else { return false }
-            } else {
-                // A digit, or a letter a-f in either case (bit 0x20 lowercases A-F and maps nothing else there).
-                guard byte &- UInt8(ascii: "0") < 10 || (byte | 0x20) &- UInt8(ascii: "a") < 6 else { return false }
-            }
+        let dash = UInt8(ascii: "-")
+        guard bytes[8] == dash, bytes[13] == dash, bytes[18] == dash, bytes[23] == dash else { return false }
+        let raw = UnsafeRawBufferPointer(bytes)
+        func hex(_ offset: Int) -> Bool {
+            APNsIdentifier.areHexDigits(raw.loadUnaligned(fromByteOffset: offset, as: UInt32.self))
         }
-        return true
+        return hex(0) && hex(4) && hex(9) && hex(14) && hex(19) && hex(24) && hex(28) && hex(32)
     }
 
     /// Whether `bytes` spell a canonical UUID.

@@ -93,21 +93,38 @@ package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
     @inline(__always)
     private static func fourDigits(_ bytes: UnsafeRawBufferPointer, _ offset: Int) -> UInt64? {
         let word = bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)
+        guard areLowercaseHexDigits(word) else { return nil }
         let ones: UInt32 = 0x0101_0101
-        // For bytes below 0x80 (checked first) each sum stays below 0x100, so no byte carries into the next; bit 7
-        // of each byte then says on which side of a bound the byte is: at least "0", below ":", at least "a",
-        // below "g".
-        guard word & (0x80 &* ones) == 0 else { return nil }
-        let atLeastZero = (word &+ 0x50 &* ones)
-        let belowColon = ~(word &+ 0x46 &* ones)
-        let atLeastA = (word &+ 0x1F &* ones)
-        let belowG = ~(word &+ 0x19 &* ones)
-        guard (atLeastZero & belowColon | atLeastA & belowG) & (0x80 &* ones) == 0x80 &* ones else { return nil }
         // Each byte's value: its low nibble, plus 9 for a letter (bit 6 set).
         let nibbles = (word & (0x0F &* ones)) &+ ((word >> 6) & ones) &* 9
         // The first character is the lowest byte and the most significant digit: swap, then pack pairs and halves.
         let swapped = nibbles.bigEndian
         let pairs = (swapped | swapped >> 4) & 0x00FF_00FF
         return UInt64((pairs | pairs >> 8) & 0xFFFF)
+    }
+
+    /// Whether the four bytes of `word` are all 0-9 or a-f.
+    @inline(__always)
+    static func areLowercaseHexDigits(_ word: UInt32) -> Bool {
+        let ones: UInt32 = 0x0101_0101
+        // For bytes below 0x80 (checked first) each sum stays below 0x100, so no byte carries into the next; bit 7
+        // of each byte then says on which side of a bound the byte is: at least "0", below ":", at least "a",
+        // below "g".
+        guard word & (0x80 &* ones) == 0 else { return false }
+        let atLeastZero = (word &+ 0x50 &* ones)
+        let belowColon = ~(word &+ 0x46 &* ones)
+        let atLeastA = (word &+ 0x1F &* ones)
+        let belowG = ~(word &+ 0x19 &* ones)
+        return (atLeastZero & belowColon | atLeastA & belowG) & (0x80 &* ones) == 0x80 &* ones
+    }
+
+    /// Whether the four bytes of `word` are all hex digits, in either case: setting bit 0x20 lowercases A-F, and
+    /// maps nothing else onto a hex digit but the control bytes 0x10-0x19, which are refused first.
+    @inline(__always)
+    static func areHexDigits(_ word: UInt32) -> Bool {
+        let ones: UInt32 = 0x0101_0101
+        // Bit 7 of each byte after adding 0x60 (no carry for bytes below 0x80): set for bytes from 0x20 up.
+        guard word & (0x80 &* ones) == 0, (word &+ 0x60 &* ones) & (0x80 &* ones) == 0x80 &* ones else { return false }
+        return areLowercaseHexDigits(word | 0x20 &* ones)
     }
 }
