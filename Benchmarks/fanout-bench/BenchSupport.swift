@@ -106,6 +106,17 @@ func processUsage() -> (cpuSeconds: Double, peakRSSMegabytes: Double) {
     return (cpu, peakKilobytes / 1024)
 }
 
+/// User + system CPU seconds of a running process so far (/proc/PID/stat), 0 when it cannot be read.
+func processCPUSeconds(_ pid: Int32) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = stat.lastIndex(of: ")")
+    else { return 0 }
+    // After the command name: the state is field 3, utime field 14 and stime field 15.
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
 /// The median, minimum and maximum of some measurements.
 struct Spread: Codable {
     var median: Double

@@ -524,17 +524,6 @@ private func percentile(_ sorted: [Double], _ p: Double) -> Double {
 
 // MARK: Another process's figures
 
-/// User + system CPU seconds of a running process so far (/proc/PID/stat), 0 when it cannot be read.
-private func processCPUSeconds(_ pid: Int32) -> Double {
-    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-        let close = stat.lastIndex(of: ")")
-    else { return 0 }
-    // After the command name: the state is field 3, utime field 14 and stime field 15.
-    let fields = stat[stat.index(after: close)...].split(separator: " ")
-    guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
-    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
-}
-
 /// Peak RSS (`VmHWM`) of a running process in MB, 0 when it cannot be read.
 private func processPeakRSSMegabytes(_ pid: Int32) -> Double {
     guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),

@@ -13,17 +13,33 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
     var runs: [[String: Any]] = []
     var h2rates: [Double] = []
     var h2OneTokenRates: [Double] = []
+    // The mock's CPU per request under each client: both send the same requests to the same tokens, so a
+    // difference is what the client's way of sending costs the server (HPACK, frame and write sizes).
+    var mockCPUUnderFanout: [Double] = []
+    var mockCPUUnderH2load: [Double] = []
+    let mockPID = bench.mock.child.process.processIdentifier
+    func mockMicrosecondsPerRequest(_ body: () throws -> Void) rethrows -> Double {
+        let before = processCPUSeconds(mockPID)
+        try body()
+        return (processCPUSeconds(mockPID) - before) / Double(tokens) * 1e6
+    }
     for _ in 0..<bench.runs {
-        runs.append(
-            try bench.measureChild(
-                ChildOptions(
-                    tokens: tokens, tokensFile: tokensFile, loops: loops, connections: connections / loops,
-                    streams: streams)))
+        mockCPUUnderFanout.append(
+            try mockMicrosecondsPerRequest {
+                runs.append(
+                    try bench.measureChild(
+                        ChildOptions(
+                            tokens: tokens, tokensFile: tokensFile, loops: loops, connections: connections / loops,
+                            streams: streams)))
+            })
         if let h2load = bench.h2load {
-            h2rates.append(
-                try measureH2load(
-                    h2load: h2load, work: bench.work, mock: bench.mock, requests: tokens, connections: connections,
-                    streams: streams, payloadBytes: 1024, tokensFile: tokensFile))
+            mockCPUUnderH2load.append(
+                try mockMicrosecondsPerRequest {
+                    h2rates.append(
+                        try measureH2load(
+                            h2load: h2load, work: bench.work, mock: bench.mock, requests: tokens,
+                            connections: connections, streams: streams, payloadBytes: 1024, tokensFile: tokensFile))
+                })
             // The former reference, one token over and over, for comparison (less work for the mock).
             h2OneTokenRates.append(
                 try measureH2load(
@@ -56,11 +72,18 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
         let oneToken = Spread(h2OneTokenRates)
         entry["h2load_one_token_rate"] = oneToken.median
         entry["ratio_vs_h2load_one_token"] = rates.median / oneToken.median
+        let mockUnderFanout = Spread(mockCPUUnderFanout)
+        let mockUnderH2load = Spread(mockCPUUnderH2load)
+        entry["mock_cpu_us_per_request"] = mockUnderFanout.median
+        entry["mock_cpu_us_per_request_h2load"] = mockUnderH2load.median
         entry["key_figure"] = String(
             format: "ratio_vs_h2load %.2f (h2load %.0f/s)", rates.median / h2.median, h2.median)
         line += String(
             format: "; h2load %.0f req/s [%.0f-%.0f]; ratio %.2f (h2load to one token: %.0f req/s, ratio %.2f)",
             h2.median, h2.min, h2.max, rates.median / h2.median, oneToken.median, rates.median / oneToken.median)
+        line += String(
+            format: "; mock CPU per request %.2f us under Fanout, %.2f under h2load",
+            Spread(mockCPUUnderFanout).median, Spread(mockCPUUnderH2load).median)
     } else {
         entry["key_figure"] = "h2load not installed"
         line += "; h2load not installed (apt-get install nghttp2-client)"
