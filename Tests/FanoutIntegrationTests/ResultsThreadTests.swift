@@ -32,4 +32,49 @@ final class ResultsThreadTests: XCTestCase {
         XCTAssertEqual(engine.inFlight, 0, "every permit came back before the summary")
         await engine.shutdown()
     }
+
+    /// `send`'s result is delivered by the loop itself, not queued behind other jobs' results on the results thread:
+    /// a send returns while another job's handler holds that thread, and many concurrent sends each get one result
+    /// and give their permits back.
+    func testSendsAreNotHeldUpByAnotherJobsSlowHandler() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1) { $0.maxInFlight = 16 }
+        let headers = NotificationHeaders(pushType: .alert, topic: "com.example.app")
+        let payload = Array(#"{"aps":{"alert":"hi"}}"#.utf8)
+        let handlerEntered = DispatchSemaphore(value: 0)
+        let sendsDone = DispatchSemaphore(value: 0)
+        let handlerWait = Mutex<DispatchTimeoutResult?>(nil)
+        let held = Task {
+            try await engine.run(scoreUpdateJob(id: "held", tokens: [testDeviceToken(1)])) { _ in
+                handlerEntered.signal()
+                // The results thread stays here until the sends below have returned (or 20 s have passed).
+                let waited = sendsDone.wait(timeout: .now() + 20)
+                handlerWait.withLock { $0 = waited }
+            }
+        }
+        let entered = await Task.detached { handlerEntered.wait(timeout: .now() + 20) }.value
+        XCTAssertEqual(entered, .success, "the held job's handler never ran")
+        let sends = 200
+        let results = try await withThrowingTaskGroup(of: NotificationResult.self) { group in
+            for index in 0..<sends {
+                let token = testDeviceToken(1_000 + index)
+                group.addTask {
+                    try await engine.send(PushNotification(deviceToken: token, headers: headers, payload: payload))
+                }
+            }
+            var results: [NotificationResult] = []
+            for try await result in group { results.append(result) }
+            return results
+        }
+        sendsDone.signal()
+        let summary = try await held.value
+        XCTAssertEqual(handlerWait.withLock { $0 }, .success, "the sends waited for the held job's handler")
+        XCTAssertEqual(results.count, sends)
+        XCTAssertEqual(results.filter { $0.outcome == .delivered }.count, sends)
+        XCTAssertEqual(Set(results.compactMap(\.token)).count, sends, "a send got another's result")
+        XCTAssertEqual(summary.counts.delivered, 1)
+        XCTAssertEqual(engine.inFlight, 0, "every permit came back")
+        await engine.shutdown()
+    }
 }

@@ -151,6 +151,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         // is dropped. Read once per turn, so the weak reference's cost does not matter.
         pumpAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.pump() }
         handOverAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.handOverFinished() }
+        deliverOnLoopAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.deliverFinishedOnLoop() }
     }
 
     // MARK: Records
@@ -406,18 +407,30 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         reason: String? = nil,
         status: Int? = nil, apnsUniqueID: APNsIdentifier? = nil
     ) {
+        let finished = FinishedNotification(
+            pending: pending, outcome: outcome, status: status ?? response?.status ?? pending.lastStatus,
+            reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
+            apnsID: response?.apnsID.map(APNsIdentifier.init),
+            apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID.map(APNsIdentifier.init),
+            timestamp: response?.timestamp,
+            latencyMilliseconds: pending.firstSentAt == 0 ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt))
+        if pending.job.run.deliversOnLoop {
+            // `send`'s result goes to its waiting caller, not to a handler: the loop delivers it at the end of the
+            // turn itself, which spares a lone send the results thread's wake-up (see `FanoutRun.deliversOnLoop`).
+            if isStopping || loop.isStopping || resultsClosed {
+                // A turn-end action registered now might never run.
+                var batch = [finished]
+                deliverFinished(&batch, scratch: &deliveredOnLoop)
+                return
+            }
+            if finishedOnLoopThisTurn.isEmpty { deliverOnLoopAtTurnEnd.schedule() }
+            finishedOnLoopThisTurn.append(finished)
+            return
+        }
         // The loop only decides: the result is made, reported, counted and delivered, and the permit and the record
         // come back, on this loop's results thread (`deliverFinished`), which takes the turn's results at once.
         if finishedThisTurn.isEmpty { handOverAtTurnEnd.schedule() }
-        finishedThisTurn.append(
-            FinishedNotification(
-                pending: pending, outcome: outcome, status: status ?? response?.status ?? pending.lastStatus,
-                reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
-                apnsID: response?.apnsID.map(APNsIdentifier.init),
-                apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID.map(APNsIdentifier.init),
-                timestamp: response?.timestamp,
-                latencyMilliseconds: pending.firstSentAt == 0
-                    ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt)))
+        finishedThisTurn.append(finished)
         if results == nil { startResults() }
     }
 
@@ -599,17 +612,24 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     /// `deliverFinished`'s array, kept for its capacity. Touched only by whoever delivers: the results thread, or
     /// the loop thread once that thread has ended.
     private var delivered: [(run: FanoutRun, result: NotificationResult)] = []
+    /// Notifications of `deliversOnLoop` runs finished this turn, delivered on the loop at the end of the turn.
+    private var finishedOnLoopThisTurn: [FinishedNotification] = []
+    /// Delivers `finishedOnLoopThisTurn` at the end of a turn that finished some. Created in `init`.
+    private var deliverOnLoopAtTurnEnd: LoopTurnAction!
+    /// `deliverFinished`'s array when the loop delivers `deliversOnLoop` runs' results (the results thread may be
+    /// delivering other runs' with `delivered` at the same time). Loop thread only.
+    private var deliveredOnLoop: [(run: FanoutRun, result: NotificationResult)] = []
 
     /// Starts the results thread, on the first result; once the loop is stopping, delivers the turn's results here.
     private func startResults() {
         if resultsClosed || isStopping || loop.isStopping {
             // The loop is stopping: a stop action registered now might never run, so deliver here.
             resultsClosed = true
-            deliverFinished(&finishedThisTurn)
+            deliverFinished(&finishedThisTurn, scratch: &delivered)
             return
         }
         results = ResultsThread(name: loop.name.replacingOccurrences(of: "-loop", with: "-writer")) {
-            [self] batch in deliverFinished(&batch)
+            [self] batch in deliverFinished(&batch, scratch: &delivered)
         }
         // When the loop stops (shutdown, or the engine dropped), every result is delivered before its thread ends:
         // `shutdown()` returns only then, and finishes `invalidTokens` after what the results reported.
@@ -622,6 +642,11 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         if !finishedThisTurn.isEmpty { results?.handOver(&finishedThisTurn) }
     }
 
+    /// End of a turn that finished notifications of `deliversOnLoop` runs: delivers them here, on the loop.
+    private func deliverFinishedOnLoop() {
+        deliverFinished(&finishedOnLoopThisTurn, scratch: &deliveredOnLoop)
+    }
+
     /// Loop thread, when the loop stops: hands over the last results, waits for the results thread to deliver
     /// everything and end, then delivers whatever still finishes (streams of connections closed after this) itself.
     private func closeResults() {
@@ -629,19 +654,23 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         results?.close()
         results = nil
         resultsClosed = true
-        deliverFinished(&finishedThisTurn)
+        deliverFinished(&finishedThisTurn, scratch: &delivered)
+        deliverFinishedOnLoop()
     }
 
-    /// The results thread's work for one batch: makes each notification's result, reports it (metrics, invalidated
-    /// tokens), gives the records back to the feeding side, returns the permits, then delivers and counts the results
-    /// run by run (one lock per run and batch).
-    private func deliverFinished(_ batch: inout [FinishedNotification]) {
+    /// The results thread's work for one batch (and the loop's, for `deliversOnLoop` runs): makes each
+    /// notification's result, reports it (metrics, invalidated tokens), gives the records back to the feeding side,
+    /// returns the permits, then delivers and counts the results run by run (one lock per run and batch). `scratch`
+    /// is the caller's own array, kept for its capacity.
+    private func deliverFinished(
+        _ batch: inout [FinishedNotification], scratch: inout [(run: FanoutRun, result: NotificationResult)]
+    ) {
         guard !batch.isEmpty else { return }
         var made: [(run: FanoutRun, result: NotificationResult)] = []
-        swap(&made, &delivered)
+        swap(&made, &scratch)
         defer {
             made.removeAll(keepingCapacity: true)
-            swap(&made, &delivered)
+            swap(&made, &scratch)
         }
         let metrics = configuration.metrics
         // By index: a debug build's array iterator allocates on every step (see `pump`).

@@ -110,8 +110,13 @@ public final class FanoutEngine: Sendable {
         async throws(FanoutError)
         -> JobSummary
     {
+        try await run(job, makeRun(jobID: job.id, onResult: onResult))
+    }
+
+    /// `run(_:onResult:)` with the run made.
+    private func run(_ job: FanoutJob, _ run: @autoclosure () -> FanoutRun) async throws(FanoutError) -> JobSummary {
         try checkNotShutDown()
-        let run = makeRun(jobID: job.id, onResult: onResult)
+        let run = run()
         let outcome = await withTaskCancellationHandler { () async -> Result<JobSummary, FanoutError> in
             do throws(FanoutError) {
                 try await feed(job, into: run)
@@ -152,7 +157,10 @@ public final class FanoutEngine: Sendable {
             recipients: .tokens([notification.deviceToken]))
         job.singleNotificationID = notification.headers.apnsID.map(APNsIdentifier.init)
         let collected = Mutex<NotificationResult?>(nil)
-        _ = try await run(job) { result in collected.withLock { $0 = result } }
+        // Storing the result costs next to nothing, so the loop delivers it (no results-thread hop).
+        _ = try await run(
+            job,
+            makeRun(jobID: job.id, onResult: { result in collected.withLock { $0 = result } }, deliversOnLoop: true))
         guard let result = collected.withLock({ $0 }) else {
             preconditionFailure("a finished job of one token has one result")
         }
@@ -163,9 +171,11 @@ public final class FanoutEngine: Sendable {
         guard !state.withLock({ $0.shuttingDown }) else { throw FanoutError(.shutdown, "engine is shut down") }
     }
 
-    private func makeRun(jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?) -> FanoutRun {
+    private func makeRun(
+        jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?, deliversOnLoop: Bool = false
+    ) -> FanoutRun {
         let loops = self.loops
-        return FanoutRun(jobID: jobID, onResult: onResult) { run in
+        return FanoutRun(jobID: jobID, onResult: onResult, deliversOnLoop: deliversOnLoop) { run in
             for engineLoop in loops {
                 // A stopped loop has already ended everything it held.
                 try? engineLoop.loop.execute { engineLoop.cancel(run) }

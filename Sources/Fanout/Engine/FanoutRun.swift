@@ -30,6 +30,11 @@ public final class FanoutRun: Sendable {
     public let results: AsyncStream<NotificationResult>
     private let continuation: AsyncStream<NotificationResult>.Continuation?
     private let onResult: (@Sendable (NotificationResult) -> Void)?
+    /// The loop that finishes a notification of this run delivers its result itself, at the end of its turn,
+    /// instead of handing it to its results thread. Only for runs whose `onResult` is the engine's own and costs
+    /// next to nothing (`FanoutEngine.send` keeps the result for its caller): the results thread exists so that a
+    /// caller's slow handler cannot stall a loop, and for a lone send its wake-up was a third of the loop's CPU.
+    let deliversOnLoop: Bool
     private let started = DispatchTime.now()
     private let cancelledFlag = Atomic<Bool>(false)
     private let supersededFlag = Atomic<Bool>(false)
@@ -60,11 +65,12 @@ public final class FanoutRun: Sendable {
     }()
 
     init(
-        jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?,
+        jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?, deliversOnLoop: Bool = false,
         cancelOnLoops: @escaping @Sendable (FanoutRun) -> Void
     ) {
         self.jobID = jobID
         self.onResult = onResult
+        self.deliversOnLoop = deliversOnLoop
         self.cancelOnLoops = cancelOnLoops
         if onResult == nil {
             let (stream, continuation) = AsyncStream<NotificationResult>.makeStream(bufferingPolicy: .unbounded)
