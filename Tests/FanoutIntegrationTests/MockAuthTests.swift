@@ -104,6 +104,28 @@ final class MockAuthTests: XCTestCase {
         XCTAssertEqual(mock.stats.count(reason: "ExpiredProviderToken"), 1)
     }
 
+    /// A connection's repeated token skips the signature check (its bytes are compared with the last good one's) but
+    /// not the age check: the same token, once past `--token-max-age`, is `ExpiredProviderToken`.
+    func testARepeatedTokenIsStillCheckedForAge() throws {
+        let maxAge: Int64 = 2
+        let mock = try MockHarness { $0.tokenMaxAge = maxAge }
+        defer { mock.stop() }
+        let client = try mock.makeClient()
+        defer { client.close() }
+        let issuedAt = Int64(time(nil)) - maxAge + 1
+        let bearer = "bearer \(try mock.providerToken(issuedAt: issuedAt))"
+        XCTAssertEqual(send(client, authorization: bearer)?.status, 200)
+        XCTAssertEqual(send(client, authorization: bearer, token: 1)?.status, 200)
+        // Wait for the clock, not for the mock: the token is too old once a whole second past iat + maxAge.
+        let deadline = Date().addingTimeInterval(10)
+        while Int64(time(nil)) <= issuedAt + maxAge && Date() < deadline { usleep(50_000) }
+        assertForbidden(send(client, authorization: bearer, token: 2), "ExpiredProviderToken")
+        // Another good token on the same connection is checked in full and accepted.
+        XCTAssertEqual(send(client, authorization: "bearer \(try mock.providerToken())", token: 3)?.status, 200)
+        XCTAssertEqual(mock.stats.count(reason: "ExpiredProviderToken"), 1)
+        XCTAssertEqual(mock.stats.accepted, 3)
+    }
+
     func testStreamLimitIsOneUntilAValidTokenThenMaxStreams() throws {
         let mock = try MockHarness { $0.maxStreams = 50 }
         defer { mock.stop() }

@@ -90,7 +90,8 @@ package struct ProviderTokenVerifier: Sendable {
         }
     }
 
-    private func checkAge(_ claims: ProviderTokenClaims, now: Int64) -> Result {
+    /// The age check alone, for claims `verify` returned before: what a repeated token needs at a later `now`.
+    package func checkAge(_ claims: ProviderTokenClaims, now: Int64) -> Result {
         let (age, overflow) = now.subtractingReportingOverflow(claims.issuedAt)
         if overflow { return .invalid(reason: "iat is out of range") }
         if age > maxAge { return .expired(claims) }

@@ -204,6 +204,28 @@ package struct APNsRequestValidator: Sendable {
         }
     }
 
+    /// The first `authorization` header's value, as sent; nil when there is none.
+    package static func authorizationBytes(in head: HeaderView) -> [UInt8]? {
+        head.bytes.withUnsafeBufferPointer { bytes in
+            for field in head.fields
+            where UnsafeBufferPointer(rebasing: bytes[field.name]).equals(APNsHeaderName.authorization) {
+                return Array(bytes[field.value])
+            }
+            return nil
+        }
+    }
+
+    /// Whether the first `authorization` header's value is `expected`, byte for byte (false when there is none).
+    package static func authorization(in head: HeaderView, equals expected: [UInt8]) -> Bool {
+        head.bytes.withUnsafeBufferPointer { bytes in
+            for field in head.fields
+            where UnsafeBufferPointer(rebasing: bytes[field.name]).equals(APNsHeaderName.authorization) {
+                return expected.withUnsafeBufferPointer { UnsafeBufferPointer(rebasing: bytes[field.value]).equals($0) }
+            }
+            return false
+        }
+    }
+
     /// The JWT of an `authorization` header value of the form `bearer <jwt>`.
     package static func bearerToken(fromAuthorization value: String) -> String? {
         let bytes = value.utf8
