@@ -17,6 +17,8 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
     // difference is what the client's way of sending costs the server (HPACK, frame and write sizes).
     var mockCPUUnderFanout: [Double] = []
     var mockCPUUnderH2load: [Double] = []
+    // h2load's own CPU per request (its process, reaped into this one's children's usage), beside Fanout's.
+    var h2loadCPU: [Double] = []
     let mockPID = bench.mock.child.process.processIdentifier
     func mockMicrosecondsPerRequest(_ body: () throws -> Void) rethrows -> Double {
         let before = processCPUSeconds(mockPID)
@@ -33,6 +35,7 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
                             streams: streams)))
             })
         if let h2load = bench.h2load {
+            let childrenBefore = childrenCPUSeconds()
             mockCPUUnderH2load.append(
                 try mockMicrosecondsPerRequest {
                     h2rates.append(
@@ -40,6 +43,7 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
                             h2load: h2load, work: bench.work, mock: bench.mock, requests: tokens,
                             connections: connections, streams: streams, payloadBytes: 1024, tokensFile: tokensFile))
                 })
+            h2loadCPU.append((childrenCPUSeconds() - childrenBefore) / Double(tokens) * 1e6)
             // The former reference, one token over and over, for comparison (less work for the mock).
             h2OneTokenRates.append(
                 try measureH2load(
@@ -76,14 +80,15 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
         let mockUnderH2load = Spread(mockCPUUnderH2load)
         entry["mock_cpu_us_per_request"] = mockUnderFanout.median
         entry["mock_cpu_us_per_request_h2load"] = mockUnderH2load.median
+        entry["h2load_cpu_us_per_request"] = Spread(h2loadCPU).median
         entry["key_figure"] = String(
             format: "ratio_vs_h2load %.2f (h2load %.0f/s)", rates.median / h2.median, h2.median)
         line += String(
             format: "; h2load %.0f req/s [%.0f-%.0f]; ratio %.2f (h2load to one token: %.0f req/s, ratio %.2f)",
             h2.median, h2.min, h2.max, rates.median / h2.median, oneToken.median, rates.median / oneToken.median)
         line += String(
-            format: "; mock CPU per request %.2f us under Fanout, %.2f under h2load",
-            Spread(mockCPUUnderFanout).median, Spread(mockCPUUnderH2load).median)
+            format: "; h2load's own CPU %.2f us/request; mock CPU per request %.2f us under Fanout, %.2f under h2load",
+            Spread(h2loadCPU).median, Spread(mockCPUUnderFanout).median, Spread(mockCPUUnderH2load).median)
     } else {
         entry["key_figure"] = "h2load not installed"
         line += "; h2load not installed (apt-get install nghttp2-client)"
