@@ -72,7 +72,10 @@ func runLoad(_ bench: BenchContext) throws {
             rate, rateSource, duration, achieved.median, achieved.min, achieved.max, shortfall.median,
             latencyText(percentiles), mockText, delivered, notifications, spread(runs, "generator_max_lag_ms").median
         ))
-    let partNames = [("scheduler", "scheduler lag"), ("task_start", "task start"), ("engine", "engine and mock")]
+    let partNames = [
+        ("scheduler", "scheduler lag"), ("task_start", "task start"), ("engine", "engine and mock"),
+        ("wire", "of that first sent to answered (the loop's clock, whole ms)"),
+    ]
     print(
         "load: where it went (ms, each part's own percentiles): "
             + partNames.map { key, label in
