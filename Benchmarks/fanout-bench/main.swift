@@ -9,7 +9,8 @@ let usage = """
 
       --scenario NAME   run this scenario (repeatable; default: all, but peer-aioapns only when
                         named with --quick). Scenarios:
-                          throughput-1c    one job, 1 KiB Live Activity payload, 1 loop, 1 connection, vs h2load -c 1
+                          throughput-1c    one job, 1 KiB Live Activity payload, 1 loop, 1 connection, vs h2load -c 1;
+                                           also each client's CPU per request and the mock's under each
                           throughput-4c    the same with 2 loops and 4 connections, vs h2load -c 4
                           fanout-scaling   one job from a tokens file of 10,000, 100,000 and 1,000,000 tokens:
                                            rate, CPU microseconds per notification, peak RSS, growth ratios
@@ -32,7 +33,9 @@ let usage = """
                                            1 connection, 1000 streams) and runs at 40% of it. Latency
                                            percentiles from each notification's intended send time, the
                                            achieved rate's shortfall, and beside them the mock's own service
-                                           time: h2load -c 1 -m 1 --rps 1000 against the same mock (--log-file)
+                                           time: h2load -c 1 -m 1 --rps 1000 against the same mock (--log-file);
+                                           and where it went: the bench's scheduler lag and task start, the
+                                           engine and mock, and of that the wire (sent to answered)
                           peer-aioapns     aioapns (Python, installed from PyPI into a temporary virtual
                                            environment) sends 50,000 notifications to the same mock;
                                            ratio_vs_aioapns (Fanout's rate for the same count / aioapns's).
