@@ -195,34 +195,35 @@ package struct APNsRequestValidator: Sendable {
 
     /// `bearerToken(in:)` over a request's head.
     package static func bearerToken(in head: HeaderView) -> String? {
-        head.bytes.withUnsafeBufferPointer { bytes in
-            for field in head.fields
-            where UnsafeBufferPointer(rebasing: bytes[field.name]).equals(APNsHeaderName.authorization) {
-                return bearerToken(fromAuthorization: String(decoding: bytes[field.value], as: UTF8.self))
-            }
-            return nil
+        withAuthorization(in: head) { value in
+            value.flatMap { bearerToken(fromAuthorization: String(decoding: $0, as: UTF8.self)) }
         }
     }
 
     /// The first `authorization` header's value, as sent; nil when there is none.
     package static func authorizationBytes(in head: HeaderView) -> [UInt8]? {
-        head.bytes.withUnsafeBufferPointer { bytes in
-            for field in head.fields
-            where UnsafeBufferPointer(rebasing: bytes[field.name]).equals(APNsHeaderName.authorization) {
-                return Array(bytes[field.value])
-            }
-            return nil
-        }
+        withAuthorization(in: head) { $0.map(Array.init) }
     }
 
     /// Whether the first `authorization` header's value is `expected`, byte for byte (false when there is none).
     package static func authorization(in head: HeaderView, equals expected: [UInt8]) -> Bool {
+        withAuthorization(in: head) { value in
+            guard let value else { return false }
+            return expected.withUnsafeBufferPointer { value.equals($0) }
+        }
+    }
+
+    /// Calls `body` with the first `authorization` header's value (nil when there is none), lent from the head's
+    /// bytes for the call only.
+    private static func withAuthorization<Result>(
+        in head: HeaderView, _ body: (UnsafeBufferPointer<UInt8>?) -> Result
+    ) -> Result {
         head.bytes.withUnsafeBufferPointer { bytes in
             for field in head.fields
             where UnsafeBufferPointer(rebasing: bytes[field.name]).equals(APNsHeaderName.authorization) {
-                return expected.withUnsafeBufferPointer { UnsafeBufferPointer(rebasing: bytes[field.value]).equals($0) }
+                return body(UnsafeBufferPointer(rebasing: bytes[field.value]))
             }
-            return false
+            return body(nil)
         }
     }
 
