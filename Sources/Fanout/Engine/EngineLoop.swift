@@ -151,7 +151,6 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         // is dropped. Read once per turn, so the weak reference's cost does not matter.
         pumpAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.pump() }
         handOverAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.handOverFinished() }
-        deliverOnLoopAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.deliverFinishedOnLoop() }
     }
 
     // MARK: Records
@@ -414,6 +413,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID.map(APNsIdentifier.init),
             timestamp: response?.timestamp,
             latencyMilliseconds: pending.firstSentAt == 0 ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt))
+        if finishedThisTurn.isEmpty && finishedOnLoopThisTurn.isEmpty { handOverAtTurnEnd.schedule() }
         if pending.job.run.deliversOnLoop {
             // `send`'s result goes to its waiting caller, not to a handler: the loop delivers it at the end of the
             // turn itself, which spares a lone send the results thread's wake-up (see `FanoutRun.deliversOnLoop`).
@@ -423,13 +423,11 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
                 deliverFinished(&batch, scratch: &deliveredOnLoop)
                 return
             }
-            if finishedOnLoopThisTurn.isEmpty { deliverOnLoopAtTurnEnd.schedule() }
             finishedOnLoopThisTurn.append(finished)
             return
         }
         // The loop only decides: the result is made, reported, counted and delivered, and the permit and the record
         // come back, on this loop's results thread (`deliverFinished`), which takes the turn's results at once.
-        if finishedThisTurn.isEmpty { handOverAtTurnEnd.schedule() }
         finishedThisTurn.append(finished)
         if results == nil { startResults() }
     }
@@ -614,8 +612,6 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     private var delivered: [(run: FanoutRun, result: NotificationResult)] = []
     /// Notifications of `deliversOnLoop` runs finished this turn, delivered on the loop at the end of the turn.
     private var finishedOnLoopThisTurn: [FinishedNotification] = []
-    /// Delivers `finishedOnLoopThisTurn` at the end of a turn that finished some. Created in `init`.
-    private var deliverOnLoopAtTurnEnd: LoopTurnAction!
     /// `deliverFinished`'s array when the loop delivers `deliversOnLoop` runs' results (the results thread may be
     /// delivering other runs' with `delivered` at the same time). Loop thread only.
     private var deliveredOnLoop: [(run: FanoutRun, result: NotificationResult)] = []
@@ -637,13 +633,10 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     }
 
     /// End of a turn that finished notifications: the results thread takes them all at once (after `closeResults`,
-    /// `finish` delivers them itself and there is nothing left here).
+    /// `finish` delivers them itself and there is nothing left here), and those of `deliversOnLoop` runs are
+    /// delivered here.
     private func handOverFinished() {
         if !finishedThisTurn.isEmpty { results?.handOver(&finishedThisTurn) }
-    }
-
-    /// End of a turn that finished notifications of `deliversOnLoop` runs: delivers them here, on the loop.
-    private func deliverFinishedOnLoop() {
         deliverFinished(&finishedOnLoopThisTurn, scratch: &deliveredOnLoop)
     }
 
@@ -655,7 +648,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         results = nil
         resultsClosed = true
         deliverFinished(&finishedThisTurn, scratch: &delivered)
-        deliverFinishedOnLoop()
+        deliverFinished(&finishedOnLoopThisTurn, scratch: &deliveredOnLoop)
     }
 
     /// The results thread's work for one batch (and the loop's, for `deliversOnLoop` runs): makes each

@@ -110,13 +110,15 @@ public final class FanoutEngine: Sendable {
         async throws(FanoutError)
         -> JobSummary
     {
-        try await run(job, makeRun(jobID: job.id, onResult: onResult))
+        try await run(job, onResult: onResult, deliversOnLoop: false)
     }
 
-    /// `run(_:onResult:)` with the run made.
-    private func run(_ job: FanoutJob, _ run: @autoclosure () -> FanoutRun) async throws(FanoutError) -> JobSummary {
+    /// `run(_:onResult:)`; `deliversOnLoop` is `send`'s (see `FanoutRun.deliversOnLoop`).
+    private func run(
+        _ job: FanoutJob, onResult: @escaping @Sendable (NotificationResult) -> Void, deliversOnLoop: Bool
+    ) async throws(FanoutError) -> JobSummary {
         try checkNotShutDown()
-        let run = run()
+        let run = makeRun(jobID: job.id, onResult: onResult, deliversOnLoop: deliversOnLoop)
         let outcome = await withTaskCancellationHandler { () async -> Result<JobSummary, FanoutError> in
             do throws(FanoutError) {
                 try await feed(job, into: run)
@@ -158,9 +160,7 @@ public final class FanoutEngine: Sendable {
         job.singleNotificationID = notification.headers.apnsID.map(APNsIdentifier.init)
         let collected = Mutex<NotificationResult?>(nil)
         // Storing the result costs next to nothing, so the loop delivers it (no results-thread hop).
-        _ = try await run(
-            job,
-            makeRun(jobID: job.id, onResult: { result in collected.withLock { $0 = result } }, deliversOnLoop: true))
+        _ = try await run(job, onResult: { result in collected.withLock { $0 = result } }, deliversOnLoop: true)
         guard let result = collected.withLock({ $0 }) else {
             preconditionFailure("a finished job of one token has one result")
         }

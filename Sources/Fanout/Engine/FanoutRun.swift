@@ -65,7 +65,7 @@ public final class FanoutRun: Sendable {
     }()
 
     init(
-        jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?, deliversOnLoop: Bool = false,
+        jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?, deliversOnLoop: Bool,
         cancelOnLoops: @escaping @Sendable (FanoutRun) -> Void
     ) {
         self.jobID = jobID
