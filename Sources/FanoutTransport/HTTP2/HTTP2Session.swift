@@ -254,12 +254,15 @@ package final class HTTP2Session: SecureChannelDelegate {
         guard let nghttp2, !isClosed, failure == nil else {
             return .failure(TransportError(.connectionClosed, "the HTTP/2 session is closed"))
         }
-        // The read callback finds the body in the stream table by stream id; no source pointer.
-        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
         let apnsID = request.apnsID
         let streamID: Int32 = withPath(of: request) { pathBytes in
             func submit(_ extra: (name: StaticString, value: UnsafeRawBufferPointer, indexed: Bool)?) -> Int32 {
-                request.head.withNameValuePairs(path: pathBytes, extra: extra) { nva, count in
+                // The read callback finds the body in the stream table by stream id; no source pointer. A local
+                // of this function, not of submitRequest: a mutable variable the nested function captured would
+                // be boxed on the heap, one allocation per request (nghttp2 copies the provider on submit).
+                var provider = nghttp2_data_provider(
+                    source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
+                return request.head.withNameValuePairs(path: pathBytes, extra: extra) { nva, count in
                     nghttp2_submit_request(nghttp2, nil, nva, count, &provider, nil)
                 }
             }
