@@ -91,7 +91,7 @@ package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
 
     /// The 16-bit value of the four lowercase hex digits at `offset`, nil if any is not one; all four bytes at once.
     @inline(__always)
-    private static func fourDigits(_ bytes: UnsafeRawBufferPointer, _ offset: Int) -> UInt64? {
+    static func fourDigits(_ bytes: UnsafeRawBufferPointer, _ offset: Int) -> UInt64? {
         let word = bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)
         guard areLowercaseHexDigits(word) else { return nil }
         let ones: UInt32 = 0x0101_0101

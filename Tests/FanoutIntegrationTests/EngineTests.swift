@@ -116,6 +116,44 @@ final class EngineTests: XCTestCase {
         XCTAssertEqual(mock.stats.accepted, 5001)
     }
 
+    /// Tokens go out and come back in results exactly as read: a 64-digit lowercase token (kept as bytes inside the
+    /// engine) as it was, an uppercase or mixed-case one in lowercase, a longer one as it was, and a line that is no
+    /// token in the rejected result as the file has it, from a tokens file and from an inline list alike.
+    func testTokensAreSentAndReportedAsTheirSourceSpellsThem() async throws {
+        let mock = try MockHarness { $0.capturePayloads = true }
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1)
+        let lowercase = testDeviceToken(1)
+        let uppercase = testDeviceToken(2).uppercased()
+        let mixed = String(testDeviceToken(3).prefix(32)) + testDeviceToken(3).dropFirst(32).uppercased()
+        let long = String(repeating: "0123456789abcdef", count: 6) + "cafe"
+        let sent = [lowercase, testDeviceToken(2), testDeviceToken(3), long]
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("tokens-\(UUID().uuidString)").path
+        try ["\(lowercase)\r", "  \(uppercase)", mixed, long, "not-a-token"].joined(separator: "\n").write(
+            toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let recipients: [Recipients] = [
+            .file(path: file), .tokens([lowercase, uppercase, mixed, long, "not-a-token"]),
+        ]
+        for (index, recipients) in recipients.enumerated() {
+            let job = FanoutJob(
+                id: "spelling-\(index)", headers: NotificationHeaders(pushType: .alert, topic: "com.example.app"),
+                payload: .raw(Array(#"{"aps":{"alert":"hi"}}"#.utf8)), recipients: recipients)
+            let results = Mutex<[Int: NotificationResult]>([:])
+            let summary = try await engine.run(job) { result in results.withLock { $0[result.position] = result } }
+            XCTAssertEqual(summary.counts.delivered, 4, "\(recipients)")
+            XCTAssertEqual(summary.counts.rejected, 1, "\(recipients)")
+            let byPosition = results.withLock { $0 }
+            XCTAssertEqual((0..<4).map { byPosition[$0]?.token }, sent, "\(recipients)")
+            XCTAssertEqual((0..<4).map { byPosition[$0]?.outcome }, Array(repeating: .delivered, count: 4))
+            XCTAssertEqual(byPosition[4]?.token, "not-a-token")
+            XCTAssertEqual(byPosition[4]?.reason, "BadDeviceToken")
+        }
+        await engine.shutdown()
+        XCTAssertEqual(Set(mock.stats.payloadsByToken.keys), Set(sent), "the paths APNs saw")
+        XCTAssertEqual(mock.stats.payloadsByToken.values.map(\.count), [2, 2, 2, 2])
+    }
+
     func testShutdownDuringALargeJobAccountsForEveryNotification() async throws {
         let mock = try MockHarness { $0.latencyMilliseconds = 20 }
         defer { mock.stop() }

@@ -1,5 +1,6 @@
 // The results file's line: written by `ResultLine.append`, read back by `ResultLine.parse` when a run resumes.
 import Fanout
+import FanoutCore
 import XCTest
 
 @testable import FanoutJobFile
@@ -23,6 +24,23 @@ final class ResultLineTests: XCTestCase {
             XCTAssertEqual(parsed?.token, result.token)
             XCTAssertEqual(parsed?.outcome, result.outcome.name)
         }
+    }
+
+    /// A token kept as bytes (64 lowercase hex digits) is written as the same JSON string as the text would be.
+    func testAPackedTokenIsWrittenAsItsText() {
+        let token = String(repeating: "0f", count: 16) + String(repeating: "a9", count: 16)
+        var result = NotificationResult(jobID: "j", token: token, outcome: .delivered, reason: nil)
+        guard case .hex64 = result.tokenValue else {
+            return XCTFail("not packed: \(String(describing: result.tokenValue))")
+        }
+        var packed: [UInt8] = []
+        ResultLine.append(result, to: &packed)
+        result.tokenValue = .text(token)
+        var text: [UInt8] = []
+        ResultLine.append(result, to: &text)
+        XCTAssertEqual(String(decoding: packed, as: UTF8.self), String(decoding: text, as: UTF8.self))
+        XCTAssertTrue(String(decoding: packed, as: UTF8.self).contains(#","token":"\#(token)","#))
+        XCTAssertEqual(ResultLine.parse(packed.dropLast())?.token, token)
     }
 
     /// Numbers are written in place, not through String(format:): the same text as before.

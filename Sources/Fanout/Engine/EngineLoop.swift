@@ -18,7 +18,7 @@ final class PendingNotification: @unchecked Sendable {
     /// Nil only while the record is spare.
     @exclusivity(unchecked) private var preparedJob: PreparedJob?
     var job: PreparedJob { preparedJob! }
-    @exclusivity(unchecked) private(set) var token: String
+    @exclusivity(unchecked) private(set) var token: RecipientToken
     @exclusivity(unchecked) private(set) var apnsID: APNsIdentifier
     /// Position of the recipient in its job.
     @exclusivity(unchecked) private(set) var position: Int
@@ -35,7 +35,7 @@ final class PendingNotification: @unchecked Sendable {
     @exclusivity(unchecked) var requestID = HTTP2RequestID(rawValue: 0)
     @exclusivity(unchecked) var wireSlot = -1
 
-    init(job: PreparedJob, token: String, apnsID: APNsIdentifier, position: Int) {
+    init(job: PreparedJob, token: RecipientToken, apnsID: APNsIdentifier, position: Int) {
         preparedJob = job
         self.token = token
         self.position = position
@@ -43,7 +43,7 @@ final class PendingNotification: @unchecked Sendable {
     }
 
     /// Fills a spare record for another notification, as `init` would.
-    func reuse(job: PreparedJob, token: String, apnsID: APNsIdentifier, position: Int) {
+    func reuse(job: PreparedJob, token: RecipientToken, apnsID: APNsIdentifier, position: Int) {
         precondition(preparedJob == nil, "a record is reused only once it is spare")
         preparedJob = job
         self.token = token
@@ -51,13 +51,14 @@ final class PendingNotification: @unchecked Sendable {
         self.position = position
     }
 
-    /// What a spare record holds as its id.
+    /// What a spare record holds as its token and id.
+    private static let noToken = RecipientToken.text("")
     private static let noID = APNsIdentifier.uuid(high: 0, low: 0)
 
     /// Makes the record spare: it lets go of its job (and so of the job's run and result handler) and strings.
     fileprivate func clear() {
         preparedJob = nil
-        token = ""
+        token = PendingNotification.noToken
         apnsID = PendingNotification.noID
         position = 0
         attempts = 0
@@ -255,7 +256,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         let request = HTTP2Request(
             // A broadcast carries no apns-id (Apple lists only apns-request-id for it).
             head: head, path: broadcastPath ?? "/3/device/",
-            pathSuffix: broadcastPath == nil ? pending.token : "",
+            pathSuffix: broadcastPath == nil ? pending.token : nil,
             apnsID: broadcastPath != nil ? nil : pending.apnsID, body: job.body)
         if let slot = freeWireSlots.popLast() {
             pending.wireSlot = slot
@@ -672,20 +673,21 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             let pending = finished.pending
             let isBroadcast = pending.job.isBroadcast
             var result = NotificationResult(
-                jobID: pending.job.id, token: isBroadcast ? nil : pending.token, outcome: finished.outcome,
+                jobID: pending.job.id, token: nil, outcome: finished.outcome,
                 status: finished.status, reason: finished.reason, attempts: pending.attempts,
                 latencyMilliseconds: finished.latencyMilliseconds, timestamp: finished.timestamp)
             result.apnsIDValue = finished.apnsID ?? (isBroadcast ? nil : pending.apnsID)
             result.apnsUniqueIDValue = finished.apnsUniqueID
+            result.tokenValue = isBroadcast ? nil : pending.token
             result.position = pending.position
-            if isBroadcast { result.channel = pending.token }
+            if isBroadcast { result.channel = pending.token.string }
             if let metrics {
                 metrics.record(finished.outcome, reason: result.reason)
                 if result.status != nil { metrics.apnsRoundTrip.observe(finished.latencyMilliseconds / 1000) }
             }
             if finished.outcome == .unregistered && !isBroadcast {
                 let invalidated = InvalidatedToken(
-                    token: pending.token, reason: result.reason ?? "Unregistered", timestamp: result.timestamp,
+                    token: pending.token.string, reason: result.reason ?? "Unregistered", timestamp: result.timestamp,
                     jobID: pending.job.id)
                 shared.invalidTokens.yield(invalidated)
                 shared.pruner?.add(invalidated)

@@ -258,16 +258,17 @@ public final class FanoutEngine: Sendable {
         // A batch takes one in-flight permit per notification, so it can never be larger than the limit.
         var batchSize = min(Self.batchSize, shared.limiter.capacity)
         if countsNotifications { batchSize = min(batchSize, maximumRateCost(for: job) ?? batchSize) }
-        var batch: [(token: String, position: Int)] = []
+        var batch: [(token: RecipientToken, position: Int)] = []
         batch.reserveCapacity(batchSize)
         var random = FastRandomGenerator(
             seed: idSeedBase &+ idSeedCount.add(1, ordering: .relaxed).newValue &* 0xD1B5_4A32_D192_ED03)
         var position = -1
         var resume = job.alreadyDone
-        func result(_ token: String, _ position: Int, _ outcome: NotificationOutcome, _ reason: String)
+        func result(_ token: RecipientToken, _ position: Int, _ outcome: NotificationOutcome, _ reason: String)
             -> NotificationResult
         {
-            var result = NotificationResult(jobID: job.id, token: token, outcome: outcome, reason: reason)
+            var result = NotificationResult(jobID: job.id, token: nil, outcome: outcome, reason: reason)
+            result.tokenValue = token
             result.position = position
             return result
         }
@@ -303,8 +304,10 @@ public final class FanoutEngine: Sendable {
                 if resume != nil && Self.isDone(token: token, position: position, in: &resume!) { continue }
                 if prepared.isBroadcast {
                     batch.append((token, position))  // the channel id, checked when the job was prepared
-                } else if let valid = DeviceToken(token) {
-                    batch.append((valid.hex, position))
+                } else if case .hex64 = token {
+                    batch.append((token, position))  // 64 lowercase hex digits: a valid token as it is
+                } else if case .text(let text) = token, let valid = DeviceToken(text) {
+                    batch.append((RecipientToken(valid.hex), position))
                 } else {
                     run.didSubmit(1)
                     run.record(result(token, position, .rejected, "BadDeviceToken"))
@@ -388,9 +391,10 @@ public final class FanoutEngine: Sendable {
     }
 
     /// Whether an earlier run already finished this recipient (and forgets a matched tail token).
-    private static func isDone(token: String, position: Int, in resume: inout ResumePoint) -> Bool {
+    private static func isDone(token: RecipientToken, position: Int, in resume: inout ResumePoint) -> Bool {
         if position < resume.prefix || resume.beyondPrefix.contains(position) { return true }
         guard !resume.tokensDone.isEmpty else { return false }
+        let token = token.string
         let key = resume.tokensDone[token] != nil ? token : token.lowercased()
         if let count = resume.tokensDone[key], count > 0 {
             resume.tokensDone[key] = count - 1
@@ -464,7 +468,7 @@ public final class FanoutEngine: Sendable {
             return .cancelled
         }
         let pending = PendingNotification(
-            job: broadcast, token: channel, apnsID: .random(using: &random),
+            job: broadcast, token: RecipientToken(channel), apnsID: .random(using: &random),
             position: Self.activityBroadcastPosition)
         let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
         do {

@@ -41,7 +41,13 @@ public struct NotificationOutcome: Hashable, Sendable, CustomStringConvertible {
 public struct NotificationResult: Sendable {
     public var jobID: String
     /// Hex device token; nil for a job-level `invalid` result.
-    public var token: String?
+    public var token: String? {
+        get { tokenValue?.string }
+        set { tokenValue = newValue.map(RecipientToken.init) }
+    }
+    /// The token as the engine keeps it: 64 lowercase hex digits as 32 bytes, spelled only when read as a String
+    /// above or written by a results writer (`ResultLine`), as the ids below are.
+    package var tokenValue: RecipientToken?
     public var outcome: NotificationOutcome
     /// The last HTTP status from APNs, if any answer came.
     public var status: Int?
@@ -78,7 +84,7 @@ public struct NotificationResult: Sendable {
         timestamp: Int64? = nil, retryAfterSeconds: Double? = nil
     ) {
         self.jobID = jobID
-        self.token = token
+        tokenValue = token.map(RecipientToken.init)
         self.outcome = outcome
         self.status = status
         self.reason = reason

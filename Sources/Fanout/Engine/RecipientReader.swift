@@ -39,15 +39,15 @@ struct RecipientReader {
     }
 
     /// The next token, or nil at the end (or after a failure: see `failure`).
-    mutating func next() async -> String? {
-        if inline != nil { return inline!.next() }
+    mutating func next() async -> RecipientToken? {
+        if inline != nil { return inline!.next().map(RecipientToken.init) }
         if file != nil {
-            let token = file!.nextLine()
+            let token = file!.nextToken()
             if token == nil { failure = file!.failure }
             return token
         }
         do {
-            return try await pager!.next()
+            return try await pager!.next().map(RecipientToken.init)
         } catch {
             failure = FanoutError(.connection, "registry: \(error.description)")
             return nil

@@ -20,10 +20,10 @@ package struct TokenFileReader {
     }
 
     /// The next non-blank line, trimmed of spaces, tabs and CR; nil at the end of the file or when reading fails
-    /// (see `failure`).
-    mutating func nextLine() -> String? {
+    /// (see `failure`). A line of 64 lowercase hex digits is kept as its bytes, with no String (`RecipientToken`).
+    mutating func nextToken() -> RecipientToken? {
         do {
-            return try lines.nextLine(Self.trimmed)
+            return try lines.nextLine { RecipientToken(utf8: UnsafeRawBufferPointer(Self.trimmedBytes($0))) }
         } catch {
             failure = FanoutError(.invalidNotification, "tokens file \(lines.path) cannot be read: \(error.reason)")
             return nil
@@ -32,11 +32,16 @@ package struct TokenFileReader {
 
     /// A tokens-file line as a token: spaces, tabs and CR trimmed (also how `fanout enqueue` reads one).
     package static func trimmed(_ line: UnsafeBufferPointer<UInt8>) -> String {
+        String(decoding: trimmedBytes(line), as: UTF8.self)
+    }
+
+    /// The bytes of `line` without its leading and trailing spaces, tabs and CR.
+    private static func trimmedBytes(_ line: UnsafeBufferPointer<UInt8>) -> UnsafeBufferPointer<UInt8> {
         var start = 0
         var end = line.count
         func isSpace(_ byte: UInt8) -> Bool { byte == 32 || byte == 9 || byte == 13 }
         while start < end, isSpace(line[start]) { start += 1 }
         while end > start, isSpace(line[end - 1]) { end -= 1 }
-        return String(decoding: UnsafeBufferPointer(rebasing: line[start..<end]), as: UTF8.self)
+        return UnsafeBufferPointer(rebasing: line[start..<end])
     }
 }

@@ -21,13 +21,25 @@ package enum ResultLine {
             value.withUTF8 { output.append(contentsOf: $0) }
             output.append(UInt8(ascii: "\""))
         }
+        func token(_ value: RecipientToken?) {
+            guard let value else { return key("null") }
+            if case .text(let text) = value { return JSONStringEscaping.appendString(text, to: &output) }
+            // 64 hex digits, nothing to escape: spelled in place.
+            output.append(UInt8(ascii: "\""))
+            let start = output.count
+            output.append(contentsOf: repeatElement(0, count: RecipientToken.packedLength))
+            _ = output.withUnsafeMutableBytes {
+                value.write(into: UnsafeMutableRawBufferPointer(rebasing: $0[start...]))
+            }
+            output.append(UInt8(ascii: "\""))
+        }
         func integer(_ value: Int64?) {
             if let value { appendDecimal(value, to: &output) } else { key("null") }
         }
         key("{\"job\":")
         string(result.jobID)
         key(",\"token\":")
-        string(result.token)
+        token(result.tokenValue)
         key(",\"outcome\":")
         string(result.outcome.name)
         key(",\"status\":")

@@ -4,17 +4,18 @@ import FanoutCore
 /// optional `apns-id`, and a shared body.
 package struct HTTP2Request: Sendable {
     package var head: HeaderBlock
-    /// `:path`, e.g. `/3/device/<token>`, or its first part when `pathSuffix` is not empty.
+    /// `:path`, e.g. `/3/device/<token>`, or its first part when `pathSuffix` is set.
     package var path: String
     /// The rest of `:path` after `path`: a device push sends `path` "/3/device/" (a literal) and the token
-    /// here, and the session joins them in a buffer it reuses, so no path String is made per request.
-    package var pathSuffix: String
+    /// here, and the session spells them into a buffer it reuses, so no path String is made per request.
+    package var pathSuffix: RecipientToken?
     /// Sent as `apns-id` when set (a retry keeps its id).
     package var apnsID: APNsIdentifier?
     package var body: SharedBody
 
     package init(
-        head: HeaderBlock, path: String, pathSuffix: String = "", apnsID: APNsIdentifier? = nil, body: SharedBody
+        head: HeaderBlock, path: String, pathSuffix: RecipientToken? = nil, apnsID: APNsIdentifier? = nil,
+        body: SharedBody
     ) {
         self.head = head
         self.path = path

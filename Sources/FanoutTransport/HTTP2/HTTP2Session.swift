@@ -292,9 +292,8 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// Lends `body` the request's `:path` bytes, `path` then `pathSuffix`, valid only inside `body`.
     private func withPath<R>(of request: HTTP2Request, _ body: (UnsafeRawBufferPointer) -> R) -> R {
         var path = request.path
-        guard !request.pathSuffix.isEmpty else { return path.withUTF8 { body(UnsafeRawBufferPointer($0)) } }
-        var suffix = request.pathSuffix
-        let needed = path.utf8.count + suffix.utf8.count
+        guard let suffix = request.pathSuffix else { return path.withUTF8 { body(UnsafeRawBufferPointer($0)) } }
+        let needed = path.utf8.count + suffix.utf8Count
         if (pathScratch?.count ?? 0) < needed {
             pathScratch?.deallocate()
             pathScratch = .allocate(byteCount: max(needed, 256), alignment: 1)
@@ -304,10 +303,7 @@ package final class HTTP2Session: SecureChannelDelegate {
             scratch.copyMemory(from: UnsafeRawBufferPointer(bytes))
             return bytes.count
         }
-        suffix.withUTF8 { bytes in
-            UnsafeMutableRawBufferPointer(rebasing: scratch[prefixCount...]).copyMemory(
-                from: UnsafeRawBufferPointer(bytes))
-        }
+        suffix.write(into: UnsafeMutableRawBufferPointer(rebasing: scratch[prefixCount...]))
         return body(UnsafeRawBufferPointer(rebasing: scratch[..<needed]))
     }
 
