@@ -61,19 +61,37 @@ package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    /// Writes the 36 characters of the UUID with these halves, in lowercase, into the first 36 bytes of `buffer`.
-    private static func spell(high: UInt64, low: UInt64, into buffer: UnsafeMutableRawBufferPointer) {
-        var index = 0
-        for nibble in 0..<32 {
-            if nibble == 8 || nibble == 12 || nibble == 16 || nibble == 20 {
-                buffer[index] = UInt8(ascii: "-")
-                index += 1
-            }
-            let word = nibble < 16 ? high : low
-            let value = UInt8(truncatingIfNeeded: word >> UInt64(60 - (nibble % 16) * 4)) & 0xF
-            buffer[index] = value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
-            index += 1
+    /// Writes the identifier's UTF-8 bytes at the start of `buffer`, which holds at least as many (36 for a UUID).
+    package func write(into buffer: UnsafeMutableRawBufferPointer) {
+        switch self {
+        case .text(var text):
+            text.withUTF8 { buffer.copyMemory(from: UnsafeRawBufferPointer($0)) }
+        case .uuid(let high, let low):
+            Self.spell(high: high, low: low, into: buffer)
         }
+    }
+
+    /// Writes the 36 characters of the UUID with these halves, in lowercase, into the first 36 bytes of `buffer`:
+    /// eight digits at a time (`ASCIIBytes.lowercaseHexDigits(of:)`), the dashes written over where they go.
+    private static func spell(high: UInt64, low: UInt64, into buffer: UnsafeMutableRawBufferPointer) {
+        precondition(buffer.count >= APNsID.length, "a UUID spells 36 bytes")
+        func eight(_ value: UInt64) -> UInt64 {
+            ASCIIBytes.lowercaseHexDigits(of: UInt32(truncatingIfNeeded: value)).littleEndian
+        }
+        func four(_ digits: UInt64) -> UInt32 { UInt32(truncatingIfNeeded: digits) }
+        // 8-4-4-4-12: digits 0-7 | 8-11 - 12-15 | 16-19 - 20-23 | 24-31.
+        let middleHigh = eight(high)
+        let middleLow = eight(low >> 32)
+        buffer.storeBytes(of: eight(high >> 32), toByteOffset: 0, as: UInt64.self)
+        buffer[8] = UInt8(ascii: "-")
+        buffer.storeBytes(of: four(middleHigh), toByteOffset: 9, as: UInt32.self)
+        buffer[13] = UInt8(ascii: "-")
+        buffer.storeBytes(of: four(middleHigh >> 32), toByteOffset: 14, as: UInt32.self)
+        buffer[18] = UInt8(ascii: "-")
+        buffer.storeBytes(of: four(middleLow), toByteOffset: 19, as: UInt32.self)
+        buffer[23] = UInt8(ascii: "-")
+        buffer.storeBytes(of: four(middleLow >> 32), toByteOffset: 24, as: UInt32.self)
+        buffer.storeBytes(of: eight(low), toByteOffset: 28, as: UInt64.self)
     }
 
     /// The halves of a lowercase canonical UUID; nil for anything else (uppercase too: it must read back as sent).

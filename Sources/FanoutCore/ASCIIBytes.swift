@@ -6,6 +6,23 @@ package enum ASCIIBytes {
     /// The lowercase hex digits, indexed by nibble value.
     package static let lowercaseHexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
+    /// The eight lowercase hex digits of `value`, most significant first, as the eight bytes of a little-endian
+    /// word (store it with `storeBytes(of: digits.littleEndian, ...)`), all at once: the nibbles spread one per
+    /// byte, then "0" added to each and 39 more ("a" - "0" - 10) to those of 10 and above. Ids and tokens are
+    /// spelled into every request and results line, and a nibble-at-a-time loop was 2% of `fanout send`'s CPU.
+    @inline(__always)
+    package static func lowercaseHexDigits(of value: UInt32) -> UInt64 {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        // The value's bytes, most significant first, one per 16-bit lane, then each byte's two nibbles one per byte
+        // (the high nibble first, in the lower byte).
+        var lanes = UInt64(value.byteSwapped)
+        lanes = (lanes | lanes << 16) & 0x0000_FFFF_0000_FFFF
+        lanes = (lanes | lanes << 8) & 0x00FF_00FF_00FF_00FF
+        let nibbles = (lanes >> 4) & 0x000F_000F_000F_000F | (lanes & 0x000F_000F_000F_000F) << 8
+        let letters = ((nibbles &+ 0x06 &* ones) >> 4) & ones
+        return nibbles &+ 0x30 &* ones &+ letters &* 39
+    }
+
     /// The value of a hex digit (either case), or nil for any other byte.
     @inline(__always)
     package static func hexValue(_ byte: UInt8) -> UInt8? {

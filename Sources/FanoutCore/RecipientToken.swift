@@ -82,20 +82,12 @@ package enum RecipientToken: Sendable, Hashable, CustomStringConvertible {
         return a << 48 | b << 32 | c << 16 | d
     }
 
-    /// Writes `word`'s 16 digits in lowercase at `offset`, eight at a time: each half's nibbles spread one per byte
-    /// (first digit lowest), then "0" added to each and 39 more ("a" - "0" - 10) to those of 10 and above.
+    /// Writes `word`'s 16 digits in lowercase at `offset`.
     @inline(__always)
     private static func spell(_ word: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int) {
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        for half in 0..<2 {
-            let bits = UInt32(truncatingIfNeeded: half == 0 ? word >> 32 : word)
-            var nibbles: UInt64 = 0
-            for index in 0..<8 {
-                nibbles |= UInt64((bits >> UInt32(28 - 4 * index)) & 0xF) << UInt64(8 * index)
-            }
-            let letters = ((nibbles &+ 0x06 &* ones) >> 4) & ones
-            let digits = nibbles &+ 0x30 &* ones &+ letters &* 39
-            buffer.storeBytes(of: digits.littleEndian, toByteOffset: offset + 8 * half, as: UInt64.self)
-        }
+        let high = ASCIIBytes.lowercaseHexDigits(of: UInt32(truncatingIfNeeded: word >> 32))
+        let low = ASCIIBytes.lowercaseHexDigits(of: UInt32(truncatingIfNeeded: word))
+        buffer.storeBytes(of: high.littleEndian, toByteOffset: offset, as: UInt64.self)
+        buffer.storeBytes(of: low.littleEndian, toByteOffset: offset + 8, as: UInt64.self)
     }
 }
