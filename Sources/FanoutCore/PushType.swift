@@ -26,6 +26,23 @@ public struct PushType: Hashable, Sendable, CustomStringConvertible {
         self.kind = kind
     }
 
+    /// Parses a header value's bytes as `init?(rawValue:)` parses text, with no String: mock-apns reads one per
+    /// request, and the String switch behind `Kind(rawValue:)` was 1% of its CPU.
+    package init?(utf8 bytes: UnsafeBufferPointer<UInt8>) {
+        for (kind, spelling) in Self.spellings where spelling.count == bytes.count {
+            var index = 0
+            while index < bytes.count, ASCIIBytes.lowercased(bytes[index]) == spelling[index] { index += 1 }
+            if index == bytes.count {
+                self.kind = kind
+                return
+            }
+        }
+        return nil
+    }
+
+    /// Each kind with its header value's bytes, for `init?(utf8:)`.
+    private static let spellings: [(Kind, [UInt8])] = Kind.allCases.map { ($0, Array($0.rawValue.utf8)) }
+
     /// The canonical header value, for example `liveactivity`.
     public var rawValue: String { kind.rawValue }
 

@@ -19,6 +19,23 @@ final class PushTypeTests: XCTestCase {
         XCTAssertNil(PushType(rawValue: "live-activity"))
     }
 
+    /// The bytes parser (mock-apns's) agrees with the text one on every known value in three casings, and on
+    /// near misses.
+    func testBytesParseAsTextDoes() {
+        var candidates = ["", "alerts", " alert", "live-activity", "alert\u{0}", "ålert", "liveactivityx", "widget"]
+        for kind in PushType.allKnown {
+            candidates += [
+                kind.rawValue, kind.rawValue.uppercased(),
+                kind.rawValue.prefix(1).uppercased() + kind.rawValue.dropFirst(),
+            ]
+        }
+        for text in candidates {
+            let fromBytes = Array(text.utf8).withUnsafeBufferPointer { PushType(utf8: $0) }
+            XCTAssertEqual(fromBytes, PushType(rawValue: text), text)
+        }
+        XCTAssertEqual(Array("LiveActivity".utf8).withUnsafeBufferPointer { PushType(utf8: $0) }, .liveactivity)
+    }
+
     func testRequiredTopicSuffixes() {
         XCTAssertEqual(PushType.alert.requiredTopicSuffix, "")
         XCTAssertEqual(PushType.background.requiredTopicSuffix, "")

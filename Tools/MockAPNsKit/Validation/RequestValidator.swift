@@ -99,8 +99,7 @@ package struct APNsRequestValidator: Sendable {
 
         var pushType = PushType.alert
         if let value = received.pushType {
-            // Push types are short: the string is a small one, not allocated.
-            guard let known = PushType(rawValue: String(decoding: slice(value), as: UTF8.self)) else {
+            guard let known = PushType(utf8: slice(value)) else {
                 return .failure(APNsRejection(.invalidPushType))
             }
             pushType = known
