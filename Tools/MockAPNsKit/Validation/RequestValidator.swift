@@ -153,8 +153,7 @@ package struct APNsRequestValidator: Sendable {
         guard var suffix = pushType.requiredTopicSuffix else { return !topic.isEmpty }
         return suffix.withUTF8 { suffix in
             topic.count > suffix.count
-                && UnsafeBufferPointer(rebasing: topic[(topic.count - suffix.count)...])
-                    .elementsEqual(suffix)
+                && UnsafeBufferPointer(rebasing: topic[(topic.count - suffix.count)...]).equals(suffix)
         }
     }
 
