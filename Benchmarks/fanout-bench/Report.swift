@@ -191,6 +191,7 @@ func comparisonChart(_ entry: [String: Any]) -> (String, String, [ReportBar])? {
             reportBar(entry, "h2load_rate", label: "h2load", reference: true),
         ]
         if let ratio = entry["ratio_vs_h2load"] { note = String(format: "ratio vs h2load %.2f", number(ratio)) }
+        if let paired = entry["ratio_vs_h2load_paired"] { note += String(format: " (run by run %.2f)", number(paired)) }
         note += note.isEmpty ? "" : "; "
         note += "\(Int(number(entry["connections"]))) connection(s), \(Int(number(entry["streams"]))) streams"
     case "peer-aioapns":
