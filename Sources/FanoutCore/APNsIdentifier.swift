@@ -72,11 +72,11 @@ package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Writes the 36 characters of the UUID with these halves, in lowercase, into the first 36 bytes of `buffer`:
-    /// eight digits at a time (`ASCIIBytes.lowercaseHexDigits(of:)`), the dashes written over where they go.
+    /// eight digits at a time (`ASCIIBytes.lowercaseHexWord(of:)`), the dashes written over where they go.
     private static func spell(high: UInt64, low: UInt64, into buffer: UnsafeMutableRawBufferPointer) {
         precondition(buffer.count >= APNsID.length, "a UUID spells 36 bytes")
         func eight(_ value: UInt64) -> UInt64 {
-            ASCIIBytes.lowercaseHexDigits(of: UInt32(truncatingIfNeeded: value)).littleEndian
+            ASCIIBytes.lowercaseHexWord(of: UInt32(truncatingIfNeeded: value)).littleEndian
         }
         func four(_ digits: UInt64) -> UInt32 { UInt32(truncatingIfNeeded: digits) }
         // 8-4-4-4-12: digits 0-7 | 8-11 - 12-15 | 16-19 - 20-23 | 24-31.

@@ -11,7 +11,7 @@ package enum ASCIIBytes {
     /// byte, then "0" added to each and 39 more ("a" - "0" - 10) to those of 10 and above. Ids and tokens are
     /// spelled into every request and results line, and a nibble-at-a-time loop was 2% of `fanout send`'s CPU.
     @inline(__always)
-    package static func lowercaseHexDigits(of value: UInt32) -> UInt64 {
+    package static func lowercaseHexWord(of value: UInt32) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101
         // The value's bytes, most significant first, one per 16-bit lane, then each byte's two nibbles one per byte
         // (the high nibble first, in the lower byte).

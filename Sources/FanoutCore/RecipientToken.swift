@@ -85,8 +85,8 @@ package enum RecipientToken: Sendable, Hashable, CustomStringConvertible {
     /// Writes `word`'s 16 digits in lowercase at `offset`.
     @inline(__always)
     private static func spell(_ word: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int) {
-        let high = ASCIIBytes.lowercaseHexDigits(of: UInt32(truncatingIfNeeded: word >> 32))
-        let low = ASCIIBytes.lowercaseHexDigits(of: UInt32(truncatingIfNeeded: word))
+        let high = ASCIIBytes.lowercaseHexWord(of: UInt32(truncatingIfNeeded: word >> 32))
+        let low = ASCIIBytes.lowercaseHexWord(of: UInt32(truncatingIfNeeded: word))
         buffer.storeBytes(of: high.littleEndian, toByteOffset: offset, as: UInt64.self)
         buffer.storeBytes(of: low.littleEndian, toByteOffset: offset + 8, as: UInt64.self)
     }

@@ -79,7 +79,7 @@ final class RecipientTokenTests: XCTestCase {
         var generator = SplitMix64(seed: 5)
         let values: [UInt32] = [0, 1, 9, 10, 15, 16, 0xABCD_EF01, 0x0F0F_0F0F, 0xF0F0_F0F0, .max]
         for value in values + (0..<10_000).map({ _ in UInt32(truncatingIfNeeded: generator.next()) }) {
-            let digits = ASCIIBytes.lowercaseHexDigits(of: value).littleEndian
+            let digits = ASCIIBytes.lowercaseHexWord(of: value).littleEndian
             let text = withUnsafeBytes(of: digits) { String(decoding: $0, as: UTF8.self) }
             let expected = String(value, radix: 16)
             XCTAssertEqual(text, String(repeating: "0", count: 8 - expected.count) + expected)
