@@ -10,6 +10,7 @@ let usage = """
       --scenario NAME   run this scenario (repeatable; default: all, but peer-aioapns only when
                         named with --quick). Scenarios:
                           throughput-1c    one job, 1 KiB Live Activity payload, 1 loop, 1 connection, vs h2load -c 1;
+                                           the ratio of the medians and the median of run-by-run ratios;
                                            also each client's CPU per request and the mock's under each
                           throughput-4c    the same with 2 loops and 4 connections, vs h2load -c 4
                           fanout-scaling   one job from a tokens file of 10,000, 100,000 and 1,000,000 tokens:
