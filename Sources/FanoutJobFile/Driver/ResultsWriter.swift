@@ -4,8 +4,11 @@ import Synchronization
 
 /// Appends results lines (from any thread), keeps the counts and each running job's progress,
 /// and at every flush writes the buffered lines, syncs them, then rewrites the journal that
-/// describes them. Memory is bounded: the buffer is flushed past 1 MiB, and a job's progress is a
-/// prefix plus the few positions finished out of order.
+/// describes them. Between flushes the lines go to the file (written, not synced) every
+/// `writeThreshold` bytes, so a killed process leaves at most that much of them unwritten: a resumed
+/// run finds written lines past the journal's offset in the file's tail, and sends again only what
+/// has no line (what was in flight, and those few). Memory is bounded: the buffer holds less than
+/// `writeThreshold`, and a job's progress is a prefix plus the few positions finished out of order.
 final class ResultsWriter: Sendable {
     private struct Progress {
         var job: String
@@ -39,7 +42,9 @@ final class ResultsWriter: Sendable {
     private let jobsFileSize: Int
     private let offset: Mutex<Int>
 
-    static let flushThreshold = 1 << 20
+    /// 64 KiB: about 200 lines, a write(2) every few hundred results. (It was a full flush past 1 MiB, about
+    /// 3,000 lines a SIGKILL could lose and a resumed run would send again.)
+    static let writeThreshold = 64 << 10
 
     /// Opens (appending) the results file at `path`, or standard output when nil.
     /// - Parameter resumeFrom: the journal state to continue (its counts and progress), already
@@ -81,17 +86,17 @@ final class ResultsWriter: Sendable {
 
     /// Records one result of the job on `line`.
     func record(_ result: NotificationResult, line: Int) {
-        let mustFlush = state.withLock { state -> Bool in
+        let mustWrite = state.withLock { state -> Bool in
             ResultLine.append(result, to: &state.buffer)
             state.counts.outcomes.add(result)
             if result.channel != nil { state.counts.broadcasts += 1 }
             if result.position >= 0 {
                 state.progress[line, default: Progress(job: result.jobID)].done(result.position)
             }
-            return state.buffer.count >= Self.flushThreshold
+            return state.buffer.count >= Self.writeThreshold
         }
         // A failure is kept by the writer and ends the run at its next flush.
-        if mustFlush { _ = Result { try flush() } }
+        if mustWrite { _ = Result { try flush(syncAndJournal: false) } }
     }
 
     /// Marks recipients that an earlier run finished (found in the results file's tail) as done.
@@ -118,12 +123,13 @@ final class ResultsWriter: Sendable {
     /// flush fails with it too, and the run ends with this error instead of a results file with a hole.
     private let writeFailure = Mutex<SendError?>(nil)
 
-    /// Writes what is buffered, syncs it, then records the journal describing it.
+    /// Writes what is buffered, syncs it, then records the journal describing it (or, with `syncAndJournal`
+    /// false, only writes it).
     /// - Throws: the first failure to write the results or the journal, now and on every later call.
-    func flush() throws {
+    func flush(syncAndJournal: Bool = true) throws {
         if let failure = writeFailure.withLock({ $0 }) { throw failure }
         do {
-            try flushOnce()
+            try flushOnce(syncAndJournal: syncAndJournal)
         } catch {
             let failure = error as? SendError ?? SendError("cannot write the results journal: \(error)")
             writeFailure.withLock { $0 = $0 ?? failure }
@@ -131,12 +137,12 @@ final class ResultsWriter: Sendable {
         }
     }
 
-    private func flushOnce() throws {
+    private func flushOnce(syncAndJournal: Bool) throws {
         try flushLock.withLock { _ in
             let (bytes, journal) = state.withLock { state -> ([UInt8], SendJournal?) in
                 let bytes = state.buffer
                 state.buffer.removeAll(keepingCapacity: true)
-                guard journalPath != nil else { return (bytes, nil) }
+                guard syncAndJournal, journalPath != nil else { return (bytes, nil) }
                 let end = offset.withLock { $0 } + bytes.count
                 var partial: [String: SendJournal.PartialJob] = [:]
                 for (line, progress) in state.progress {
