@@ -1,4 +1,5 @@
 import Fanout
+import FanoutCore
 import Foundation
 
 /// The checkpoint that makes `fanout send --resume` possible without reading the whole results
@@ -34,9 +35,58 @@ struct SendJournal: Codable, Equatable {
         return try JSONDecoder().decode(SendJournal.self, from: data)
     }
 
+    /// The journal as JSON with the keys `Codable` reads back (`load`), written straight into bytes: `JSONEncoder`
+    /// took about a microsecond per out-of-order position, and a running job has thousands of them, five times a
+    /// second (3% of a 500,000-token `fanout send`'s CPU). Only the small `counts` go through `JSONEncoder`.
+    func encoded() throws -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(512 + partial.values.reduce(0) { $0 + 8 * $1.beyond.count })
+        func literal(_ text: StaticString) {
+            output.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+        }
+        func integer(_ value: Int) { ResultLine.appendDecimal(Int64(value), to: &output) }
+        func integers(_ values: [Int]) {
+            literal("[")
+            for (index, value) in values.enumerated() {
+                if index > 0 { literal(",") }
+                integer(value)
+            }
+            literal("]")
+        }
+        literal("{\"version\":")
+        integer(version)
+        literal(",\"jobsFile\":")
+        JSONStringEscaping.appendString(jobsFile, to: &output)
+        literal(",\"jobsFileSize\":")
+        integer(jobsFileSize)
+        literal(",\"resultsOffset\":")
+        integer(resultsOffset)
+        literal(",\"finishedLines\":[")
+        for (index, range) in finishedLines.enumerated() {
+            if index > 0 { literal(",") }
+            integers(range)
+        }
+        literal("],\"partial\":{")
+        for (index, (line, job)) in partial.sorted(by: { $0.key < $1.key }).enumerated() {
+            if index > 0 { literal(",") }
+            JSONStringEscaping.appendString(line, to: &output)
+            literal(":{\"job\":")
+            JSONStringEscaping.appendString(job.job, to: &output)
+            literal(",\"prefix\":")
+            integer(job.prefix)
+            literal(",\"beyond\":")
+            integers(job.beyond)
+            literal("}")
+        }
+        literal("},\"counts\":")
+        output.append(contentsOf: try JSONEncoder().encode(counts))
+        literal("}")
+        return output
+    }
+
     /// Writes to a temporary file, syncs it, and renames it over the journal.
     func write(to path: String) throws {
-        let data = try JSONEncoder().encode(self)
+        let data = try encoded()
         let temporary = path + ".tmp"
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         guard descriptor >= 0 else { throw SendError("cannot write the journal \(temporary)") }
