@@ -45,6 +45,19 @@ package enum RecipientToken: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Lends `body` the recipient's UTF-8 bytes (a packed token is spelled on the stack), valid only inside `body`.
+    package func withUTF8<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        switch self {
+        case .text(var text):
+            return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        case .hex64:
+            return withUnsafeTemporaryAllocation(byteCount: Self.packedLength, alignment: 1) { buffer in
+                write(into: buffer)
+                return body(UnsafeRawBufferPointer(buffer))
+            }
+        }
+    }
+
     /// Writes the recipient's UTF-8 bytes at the start of `buffer`, which holds at least `utf8Count` bytes, and
     /// returns how many it wrote.
     @discardableResult

@@ -182,7 +182,11 @@ final class DispatchStoreTests: XCTestCase {
         var limited = Self.result(4, outcome: .rateLimited)
         limited.retryAfterSeconds = 1.25
         limited.apnsID = nil
-        try store.appendResults([Self.result(2), limited, Self.result(0), unregistered, Self.result(1)], dispatch: id)
+        // Lowercase UUIDs, kept as words inside the engine (and a 64-digit token as four): bound from their bytes.
+        var lowercaseIDs = Self.result(2)
+        lowercaseIDs.apnsID = "eabeae54-14a8-11e5-b60b-1697f925ec7b"
+        lowercaseIDs.apnsUniqueID = "0b8e5a1c-2d3f-4e60-8a9b-c0d1e2f3a4b5"
+        try store.appendResults([lowercaseIDs, limited, Self.result(0), unregistered, Self.result(1)], dispatch: id)
 
         XCTAssertNil(try store.results(id: id, workspace: "globex", after: -1, limit: 10))
         let first = try XCTUnwrap(try store.results(id: id, workspace: "acme", after: -1, limit: 2))
@@ -212,6 +216,9 @@ final class DispatchStoreTests: XCTestCase {
         var expected: [UInt8] = []
         ResultLine.append(Self.result(0), to: &expected)
         XCTAssertEqual(Array(lines[0]) + [UInt8(ascii: "\n")], expected)
+        expected = []
+        ResultLine.append(lowercaseIDs, to: &expected)
+        XCTAssertEqual(Array(lines[2]) + [UInt8(ascii: "\n")], expected)
     }
 
     func testJobLevelResultsAreStoredOnceEachAndListedFirst() throws {

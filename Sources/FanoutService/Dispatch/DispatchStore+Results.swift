@@ -32,12 +32,12 @@ extension DispatchStore {
                     statement throws(SQLiteError) in
                     try statement.bind(row.seq, at: 1)
                     try statement.bind(key, at: 2)
-                    try statement.bind(result.token, at: 3)
+                    try statement.bind(result.tokenValue, at: 3)
                     try statement.bind(result.outcome.code, at: 4)
                     try statement.bind(result.status.map(Int64.init), at: 5)
                     try statement.bind(result.reason, at: 6)
-                    try statement.bind(result.apnsID, at: 7)
-                    try statement.bind(result.apnsUniqueID, at: 8)
+                    try statement.bind(result.apnsIDValue, at: 7)
+                    try statement.bind(result.apnsUniqueIDValue, at: 8)
                     try statement.bind(Int64(result.attempts), at: 9)
                     try statement.bind(result.latencyMilliseconds, at: 10)
                     try statement.bind(result.timestamp, at: 11)
@@ -258,5 +258,20 @@ extension DispatchStore {
             while try statement.step(), statement.int64(at: 0) == next { next += 1 }
             return next
         }
+    }
+}
+
+extension SQLiteStatement {
+    /// Binds a result's token as text from its bytes (a 64-digit token is spelled on the stack), or NULL for nil:
+    /// no String per result.
+    fileprivate func bind(_ value: RecipientToken?, at index: Int32) throws(SQLiteError) {
+        guard let value else { return try bindNull(at: index) }
+        try value.withUTF8 { bytes in Result { () throws(SQLiteError) in try bind(utf8: bytes, at: index) } }.get()
+    }
+
+    /// Binds an apns-id or apns-unique-id as text from its bytes, or NULL for nil: no String per result.
+    fileprivate func bind(_ value: APNsIdentifier?, at index: Int32) throws(SQLiteError) {
+        guard let value else { return try bindNull(at: index) }
+        try value.withUTF8 { bytes in Result { () throws(SQLiteError) in try bind(utf8: bytes, at: index) } }.get()
     }
 }
