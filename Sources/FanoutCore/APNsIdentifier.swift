@@ -3,7 +3,7 @@
 /// and handing them to the results makes no String: two allocations per notification fewer than keeping them as
 /// text. Anything else (an id a caller chose in uppercase, an answer's id in another form) is kept as given, so
 /// every id is reported exactly as it was sent or received. Spelled out (`string`, `withUTF8`) where it is written.
-package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
+package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible, CompactText {
     case uuid(high: UInt64, low: UInt64)
     case text(String)
 
@@ -47,6 +47,11 @@ package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
     }
 
     package var description: String { string }
+
+    package var storedText: String? {
+        if case .text(let text) = self { return text }
+        return nil
+    }
 
     /// Lends `body` the identifier's UTF-8 bytes (a UUID is spelled on the stack), valid only inside `body`.
     package func withUTF8<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {

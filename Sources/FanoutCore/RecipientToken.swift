@@ -4,13 +4,13 @@
 /// fewer than keeping it as text. Anything else (a longer token, an uppercase one before it is checked, a channel
 /// id) is kept as given, so every recipient is reported exactly as it was read. Spelled out (`string`,
 /// `write(into:)`) where it is written, as `APNsIdentifier` is.
-package enum RecipientToken: Sendable, Hashable, CustomStringConvertible {
+package enum RecipientToken: Sendable, Hashable, CustomStringConvertible, CompactText {
     /// The 64 digits as four words of 16 digits each, in order; the first digit of each word is its highest nibble.
     case hex64(UInt64, UInt64, UInt64, UInt64)
     case text(String)
 
     /// The number of hex digits `hex64` holds.
-    package static let packedLength = 64
+    static let packedLength = 64
 
     /// `text` as a recipient: its 32 bytes when it is 64 lowercase hex digits, the text itself otherwise. Always the
     /// packed form when there is one, so that two equal recipients compare equal.
@@ -36,6 +36,11 @@ package enum RecipientToken: Sendable, Hashable, CustomStringConvertible {
     }
 
     package var description: String { string }
+
+    package var storedText: String? {
+        if case .text(let text) = self { return text }
+        return nil
+    }
 
     /// How many UTF-8 bytes `write(into:)` writes.
     package var utf8Count: Int {

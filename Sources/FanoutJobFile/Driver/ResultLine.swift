@@ -13,24 +13,12 @@ package enum ResultLine {
         func string(_ value: String?) {
             if let value { JSONStringEscaping.appendString(value, to: &output) } else { key("null") }
         }
-        func identifier(_ value: APNsIdentifier?) {
+        func compact(_ value: (some CompactText)?) {
             guard let value else { return key("null") }
-            if case .text(let text) = value { return JSONStringEscaping.appendString(text, to: &output) }
-            // A UUID: hex digits and dashes, nothing to escape.
+            if let text = value.storedText { return JSONStringEscaping.appendString(text, to: &output) }
+            // A canonical id or token: hex digits and dashes, nothing to escape.
             output.append(UInt8(ascii: "\""))
             value.withUTF8 { output.append(contentsOf: $0) }
-            output.append(UInt8(ascii: "\""))
-        }
-        func token(_ value: RecipientToken?) {
-            guard let value else { return key("null") }
-            if case .text(let text) = value { return JSONStringEscaping.appendString(text, to: &output) }
-            // 64 hex digits, nothing to escape: spelled in place.
-            output.append(UInt8(ascii: "\""))
-            let start = output.count
-            output.append(contentsOf: repeatElement(0, count: RecipientToken.packedLength))
-            _ = output.withUnsafeMutableBytes {
-                value.write(into: UnsafeMutableRawBufferPointer(rebasing: $0[start...]))
-            }
             output.append(UInt8(ascii: "\""))
         }
         func integer(_ value: Int64?) {
@@ -39,7 +27,7 @@ package enum ResultLine {
         key("{\"job\":")
         string(result.jobID)
         key(",\"token\":")
-        token(result.tokenValue)
+        compact(result.tokenValue)
         key(",\"outcome\":")
         string(result.outcome.name)
         key(",\"status\":")
@@ -47,9 +35,9 @@ package enum ResultLine {
         key(",\"reason\":")
         string(result.reason)
         key(",\"apns_id\":")
-        identifier(result.apnsIDValue)
+        compact(result.apnsIDValue)
         key(",\"apns_unique_id\":")
-        identifier(result.apnsUniqueIDValue)
+        compact(result.apnsUniqueIDValue)
         key(",\"attempts\":")
         integer(Int64(result.attempts))
         key(",\"latency_ms\":")

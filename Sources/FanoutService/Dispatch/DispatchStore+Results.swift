@@ -262,15 +262,9 @@ extension DispatchStore {
 }
 
 extension SQLiteStatement {
-    /// Binds a result's token as text from its bytes (a 64-digit token is spelled on the stack), or NULL for nil:
-    /// no String per result.
-    fileprivate func bind(_ value: RecipientToken?, at index: Int32) throws(SQLiteError) {
-        guard let value else { return try bindNull(at: index) }
-        try value.withUTF8 { bytes in Result { () throws(SQLiteError) in try bind(utf8: bytes, at: index) } }.get()
-    }
-
-    /// Binds an apns-id or apns-unique-id as text from its bytes, or NULL for nil: no String per result.
-    fileprivate func bind(_ value: APNsIdentifier?, at index: Int32) throws(SQLiteError) {
+    /// Binds a result's token or id as text from its bytes (the canonical form spelled on the stack), or NULL for
+    /// nil: no String per result.
+    fileprivate func bind(_ value: (some CompactText)?, at index: Int32) throws(SQLiteError) {
         guard let value else { return try bindNull(at: index) }
         try value.withUTF8 { bytes in Result { () throws(SQLiteError) in try bind(utf8: bytes, at: index) } }.get()
     }
