@@ -9,10 +9,14 @@ package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible, Compac
 
     /// A random version 4 UUID from `generator`.
     package static func random(using generator: inout some RandomNumberGenerator) -> APNsIdentifier {
-        // Version 4 in the high nibble of byte 6, variant 0b10 in the top bits of byte 8 (RFC 9562).
-        let high = (generator.next() as UInt64) & ~0xF000 | 0x4000
-        let low = (generator.next() as UInt64) & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
-        return .uuid(high: high, low: low)
+        version4(randomHigh: generator.next(), randomLow: generator.next())
+    }
+
+    /// The version 4 UUID made of two random words: version 4 in the high nibble of byte 6, variant 0b10 in the top
+    /// bits of byte 8 (RFC 9562). For callers in other modules that draw the words themselves (`random` is generic
+    /// over the generator, and runs unspecialised from there).
+    package static func version4(randomHigh: UInt64, randomLow: UInt64) -> APNsIdentifier {
+        .uuid(high: randomHigh & ~0xF000 | 0x4000, low: randomLow & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000)
     }
 
     /// `text` as an identifier: its halves when it is a lowercase canonical UUID, the text itself otherwise.

@@ -8,7 +8,7 @@ import FanoutCore
 package enum AnswerID {
     package static func generate(using generator: inout some RandomNumberGenerator) -> String {
         String(unsafeUninitializedCapacity: APNsID.length) { buffer in
-            write(using: &generator, into: buffer)
+            write(using: &generator, into: UnsafeMutableRawBufferPointer(buffer))
             return APNsID.length
         }
     }
@@ -19,19 +19,6 @@ package enum AnswerID {
     package static func write(
         using generator: inout some RandomNumberGenerator, into buffer: UnsafeMutableRawBufferPointer
     ) {
-        write(using: &generator, into: buffer.bindMemory(to: UInt8.self))
-    }
-
-    @inline(__always)
-    private static func write(
-        using generator: inout some RandomNumberGenerator, into buffer: UnsafeMutableBufferPointer<UInt8>
-    ) {
-        precondition(buffer.count >= APNsID.length)
-        // Drawn here rather than by `APNsIdentifier.random`, which is generic over the generator and would run
-        // unspecialised from this module. Version 4 in the high nibble of byte 6, variant 0b10 in the top bits of
-        // byte 8 (RFC 9562).
-        let high = (generator.next() as UInt64) & ~0xF000 | 0x4000
-        let low = (generator.next() as UInt64) & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
-        APNsIdentifier.uuid(high: high, low: low).write(into: UnsafeMutableRawBufferPointer(buffer))
+        APNsIdentifier.version4(randomHigh: generator.next(), randomLow: generator.next()).write(into: buffer)
     }
 }
