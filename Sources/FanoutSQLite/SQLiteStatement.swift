@@ -69,24 +69,22 @@ package final class SQLiteStatement {
     /// `CSQLite_bind_text_transient`), because the pointer Swift lends is valid only inside `withUTF8`.
     package func bind(_ value: String?, at index: Int32) throws(SQLiteError) {
         guard var value else { return try bindNull(at: index) }
-        try value.withUTF8 { bytes in bindTextCode(UnsafeRawBufferPointer(bytes), at: index) }.get()
+        try check(value.withUTF8 { bindText(UnsafeRawBufferPointer($0), at: index) })
     }
 
     /// Binds `bytes` as text (UTF-8), copied by SQLite before this returns: for text kept as bytes, with no String.
     package func bind(utf8 bytes: UnsafeRawBufferPointer, at index: Int32) throws(SQLiteError) {
-        try bindTextCode(bytes, at: index).get()
+        try check(bindText(bytes, at: index))
     }
 
-    private func bindTextCode(_ bytes: UnsafeRawBufferPointer, at index: Int32) -> Result<Void, SQLiteError> {
-        let code: Int32
+    /// `sqlite3_bind_text` with SQLITE_TRANSIENT; its result code.
+    private func bindText(_ bytes: UnsafeRawBufferPointer, at index: Int32) -> Int32 {
         // An empty string may have no base address, and a nil pointer would bind NULL instead of ''.
-        if let start = bytes.baseAddress, bytes.count > 0 {
-            code = CSQLite_bind_text_transient(
-                statement, index, start.assumingMemoryBound(to: CChar.self), Int32(bytes.count))
-        } else {
-            code = CSQLite_bind_text_transient(statement, index, "", 0)
+        guard let start = bytes.baseAddress, bytes.count > 0 else {
+            return CSQLite_bind_text_transient(statement, index, "", 0)
         }
-        return Result { () throws(SQLiteError) in try check(code) }
+        return CSQLite_bind_text_transient(
+            statement, index, start.assumingMemoryBound(to: CChar.self), Int32(bytes.count))
     }
 
     /// Binds a blob, or NULL for nil. SQLite copies the bytes before this returns (SQLITE_TRANSIENT).
