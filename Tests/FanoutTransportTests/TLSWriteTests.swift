@@ -96,6 +96,78 @@ final class TLSWriteTests: XCTestCase {
         XCTAssertTrue(error.message.contains("TLS write failed"), error.message)
         XCTAssertEqual(delegate.canWriteAfterFailure, false)
     }
+
+    /// A flush that produces far more than the socket takes at once hands TLS's output to the socket in pieces of
+    /// `ciphertextWriteThreshold`, not all at its end, stops producing once the socket's queue is past the
+    /// high-water mark, and goes on when it drains: the peer gets every byte, in order.
+    func testALargeFlushLeavesInPiecesAndAllArrives() throws {
+        let material = try makeTLSMaterial()
+        let serverTLS = try TLSServerContext(
+            TLSServerConfiguration(certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath))
+        let clientTLS = try TLSClientContext(TLSClientConfiguration(caFile: material.caPEMPath))
+        let loop = LoopThread(name: "tls-pieces-test")
+        defer { loop.shutdown() }
+        let total = 8 << 20
+        let sender = PatternSender(total: total)
+        let receiver = PatternReceiver(total: total)
+        let listenPort = try onLoop(loop) { () -> Int in
+            let listener = try? TCPListener(loop: loop, host: "127.0.0.1", port: 0) { socket in
+                guard let engine = try? TLSEngine(context: serverTLS.context) else { return }
+                let channel = SecureChannel(socket: socket, tls: engine, handshakeTimeoutMilliseconds: 5000)
+                receiver.channel = channel
+                channel.delegate = receiver
+                channel.start()
+            }
+            receiver.listener = listener
+            return listener?.port ?? 0
+        }
+        XCTAssertNotEqual(listenPort, 0, "the test listener did not bind")
+        try loop.execute {
+            TCPConnector.connect(loop: loop, host: "127.0.0.1", port: listenPort, timeoutMilliseconds: 5000) { result in
+                guard case .success(let socket) = result,
+                    let engine = try? TLSEngine(context: clientTLS.context, host: "localhost")
+                else {
+                    receiver.done.signal()
+                    return
+                }
+                let channel = SecureChannel(socket: socket, tls: engine, handshakeTimeoutMilliseconds: 5000)
+                sender.channel = channel
+                channel.delegate = sender
+                channel.start()
+            }
+        }
+        XCTAssertEqual(receiver.done.wait(timeout: .now() + 60), .success, "the peer did not get all the bytes")
+        let (received, mismatch, produceCalls, largestHeld, sawBackPressure) = try onLoop(loop) {
+            (receiver.received, receiver.firstMismatch, sender.produceCalls, sender.largestHeld, sender.sawBackPressure)
+        }
+        XCTAssertEqual(received, total)
+        XCTAssertNil(mismatch, "a byte arrived out of order or changed")
+        // A piece leaves as soon as the threshold is reached, so at most one more TLS record (16 KiB of plaintext and
+        // its framing) is ever held on top of it.
+        XCTAssertLessThan(largestHeld, SecureChannel.ciphertextWriteThreshold + SecureChannel.stagingSize + 1024)
+        XCTAssertTrue(sawBackPressure, "8 MiB never filled the socket past the high-water mark")
+        XCTAssertGreaterThan(produceCalls, 1, "all the output was produced in one flush despite the back-pressure")
+        try onLoop(loop) {
+            sender.channel?.close(error: nil)
+            receiver.channel?.close(error: nil)
+            receiver.listener?.close()
+        }
+    }
+
+    /// Runs `body` on `loop` and returns what it returns (waiting at most 10 seconds).
+    private func onLoop<T>(_ loop: LoopThread, _ body: @escaping () -> T) throws -> T {
+        let box = ResultBox<T>()
+        let done = DispatchSemaphore(value: 0)
+        // Not @Sendable: `body` touches loop-owned objects, and runs on the loop only.
+        try loop.executeUnchecked {
+            box.value = body()
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + 10) == .success, let value = box.value else {
+            throw TransportError(.timedOut, "the loop did not run the test's block in 10 seconds")
+        }
+        return value
+    }
 }
 
 /// Records what a SecureChannel tells its delegate; `wait` returns the close error.
@@ -122,4 +194,70 @@ private final class ChannelRecorder: SecureChannelDelegate, @unchecked Sendable 
         finish(error)
     }
     func channelProduceOutput(_ channel: SecureChannel) {}
+}
+
+/// Writes `total` bytes of a known pattern, 1 KiB at a time, whenever the channel asks for output and can take it;
+/// notes the most ciphertext TLS held mid-flush and whether the socket ever pushed back. Loop thread only.
+private final class PatternSender: SecureChannelDelegate, @unchecked Sendable {
+    let total: Int
+    var channel: SecureChannel?
+    var produced = 0
+    /// Calls that wrote something.
+    var produceCalls = 0
+    var largestHeld = 0
+    var sawBackPressure = false
+
+    init(total: Int) { self.total = total }
+
+    func channelDidBecomeReady(_ channel: SecureChannel) { channel.scheduleFlush() }
+    func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {}
+    func channel(_ channel: SecureChannel, didCloseWith error: TransportError?) {}
+    func channelProduceOutput(_ channel: SecureChannel) {
+        if produced < total && channel.canWrite { produceCalls += 1 }
+        var chunk = [UInt8](repeating: 0, count: 1024)
+        while produced < total {
+            guard channel.canWrite else {
+                sawBackPressure = true
+                return
+            }
+            let count = min(chunk.count, total - produced)
+            for index in 0..<count { chunk[index] = patternByte(produced + index) }
+            chunk.withUnsafeBytes { channel.write(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            produced += count
+            largestHeld = max(largestHeld, channel.heldCiphertextBytes)
+        }
+    }
+}
+
+/// Counts and checks what arrives. Loop thread only; `done` is signalled once all `total` bytes are in.
+private final class PatternReceiver: SecureChannelDelegate, @unchecked Sendable {
+    let total: Int
+    let done = DispatchSemaphore(value: 0)
+    var listener: TCPListener?
+    var channel: SecureChannel?
+    var received = 0
+    var firstMismatch: Int?
+
+    init(total: Int) { self.total = total }
+
+    func channelDidBecomeReady(_ channel: SecureChannel) {}
+    func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
+        for (offset, byte) in plaintext.enumerated()
+        where firstMismatch == nil && byte != patternByte(received + offset) {
+            firstMismatch = received + offset
+        }
+        received += plaintext.count
+        if received == total { done.signal() }
+    }
+    func channel(_ channel: SecureChannel, didCloseWith error: TransportError?) {
+        if received < total { done.signal() }
+    }
+    func channelProduceOutput(_ channel: SecureChannel) {}
+}
+
+private func patternByte(_ position: Int) -> UInt8 { UInt8(truncatingIfNeeded: position % 251) }
+
+/// A value handed from the loop thread to the test's (the semaphore orders the accesses).
+private final class ResultBox<T>: @unchecked Sendable {
+    var value: T?
 }
