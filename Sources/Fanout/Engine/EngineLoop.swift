@@ -424,12 +424,13 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
                 deliverFinished(&batch, scratch: &deliveredOnLoop)
                 return
             }
-            finishedOnLoopThisTurn.append(finished)
+            finishedOnLoopThisTurn.append(consume finished)
             return
         }
         // The loop only decides: the result is made, reported, counted and delivered, and the permit and the record
         // come back, on this loop's results thread (`deliverFinished`), which takes the turn's results at once.
-        finishedThisTurn.append(finished)
+        // Moved, not copied: a copy retained the record and the reason, and the local's end released them.
+        finishedThisTurn.append(consume finished)
         if results == nil { startResults() }
     }
 

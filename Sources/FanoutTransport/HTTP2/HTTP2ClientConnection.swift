@@ -513,11 +513,12 @@ final class ClientStream {
         }
     }
 
+    /// Built in one expression: a local made first and then filled was copied into the result and destroyed (a
+    /// retain and a release of each of its references, twice per response).
     func makeResponse(status: Int) -> HTTP2Response {
-        var response = HTTP2Response(status: status, apnsID: apnsID, apnsUniqueID: apnsUniqueID, body: responseBody)
-        response.channelID = channelID
-        response.requestID = requestID
-        return response
+        HTTP2Response(
+            status: status, apnsID: apnsID, apnsUniqueID: apnsUniqueID, channelID: channelID, requestID: requestID,
+            body: responseBody)
     }
 }
 

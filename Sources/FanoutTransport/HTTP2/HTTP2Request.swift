@@ -45,6 +45,19 @@ package struct HTTP2Response: Sendable {
         self.body = body
     }
 
+    /// Every field at once (a client stream's answer, built once per response).
+    package init(
+        status: Int, apnsID: APNsIdentifier?, apnsUniqueID: APNsIdentifier?, channelID: String?, requestID: String?,
+        body: [UInt8]
+    ) {
+        self.status = status
+        apnsIDValue = apnsID
+        apnsUniqueIDValue = apnsUniqueID
+        self.channelID = channelID
+        self.requestID = requestID
+        self.body = body
+    }
+
     package var apnsID: String? { apnsIDValue?.string }
     package var apnsUniqueID: String? { apnsUniqueIDValue?.string }
 }

@@ -254,6 +254,9 @@ package final class HTTP2Session: SecureChannelDelegate {
         guard let nghttp2, !isClosed, failure == nil else {
             return .failure(TransportError(.connectionClosed, "the HTTP/2 session is closed"))
         }
+        // The closures below capture these, not `request`: capturing the whole struct copied it (a retain and a
+        // release of each of its references, per request).
+        let head = request.head
         let apnsID = request.apnsID
         let streamID: Int32 = withPath(of: request) { pathBytes in
             func submit(_ extra: (name: StaticString, value: UnsafeRawBufferPointer, indexed: Bool)?) -> Int32 {
@@ -262,7 +265,7 @@ package final class HTTP2Session: SecureChannelDelegate {
                 // be boxed on the heap, one allocation per request (nghttp2 copies the provider on submit).
                 var provider = nghttp2_data_provider(
                     source: nghttp2_data_source(ptr: nil), read_callback: nghttp2ReadCallback)
-                return request.head.withNameValuePairs(path: pathBytes, extra: extra) { nva, count in
+                return head.withNameValuePairs(path: pathBytes, extra: extra) { nva, count in
                     nghttp2_submit_request(nghttp2, nil, nva, count, &provider, nil)
                 }
             }
