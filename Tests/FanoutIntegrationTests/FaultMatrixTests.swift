@@ -278,13 +278,13 @@ final class FaultMatrixTests: XCTestCase {
     /// queued its GOAWAY, above the last stream id it announced; the client rightly resent them, so
     /// tens to hundreds per run were accepted twice.
     ///
-    /// Fails today, intermittently (product bug): the client counts an attempt for streams that
-    /// were never processed. When the server closes the connection right after its GOAWAY,
-    /// requests still queued in nghttp2 (ids above the GOAWAY's last stream id, never sent) are
-    /// completed as `connectionLost` by `HTTP2ClientConnection.teardown` instead of
-    /// `notProcessed`, so they are retried as attempts that may have reached APNs and use up the
-    /// retry budget (13 to 85 per run here with an instrumented build; 439 of 20,000 in a
-    /// `fanout send` run with a GOAWAY every 5,000).
+    /// Also found here, and fixed in 8b52fee: the client counted an attempt for streams that were
+    /// never processed. When the server closed the connection right after its GOAWAY, requests
+    /// still queued in nghttp2 (ids above the GOAWAY's last stream id, never sent) were completed
+    /// as `connectionLost` by `HTTP2ClientConnection.teardown` instead of `notProcessed`, so they
+    /// were retried as attempts that may have reached APNs and used up the retry budget (13 to 85
+    /// per run here with an instrumented build; 439 of 20,000 in a `fanout send` run with a GOAWAY
+    /// every 5,000).
     func testGoawayEveryNStreamsLosesNothingAndSendsNothingTwice() async throws {
         var plan = Plan()
         plan.notifications = 50_000
@@ -440,10 +440,11 @@ final class FaultMatrixTests: XCTestCase {
     /// flight, no more than 2,000 notifications a second can complete, and the in-flight count can
     /// never be negative.
     ///
-    /// Fails today (product bug): `InFlightLimiter.acquire` clamps a request to the capacity, so a
-    /// batch of 256 takes only `maxInFlight` permits when the limit is below 256, yet each of its
-    /// 256 notifications releases one: permits multiply, `inFlight` goes negative, and the limit is
-    /// no longer enforced (the job runs at the connection's full 1,000 streams).
+    /// Found by this test, and fixed in 8b52fee: `InFlightLimiter.acquire` clamps a request to the
+    /// capacity, so a batch of 256 took only `maxInFlight` permits when the limit was below 256, yet
+    /// each of its 256 notifications released one: permits multiplied, `inFlight` went negative, and
+    /// the limit was no longer enforced (the job ran at the connection's full 1,000 streams). Batches
+    /// are now never larger than the limit.
     func testInFlightLimitBelowOneBatchIsStillEnforced() async throws {
         let mock = try MockHarness { $0.latencyMilliseconds = 50 }
         defer { mock.stop() }
