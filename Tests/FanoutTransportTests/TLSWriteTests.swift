@@ -110,7 +110,7 @@ final class TLSWriteTests: XCTestCase {
         let total = 8 << 20
         let sender = PatternSender(total: total)
         let receiver = PatternReceiver(total: total)
-        let listenPort = try onLoop(loop) { () -> Int in
+        let listenPort = loop.runAndWait { () -> Int in
             let listener = try? TCPListener(loop: loop, host: "127.0.0.1", port: 0) { socket in
                 guard let engine = try? TLSEngine(context: serverTLS.context) else { return }
                 let channel = SecureChannel(socket: socket, tls: engine, handshakeTimeoutMilliseconds: 5000)
@@ -137,7 +137,7 @@ final class TLSWriteTests: XCTestCase {
             }
         }
         XCTAssertEqual(receiver.done.wait(timeout: .now() + 60), .success, "the peer did not get all the bytes")
-        let (received, mismatch, produceCalls, largestHeld, sawBackPressure) = try onLoop(loop) {
+        let (received, mismatch, produceCalls, largestHeld, sawBackPressure) = loop.runAndWait {
             (receiver.received, receiver.firstMismatch, sender.produceCalls, sender.largestHeld, sender.sawBackPressure)
         }
         XCTAssertEqual(received, total)
@@ -147,26 +147,11 @@ final class TLSWriteTests: XCTestCase {
         XCTAssertLessThan(largestHeld, SecureChannel.ciphertextWriteThreshold + SecureChannel.stagingSize + 1024)
         XCTAssertTrue(sawBackPressure, "8 MiB never filled the socket past the high-water mark")
         XCTAssertGreaterThan(produceCalls, 1, "all the output was produced in one flush despite the back-pressure")
-        try onLoop(loop) {
+        loop.runAndWait {
             sender.channel?.close(error: nil)
             receiver.channel?.close(error: nil)
             receiver.listener?.close()
         }
-    }
-
-    /// Runs `body` on `loop` and returns what it returns (waiting at most 10 seconds).
-    private func onLoop<T>(_ loop: LoopThread, _ body: @escaping () -> T) throws -> T {
-        let box = ResultBox<T>()
-        let done = DispatchSemaphore(value: 0)
-        // Not @Sendable: `body` touches loop-owned objects, and runs on the loop only.
-        try loop.executeUnchecked {
-            box.value = body()
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + 10) == .success, let value = box.value else {
-            throw TransportError(.timedOut, "the loop did not run the test's block in 10 seconds")
-        }
-        return value
     }
 }
 
@@ -256,8 +241,3 @@ private final class PatternReceiver: SecureChannelDelegate, @unchecked Sendable 
 }
 
 private func patternByte(_ position: Int) -> UInt8 { UInt8(truncatingIfNeeded: position % 251) }
-
-/// A value handed from the loop thread to the test's (the semaphore orders the accesses).
-private final class ResultBox<T>: @unchecked Sendable {
-    var value: T?
-}
