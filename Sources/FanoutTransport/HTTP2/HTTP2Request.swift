@@ -36,19 +36,10 @@ package struct HTTP2Response: Sendable {
     package var requestID: String?
     package var body: [UInt8]
 
+    /// One expression for every field (a client stream builds its answer so, with no local copied out).
     package init(
-        status: Int, apnsID: APNsIdentifier? = nil, apnsUniqueID: APNsIdentifier? = nil, body: [UInt8] = []
-    ) {
-        self.status = status
-        apnsIDValue = apnsID
-        apnsUniqueIDValue = apnsUniqueID
-        self.body = body
-    }
-
-    /// Every field at once (a client stream's answer, built once per response).
-    package init(
-        status: Int, apnsID: APNsIdentifier?, apnsUniqueID: APNsIdentifier?, channelID: String?, requestID: String?,
-        body: [UInt8]
+        status: Int, apnsID: APNsIdentifier? = nil, apnsUniqueID: APNsIdentifier? = nil, channelID: String? = nil,
+        requestID: String? = nil, body: [UInt8] = []
     ) {
         self.status = status
         apnsIDValue = apnsID
