@@ -18,8 +18,10 @@ extern void *__libc_valloc(size_t size);
 static int64_t allocations;
 static int64_t reallocations;
 static int64_t frees;
+static int64_t bytes;
 
 static inline void count(int64_t *counter) { __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED); }
+static inline void add_bytes(size_t size) { __atomic_fetch_add(&bytes, (int64_t)size, __ATOMIC_RELAXED); }
 
 bool CAllocationCounter_isActive(void) { return true; }
 
@@ -28,27 +30,32 @@ CAllocationCounter_Counts CAllocationCounter_read(void) {
         .allocations = __atomic_load_n(&allocations, __ATOMIC_RELAXED),
         .reallocations = __atomic_load_n(&reallocations, __ATOMIC_RELAXED),
         .frees = __atomic_load_n(&frees, __ATOMIC_RELAXED),
+        .bytes = __atomic_load_n(&bytes, __ATOMIC_RELAXED),
     };
     return counts;
 }
 
 void *malloc(size_t size) {
     count(&allocations);
+    add_bytes(size);
     return __libc_malloc(size);
 }
 
 void *calloc(size_t count_, size_t size) {
     count(&allocations);
+    add_bytes(count_ * size);
     return __libc_calloc(count_, size);
 }
 
 void *realloc(void *pointer, size_t size) {
     if (pointer == NULL) {
         count(&allocations);
+        add_bytes(size);
     } else if (size == 0) {
         count(&frees);
     } else {
         count(&reallocations);
+        add_bytes(size);
     }
     return __libc_realloc(pointer, size);
 }
@@ -62,6 +69,7 @@ int posix_memalign(void **result, size_t alignment, size_t size) {
     // posix_memalign's rule: a power of two and a multiple of sizeof(void *); glibc's memalign would round up.
     if (alignment % sizeof(void *) != 0 || (alignment & (alignment - 1)) != 0) return EINVAL;
     count(&allocations);
+    add_bytes(size);
     void *pointer = __libc_memalign(alignment, size);
     if (pointer == NULL) return ENOMEM;
     *result = pointer;
@@ -70,16 +78,19 @@ int posix_memalign(void **result, size_t alignment, size_t size) {
 
 void *aligned_alloc(size_t alignment, size_t size) {
     count(&allocations);
+    add_bytes(size);
     return __libc_memalign(alignment, size);
 }
 
 void *memalign(size_t alignment, size_t size) {
     count(&allocations);
+    add_bytes(size);
     return __libc_memalign(alignment, size);
 }
 
 void *valloc(size_t size) {
     count(&allocations);
+    add_bytes(size);
     return __libc_valloc(size);
 }
 
@@ -88,7 +99,7 @@ void *valloc(size_t size) {
 bool CAllocationCounter_isActive(void) { return false; }
 
 CAllocationCounter_Counts CAllocationCounter_read(void) {
-    CAllocationCounter_Counts counts = {0, 0, 0};
+    CAllocationCounter_Counts counts = {0, 0, 0, 0};
     return counts;
 }
 

@@ -1,10 +1,16 @@
 // alloc-probe: heap allocations per notification in steady state, for the allocation test
 // (Tests/FanoutIntegrationTests/AllocationTests.swift) and for people cutting allocations.
 //
-//     alloc-probe [throughput-1c] [--small N] [--large N] [--runs N]
+//     alloc-probe [throughput-1c|single-send] [--small N] [--large N] [--runs N]
 //
-// It runs `throughput-1c`'s path: one engine with one loop and one connection of up to 1,000 streams sends a
-// job of a 1 KiB Live Activity payload to the tokens of a tokens file, against mock-apns over TLS and HTTP/2.
+// `throughput-1c` runs that scenario's path: one engine with one loop and one connection of up to 1,000 streams
+// sends a job of a 1 KiB Live Activity payload to the tokens of a tokens file, against mock-apns over TLS and
+// HTTP/2. `single-send` runs `engine.send`'s, as the single-send scenario and a gateway call it: the same engine
+// and payload, one notification per call, each awaited before the next (so what is counted is one call's own
+// cost, not what a queue of waiting calls holds); `--small` and `--large` count calls (default 200 and 1,200).
+// `single-send --held N` measures instead what each of N calls started at once holds while it waits (the mock
+// answers after 4 s, and all but the in-flight limit wait for room): bytes allocated and not yet freed per call,
+// after one warm-up send. Output: one JSON line.
 // mock-apns runs in a child process (started here, from the directory this executable is in), so only the
 // sender's allocations are counted. The counting allocator is the CAllocationCounter target, linked into this
 // executable only (see its header).
@@ -27,9 +33,11 @@ struct ProbeError: Error, CustomStringConvertible {
 
 struct ProbeOptions {
     var scenario = "throughput-1c"
-    var small = 2_000
-    var large = 12_000
+    var small: Int?
+    var large: Int?
     var runs = 5
+    /// single-send only: start this many calls at once and report what each holds while waiting.
+    var held: Int?
 
     static func parse(_ arguments: [String]) throws -> ProbeOptions {
         var options = ProbeOptions()
@@ -46,30 +54,41 @@ struct ProbeOptions {
             case "--small": options.small = try count()
             case "--large": options.large = try count()
             case "--runs": options.runs = try count()
-            case "throughput-1c": options.scenario = arguments[index]
+            case "--held": options.held = try count()
+            case "throughput-1c", "single-send": options.scenario = arguments[index]
             default: throw ProbeError("unknown argument \(arguments[index]); usage: \(usage)")
             }
             index += 1
         }
-        guard options.large > options.small else { throw ProbeError("--large must be above --small") }
+        guard options.largeCount > options.smallCount else { throw ProbeError("--large must be above --small") }
+        guard options.held == nil || options.scenario == "single-send" else {
+            throw ProbeError("--held is single-send's")
+        }
         return options
     }
 
-    static let usage = "alloc-probe [throughput-1c] [--small N] [--large N] [--runs N]"
+    /// Tokens in the small job, or calls in the small series for single-send (each call is a round trip).
+    var smallCount: Int { small ?? (scenario == "single-send" ? 200 : 2_000) }
+    var largeCount: Int { large ?? (scenario == "single-send" ? 1_200 : 12_000) }
+
+    static let usage = "alloc-probe [throughput-1c|single-send] [--small N] [--large N] [--runs N] [--held N]"
 }
 
 /// The counts now, as a value that subtracts.
 struct Counts {
     var allocations: Int64
     var frees: Int64
+    var bytes: Int64
 
     static func now() -> Counts {
         let counts = CAllocationCounter_read()
-        return Counts(allocations: counts.allocations, frees: counts.frees)
+        return Counts(allocations: counts.allocations, frees: counts.frees, bytes: counts.bytes)
     }
 
     static func - (left: Counts, right: Counts) -> Counts {
-        Counts(allocations: left.allocations - right.allocations, frees: left.frees - right.frees)
+        Counts(
+            allocations: left.allocations - right.allocations, frees: left.frees - right.frees,
+            bytes: left.bytes - right.bytes)
     }
 }
 
@@ -81,7 +100,8 @@ final class MockChild {
     static let keyID = "PROBEKEY01"
     static let teamID = "PROBETEAM1"
 
-    init(binDirectory: String, workDirectory: String) throws {
+    /// - Parameter extraArguments: more mock-apns flags (`--latency-ms` for `--held`).
+    init(binDirectory: String, workDirectory: String, extraArguments: [String] = []) throws {
         tlsDirectory = "\(workDirectory)/tls"
         let output = "\(workDirectory)/mock-apns.out"
         _ = FileManager.default.createFile(atPath: output, contents: nil)
@@ -90,10 +110,11 @@ final class MockChild {
             throw ProbeError("\(executable) is missing: build it too (swift build --product mock-apns)")
         }
         process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = [
-            "--listen", "127.0.0.1:0", "--tls-dir", tlsDirectory, "--threads", "1", "--key-id", Self.keyID,
-            "--team-id", Self.teamID,
-        ]
+        process.arguments =
+            [
+                "--listen", "127.0.0.1:0", "--tls-dir", tlsDirectory, "--threads", "1", "--key-id", Self.keyID,
+                "--team-id", Self.teamID,
+            ] + extraArguments
         process.standardOutput = FileHandle(forWritingAtPath: output)
         process.standardError = FileHandle(forWritingAtPath: output + ".err")
         try process.run()
@@ -144,12 +165,14 @@ func probe(_ options: ProbeOptions) async throws -> String {
     let work = NSTemporaryDirectory() + "alloc-probe-\(getpid())"
     try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: work) }
-    let mock = try MockChild(binDirectory: binDirectory, workDirectory: work)
+    let mock = try MockChild(
+        binDirectory: binDirectory, workDirectory: work,
+        extraArguments: options.held == nil ? [] : ["--latency-ms", String(heldAnswerDelayMilliseconds)])
     defer { mock.stop() }
     let smallFile = "\(work)/tokens-small.txt"
     let largeFile = "\(work)/tokens-large.txt"
-    try writeTokensFile(smallFile, count: options.small)
-    try writeTokensFile(largeFile, count: options.large)
+    try writeTokensFile(smallFile, count: options.smallCount)
+    try writeTokensFile(largeFile, count: options.largeCount)
 
     // throughput-1c's engine: one loop, one connection, 1,000 streams, the default workspace budget.
     var configuration = FanoutEngineConfiguration(
@@ -160,32 +183,60 @@ func probe(_ options: ProbeOptions) async throws -> String {
     configuration.loops = 1
     configuration.connectionsPerLoop = 1
     configuration.maxConcurrentStreams = 1000
+    if options.scenario == "single-send" {
+        // Each call is a job, and the default budget (250,000 jobs an hour, a 60-second burst) would refuse
+        // some: a budget no probe reaches, so the limiter still decides every call but never refuses one.
+        configuration.rateLimits = try RateLimiterRegistry(defaultBudget: RateBudget(requestsPerHour: 1_000_000_000))
+    }
     let engine = try FanoutEngine(configuration: configuration)
     let headers = NotificationHeaders(
         pushType: .liveactivity, topic: "com.example.bench.push-type.liveactivity", priority: 10)
     let payload = liveActivityPayload(size: 1024)
-    func send(_ path: String, expecting count: Int) async throws {
-        let job = FanoutJob(id: "probe", headers: headers, payload: .raw(payload), recipients: .file(path: path))
-        let summary = try await engine.run(job) { _ in }
-        guard summary.counts.delivered == count else {
-            throw ProbeError("\(summary.counts.delivered) of \(count) notifications delivered: \(summary.counts)")
+    let tokens = (0..<options.largeCount).map { index in
+        let hex = String(index, radix: 16)
+        return "b" + String(repeating: "0", count: 63 - hex.count) + hex
+    }
+    /// Sends `count` notifications: one job of a tokens file of that many, or `count` calls of `engine.send`.
+    func send(_ count: Int) async throws {
+        var delivered = 0
+        if options.scenario == "single-send" {
+            for token in tokens.prefix(count) {
+                let result = try await engine.send(
+                    PushNotification(deviceToken: token, headers: headers, payload: payload))
+                if result.outcome == .delivered { delivered += 1 }
+            }
+        } else {
+            let path = count == options.smallCount ? smallFile : largeFile
+            let job = FanoutJob(id: "probe", headers: headers, payload: .raw(payload), recipients: .file(path: path))
+            delivered = try await engine.run(job) { _ in }.counts.delivered
         }
+        guard delivered == count else { throw ProbeError("\(delivered) of \(count) notifications delivered") }
     }
 
-    try await send(largeFile, expecting: options.large)  // warm-up
+    if let held = options.held {
+        try await send(1)  // the connection, TLS and the pools (one round trip of 4 s)
+        let figures = try await measureHeld(held, engine: engine) { index in
+            PushNotification(deviceToken: tokens[index % tokens.count], headers: headers, payload: payload)
+        }
+        await engine.shutdown(gracePeriod: .zero)
+        return figures
+    }
+    try await send(options.largeCount)  // warm-up
     var allocationsPer: [Double] = []
     var freesPer: [Double] = []
+    var bytesPer: [Double] = []
     for _ in 0..<options.runs {
         let start = Counts.now()
-        try await send(smallFile, expecting: options.small)
+        try await send(options.smallCount)
         let middle = Counts.now()
-        try await send(largeFile, expecting: options.large)
+        try await send(options.largeCount)
         let end = Counts.now()
         let small = middle - start
         let large = end - middle
-        let extra = Double(options.large - options.small)
+        let extra = Double(options.largeCount - options.smallCount)
         allocationsPer.append(Double(large.allocations - small.allocations) / extra)
         freesPer.append(Double(large.frees - small.frees) / extra)
+        bytesPer.append(Double(large.bytes - small.bytes) / extra)
     }
     await engine.shutdown()
     func figure(_ value: Double) -> String { String(format: "%.3f", value) }
@@ -197,8 +248,51 @@ func probe(_ options: ProbeOptions) async throws -> String {
     return "{\"scenario\":\"\(options.scenario)\",\"build\":\"\(build)\","
         + "\"allocations_per_notification\":\(figure(allocationsPer.min()!)),"
         + "\"frees_per_notification\":\(figure(freesPer.min()!)),"
+        + "\"bytes_per_notification\":\(Int(bytesPer.min()!.rounded())),"
         + "\"runs\":[\(allocationsPer.map(figure).joined(separator: ","))],"
-        + "\"small\":\(options.small),\"large\":\(options.large)}"
+        + "\"small\":\(options.smallCount),\"large\":\(options.largeCount)}"
+}
+
+/// How long the mock waits before each answer with `--held`: long enough that every call is still waiting when the
+/// counts are read.
+let heldAnswerDelayMilliseconds = 4_000
+
+/// Starts `count` calls of `engine.send` at once, each from a task of its own as a gateway makes them, waits until
+/// they have all started and stopped to wait (for an answer, or for room in flight), and reports per call the bytes
+/// allocated meanwhile (no call has finished, so this is what they hold, plus temporaries already freed: the live
+/// allocation count tells them apart) and the growth of the process's resident memory.
+func measureHeld(
+    _ count: Int, engine: FanoutEngine, notification: @escaping @Sendable (Int) -> PushNotification
+) async throws -> String {
+    func residentBytes() -> Int {
+        let fields = ((try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8)) ?? "").split(separator: " ")
+        return fields.count > 1 ? (Int(fields[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE))) : 0
+    }
+    let residentBefore = residentBytes()
+    let before = Counts.now()
+    var tasks: [Task<Void, Never>] = []
+    tasks.reserveCapacity(count)
+    for index in 0..<count {
+        tasks.append(Task { _ = try? await engine.send(notification(index)) })
+    }
+    // Every call has started and is waiting once the counts stop moving (well before the first answer at 4 s).
+    var last = Counts.now()
+    for _ in 0..<40 {
+        try await Task.sleep(for: .milliseconds(50))
+        let now = Counts.now()
+        if now.allocations == last.allocations && now.bytes == last.bytes { break }
+        last = now
+    }
+    let held = Counts.now() - before
+    let resident = residentBytes() - residentBefore
+    let inFlight = engine.inFlight
+    guard inFlight > 0 else { throw ProbeError("no call was in flight: the mock answered before the count") }
+    for task in tasks { task.cancel() }
+    func figure(_ value: Double) -> String { String(format: "%.1f", value) }
+    return "{\"scenario\":\"single-send\",\"held\":\(count),\"in_flight\":\(inFlight),"
+        + "\"bytes_allocated_per_call\":\(held.bytes / Int64(count)),"
+        + "\"live_allocations_per_call\":\(figure(Double(held.allocations - held.frees) / Double(count))),"
+        + "\"resident_bytes_per_call\":\(resident / count)}"
 }
 
 do {

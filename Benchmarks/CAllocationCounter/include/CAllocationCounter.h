@@ -20,6 +20,8 @@ typedef struct {
     int64_t reallocations;
     // free of a non-NULL pointer, and realloc(p, 0).
     int64_t frees;
+    // Bytes asked for by those allocations and reallocations (a reallocation counts its new size).
+    int64_t bytes;
 } CAllocationCounter_Counts;
 
 // True when this build interposes the allocator (glibc); false elsewhere, where the counts stay 0.
