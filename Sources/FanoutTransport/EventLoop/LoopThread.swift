@@ -39,11 +39,17 @@ package final class LoopThread: @unchecked Sendable {
     private let prepareHandle: UnsafeMutablePointer<uv_prepare_t>
 
     private struct Queue {
-        var tasks: [() -> Void] = []
+        var tasks: [@Sendable () -> Void] = []
         var stopping = false
     }
     private let queue = Mutex(Queue())
+    /// Loop thread only: an empty array, with the capacity of an earlier drain, that the next drain swaps in for
+    /// the queue's, so that a drain allocates nothing. (Copying the tasks out and `removeAll(keepingCapacity:)` on
+    /// the queue's array allocated a new buffer every time, since the copy still shared the old one.)
+    private var spareTasks: [@Sendable () -> Void] = []
     private var flushList: [LoopFlushable] = []
+    /// Loop thread only: the flush list's other buffer, swapped in as `spareTasks` is (one allocation a turn less).
+    private var spareFlushList: [LoopFlushable] = []
     /// What must be closed when the loop stops, in registration order (loop thread only). Each entry
     /// holds its object strongly, so an open connection or handle lives until it closes.
     private var stopActions: [Int: () -> Void] = [:]
@@ -201,12 +207,17 @@ package final class LoopThread: @unchecked Sendable {
     }
 
     fileprivate func drainQueue() {
-        let (tasks, stopping) = queue.withLock { queue -> ([() -> Void], Bool) in
-            let taken = queue.tasks
-            queue.tasks.removeAll(keepingCapacity: true)
-            return (taken, queue.stopping)
+        // `tasks` holds the only reference to its buffer (the spare is emptied first, which also keeps a drain that
+        // a task starts from reusing a buffer still being run), so clearing it after the run keeps the buffer.
+        var tasks = spareTasks
+        spareTasks = []
+        let stopping = queue.withLock { queue -> Bool in
+            swap(&queue.tasks, &tasks)
+            return queue.stopping
         }
         for task in tasks { task() }
+        tasks.removeAll(keepingCapacity: true)
+        spareTasks = tasks
         if stopping { closeLoopHandles() }
     }
 
@@ -228,12 +239,16 @@ package final class LoopThread: @unchecked Sendable {
     fileprivate func flushAll() {
         // Flushing may schedule more flushes (e.g. a write completing synchronously): loop until quiet.
         while !flushList.isEmpty {
-            let list = flushList
-            flushList.removeAll(keepingCapacity: true)
+            // The two buffers trade places, as in `drainQueue`: what is scheduled meanwhile goes into the other one.
+            var list = spareFlushList
+            spareFlushList = []
+            swap(&list, &flushList)
             for item in list {
                 item.flushScheduled = false
                 item.flushNow()
             }
+            list.removeAll(keepingCapacity: true)
+            spareFlushList = list
         }
     }
 
