@@ -218,19 +218,24 @@ public final class FanoutEngine: Sendable {
             let now = configuration.registry?.clock.now() ?? Int64(Date().timeIntervalSince1970 * 1000)
             reader = try RecipientReader(job.recipients, registry: configuration.registry, now: now)
         } catch {
-            run.didSubmit(1)
-            run.record(NotificationResult(jobID: job.id, token: nil, outcome: .invalid, reason: error.message))
+            Self.recordInvalid(run, jobID: job.id, reason: error.message)
             run.didFinishSubmitting()
             throw error
         }
 
         state.withLock { $0.payloadEncodings += 1 }
-        let rules = await applyActivityRules(job, prepared: checked, run: run)
+        // The activity rules, the activity's channel broadcast and its end apply to a job by activity id only; any
+        // other job skips the calls, and so the frames a task allocates for them (3.5 KB for the broadcast).
+        let byActivity = if case .activity = job.recipients { true } else { false }
+        let rules =
+            byActivity
+            ? await applyActivityRules(job, prepared: checked, run: run)
+            : (stale: false, send: checked, demotedByGuard: false)
         let prepared = rules.send
         var demoted: PreparedJob?
         let isShuttingDown = { self.state.withLock { $0.shuttingDown } }
         var stop: FeedStop? = rules.stale ? .superseded : nil
-        func checkStop() {
+        @inline(never) func checkStop() {
             guard stop == nil else { return }
             if run.isSuperseded {
                 stop = .superseded
@@ -240,7 +245,7 @@ public final class FanoutEngine: Sendable {
                 stop = .shutdown
             }
         }
-        func stopped(by admission: Admission) -> FeedStop? {
+        @inline(never) func stopped(by admission: Admission) -> FeedStop? {
             switch admission {
             case .notSent: return .shutdown
             case .cancelled: return .cancelled
@@ -259,12 +264,14 @@ public final class FanoutEngine: Sendable {
         var batchSize = min(Self.batchSize, shared.limiter.capacity)
         if countsNotifications { batchSize = min(batchSize, maximumRateCost(for: job) ?? batchSize) }
         var batch: [(token: RecipientToken, position: Int)] = []
-        batch.reserveCapacity(batchSize)
+        batch.reserveCapacity(min(batchSize, reader.knownCount ?? batchSize))
         var random = FastRandomGenerator(
             seed: idSeedBase &+ idSeedCount.add(1, ordering: .relaxed).newValue &* 0xD1B5_4A32_D192_ED03)
         var position = -1
         var resume = job.alreadyDone
-        func result(_ token: RecipientToken, _ position: Int, _ outcome: NotificationOutcome, _ reason: String)
+        @inline(never) func result(
+            _ token: RecipientToken, _ position: Int, _ outcome: NotificationOutcome, _ reason: String
+        )
             -> NotificationResult
         {
             var result = NotificationResult(jobID: job.id, token: nil, outcome: outcome, reason: reason)
@@ -272,10 +279,51 @@ public final class FanoutEngine: Sendable {
             result.position = position
             return result
         }
-        func recordStopped(_ stop: FeedStop) {
+        @inline(never) func recordStopped(_ stop: FeedStop) {
             for (token, position) in batch { run.record(result(token, position, stop.outcome, stop.reason)) }
         }
-        if stop == nil, case .send(let target) = jobAdmission {
+        @inline(never) func recordRejected(_ token: RecipientToken, _ position: Int) {
+            run.didSubmit(1)
+            run.record(result(token, position, .rejected, "BadDeviceToken"))
+        }
+        @inline(never) func recordRateLimited(retryAfter: Double) {
+            for _ in batch {
+                configuration.metrics?.recordRateLimited(
+                    workspace: job.workspace, priority: job.headers.effectivePriority)
+            }
+            for (token, position) in batch {
+                var limited = result(token, position, .rateLimited, "RateLimited")
+                limited.retryAfterSeconds = retryAfter
+                run.record(limited)
+            }
+        }
+        /// Makes the batch's records and hands them to the next loop; false when that loop has stopped. The
+        /// per-notification objects (path, apns-id) are made here, on the feeding task's thread, so the loop thread
+        /// only sends; records of finished notifications are filled again, new ones are made only past those.
+        @inline(never) func handOver(sending target: PreparedJob) -> Bool {
+            let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
+            var notifications: [PendingNotification] = []
+            notifications.reserveCapacity(batch.count)
+            engineLoop.takeSpares(upTo: batch.count, into: &notifications)
+            for (index, entry) in batch.enumerated() {
+                let apnsID = job.singleNotificationID ?? .random(using: &random)
+                if index < notifications.count {
+                    notifications[index].reuse(
+                        job: target, token: entry.token, apnsID: apnsID, position: entry.position)
+                } else {
+                    notifications.append(
+                        PendingNotification(job: target, token: entry.token, apnsID: apnsID, position: entry.position))
+                }
+            }
+            if rules.demotedByGuard { run.countDemoted(notifications.count) }
+            do {
+                try engineLoop.loop.execute { [notifications] in engineLoop.enqueue(notifications) }
+                return true
+            } catch {
+                return false
+            }
+        }
+        if stop == nil, byActivity, case .send(let target) = jobAdmission {
             stop = await sendChannelBroadcast(of: job, tokenJob: target, run: run, random: &random)
         }
         while true {
@@ -309,8 +357,7 @@ public final class FanoutEngine: Sendable {
                 } else if case .text(let text) = token, let valid = DeviceToken(text) {
                     batch.append((RecipientToken(valid.hex), position))
                 } else {
-                    run.didSubmit(1)
-                    run.record(result(token, position, .rejected, "BadDeviceToken"))
+                    recordRejected(token, position)
                 }
             }
             if batch.isEmpty { break }
@@ -327,15 +374,7 @@ public final class FanoutEngine: Sendable {
                 continue
             }
             if case .rateLimited(let retryAfter) = admission {
-                for _ in batch {
-                    configuration.metrics?.recordRateLimited(
-                        workspace: job.workspace, priority: job.headers.effectivePriority)
-                }
-                for (token, position) in batch {
-                    var limited = result(token, position, .rateLimited, "RateLimited")
-                    limited.retryAfterSeconds = retryAfter
-                    run.record(limited)
-                }
+                recordRateLimited(retryAfter: retryAfter)
                 continue
             }
             guard case .send(let target) = admission else { continue }
@@ -350,27 +389,7 @@ public final class FanoutEngine: Sendable {
                 recordStopped(stop)
                 continue
             }
-            let engineLoop = loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
-            // The per-notification objects (path, apns-id) are made here, on the feeding task's
-            // thread, so the loop thread only sends.
-            // Records of finished notifications are filled again; new ones are made only past those.
-            var notifications: [PendingNotification] = []
-            notifications.reserveCapacity(batch.count)
-            engineLoop.takeSpares(upTo: batch.count, into: &notifications)
-            for (index, entry) in batch.enumerated() {
-                let apnsID = job.singleNotificationID ?? .random(using: &random)
-                if index < notifications.count {
-                    notifications[index].reuse(
-                        job: target, token: entry.token, apnsID: apnsID, position: entry.position)
-                } else {
-                    notifications.append(
-                        PendingNotification(job: target, token: entry.token, apnsID: apnsID, position: entry.position))
-                }
-            }
-            if rules.demotedByGuard { run.countDemoted(notifications.count) }
-            do {
-                try engineLoop.loop.execute { [notifications] in engineLoop.enqueue(notifications) }
-            } catch {
+            if !handOver(sending: target) {
                 // The loop stopped under us (shutdown, or the engine was dropped).
                 shared.limiter.release(batch.count)
                 stop = .shutdown
@@ -380,14 +399,22 @@ public final class FanoutEngine: Sendable {
         if let failure = reader.failure {
             // The file or the registry broke mid-read: what was read is sent, and the rest is one
             // `invalid` result, since its tokens are unknown.
-            run.didSubmit(1)
-            run.record(
-                NotificationResult(
-                    jobID: job.id, token: nil, outcome: .invalid,
-                    reason: "\(failure.message)\(reader.position); the rest was not sent"))
+            Self.recordInvalid(
+                run, jobID: job.id, reason: "\(failure.message)\(reader.position); the rest was not sent")
         }
-        if stop == nil { await recordActivityEnded(job) }
+        if stop == nil && byActivity { await recordActivityEnded(job) }
         run.didFinishSubmitting()
+    }
+
+    /// One `invalid` result without a token: a job that failed validation, or the unread rest of a job whose
+    /// recipients broke mid-read.
+    ///
+    /// `feed`'s helpers that make results are out of line (`@inline(never)`): inlined, each result's temporaries
+    /// became part of `feed`'s async frame, which a task allocates whole when `feed` is called and holds while it
+    /// waits for room in flight (9.4 KB of it before, for a `send` as for a million-token job).
+    @inline(never) private static func recordInvalid(_ run: FanoutRun, jobID: String, reason: String) {
+        run.didSubmit(1)
+        run.record(NotificationResult(jobID: jobID, token: nil, outcome: .invalid, reason: reason))
     }
 
     /// Whether an earlier run already finished this recipient (and forgets a matched tail token).
@@ -406,10 +433,23 @@ public final class FanoutEngine: Sendable {
 
     /// Checks the job and encodes its payload (the one encoding every stream of the job shares), and
     /// builds its constant headers.
+    ///
+    /// Only a job addressed through the registry awaits anything here, and the encoding is a synchronous function of
+    /// its own: a task allocates an async function's whole frame (every local it holds across an await) when it is
+    /// called, and these frames were most of the 26 KB that each `send` waiting for room in flight held.
     private func prepare(_ job: FanoutJob, run: FanoutRun) async throws(FanoutError) -> PreparedJob {
         try checkNotShutDown()
-        try await checkRegistryApp(of: job)
-        let job = await withChannelBinding(job)
+        switch job.recipients {
+        case .tokens, .file, .channel:
+            return try encode(job, run: run)
+        case .activity, .pushToStart, .devices:
+            try await checkRegistryApp(of: job)
+            return try encode(await withChannelBinding(job), run: run)
+        }
+    }
+
+    /// `prepare`'s encoding: the payload once, its limits, and the job's constant headers.
+    private func encode(_ job: FanoutJob, run: FanoutRun) throws(FanoutError) -> PreparedJob {
         do {
             let payload = try payloadWithActivityID(job).encode()
             if case .channel(let app, let channel, let policy) = job.recipients {

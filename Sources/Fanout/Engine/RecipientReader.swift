@@ -25,6 +25,7 @@ struct RecipientReader {
         switch recipients {
         case .tokens(let tokens):
             inline = tokens.makeIterator()
+            knownCount = tokens.count
         case .file(let path):
             file = try TokenFileReader(path: path)
         case .activity(let app, let id):
@@ -35,8 +36,13 @@ struct RecipientReader {
             self.pager = pager(.devices(app: app, selection: selection))
         case .channel(_, let id, _):
             inline = [id].makeIterator()
+            knownCount = 1
         }
     }
+
+    /// How many tokens there are at most, when that is known before reading (inline tokens, a channel): a job's
+    /// batch is sized to it, so a one-token `send` does not reserve a full batch of 256 entries.
+    private(set) var knownCount: Int?
 
     /// The next token, or nil at the end (or after a failure: see `failure`).
     mutating func next() async -> RecipientToken? {
