@@ -16,8 +16,19 @@ final class AllocationTests: XCTestCase {
     static let tolerance = 0.1
 
     func testThroughput1cAllocationsPerNotificationStayAtThreshold() throws {
+        try checkAllocationsStayAtThreshold("throughput-1c")
+    }
+
+    /// `engine.send` of one notification, each call awaited before the next: what one call of a gateway's costs
+    /// (its job, run, prepared payload and headers, continuation, task frames, and a share of two loop turns).
+    func testSingleSendAllocationsPerCallStayAtThreshold() throws {
+        try checkAllocationsStayAtThreshold("single-send")
+    }
+
+    /// Runs `alloc-probe SCENARIO` of this build and compares its figure with the scenario's threshold file.
+    private func checkAllocationsStayAtThreshold(_ scenario: String) throws {
         let probe = try ProcessSupport.builtExecutable("alloc-probe")
-        let result = try ProcessSupport.run(probe, ["throughput-1c"], timeout: 120)
+        let result = try ProcessSupport.run(probe, [scenario], timeout: 120)
         XCTAssertEqual(result.exitCode, 0, result.summary)
         guard let line = result.stdoutLines.last,
             let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
@@ -26,16 +37,16 @@ final class AllocationTests: XCTestCase {
             return XCTFail("alloc-probe printed no figure: \(result.summary)")
         }
         // A debug build allocates more (unspecialized generics, iterators), so each build has its own figure.
-        let threshold = try Self.threshold(for: "throughput-1c", build: build)
+        let threshold = try Self.threshold(for: scenario, build: build)
         XCTAssertLessThanOrEqual(
             measured, threshold + Self.tolerance,
-            "throughput-1c (\(build)): \(measured) allocations per notification, over the threshold of \(threshold) in "
-                + "Tests/AllocationThresholds/throughput-1c.json; find the new allocation, or raise the threshold "
+            "\(scenario) (\(build)): \(measured) allocations per notification, over the threshold of \(threshold) in "
+                + "Tests/AllocationThresholds/\(scenario).json; find the new allocation, or raise the threshold "
                 + "there and say why in the commit (\(line))")
         if measured < threshold - Self.tolerance {
             print(
-                "throughput-1c (\(build)): \(measured) allocations per notification, under the threshold of \(threshold):"
-                    + " lower Tests/AllocationThresholds/throughput-1c.json to keep the gain")
+                "\(scenario) (\(build)): \(measured) allocations per notification, under the threshold of \(threshold):"
+                    + " lower Tests/AllocationThresholds/\(scenario).json to keep the gain")
         }
     }
 
