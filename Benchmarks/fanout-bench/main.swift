@@ -5,7 +5,7 @@ let usage = """
     fanout-bench: measures Fanout against mock-apns, beside h2load and aioapns against the same mock.
 
     usage: fanout-bench [--scenario NAME]... [--json FILE] [--report DIR] [--quick] [--runs N] [--rate R]
-                        [--duration S]
+                        [--duration S] [--send-rate R]
 
       --scenario NAME   run this scenario (repeatable; default: all, but peer-aioapns only when
                         named with --quick). Scenarios:
@@ -19,9 +19,10 @@ let usage = """
                                            rate, payload encodings (one per job), CPU per notification
                                            and its ratio to throughput-1c's (when that ran too)
                           single-send      engine.send of one notification each from a task of its own, 2,000/s
-                                           for 5 s (0.5 s with --quick): achieved rate, latency p50/p99 from each
-                                           send's intended time, CPU microseconds per notification and its
-                                           ratio to throughput-1c's in the same run (when that ran too)
+                                           (--send-rate) for 5 s (0.5 s with --quick): achieved rate, latency
+                                           p50/p99 from each send's intended time, CPU microseconds per
+                                           notification and its ratio to throughput-1c's in the same run
+                                           (when that ran too)
                           encode           in process: a 1 KiB Live Activity payload and its header block built
                                            once per job (reused by 10,000 notifications) versus once per token;
                                            ns per notification and the ratio
@@ -81,6 +82,8 @@ let usage = """
       --runs N          runs per measurement; the median is reported (default 5, 1 with --quick)
       --rate R          load: target notifications per second (default: 40% of the measured maximum)
       --duration S      load: seconds of load (default 10, 2 with --quick)
+      --send-rate R     single-send: engine.send calls per second (default 2,000; past what the engine
+                        takes, the calls queue up and the achieved rate and memory show what that costs)
 
     Each run of Fanout happens in a fresh child process, so CPU seconds and peak RSS are its own.
     """
@@ -102,6 +105,7 @@ struct Options {
     var runs: Int?
     var loadRate: Double?
     var loadDuration: Double?
+    var sendRate: Double?
 }
 
 func parse(_ arguments: [String]) throws(UsageError) -> Options? {
@@ -122,6 +126,7 @@ func parse(_ arguments: [String]) throws(UsageError) -> Options? {
         case "--runs": options.runs = try cursor.int(in: 1...50)
         case "--rate": options.loadRate = try cursor.double(in: 1...10_000_000)
         case "--duration": options.loadDuration = try cursor.double(in: 0.1...3600)
+        case "--send-rate": options.sendRate = try cursor.double(in: 1...1_000_000)
         default: throw UsageError("unknown option \(flag) (see fanout-bench --help)")
         }
     }

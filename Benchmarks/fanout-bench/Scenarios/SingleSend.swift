@@ -1,7 +1,7 @@
 import Foundation
 
 /// single-send: `engine.send` of one notification each, as a gateway calls it per request: 2,000 a
-/// second for 5 seconds (0.5 s with --quick), each from a task of its own, due on a fixed schedule
+/// second (`--send-rate`) for 5 seconds (0.5 s with --quick), each from a task of its own, due on a fixed schedule
 /// whatever the earlier sends are doing. 1 loop, 1 connection, 1000 streams and the 1 KiB payload of
 /// throughput-1c. Reports the achieved rate, each send's latency from its due time, and the child's
 /// CPU microseconds per notification beside throughput-1c's in this run (issue 15's goal: at most 2×).
@@ -13,7 +13,7 @@ import Foundation
 /// without it (Fanout's own share: `engine.send` from the task's start to its return, the loop thread,
 /// and the wake-ups between them).
 func runSingleSend(_ bench: BenchContext) throws {
-    let rate = 2_000.0
+    let rate = bench.options.sendRate ?? 2_000
     let duration = bench.quick ? 0.5 : 5
     var runs: [[String: Any]] = []
     for _ in 0..<bench.runs {
