@@ -154,6 +154,32 @@ final class EngineTests: XCTestCase {
         XCTAssertEqual(mock.stats.payloadsByToken.values.map(\.count), [2, 2, 2, 2])
     }
 
+    /// `summary()` keeps its first waiter inline and any others in a list: every one of them is resumed, once,
+    /// with the same summary, and a caller that asks after the job finished gets it at once.
+    func testEveryTaskAwaitingARunsSummaryGetsIt() async throws {
+        let mock = try MockHarness { $0.latencyMilliseconds = 50 }
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1)
+        let tokens = (0..<200).map { testDeviceToken($0) }
+        let run = try engine.submit(liveActivityJob(id: "watched", tokens: tokens))
+        let waiting = (0..<5).map { _ in Task { await run.summary() } }
+        var summaries: [JobSummary] = []
+        for (index, task) in waiting.enumerated() {
+            guard let summary = try await withDeadline(.seconds(30), { await task.value }) else {
+                return XCTFail("waiter \(index) was never resumed")
+            }
+            summaries.append(summary)
+        }
+        let late = await run.summary()
+        await engine.shutdown()
+        XCTAssertEqual(summaries.count, 5)
+        for summary in summaries + [late] {
+            XCTAssertEqual(summary.notifications, 200)
+            XCTAssertEqual(summary.counts.delivered, 200)
+            XCTAssertEqual(summary.seconds, summaries[0].seconds, "one summary, made once")
+        }
+    }
+
     func testShutdownDuringALargeJobAccountsForEveryNotification() async throws {
         let mock = try MockHarness { $0.latencyMilliseconds = 20 }
         defer { mock.stop() }

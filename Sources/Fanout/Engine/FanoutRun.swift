@@ -49,7 +49,11 @@ public final class FanoutRun: Sendable {
         var completed = 0
         var allSubmitted = false
         var summary: JobSummary?
-        var waiters: [CheckedContinuation<JobSummary, Never>] = []
+        /// Who awaits `summary()`: nearly always one caller (`run`, `send`), kept inline so that a job allocates no
+        /// array for it. Each is resumed exactly once, under this lock's rules (taken out when the summary is set,
+        /// never added after), so the unchecked continuation's canary allocation is not needed.
+        var firstWaiter: UnsafeContinuation<JobSummary, Never>?
+        var otherWaiters: [UnsafeContinuation<JobSummary, Never>] = []
         var payloadEncodings = 0
         var demoted = 0
         var broadcasts = 0
@@ -115,10 +119,14 @@ public final class FanoutRun: Sendable {
 
     /// Waits for the job to finish and returns its counts.
     public func summary() async -> JobSummary {
-        await withCheckedContinuation { continuation in
+        await withUnsafeContinuation { continuation in
             let ready = state.withLock { state -> JobSummary? in
                 if let summary = state.summary { return summary }
-                state.waiters.append(continuation)
+                if state.firstWaiter == nil {
+                    state.firstWaiter = continuation
+                } else {
+                    state.otherWaiters.append(continuation)
+                }
                 return nil
             }
             if let ready { continuation.resume(returning: ready) }
@@ -169,21 +177,27 @@ public final class FanoutRun: Sendable {
     }
 
     private func finishIfDone(_ update: (inout State) -> Void) {
-        let (summary, waiters) = state.withLock { state -> (JobSummary?, [CheckedContinuation<JobSummary, Never>]) in
+        typealias Waiter = UnsafeContinuation<JobSummary, Never>
+        let (summary, first, others) = state.withLock { state -> (JobSummary?, Waiter?, [Waiter]) in
             update(&state)
-            guard state.summary == nil, state.allSubmitted, state.completed == state.submitted else { return (nil, []) }
+            guard state.summary == nil, state.allSubmitted, state.completed == state.submitted else {
+                return (nil, nil, [])
+            }
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
             let summary = JobSummary(
                 jobID: jobID, notifications: state.completed, counts: state.counts,
                 payloadEncodings: state.payloadEncodings, demoted: state.demoted, seconds: seconds,
                 broadcasts: state.broadcasts)
             state.summary = summary
-            let waiters = state.waiters
-            state.waiters = []
-            return (summary, waiters)
+            defer {
+                state.firstWaiter = nil
+                state.otherWaiters = []
+            }
+            return (summary, state.firstWaiter, state.otherWaiters)
         }
         guard let summary else { return }
         continuation?.finish()
-        for waiter in waiters { waiter.resume(returning: summary) }
+        first?.resume(returning: summary)
+        for waiter in others { waiter.resume(returning: summary) }
     }
 }
