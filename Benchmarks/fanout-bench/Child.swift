@@ -33,6 +33,8 @@ struct ChildOptions {
     var duration = 0.0
     /// Exit 0 even when some notifications did not end `delivered` (the faults scenario).
     var allowFailures = false
+    /// single-send: start each send's task with the engine's `sendExecutor()` as its preference (on a loop thread).
+    var onLoop = false
     /// The registry file (the registry modes).
     var registry: String?
     /// The activity whose tokens are read or sent to (the registry modes).
@@ -47,6 +49,7 @@ struct ChildOptions {
         ]
         if let tokensFile { arguments += ["--tokens-file", tokensFile] }
         if allowFailures { arguments.append("--allow-failures") }
+        if onLoop { arguments.append("--on-loop") }
         if let registry { arguments += ["--registry", registry] }
         if let activity { arguments += ["--activity", activity] }
         return arguments
@@ -73,6 +76,7 @@ struct ChildOptions {
             case "--rate": options.rate = try cursor.double(in: 0...1e9)
             case "--duration": options.duration = try cursor.double(in: 0...1e6)
             case "--allow-failures": options.allowFailures = true
+            case "--on-loop": options.onLoop = true
             case "--registry": options.registry = try cursor.string()
             case "--activity": options.activity = try cursor.string()
             default: throw UsageError("--child: unknown option \(flag)")
@@ -466,7 +470,7 @@ func childSingleSend(_ options: ChildOptions) async throws -> ([String: Any], Bo
                     maxLag = max(maxLag, now - due(index))
                     let notification = PushNotification(
                         deviceToken: pool[index & 0xFFFF], headers: benchHeaders, payload: payload)
-                    Task {
+                    Task(executorPreference: options.onLoop ? engine.sendExecutor() : nil) {
                         let result = try? await engine.send(notification)
                         log.finished(index)
                         tally.finished(delivered: result?.outcome == .delivered)

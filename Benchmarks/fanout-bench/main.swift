@@ -22,7 +22,8 @@ let usage = """
                                            (--send-rate) for 5 s (0.5 s with --quick): achieved rate, latency
                                            p50/p99 from each send's intended time, CPU microseconds per
                                            notification and its ratio to throughput-1c's in the same run
-                                           (when that ran too)
+                                           (when that ran too); each run alternated with one whose tasks
+                                           prefer engine.sendExecutor() (on the loop thread)
                           encode           in process: a 1 KiB Live Activity payload and its header block built
                                            once per job (reused by 10,000 notifications) versus once per token;
                                            ns per notification and the ratio

@@ -12,16 +12,20 @@ import Foundation
 /// calls, so the scheduler thread's share is reported apart, and the ratio is given both with it and
 /// without it (Fanout's own share: `engine.send` from the task's start to its return, the loop thread,
 /// and the wake-ups between them).
+///
+/// Each run is alternated with one whose tasks start with `engine.sendExecutor()` as their preference, so they run on
+/// the loop thread and their sends cross no thread; both are reported.
 func runSingleSend(_ bench: BenchContext) throws {
     let rate = bench.options.sendRate ?? 2_000
     let duration = bench.quick ? 0.5 : 5
     var runs: [[String: Any]] = []
+    var onLoopRuns: [[String: Any]] = []
     for _ in 0..<bench.runs {
-        runs.append(
-            try bench.measureChild(
-                ChildOptions(
-                    mode: "single-send", loops: 1, connections: 1, streams: 1000, rate: rate, duration: duration),
-                timeout: duration + 600))
+        var options = ChildOptions(
+            mode: "single-send", loops: 1, connections: 1, streams: 1000, rate: rate, duration: duration)
+        runs.append(try bench.measureChild(options, timeout: duration + 600))
+        options.onLoop = true
+        onLoopRuns.append(try bench.measureChild(options, timeout: duration + 600))
     }
     // The floor for a request sent alone: h2load, one request at a time on one connection at the same rate.
     var h2loadRuns: [Double] = []
@@ -66,6 +70,21 @@ func runSingleSend(_ bench: BenchContext) throws {
             rate, duration, achieved.median, achieved.min, achieved.max, percentiles[0].median,
             percentiles[2].median, percentiles[3].median, percentiles[4].median, cpuPer.median, cpuPer.min,
             cpuPer.max, schedulerPer.median, ratioText) + h2loadText)
+    let onLoopPer = spread(onLoopRuns, "cpu_us_per_notification")
+    let onLoopEnginePer = spread(onLoopRuns, "engine_cpu_us_per_notification")
+    let onLoopPercentiles = names.map { spread(onLoopRuns, "latency_ms_" + $0) }
+    let onLoopRatio = bench.throughput1cCPUPerNotification.map { onLoopEnginePer.median / $0 }
+    print(
+        String(
+            format:
+                "single-send on the loop (tasks with engine.sendExecutor() as their preference): achieved %.0f/s, "
+                + "latency (ms) p50 %.2f, p99 %.2f, p99.9 %.2f; %.1f CPU us/notification [%.1f-%.1f], without the "
+                + "scheduler thread %.1f us [%.1f-%.1f]%@%@",
+            spread(onLoopRuns, "rate").median, onLoopPercentiles[0].median, onLoopPercentiles[2].median,
+            onLoopPercentiles[3].median, onLoopPer.median, onLoopPer.min, onLoopPer.max, onLoopEnginePer.median,
+            onLoopEnginePer.min, onLoopEnginePer.max,
+            onLoopRatio.map { String(format: ", %.1fx throughput-1c's", $0) } ?? "",
+            h2loadPer.map { String(format: ", %.1fx h2load's lone request", onLoopPer.median / $0.median) } ?? ""))
     var entry: [String: Any] = [
         "scenario": "single-send", "target_rate": rate, "duration": duration, "notifications": notifications,
         "delivered": Int(spread(runs, "delivered").median), "rate": achieved.median, "rate_min": achieved.min,
@@ -81,7 +100,17 @@ func runSingleSend(_ bench: BenchContext) throws {
             format: "ms p50 %.2f p99 %.2f; %.1f CPU us/notification, %@", percentiles[0].median,
             percentiles[2].median, cpuPer.median, ratio.map { String(format: "%.1fx throughput-1c", $0) } ?? "no ratio"),
     ]
+    entry["on_loop_cpu_us_per_notification"] = onLoopPer.median
+    entry["on_loop_cpu_us_per_notification_min"] = onLoopPer.min
+    entry["on_loop_cpu_us_per_notification_max"] = onLoopPer.max
+    entry["on_loop_engine_cpu_us_per_notification"] = onLoopEnginePer.median
+    entry["on_loop_rate"] = spread(onLoopRuns, "rate").median
+    entry["on_loop_latency_ms_p50"] = onLoopPercentiles[0].median
+    entry["on_loop_latency_ms_p99"] = onLoopPercentiles[2].median
+    entry["on_loop_latency_ms_p999"] = onLoopPercentiles[3].median
+    if let onLoopRatio { entry["on_loop_engine_cpu_ratio_vs_throughput_1c"] = onLoopRatio }
     if let h2loadPer {
+        entry["on_loop_cpu_ratio_vs_h2load_isolated"] = onLoopPer.median / h2loadPer.median
         entry["h2load_isolated_cpu_us_per_request"] = h2loadPer.median
         entry["h2load_isolated_cpu_us_per_request_min"] = h2loadPer.min
         entry["h2load_isolated_cpu_us_per_request_max"] = h2loadPer.max
