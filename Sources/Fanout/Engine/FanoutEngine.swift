@@ -291,9 +291,8 @@ public final class FanoutEngine: Sendable {
             seed: idSeedBase &+ idSeedCount.add(1, ordering: .relaxed).newValue &* 0xD1B5_4A32_D192_ED03)
         var position = -1
         var resume = job.alreadyDone
-        @inline(never) func result(
-            _ token: RecipientToken, _ position: Int, _ outcome: NotificationOutcome, _ reason: String
-        )
+        // Called only from the out-of-line helpers below, so it is inlined into them, not into `feed`'s frame.
+        func result(_ token: RecipientToken, _ position: Int, _ outcome: NotificationOutcome, _ reason: String)
             -> NotificationResult
         {
             var result = NotificationResult(jobID: job.id, token: nil, outcome: outcome, reason: reason)
