@@ -323,8 +323,7 @@ public final class FanoutEngine: Sendable {
         /// only sends; records of finished notifications are filled again, new ones are made only past those.
         @inline(never) func handOver(sending target: PreparedJob) -> Bool {
             // A task running on one of the loops (`sendExecutor`) hands its notifications to that loop.
-            let engineLoop =
-                loops.first { $0.loop.inLoop } ?? loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
+            let engineLoop = loopOfThisThread() ?? loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
             var notifications: [PendingNotification] = []
             notifications.reserveCapacity(batch.count)
             engineLoop.takeSpares(upTo: batch.count, into: &notifications)
@@ -427,6 +426,17 @@ public final class FanoutEngine: Sendable {
         }
         if stop == nil && byActivity { await recordActivityEnded(job) }
         run.didFinishSubmitting()
+    }
+
+    /// The engine loop whose thread this is, if any (a task on `sendExecutor()`). An index loop: `first(where:)` and
+    /// `for … in` each allocated once per call in a debug build (unspecialized), which the allocation test counts.
+    private func loopOfThisThread() -> EngineLoop? {
+        var index = 0
+        while index < loops.count {
+            if loops[index].loop.inLoop { return loops[index] }
+            index += 1
+        }
+        return nil
     }
 
     /// One `invalid` result without a token: a job that failed validation, or the unread rest of a job whose
