@@ -257,7 +257,7 @@ public final class FanoutEngine: Sendable {
         var demoted: PreparedJob?
         let isShuttingDown = { self.state.withLock { $0.shuttingDown } }
         var stop: FeedStop? = rules.stale ? .superseded : nil
-        @inline(never) func checkStop() {
+        func checkStop() {
             guard stop == nil else { return }
             if run.isSuperseded {
                 stop = .superseded
@@ -267,7 +267,7 @@ public final class FanoutEngine: Sendable {
                 stop = .shutdown
             }
         }
-        @inline(never) func stopped(by admission: Admission) -> FeedStop? {
+        func stopped(by admission: Admission) -> FeedStop? {
             switch admission {
             case .notSent: return .shutdown
             case .cancelled: return .cancelled
@@ -475,8 +475,8 @@ public final class FanoutEngine: Sendable {
         switch job.recipients {
         case .tokens, .file, .channel:
             return try encode(job, run: run)
-        case .activity, .pushToStart, .devices:
-            try await checkRegistryApp(of: job)
+        case .activity(let app, _), .pushToStart(let app, _, _, _), .devices(let app, _):
+            try await checkRegistry(knows: app, jobID: job.id)
             return try encode(await withChannelBinding(job), run: run)
         }
     }
@@ -589,26 +589,22 @@ public final class FanoutEngine: Sendable {
         }
     }
 
-    /// A job addressed through the registry must name an app the registry knows.
-    private func checkRegistryApp(of job: FanoutJob) async throws(FanoutError) {
-        let app: String
-        switch job.recipients {
-        case .tokens, .file, .channel: return
-        case .activity(let name, _), .pushToStart(let name, _, _, _), .devices(let name, _): app = name
-        }
+    /// A job addressed through the registry (by activity, push-to-start or device) must name an app the registry
+    /// knows.
+    private func checkRegistry(knows app: String, jobID: String) async throws(FanoutError) {
         guard let registry = configuration.registry else {
             throw FanoutError(
                 .invalidNotification,
-                "job \(job.id): recipients: addressing by activity, push-to-start or device needs a registry")
+                "job \(jobID): recipients: addressing by activity, push-to-start or device needs a registry")
         }
         let known: [RegistryApp]
         do {
             known = try await registry.apps()
         } catch {
-            throw FanoutError(.connection, "job \(job.id): registry: \(error.description)")
+            throw FanoutError(.connection, "job \(jobID): registry: \(error.description)")
         }
         guard known.contains(where: { $0.bundleID == app }) else {
-            throw FanoutError(.invalidNotification, "job \(job.id): app: \"\(app)\" is not in the registry")
+            throw FanoutError(.invalidNotification, "job \(jobID): app: \"\(app)\" is not in the registry")
         }
     }
 

@@ -11,6 +11,9 @@ struct RecipientReader {
     private var pager: RegistryPager?
     /// Why reading stopped before the end, when it did: `next()` then returns nil as at the end.
     private(set) var failure: FanoutError?
+    /// How many tokens there are at most, when that is known before reading (inline tokens, a channel): a job's
+    /// batch is sized to it, so a one-token `send` does not reserve a full batch of 256 entries.
+    private(set) var knownCount: Int?
 
     /// - Parameter now: the registry's moment for the whole job (Unix ms), so pages agree on expiry.
     /// - Throws: a tokens file that cannot be opened. (A registry job without a registry was refused when the job
@@ -39,10 +42,6 @@ struct RecipientReader {
             knownCount = 1
         }
     }
-
-    /// How many tokens there are at most, when that is known before reading (inline tokens, a channel): a job's
-    /// batch is sized to it, so a one-token `send` does not reserve a full batch of 256 entries.
-    private(set) var knownCount: Int?
 
     /// The next token, or nil at the end (or after a failure: see `failure`).
     mutating func next() async -> RecipientToken? {
