@@ -144,11 +144,14 @@ final class MockChild {
 func writeTokensFile(_ path: String, count: Int) throws {
     var text = ""
     text.reserveCapacity(count * 65)
-    for index in 0..<count {
-        let hex = String(index, radix: 16)
-        text += "a" + String(repeating: "0", count: 63 - hex.count) + hex + "\n"
-    }
+    for index in 0..<count { text += probeToken(index, first: "a") + "\n" }
     try text.write(toFile: path, atomically: true, encoding: .utf8)
+}
+
+/// Token `index` of a series: `first`, then the index in hex, zero-padded to 64 digits.
+func probeToken(_ index: Int, first: Character) -> String {
+    let hex = String(index, radix: 16)
+    return String(first) + String(repeating: "0", count: 63 - hex.count) + hex
 }
 
 /// A Live Activity update payload of exactly `size` bytes, as throughput-1c sends.
@@ -192,10 +195,7 @@ func probe(_ options: ProbeOptions) async throws -> String {
     let headers = NotificationHeaders(
         pushType: .liveactivity, topic: "com.example.bench.push-type.liveactivity", priority: 10)
     let payload = liveActivityPayload(size: 1024)
-    let tokens = (0..<options.largeCount).map { index in
-        let hex = String(index, radix: 16)
-        return "b" + String(repeating: "0", count: 63 - hex.count) + hex
-    }
+    let tokens = (0..<options.largeCount).map { probeToken($0, first: "b") }
     /// Sends `count` notifications: one job of a tokens file of that many, or `count` calls of `engine.send`.
     func send(_ count: Int) async throws {
         var delivered = 0
