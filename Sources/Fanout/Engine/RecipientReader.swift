@@ -21,7 +21,7 @@ struct RecipientReader {
     init(_ recipients: Recipients, registry: (any RegistryStore)?, now: Int64) throws(FanoutError) {
         func pager(_ query: RegistryPager.Query) -> RegistryPager {
             guard let registry else {
-                preconditionFailure("FanoutEngine.checkRegistryApp refuses registry jobs without a registry")
+                preconditionFailure("FanoutEngine.checkRegistry(knows:) refuses registry jobs without a registry")
             }
             return RegistryPager(store: registry, query: query, now: now)
         }
