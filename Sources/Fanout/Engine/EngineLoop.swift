@@ -421,7 +421,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             if isStopping || loop.isStopping || resultsClosed {
                 // A turn-end action registered now might never run.
                 var batch = [finished]
-                deliverFinished(&batch, scratch: &deliveredOnLoop)
+                deliverFinished(&batch, scratch: deliveredOnLoop)
                 return
             }
             finishedOnLoopThisTurn.append(consume finished)
@@ -609,25 +609,25 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     /// Set once the results thread has ended (or the loop was stopping before there was one): from then on `finish`
     /// delivers on the loop thread, since nobody else will.
     private var resultsClosed = false
-    /// `deliverFinished`'s array, kept for its capacity. Touched only by whoever delivers: the results thread, or
+    /// `deliverFinished`'s scratch, kept for its capacity. Touched only by whoever delivers: the results thread, or
     /// the loop thread once that thread has ended.
-    private var delivered: [(run: FanoutRun, result: NotificationResult)] = []
+    private let delivered = DeliveryScratch()
     /// Notifications of `deliversOnLoop` runs finished this turn, delivered on the loop at the end of the turn.
     private var finishedOnLoopThisTurn: [FinishedNotification] = []
-    /// `deliverFinished`'s array when the loop delivers `deliversOnLoop` runs' results (the results thread may be
+    /// `deliverFinished`'s scratch when the loop delivers `deliversOnLoop` runs' results (the results thread may be
     /// delivering other runs' with `delivered` at the same time). Loop thread only.
-    private var deliveredOnLoop: [(run: FanoutRun, result: NotificationResult)] = []
+    private let deliveredOnLoop = DeliveryScratch()
 
     /// Starts the results thread, on the first result; once the loop is stopping, delivers the turn's results here.
     private func startResults() {
         if resultsClosed || isStopping || loop.isStopping {
             // The loop is stopping: a stop action registered now might never run, so deliver here.
             resultsClosed = true
-            deliverFinished(&finishedThisTurn, scratch: &delivered)
+            deliverFinished(&finishedThisTurn, scratch: delivered)
             return
         }
         results = ResultsThread(name: loop.name.replacingOccurrences(of: "-loop", with: "-writer")) {
-            [self] batch in deliverFinished(&batch, scratch: &delivered)
+            [self] batch in deliverFinished(&batch, scratch: delivered)
         }
         // When the loop stops (shutdown, or the engine dropped), every result is delivered before its thread ends:
         // `shutdown()` returns only then, and finishes `invalidTokens` after what the results reported.
@@ -639,7 +639,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     /// delivered here.
     private func handOverFinished() {
         if !finishedThisTurn.isEmpty { results?.handOver(&finishedThisTurn) }
-        deliverFinished(&finishedOnLoopThisTurn, scratch: &deliveredOnLoop)
+        deliverFinished(&finishedOnLoopThisTurn, scratch: deliveredOnLoop)
     }
 
     /// Loop thread, when the loop stops: hands over the last results, waits for the results thread to deliver
@@ -649,58 +649,39 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         results?.close()
         results = nil
         resultsClosed = true
-        deliverFinished(&finishedThisTurn, scratch: &delivered)
-        deliverFinished(&finishedOnLoopThisTurn, scratch: &deliveredOnLoop)
+        deliverFinished(&finishedThisTurn, scratch: delivered)
+        deliverFinished(&finishedOnLoopThisTurn, scratch: deliveredOnLoop)
     }
 
     /// The results thread's work for one batch (and the loop's, for `deliversOnLoop` runs): makes each
     /// notification's result, reports it (metrics, invalidated tokens), gives the records back to the feeding side,
     /// returns the permits, then delivers and counts the results run by run (one lock per run and batch). `scratch`
-    /// is the caller's own array, kept for its capacity.
-    private func deliverFinished(
-        _ batch: inout [FinishedNotification], scratch: inout [(run: FanoutRun, result: NotificationResult)]
-    ) {
+    /// is the caller's own, kept for its capacity.
+    private func deliverFinished(_ batch: inout [FinishedNotification], scratch: DeliveryScratch) {
         guard !batch.isEmpty else { return }
-        var made: [(run: FanoutRun, result: NotificationResult)] = []
-        swap(&made, &scratch)
-        defer {
-            made.removeAll(keepingCapacity: true)
-            swap(&made, &scratch)
-        }
+        // A delivery that starts another on this thread (a result's handler finishing a notification while the loop
+        // stops) takes a scratch of its own.
+        let made = scratch.inUse ? DeliveryScratch() : scratch
+        made.inUse = true
+        defer { made.inUse = false }
         let metrics = configuration.metrics
-        // By index: a debug build's array iterator allocates on every step (see `pump`).
-        for index in batch.indices {
-            let finished = batch[index]
-            let pending = finished.pending
-            let isBroadcast = pending.job.isBroadcast
-            var result = NotificationResult(
-                jobID: pending.job.id, token: nil, outcome: finished.outcome,
-                status: finished.status, reason: finished.reason, attempts: pending.attempts,
-                latencyMilliseconds: finished.latencyMilliseconds, timestamp: finished.timestamp)
-            result.apnsIDValue = finished.apnsID ?? (isBroadcast ? nil : pending.apnsID)
-            result.apnsUniqueIDValue = finished.apnsUniqueID
-            result.tokenValue = isBroadcast ? nil : pending.token
-            result.position = pending.position
-            if isBroadcast { result.channel = pending.token.string }
-            if let metrics {
-                metrics.record(finished.outcome, reason: result.reason)
-                if result.status != nil { metrics.apnsRoundTrip.observe(finished.latencyMilliseconds / 1000) }
+        // Through buffer pointers, and with the runs apart from the results: an element read through an array's
+        // subscript, or a field of a (run, result) tuple's, was copied whole (each String and enum of a result, a
+        // reference-counting call each: about twenty per notification, counted with scripts/count-arc.sh), and a
+        // buffer pointer's subscript lends it in place.
+        batch.withUnsafeBufferPointer { batch in
+            for index in batch.indices {
+                made.append(makeResult(batch[index], metrics: metrics), of: batch[index].pending.job.run)
+                // Nothing else refers to the record: it left the waiting queue, the delayed list and the on-the-wire
+                // table before it was finished, and its stream's completion has run.
+                batch[index].pending.clear()
             }
-            if finished.outcome == .unregistered && !isBroadcast {
-                let invalidated = InvalidatedToken(
-                    token: pending.token.string, reason: result.reason ?? "Unregistered", timestamp: result.timestamp,
-                    jobID: pending.job.id)
-                shared.invalidTokens.yield(invalidated)
-                shared.pruner?.add(invalidated)
+            // The records go back before the permits, so that the feeding task the permits wake finds them spare.
+            spares.withLock { spares in
+                for index in 0..<min(batch.count, max(0, maxSpares - spares.count)) {
+                    spares.append(batch[index].pending)
+                }
             }
-            made.append((pending.job.run, result))
-            // Nothing else refers to the record: it left the waiting queue, the delayed list and the on-the-wire
-            // table before it was finished, and its stream's completion has run.
-            pending.clear()
-        }
-        // The records go back before the permits, so that the feeding task the permits wake finds them spare.
-        spares.withLock { spares in
-            for index in 0..<min(batch.count, max(0, maxSpares - spares.count)) { spares.append(batch[index].pending) }
         }
         batch.removeAll(keepingCapacity: true)
         // The permits come back before the results are delivered, so whoever a result wakes (the job's summary, a
@@ -708,20 +689,42 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         // feeding side waits, and no more than the in-flight limit is ever queued here.
         shared.limiter.release(made.count)
         metrics?.inFlight.set(shared.limiter.inFlight)
-        var start = 0
-        while start < made.count {
-            let run = made[start].run
-            var counts = OutcomeCounts()
-            var broadcasts = 0
-            var end = start
-            while end < made.count && made[end].run === run {
-                run.deliver(made[end].result)
-                counts.add(made[end].result)
-                if made[end].result.channel != nil { broadcasts += 1 }
-                end += 1
-            }
-            run.countDelivered(counts, results: end - start, broadcasts: broadcasts)
-            start = end
+        var counts = OutcomeCounts()
+        var broadcasts = 0
+        made.drain { run, result in
+            run.deliver(result)
+            counts.add(result.outcome, retries: max(0, result.attempts - 1))
+            if result.channel != nil { broadcasts += 1 }
+        } endOfRun: { run, results in
+            run.countDelivered(counts, results: results, broadcasts: broadcasts)
+            counts = OutcomeCounts()
+            broadcasts = 0
         }
+    }
+
+    /// One finished notification's result, made in one expression (a result made and then filled in was copied
+    /// out), and what it reports (metrics, an invalidated token) on the way.
+    private func makeResult(_ finished: borrowing FinishedNotification, metrics: FanoutMetrics?) -> NotificationResult {
+        let pending = finished.pending
+        let job = pending.job
+        let isBroadcast = job.isBroadcast
+        if let metrics {
+            metrics.record(finished.outcome, reason: finished.reason)
+            if finished.status != nil { metrics.apnsRoundTrip.observe(finished.latencyMilliseconds / 1000) }
+        }
+        if finished.outcome == .unregistered && !isBroadcast {
+            let invalidated = InvalidatedToken(
+                token: pending.token.string, reason: finished.reason ?? "Unregistered", timestamp: finished.timestamp,
+                jobID: job.id)
+            shared.invalidTokens.yield(invalidated)
+            shared.pruner?.add(invalidated)
+        }
+        return NotificationResult(
+            jobID: job.id, tokenValue: isBroadcast ? nil : pending.token, outcome: finished.outcome,
+            status: finished.status, reason: finished.reason,
+            apnsIDValue: finished.apnsID ?? (isBroadcast ? nil : pending.apnsID),
+            apnsUniqueIDValue: finished.apnsUniqueID, attempts: pending.attempts,
+            latencyMilliseconds: finished.latencyMilliseconds, timestamp: finished.timestamp,
+            position: pending.position, channel: isBroadcast ? pending.token.string : nil)
     }
 }

@@ -1,39 +1,54 @@
 /// How one notification ended: exactly one per (job, token).
 public struct NotificationOutcome: Hashable, Sendable, CustomStringConvertible {
-    public let name: String
+    /// Which outcome, as a small number: comparing, hashing and copying an outcome (several times per
+    /// notification, in the engine's counts and results) then touches no String.
+    private let code: UInt8
+
+    /// The outcome's name in results (`"delivered"`, `"rate_limited"`, ...).
+    public var name: String {
+        switch code {
+        case 0: "delivered"
+        case 1: "rejected"
+        case 2: "unregistered"
+        case 3: "failed"
+        case 4: "expired"
+        case 5: "rate_limited"
+        case 6: "invalid"
+        case 7: "cancelled"
+        default: "superseded"
+        }
+    }
     public var description: String { name }
 
     /// APNs accepted it (200).
-    public static let delivered = NotificationOutcome(name: "delivered")
+    public static var delivered: NotificationOutcome { NotificationOutcome(code: 0) }
     /// APNs refused it for good (a request or configuration error); do not resend unchanged.
-    public static let rejected = NotificationOutcome(name: "rejected")
+    public static var rejected: NotificationOutcome { NotificationOutcome(code: 1) }
     /// The token should be dropped: 410, BadDeviceToken or DeviceTokenNotForTopic.
-    public static let unregistered = NotificationOutcome(name: "unregistered")
+    public static var unregistered: NotificationOutcome { NotificationOutcome(code: 2) }
     /// Transient errors until the retry budget ran out, or never sent (shutdown).
-    public static let failed = NotificationOutcome(name: "failed")
+    public static var failed: NotificationOutcome { NotificationOutcome(code: 3) }
     /// Its `apns-expiration` passed before delivery.
-    public static let expired = NotificationOutcome(name: "expired")
+    public static var expired: NotificationOutcome { NotificationOutcome(code: 4) }
     /// Refused by the workspace's rate budget.
-    public static let rateLimited = NotificationOutcome(name: "rate_limited")
+    public static var rateLimited: NotificationOutcome { NotificationOutcome(code: 5) }
     /// The job failed validation (one per job, no token).
-    public static let invalid = NotificationOutcome(name: "invalid")
+    public static var invalid: NotificationOutcome { NotificationOutcome(code: 6) }
     /// The caller cancelled before an answer came: not sent, or its stream was reset (CANCEL). A
     /// notification whose stream was open may still have reached the device.
-    public static let cancelled = NotificationOutcome(name: "cancelled")
+    public static var cancelled: NotificationOutcome { NotificationOutcome(code: 7) }
     /// A newer update (greater `timestamp`) for the same activity replaced it before it was sent.
-    public static let superseded = NotificationOutcome(name: "superseded")
+    public static var superseded: NotificationOutcome { NotificationOutcome(code: 8) }
 
-    public static let all: [NotificationOutcome] = [
-        delivered, rejected, unregistered, failed, expired, rateLimited, invalid, cancelled, superseded,
-    ]
+    public static let all: [NotificationOutcome] = (0...8).map { NotificationOutcome(code: $0) }
 
     /// The outcome a results line names (`"rate_limited"`, ...); an unknown name reads as `invalid`.
     public init(named name: String) {
         self = NotificationOutcome.all.first { $0.name == name } ?? .invalid
     }
 
-    private init(name: String) {
-        self.name = name
+    private init(code: UInt8) {
+        self.code = code
     }
 }
 
@@ -94,6 +109,28 @@ public struct NotificationResult: Sendable {
         self.latencyMilliseconds = latencyMilliseconds
         self.timestamp = timestamp
         self.retryAfterSeconds = retryAfterSeconds
+    }
+}
+
+extension NotificationResult {
+    /// Every field as the engine has it, in one expression.
+    package init(
+        jobID: String, tokenValue: RecipientToken?, outcome: NotificationOutcome, status: Int?, reason: String?,
+        apnsIDValue: APNsIdentifier?, apnsUniqueIDValue: APNsIdentifier?, attempts: Int, latencyMilliseconds: Double,
+        timestamp: Int64?, position: Int, channel: String?
+    ) {
+        self.jobID = jobID
+        self.tokenValue = tokenValue
+        self.outcome = outcome
+        self.status = status
+        self.reason = reason
+        self.apnsIDValue = apnsIDValue
+        self.apnsUniqueIDValue = apnsUniqueIDValue
+        self.attempts = attempts
+        self.latencyMilliseconds = latencyMilliseconds
+        self.timestamp = timestamp
+        self.position = position
+        self.channel = channel
     }
 }
 

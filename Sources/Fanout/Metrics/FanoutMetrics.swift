@@ -18,7 +18,7 @@ public final class FanoutMetrics: Sendable {
     public let rateLimited: MetricFamily<MetricCounter>
     public let apnsRoundTrip: MetricHistogram
     /// `fanout_notifications_total{outcome=..., reason=""}` for each outcome, looked up without a lock.
-    private let withoutReason: [String: MetricCounter]
+    private let withoutReason: [NotificationOutcome: MetricCounter]
 
     /// The round-trip histogram's bounds, in seconds: 1 ms to 10 s.
     public static let roundTripBuckets: [Double] = [
@@ -41,16 +41,16 @@ public final class FanoutMetrics: Sendable {
             "fanout_apns_round_trip_seconds", help: "Time from sending a request to APNs's answer.",
             buckets: Self.roundTripBuckets)
         // Every outcome is scraped (at zero) from the start, so that rates over it are defined.
-        var withoutReason: [String: MetricCounter] = [:]
+        var withoutReason: [NotificationOutcome: MetricCounter] = [:]
         for outcome in NotificationOutcome.all {
-            withoutReason[outcome.name] = notifications.labels(outcome.name, "")
+            withoutReason[outcome] = notifications.labels(outcome.name, "")
         }
         self.withoutReason = withoutReason
     }
 
     /// Counts one notification that ended with `outcome`, and APNs's (or Fanout's) reason if any.
     public func record(_ outcome: NotificationOutcome, reason: String? = nil) {
-        if reason == nil || reason == "", let counter = withoutReason[outcome.name] {
+        if reason == nil || reason == "", let counter = withoutReason[outcome] {
             counter.increment()
         } else {
             notifications.labels(outcome.name, reason ?? "").increment()
