@@ -31,10 +31,22 @@ package struct HTTP2Response: Sendable {
     /// The answer's `apns-id` and `apns-unique-id`, kept without a String (see `APNsIdentifier`).
     package var apnsIDValue: APNsIdentifier?
     package var apnsUniqueIDValue: APNsIdentifier?
-    /// `apns-channel-id` and `apns-request-id` (broadcast channel management).
-    package var channelID: String?
-    package var requestID: String?
-    package var body: [UInt8]
+    /// What most answers lack (a 200 to a push has none of it): held apart, so that such an answer holds one
+    /// reference, nil, and passing it on costs one reference-counting call, not one per field
+    /// (scripts/count-arc.sh).
+    private var rest: Rest?
+
+    private final class Rest: Sendable {
+        let channelID: String?
+        let requestID: String?
+        let body: [UInt8]
+
+        init(channelID: String?, requestID: String?, body: [UInt8]) {
+            self.channelID = channelID
+            self.requestID = requestID
+            self.body = body
+        }
+    }
 
     /// One expression for every field (a client stream builds its answer so, with no local copied out).
     package init(
@@ -44,11 +56,15 @@ package struct HTTP2Response: Sendable {
         self.status = status
         apnsIDValue = apnsID
         apnsUniqueIDValue = apnsUniqueID
-        self.channelID = channelID
-        self.requestID = requestID
-        self.body = body
+        rest =
+            channelID == nil && requestID == nil && body.isEmpty
+            ? nil : Rest(channelID: channelID, requestID: requestID, body: body)
     }
 
+    /// `apns-channel-id` and `apns-request-id` (broadcast channel management).
+    package var channelID: String? { rest?.channelID }
+    package var requestID: String? { rest?.requestID }
+    package var body: [UInt8] { rest?.body ?? [] }
     package var apnsID: String? { apnsIDValue?.string }
     package var apnsUniqueID: String? { apnsUniqueIDValue?.string }
 }
