@@ -135,6 +135,74 @@ final class HTTP2TransportTests: XCTestCase {
     }
 }
 
+extension HTTP2TransportTests {
+    /// nghttp2 reads a header block's bytes when it sends the HEADERS frame, not when the request is submitted
+    /// (`HeaderBlock` asks it not to copy them): each request here has a block of its own that nothing else holds, with
+    /// a name in mixed case and a value that names the request, and most wait for one of 50 streams. Every request
+    /// must arrive with its own value under the lowercase name.
+    func testEachRequestArrivesWithItsOwnHeaderBlockWhenNothingElseHoldsIt() throws {
+        let material = try makeTLSMaterial()
+        let handler = HeaderCheckingHandler()
+        let server = try HTTP2Server(
+            host: "127.0.0.1", port: 0, threads: 1,
+            tls: TLSServerContext(
+                TLSServerConfiguration(certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath)
+            ),
+            initialMaxStreams: 50, makeHandler: { _ in handler })
+        defer { server.shutdown() }
+        let tls = try TLSClientContext(TLSClientConfiguration(caFile: material.caPEMPath))
+        let loop = LoopThread(name: "client")
+        defer { loop.shutdown() }
+        let total = 2_000
+        let collector = ResultCollector(expected: total)
+        let body = SharedBody(Array("{}".utf8))
+        let connectionBox = ConnectionBox()
+        try loop.execute {
+            let connection = HTTP2ClientConnection(
+                loop: loop,
+                configuration: HTTP2ClientConfiguration(host: "localhost", port: server.port, tls: tls.configuration),
+                tlsContext: tls)
+            connectionBox.connection = connection
+            for index in 0..<total {
+                let head = HeaderBlock([
+                    (":method", "POST", false), (":scheme", "https", false), (":authority", "localhost", false),
+                    ("X-Request-Index", "request-\(index)-" + String(repeating: "x", count: index % 97), false),
+                ])
+                connection.submit(HTTP2Request(head: head, path: "/3/device/\(index)", body: body)) { result in
+                    collector.add(result)
+                }
+            }
+        }
+        let results = try XCTUnwrap(collector.wait(seconds: 60), "not all responses arrived")
+        XCTAssertEqual(results.filter { (try? $0.get().status) == 200 }.count, total)
+        XCTAssertEqual(handler.matched.load(ordering: .relaxed), total)
+        XCTAssertEqual(handler.mismatches.withLock { $0 }, [], "requests whose header was not their own")
+        try loop.execute { connectionBox.connection?.close(immediately: true) }
+    }
+}
+
+/// Answers 200, and checks that each request's `x-request-index` names the request its path does.
+final class HeaderCheckingHandler: HTTP2ServerHandler, @unchecked Sendable {
+    let matched = Atomic<Int>(0)
+    let mismatches = Mutex<[String]>([])
+
+    func serverConnection(_ connection: HTTP2ServerConnection, didReceive request: HTTP2ServerRequest) {
+        let index = request.path.split(separator: "/").last.map(String.init) ?? "?"
+        let expected = "request-\(index)-" + String(repeating: "x", count: (Int(index) ?? 0) % 97)
+        let value = request.headers.first { $0.name == "x-request-index" }?.value
+        if value == expected {
+            matched.add(1, ordering: .relaxed)
+        } else {
+            mismatches.withLock { $0.append("\(request.path): \(value ?? "none")") }
+        }
+        connection.respond(streamID: request.streamID, status: 200, headers: [])
+    }
+
+    func serverConnectionStreamLimitViolated(_ connection: HTTP2ServerConnection) {}
+
+    func serverConnectionDidClose(_ connection: HTTP2ServerConnection, error: TransportError?) {}
+}
+
 /// Holds a loop-confined connection for closures that run on that loop.
 final class ConnectionBox: @unchecked Sendable {
     var connection: HTTP2ClientConnection?

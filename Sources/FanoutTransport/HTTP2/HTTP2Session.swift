@@ -144,6 +144,9 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// One open stream: the delegate's context and what the data provider is sending on it.
     struct OpenStream {
         let context: AnyObject
+        /// A request's constant headers, whose bytes nghttp2 reads when it sends the HEADERS frame (it does not copy
+        /// them: `HeaderBlock`), so held until the stream closes.
+        var head: HeaderBlock?
         var body: SharedBody?
         var bodyOffset = 0
     }
@@ -280,7 +283,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         guard streamID > 0 else {
             return .failure(TransportError(.protocolError, "cannot open stream: \(http2ErrorName(streamID))"))
         }
-        streams.insert(OpenStream(context: context, body: request.body), for: streamID)
+        streams.insert(OpenStream(context: context, head: head, body: request.body), for: streamID)
         channel?.scheduleFlush()
         return .success(streamID)
     }
