@@ -144,9 +144,6 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// One open stream: the delegate's context and what the data provider is sending on it.
     struct OpenStream {
         let context: AnyObject
-        /// A request's constant headers, whose bytes nghttp2 reads when it sends the HEADERS frame (it does not copy
-        /// them: `HeaderBlock`), so held until the stream closes.
-        var head: HeaderBlock?
         var body: SharedBody?
         var bodyOffset = 0
     }
@@ -283,9 +280,25 @@ package final class HTTP2Session: SecureChannelDelegate {
         guard streamID > 0 else {
             return .failure(TransportError(.protocolError, "cannot open stream: \(http2ErrorName(streamID))"))
         }
-        streams.insert(OpenStream(context: context, head: head, body: request.body), for: streamID)
+        streams.insert(OpenStream(context: context, body: request.body), for: streamID)
+        holdUntilSent(head)
         channel?.scheduleFlush()
         return .success(streamID)
+    }
+
+    /// The header blocks of requests whose HEADERS frames nghttp2 may not have sent yet: it reads a block's bytes then,
+    /// not when the request is submitted (see `HeaderBlock`). A job's requests share one block, so this holds one
+    /// entry per run of requests with the same block, and lets them all go once nghttp2's outbound queue is empty
+    /// (`channelProduceOutput`). Held here, not in each open stream's entry: the stream table copies its entries, and a
+    /// reference there cost three retains and releases per request.
+    @exclusivity(unchecked) private var unsentHeaderBlocks: [HeaderBlock] = []
+    @exclusivity(unchecked) private var lastHeldHeaderBlock: ObjectIdentifier?
+
+    private func holdUntilSent(_ head: HeaderBlock) {
+        // Safe to compare by identity: the last block held is in the array, so its address is not reused meanwhile.
+        guard ObjectIdentifier(head) != lastHeldHeaderBlock else { return }
+        unsentHeaderBlocks.append(head)
+        lastHeldHeaderBlock = ObjectIdentifier(head)
     }
 
     /// Which per-message id fields (`apns-id` and the like) have had their name entered in HPACK's table.
@@ -433,6 +446,8 @@ package final class HTTP2Session: SecureChannelDelegate {
             self.nghttp2 = nil
         }
         blockPool = nil  // after nghttp2_session_del, which returned every block
+        unsentHeaderBlocks = []  // likewise: nghttp2 held the last pointers into them
+        lastHeldHeaderBlock = nil
         let open = streams.removeAll().map { (streamID: $0.id, stream: $0.value.context) }
         if let channel {
             channel.delegate = nil
@@ -523,6 +538,11 @@ package final class HTTP2Session: SecureChannelDelegate {
             channel.write(UnsafeRawBufferPointer(start: data, count: count))
             // A failed TLS write closes the channel, and with it this session.
             if isClosed { return }
+        }
+        // Every HEADERS frame queued so far is written (or dropped with its stream): nghttp2 reads no held block again.
+        if !unsentHeaderBlocks.isEmpty && nghttp2_session_get_outbound_queue_size(nghttp2) == 0 {
+            unsentHeaderBlocks.removeAll(keepingCapacity: true)
+            lastHeldHeaderBlock = nil
         }
         // nghttp2 is done (GOAWAY sent or received and no stream left, or a fatal error): close
         // once the last bytes are written.
