@@ -671,10 +671,13 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         // buffer pointer's subscript lends it in place.
         batch.withUnsafeBufferPointer { batch in
             for index in batch.indices {
-                made.append(makeResult(batch[index], metrics: metrics), of: batch[index].pending.job.run)
+                // By pointer: an element lent to a method (even `borrowing`) was copied whole first.
+                let finished = batch.baseAddress! + index
+                let pending = finished.pointee.pending
+                made.append(makeResult(finished, pending: pending, metrics: metrics), of: pending.job.run)
                 // Nothing else refers to the record: it left the waiting queue, the delayed list and the on-the-wire
                 // table before it was finished, and its stream's completion has run.
-                batch[index].pending.clear()
+                pending.clear()
             }
             // The records go back before the permits, so that the feeding task the permits wake finds them spare.
             spares.withLock { spares in
@@ -704,27 +707,31 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
 
     /// One finished notification's result, made in one expression (a result made and then filled in was copied
     /// out), and what it reports (metrics, an invalidated token) on the way.
-    private func makeResult(_ finished: borrowing FinishedNotification, metrics: FanoutMetrics?) -> NotificationResult {
-        let pending = finished.pending
+    private func makeResult(
+        _ finished: UnsafePointer<FinishedNotification>, pending: PendingNotification, metrics: FanoutMetrics?
+    ) -> NotificationResult {
         let job = pending.job
         let isBroadcast = job.isBroadcast
         if let metrics {
-            metrics.record(finished.outcome, reason: finished.reason)
-            if finished.status != nil { metrics.apnsRoundTrip.observe(finished.latencyMilliseconds / 1000) }
+            metrics.record(finished.pointee.outcome, reason: finished.pointee.reason)
+            if finished.pointee.status != nil {
+                metrics.apnsRoundTrip.observe(finished.pointee.latencyMilliseconds / 1000)
+            }
         }
-        if finished.outcome == .unregistered && !isBroadcast {
+        if finished.pointee.outcome == .unregistered && !isBroadcast {
             let invalidated = InvalidatedToken(
-                token: pending.token.string, reason: finished.reason ?? "Unregistered", timestamp: finished.timestamp,
+                token: pending.token.string, reason: finished.pointee.reason ?? "Unregistered",
+                timestamp: finished.pointee.timestamp,
                 jobID: job.id)
             shared.invalidTokens.yield(invalidated)
             shared.pruner?.add(invalidated)
         }
         return NotificationResult(
-            jobID: job.id, tokenValue: isBroadcast ? nil : pending.token, outcome: finished.outcome,
-            status: finished.status, reason: finished.reason,
-            apnsIDValue: finished.apnsID ?? (isBroadcast ? nil : pending.apnsID),
-            apnsUniqueIDValue: finished.apnsUniqueID, attempts: pending.attempts,
-            latencyMilliseconds: finished.latencyMilliseconds, timestamp: finished.timestamp,
+            jobID: job.id, tokenValue: isBroadcast ? nil : pending.token, outcome: finished.pointee.outcome,
+            status: finished.pointee.status, reason: finished.pointee.reason,
+            apnsIDValue: finished.pointee.apnsID ?? (isBroadcast ? nil : pending.apnsID),
+            apnsUniqueIDValue: finished.pointee.apnsUniqueID, attempts: pending.attempts,
+            latencyMilliseconds: finished.pointee.latencyMilliseconds, timestamp: finished.pointee.timestamp,
             position: pending.position, channel: isBroadcast ? pending.token.string : nil)
     }
 }
