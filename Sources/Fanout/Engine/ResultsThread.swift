@@ -6,15 +6,15 @@ import Synchronization
 /// job, token, `apns-id`, position and attempts) and what only the loop knew. The results thread makes the
 /// `NotificationResult` from it, so the loop copies no strings and takes no lock per notification.
 struct FinishedNotification {
-    var pending: PendingNotification
-    var outcome: NotificationOutcome
-    var status: Int?
-    var reason: String?
+    let pending: PendingNotification
+    let outcome: NotificationOutcome
+    let status: Int?
+    let reason: String?
     /// The response's `apns-id`, when it had one; nil means the record's (none for a broadcast).
-    var apnsID: APNsIdentifier?
-    var apnsUniqueID: APNsIdentifier?
-    var timestamp: Int64?
-    var latencyMilliseconds: Double
+    let apnsID: APNsIdentifier?
+    let apnsUniqueID: APNsIdentifier?
+    let timestamp: Int64?
+    let latencyMilliseconds: Double
 }
 
 /// One loop's results thread: the loop hands it the notifications it finished, once per loop turn, and this thread

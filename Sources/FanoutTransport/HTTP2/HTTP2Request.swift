@@ -3,15 +3,15 @@ import FanoutCore
 /// One request for an HTTP/2 client connection: shared constant headers, the per-request path and
 /// optional `apns-id`, and a shared body.
 package struct HTTP2Request: Sendable {
-    package var head: HeaderBlock
+    package let head: HeaderBlock
     /// `:path`, e.g. `/3/device/<token>`, or its first part when `pathSuffix` is set.
-    package var path: String
+    package let path: String
     /// The rest of `:path` after `path`: a device push sends `path` "/3/device/" (a literal) and the token
     /// here, and the session spells them into a buffer it reuses, so no path String is made per request.
-    package var pathSuffix: RecipientToken?
+    package let pathSuffix: RecipientToken?
     /// Sent as `apns-id` when set (a retry keeps its id).
-    package var apnsID: APNsIdentifier?
-    package var body: SharedBody
+    package let apnsID: APNsIdentifier?
+    package let body: SharedBody
 
     package init(
         head: HeaderBlock, path: String, pathSuffix: RecipientToken? = nil, apnsID: APNsIdentifier? = nil,
@@ -27,14 +27,14 @@ package struct HTTP2Request: Sendable {
 
 /// What the server answered on one stream. Only the headers APNs clients need are kept.
 package struct HTTP2Response: Sendable {
-    package var status: Int
+    package let status: Int
     /// The answer's `apns-id` and `apns-unique-id`, kept without a String (see `APNsIdentifier`).
-    package var apnsIDValue: APNsIdentifier?
-    package var apnsUniqueIDValue: APNsIdentifier?
+    package let apnsIDValue: APNsIdentifier?
+    package let apnsUniqueIDValue: APNsIdentifier?
     /// What most answers lack (a 200 to a push has none of it): held apart, so that such an answer holds one
     /// reference, nil, and passing it on costs one reference-counting call, not one per field
     /// (scripts/count-arc.sh).
-    private var rest: Rest?
+    private let rest: Rest?
 
     private final class Rest: Sendable {
         let channelID: String?
