@@ -79,17 +79,9 @@ final class ResultCollector: @unchecked Sendable {
 
 final class HTTP2TransportTests: XCTestCase {
     func testTenThousandRequestsOverOneConnectionStayWithinTheStreamLimit() throws {
-        let material = try makeTLSMaterial()
         let handler = EchoHandler()
-        let server = try HTTP2Server(
-            host: "127.0.0.1", port: 0, threads: 1,
-            tls: TLSServerContext(
-                TLSServerConfiguration(certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath)
-            ),
-            initialMaxStreams: 1, makeHandler: { _ in handler })
+        let (server, tls) = try startServer(handler: handler, initialMaxStreams: 1)
         defer { server.shutdown() }
-
-        let tls = try TLSClientContext(TLSClientConfiguration(caFile: material.caPEMPath))
         let loop = LoopThread(name: "client")
         defer { loop.shutdown() }
         let total = 10_000
@@ -141,16 +133,9 @@ extension HTTP2TransportTests {
     /// a name in mixed case and a value that names the request, and most wait for one of 50 streams. Every request
     /// must arrive with its own value under the lowercase name.
     func testEachRequestArrivesWithItsOwnHeaderBlockWhenNothingElseHoldsIt() throws {
-        let material = try makeTLSMaterial()
         let handler = HeaderCheckingHandler()
-        let server = try HTTP2Server(
-            host: "127.0.0.1", port: 0, threads: 1,
-            tls: TLSServerContext(
-                TLSServerConfiguration(certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath)
-            ),
-            initialMaxStreams: 50, makeHandler: { _ in handler })
+        let (server, tls) = try startServer(handler: handler, initialMaxStreams: 50)
         defer { server.shutdown() }
-        let tls = try TLSClientContext(TLSClientConfiguration(caFile: material.caPEMPath))
         let loop = LoopThread(name: "client")
         defer { loop.shutdown() }
         let total = 2_000
@@ -201,6 +186,19 @@ final class HeaderCheckingHandler: HTTP2ServerHandler, @unchecked Sendable {
     func serverConnectionStreamLimitViolated(_ connection: HTTP2ServerConnection) {}
 
     func serverConnectionDidClose(_ connection: HTTP2ServerConnection, error: TransportError?) {}
+}
+
+/// A TLS HTTP/2 server on a free loopback port that answers with `handler`, and a client TLS context that trusts it.
+private func startServer<Handler: HTTP2ServerHandler & Sendable>(handler: Handler, initialMaxStreams: UInt32) throws
+    -> (HTTP2Server, TLSClientContext)
+{
+    let material = try makeTLSMaterial()
+    let server = try HTTP2Server(
+        host: "127.0.0.1", port: 0, threads: 1,
+        tls: TLSServerContext(
+            TLSServerConfiguration(certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath)),
+        initialMaxStreams: initialMaxStreams, makeHandler: { _ in handler })
+    return (server, try TLSClientContext(TLSClientConfiguration(caFile: material.caPEMPath)))
 }
 
 /// Holds a loop-confined connection for closures that run on that loop.
