@@ -10,6 +10,9 @@ final class MockShared: Sendable {
     let broadcastValidator = BroadcastRequestValidator()
     let channelValidator = ChannelRequestValidator()
     let verifier: ProviderTokenVerifier?
+    /// The verifier's `maxAge`, apart: the check of a repeated token reads only this (binding the optional verifier
+    /// copied it, three references, on every request).
+    let tokenMaxAge: Int64?
     let unregistered: Set<String>
     let stats: MockStats
     let record: MockRecord?
@@ -23,6 +26,7 @@ final class MockShared: Sendable {
         self.options = options
         self.channels = channels
         self.verifier = verifier
+        tokenMaxAge = verifier?.maxAge
         self.unregistered = unregistered
         self.stats = stats
         self.record = record
@@ -38,10 +42,10 @@ final class MockConnectionState {
     var throttled = false
     /// The last valid provider token on this connection, so the stats count each distinct one once per change.
     var lastProviderToken: String?
-    /// That token's `authorization` value as sent and its claims: a client sends the same value on every request
+    /// That token's `authorization` value as sent and its `iat`: a client sends the same value on every request
     /// until it refreshes its token, and a request whose value has these bytes needs only its age checked.
     var lastAuthorization: [UInt8] = []
-    var lastClaims: ProviderTokenClaims?
+    var lastIssuedAt: Int64?
 }
 
 extension MockShared {
@@ -50,23 +54,24 @@ extension MockShared {
     func authenticate(
         _ request: HTTP2ServerRequest, connection: HTTP2ServerConnection, state: MockConnectionState
     ) -> MockAnswer? {
-        guard let verifier else { return nil }
+        guard let maxAge = tokenMaxAge else { return nil }
         // The connection's last valid token again: compare its bytes and check its age, without making a String of
         // it or hashing it into the shared cache (that was a quarter of the mock's CPU per request).
-        if let claims = state.lastClaims,
+        if let issuedAt = state.lastIssuedAt,
             APNsRequestValidator.authorization(in: request.head, equals: state.lastAuthorization)
         {
-            return verifier.checkAge(claims, now: Int64(time(nil))).apnsReason.map {
+            return ProviderTokenVerifier.ageRejection(issuedAt: issuedAt, now: Int64(time(nil)), maxAge: maxAge).map {
                 MockAnswer(status: 403, reason: $0)
             }
         }
+        guard let verifier else { return nil }
         guard let token = APNsRequestValidator.bearerToken(in: request.head) else {
             return MockAnswer(status: 403, reason: "MissingProviderToken")
         }
         let result = verifier.verify(token, now: Int64(time(nil)))
         if let reason = result.apnsReason { return MockAnswer(status: 403, reason: reason) }
         if case .valid(let claims) = result {
-            state.lastClaims = claims
+            state.lastIssuedAt = claims.issuedAt
             state.lastAuthorization = APNsRequestValidator.authorizationBytes(in: request.head) ?? []
         }
         if token != state.lastProviderToken {

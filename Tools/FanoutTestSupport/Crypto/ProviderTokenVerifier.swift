@@ -92,11 +92,32 @@ package struct ProviderTokenVerifier: Sendable {
 
     /// The age check alone, for claims `verify` returned before: what a repeated token needs at a later `now`.
     package func checkAge(_ claims: ProviderTokenClaims, now: Int64) -> Result {
-        let (age, overflow) = now.subtractingReportingOverflow(claims.issuedAt)
-        if overflow { return .invalid(reason: "iat is out of range") }
-        if age > maxAge { return .expired(claims) }
-        if age < -maxAge { return .invalid(reason: "iat is more than \(maxAge) s in the future") }
-        return .valid(claims)
+        switch Self.age(issuedAt: claims.issuedAt, now: now, maxAge: maxAge) {
+        case .fine: return .valid(claims)
+        case .expired: return .expired(claims)
+        case .outOfRange: return .invalid(reason: "iat is out of range")
+        case .inTheFuture: return .invalid(reason: "iat is more than \(maxAge) s in the future")
+        }
+    }
+
+    /// `checkAge`'s verdict as APNs's reason only (nil when the age is fine), from the issue time alone: for a
+    /// caller that checks the same token on every request and wants no claims or result copied for it.
+    package static func ageRejection(issuedAt: Int64, now: Int64, maxAge: Int64) -> String? {
+        switch age(issuedAt: issuedAt, now: now, maxAge: maxAge) {
+        case .fine: return nil
+        case .expired: return "ExpiredProviderToken"
+        case .outOfRange, .inTheFuture: return "InvalidProviderToken"
+        }
+    }
+
+    private enum Age { case fine, expired, outOfRange, inTheFuture }
+
+    private static func age(issuedAt: Int64, now: Int64, maxAge: Int64) -> Age {
+        let (age, overflow) = now.subtractingReportingOverflow(issuedAt)
+        if overflow { return .outOfRange }
+        if age > maxAge { return .expired }
+        if age < -maxAge { return .inTheFuture }
+        return .fine
     }
 
     private struct Failure: Error {
