@@ -10,9 +10,6 @@ final class MockShared: Sendable {
     let broadcastValidator = BroadcastRequestValidator()
     let channelValidator = ChannelRequestValidator()
     let verifier: ProviderTokenVerifier?
-    /// The verifier's `maxAge`, apart: the check of a repeated token reads only this (binding the optional verifier
-    /// copied it, three references, on every request).
-    let tokenMaxAge: Int64?
     let unregistered: Set<String>
     let stats: MockStats
     let record: MockRecord?
@@ -26,7 +23,6 @@ final class MockShared: Sendable {
         self.options = options
         self.channels = channels
         self.verifier = verifier
-        tokenMaxAge = verifier?.maxAge
         self.unregistered = unregistered
         self.stats = stats
         self.record = record
@@ -54,7 +50,8 @@ extension MockShared {
     func authenticate(
         _ request: HTTP2ServerRequest, connection: HTTP2ServerConnection, state: MockConnectionState
     ) -> MockAnswer? {
-        guard let maxAge = tokenMaxAge else { return nil }
+        // `verifier?.maxAge`, not `guard let verifier`: binding the verifier copied it (three references) per request.
+        guard let maxAge = verifier?.maxAge else { return nil }
         // The connection's last valid token again: compare its bytes and check its age, without making a String of
         // it or hashing it into the shared cache (that was a quarter of the mock's CPU per request).
         if let issuedAt = state.lastIssuedAt,

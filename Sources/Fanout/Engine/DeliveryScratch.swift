@@ -22,13 +22,13 @@ final class DeliveryScratch {
 
     func append(_ result: consuming NotificationResult, of run: FanoutRun) {
         if count == capacity {
-            let grown = UnsafeMutablePointer<NotificationResult>.allocate(capacity: max(64, capacity * 2))
+            capacity = max(64, capacity * 2)
+            let grown = UnsafeMutablePointer<NotificationResult>.allocate(capacity: capacity)
             if let storage {
                 grown.moveInitialize(from: storage, count: count)
                 storage.deallocate()
             }
             storage = grown
-            capacity = max(64, capacity * 2)
         }
         (storage! + count).initialize(to: result)
         count += 1

@@ -14,7 +14,9 @@ package final class HeaderBlock: Sendable {
         let flags: UInt8
     }
 
-    // Owned: allocated in init, freed in deinit; never written after init, so shareable.
+    // Owned: allocated in init, freed in deinit; never written after init, so shareable. nghttp2 keeps pointers into
+    // it from submit until the request's HEADERS frame is sent (`notCopied`), so whoever submits holds the block that
+    // long (`HTTP2Session.holdUntilSent`).
     nonisolated(unsafe) private let storage: UnsafeMutableRawBufferPointer
     private let fields: [Field]
     /// How many leading fields are pseudo-headers (`:method`, `:scheme`, `:authority`); `:path` goes

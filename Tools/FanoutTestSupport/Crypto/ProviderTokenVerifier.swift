@@ -41,10 +41,13 @@ package struct ProviderTokenVerifier: Sendable {
         package var apnsReason: String? {
             switch self {
             case .valid: return nil
-            case .invalid: return "InvalidProviderToken"
-            case .expired: return "ExpiredProviderToken"
+            case .invalid: return Self.invalidReason
+            case .expired: return Self.expiredReason
             }
         }
+
+        fileprivate static let invalidReason = "InvalidProviderToken"
+        fileprivate static let expiredReason = "ExpiredProviderToken"
 
         /// True for `.valid`.
         package var isValid: Bool {
@@ -105,8 +108,8 @@ package struct ProviderTokenVerifier: Sendable {
     package static func ageRejection(issuedAt: Int64, now: Int64, maxAge: Int64) -> String? {
         switch age(issuedAt: issuedAt, now: now, maxAge: maxAge) {
         case .fine: return nil
-        case .expired: return "ExpiredProviderToken"
-        case .outOfRange, .inTheFuture: return "InvalidProviderToken"
+        case .expired: return Result.expiredReason
+        case .outOfRange, .inTheFuture: return Result.invalidReason
         }
     }
 
