@@ -190,6 +190,9 @@ func probe(_ options: ProbeOptions) async throws -> String {
         // Each call is a job, and the default budget (250,000 jobs an hour, a 60-second burst) would refuse
         // some: a budget no probe reaches, so the limiter still decides every call but never refuses one.
         configuration.rateLimits = try RateLimiterRegistry(defaultBudget: RateBudget(requestsPerHour: 1_000_000_000))
+        // `--held` measures what each of N waiting calls holds, so all N must be let in (the default refuses calls
+        // past 16,384 under way).
+        if let held = options.held { configuration.maxPendingSends = held + 1 }
     }
     let engine = try FanoutEngine(configuration: configuration)
     let headers = NotificationHeaders(

@@ -14,6 +14,9 @@ public struct FanoutError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let connection = Kind(name: "connection")
         /// The client was shut down.
         public static let shutdown = Kind(name: "shutdown")
+        /// Too many `send` calls were under way at once (`FanoutEngineConfiguration.maxPendingSends`); this one was
+        /// refused at once and nothing was sent. Back off, or answer your own caller with a 503.
+        public static let overloaded = Kind(name: "overloaded")
     }
 
     public let kind: Kind

@@ -54,6 +54,14 @@ func runSingleSend(_ bench: BenchContext) throws {
             format: "without the scheduler thread %.1f us; throughput-1c not run (run it too for the ratio)",
             enginePer.median)
     let h2loadPer = h2loadRuns.isEmpty ? nil : Spread(h2loadRuns)
+    // Calls past `maxPendingSends` (16,384 under way by default) are refused at once: only at rates the engine
+    // cannot take.
+    let refused = spread(runs, "refused")
+    let refusedText =
+        refused.max > 0
+        ? String(
+            format: "; refused as overloaded (maxPendingSends) %.0f [%.0f-%.0f] of %d", refused.median, refused.min,
+            refused.max, Int(spread(runs, "notifications").median)) : ""
     let h2loadText =
         h2loadPer.map {
             String(
@@ -69,7 +77,7 @@ func runSingleSend(_ bench: BenchContext) throws {
                 + "[%.1f-%.1f] (scheduler thread %.1f), %@",
             rate, duration, achieved.median, achieved.min, achieved.max, percentiles[0].median,
             percentiles[2].median, percentiles[3].median, percentiles[4].median, cpuPer.median, cpuPer.min,
-            cpuPer.max, schedulerPer.median, ratioText) + h2loadText)
+            cpuPer.max, schedulerPer.median, ratioText) + h2loadText + refusedText)
     let onLoopPer = spread(onLoopRuns, "cpu_us_per_notification")
     let onLoopEnginePer = spread(onLoopRuns, "engine_cpu_us_per_notification")
     let onLoopPercentiles = names.map { spread(onLoopRuns, "latency_ms_" + $0) }
@@ -87,7 +95,8 @@ func runSingleSend(_ bench: BenchContext) throws {
             h2loadPer.map { String(format: ", %.1fx h2load's lone request", onLoopPer.median / $0.median) } ?? ""))
     var entry: [String: Any] = [
         "scenario": "single-send", "target_rate": rate, "duration": duration, "notifications": notifications,
-        "delivered": Int(spread(runs, "delivered").median), "rate": achieved.median, "rate_min": achieved.min,
+        "delivered": Int(spread(runs, "delivered").median), "refused": Int(refused.median), "rate": achieved.median,
+        "rate_min": achieved.min,
         "rate_max": achieved.max, "shortfall_percent": spread(runs, "shortfall_percent").median,
         "seconds": spread(runs, "seconds").median, "cpu_seconds": spread(runs, "cpu_seconds").median,
         "cpu_us_per_notification": cpuPer.median, "cpu_us_per_notification_min": cpuPer.min,

@@ -38,6 +38,8 @@ public final class FanoutEngine: Sendable {
         return system.next()
     }()
     private let idSeedCount = Atomic<UInt64>(0)
+    /// `send` calls under way, held to `configuration.maxPendingSends`.
+    private let pendingSends = Atomic<Int>(0)
     /// Latest-wins and the priority-10 guard, per activity.
     let activities = ActivityLedger()
     /// Tokens APNs invalidated (410, BadDeviceToken, DeviceTokenNotForTopic), from every job, for the
@@ -56,6 +58,7 @@ public final class FanoutEngine: Sendable {
     /// first use. Throws on a bad CA file or key.
     public init(configuration: FanoutEngineConfiguration) throws(FanoutError) {
         precondition(configuration.loops >= 1 && configuration.connectionsPerLoop >= 1)
+        precondition(configuration.effectiveMaxPendingSends >= 1, "maxPendingSends must be at least 1")
         self.configuration = configuration
         authority = configuration.endpoint.authority
         let tls: TLSClientContext
@@ -121,6 +124,9 @@ public final class FanoutEngine: Sendable {
     /// Notifications accepted and not yet finished.
     public var inFlight: Int { shared.limiter.inFlight }
 
+    /// `send` calls under way (for tests of `maxPendingSends`).
+    package var pendingSendCount: Int { pendingSends.load(ordering: .relaxed) }
+
     /// Sends `job` to all its recipients and returns when every notification has its outcome.
     /// `onResult` is called once per notification, on an engine thread; keep it short.
     ///
@@ -170,11 +176,18 @@ public final class FanoutEngine: Sendable {
     /// connection failure, `Timeout` after the last attempt, `cancelled` when the calling task was
     /// cancelled). An `apnsID` in the headers is used as the request's `apns-id`.
     /// - Throws: `.shutdown` once `shutdown()` has begun; `.invalidNotification` for a bad token,
-    ///   header or payload (nothing is sent).
+    ///   header or payload (nothing is sent); `.overloaded` when `maxPendingSends` calls are already under way
+    ///   (nothing is sent).
     public func send(_ notification: PushNotification) async throws(FanoutError) -> NotificationResult {
         guard DeviceToken(notification.deviceToken) != nil else {
             throw FanoutError(.invalidNotification, "device token is not 64 to 200 hex digits")
         }
+        let limit = configuration.effectiveMaxPendingSends
+        guard pendingSends.add(1, ordering: .relaxed).newValue <= limit else {
+            pendingSends.subtract(1, ordering: .relaxed)
+            throw FanoutError(.overloaded, "\(limit) sends are already under way (maxPendingSends); nothing was sent")
+        }
+        defer { pendingSends.subtract(1, ordering: .relaxed) }
         var job = FanoutJob(
             id: notification.headers.apnsID ?? "single", headers: notification.headers,
             payload: .raw(notification.payload),

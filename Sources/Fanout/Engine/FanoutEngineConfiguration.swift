@@ -20,6 +20,11 @@ public struct FanoutEngineConfiguration: Sendable {
     /// Notifications in flight in the whole engine (queued on loops or on the wire). Submission
     /// waits while it is reached. Default: enough to keep every connection's window full twice over.
     public var maxInFlight: Int?
+    /// `send` calls under way at once (in flight, or waiting for room in flight) in the whole engine. A call past it
+    /// throws `.overloaded` at once, without sending, instead of waiting: each waiting call holds about 12 KB, so a
+    /// gateway's burst faster than APNs answers would otherwise grow without bound. Jobs (`run`, `submit`) are not
+    /// counted. Default: 8 times the in-flight limit, at least 16,384 (about 200 MB of waiting calls).
+    public var maxPendingSends: Int?
     /// Workspace rate budgets (250,000 requests/hour per workspace by default, counted per job,
     /// refused with `rate_limited` when out). Nil: no limit.
     public var rateLimits: RateLimiterRegistry?
@@ -74,6 +79,7 @@ public struct FanoutEngineConfiguration: Sendable {
         connectionsPerLoop = 1
         maxConcurrentStreams = 1000
         maxInFlight = nil
+        maxPendingSends = nil
         registry = nil
         activityIDAttribute = .fanout
         priority10UpdatesPerHour = [:]
@@ -96,6 +102,8 @@ public struct FanoutEngineConfiguration: Sendable {
     var effectiveMaxInFlight: Int {
         maxInFlight ?? max(1024, 2 * loops * connectionsPerLoop * maxConcurrentStreams)
     }
+
+    var effectiveMaxPendingSends: Int { maxPendingSends ?? max(16_384, 8 * effectiveMaxInFlight) }
 }
 
 extension Duration {

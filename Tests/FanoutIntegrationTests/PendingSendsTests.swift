@@ -1,0 +1,55 @@
+import Fanout
+import FanoutCore
+import FanoutTestSupport
+import Foundation
+import XCTest
+
+/// `maxPendingSends`: past that many `send` calls under way, a call is refused at once with `.overloaded` and sends
+/// nothing, while the calls under way are answered as usual; the count goes back down as they return.
+final class PendingSendsTests: XCTestCase {
+    private let headers = NotificationHeaders(pushType: .alert, topic: "com.example.app")
+    private let payload = Array(#"{"aps":{"alert":"hi"}}"#.utf8)
+
+    func testASendPastTheLimitIsRefusedAtOnceAndTheOthersAreAnswered() async throws {
+        // The mock holds every answer long enough that the first ten are still under way when the rest are made.
+        let mock = try MockHarness { $0.latencyMilliseconds = 1_000 }
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1) {
+            $0.maxInFlight = 5  // five on the wire, five waiting for room: both count
+            $0.maxPendingSends = 10
+        }
+        let headers = self.headers
+        let payload = self.payload
+        let underWay = (0..<10).map { index in
+            Task {
+                try await engine.send(
+                    PushNotification(deviceToken: testDeviceToken(index), headers: headers, payload: payload))
+            }
+        }
+        let allUnderWay = await eventually { engine.pendingSendCount == 10 }
+        XCTAssertTrue(allUnderWay, "\(engine.pendingSendCount) of 10 sends under way")
+        for index in 10..<15 {
+            let started = ContinuousClock.now
+            do {
+                _ = try await engine.send(
+                    PushNotification(deviceToken: testDeviceToken(index), headers: headers, payload: payload))
+                XCTFail("send \(index) past the limit was sent")
+            } catch {
+                XCTAssertEqual(error.kind, .overloaded)
+                XCTAssertTrue(error.message.contains("10 sends are already under way"), error.message)
+            }
+            // Refused without waiting for room (the mock answers nothing for a second).
+            XCTAssertLessThan(ContinuousClock.now - started, .milliseconds(500) * testTimeScale)
+        }
+        var delivered = 0
+        for task in underWay where try await task.value.outcome == .delivered { delivered += 1 }
+        XCTAssertEqual(delivered, 10)
+        XCTAssertEqual(engine.pendingSendCount, 0)
+        // Room again: the next call is sent.
+        let after = try await engine.send(
+            PushNotification(deviceToken: testDeviceToken(20), headers: headers, payload: payload))
+        XCTAssertEqual(after.outcome, .delivered)
+        await engine.shutdown()
+        XCTAssertEqual(mock.stats.accepted, 11, "a refused send reached the mock")
+    }
+}
