@@ -181,7 +181,7 @@ final class HTTP2DeadlineTests: XCTestCase {
         XCTAssertEqual(HTTP2StreamFailure.timedOut.isSafeToRetry, false)
         let seconds = try XCTUnwrap(hung.first).seconds
         XCTAssertGreaterThanOrEqual(seconds, 0.299)
-        XCTAssertLessThan(seconds, 0.3 + 0.25, "the deadline fired late")
+        XCTAssertLessThan(seconds, 0.3 + 0.25 * testTimeScale, "the deadline fired late")
         XCTAssertEqual(try XCTUnwrap(results.all("/answered").first).result.status, 200)
         XCTAssertEqual(
             handler.waitForClose(path: "/hang/1"), [HTTP2ErrorCode.cancel], "the server saw RST_STREAM(CANCEL)")
@@ -207,7 +207,7 @@ final class HTTP2DeadlineTests: XCTestCase {
         }
         XCTAssertEqual(error.kind, .timedOut)
         XCTAssertTrue(waiting.result.failure?.isSafeToRetry ?? false)
-        XCTAssertLessThan(waiting.seconds, 0.2 + 0.25)
+        XCTAssertLessThan(waiting.seconds, 0.2 + 0.25 * testTimeScale)
         XCTAssertEqual(handler.received.load(ordering: .relaxed), 1, "the waiting request never reached the server")
         XCTAssertEqual(handler.waitForClose(path: "/hang/open"), [HTTP2ErrorCode.cancel])
     }

@@ -65,13 +65,3 @@ func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async
 func openFileDescriptorCount() -> Int {
     (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
 }
-
-/// How many times slower than a plain build this test run is expected to be: `scripts/sanitize.sh` sets
-/// `FANOUT_TIME_SCALE` (10 under ThreadSanitizer, 3 under AddressSanitizer), 1 otherwise. A bound on elapsed time
-/// that stands for a promise to users ("cancelling returns within a second") is multiplied by it, so that a
-/// sanitizer run checks the same promise rather than the sanitizer's overhead.
-let testTimeScale: Double = {
-    guard let text = ProcessInfo.processInfo.environment["FANOUT_TIME_SCALE"], let scale = Double(text), scale >= 1
-    else { return 1 }
-    return scale
-}()
