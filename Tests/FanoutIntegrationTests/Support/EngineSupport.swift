@@ -65,3 +65,17 @@ func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async
 func openFileDescriptorCount() -> Int {
     (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
 }
+
+/// This process's open file descriptors, each with what it refers to (`socket:[…]`, `anon_inode:[timerfd]`, a path),
+/// for naming the ones a leak test found. One that closed while being listed (the listing's own) is left out.
+func openFileDescriptors() -> [Int: String] {
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+    var descriptors: [Int: String] = [:]
+    for name in names {
+        guard let fd = Int(name),
+            let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + name)
+        else { continue }
+        descriptors[fd] = target
+    }
+    return descriptors
+}
