@@ -40,7 +40,10 @@ public struct NotificationOutcome: Hashable, Sendable, CustomStringConvertible {
     /// A newer update (greater `timestamp`) for the same activity replaced it before it was sent.
     public static var superseded: NotificationOutcome { NotificationOutcome(code: 8) }
 
-    public static let all: [NotificationOutcome] = (0...8).map { NotificationOutcome(code: $0) }
+    /// In code order (a stored outcome is its index here: `DispatchSchema`).
+    public static let all: [NotificationOutcome] = [
+        delivered, rejected, unregistered, failed, expired, rateLimited, invalid, cancelled, superseded,
+    ]
 
     /// The outcome a results line names (`"rate_limited"`, ...); an unknown name reads as `invalid`.
     public init(named name: String) {
