@@ -45,7 +45,8 @@ final class BenchContext {
         return path
     }
 
-    /// Runs one child measurement against `mock` (default: the shared one); returns its JSON line.
+    /// Runs one child measurement against `mock` (default: the shared one); returns its JSON line, with the share of the
+    /// machine's CPU time the hypervisor took meanwhile (`steal_percent`).
     func measureChild(_ request: ChildOptions, mock: MockProcess? = nil, timeout: Double = 900) throws -> [String: Any]
     {
         let mock = mock ?? self.mock
@@ -53,13 +54,15 @@ final class BenchContext {
         request.port = mock.port
         request.caFile = "\(mock.tlsDirectory)/ca.pem"
         request.keyFile = "\(mock.tlsDirectory)/auth-key.p8"
+        let cpuBefore = MachineCPUTime.now()
         let child = try ChildProcess.start("\(bin)/fanout-bench", ["--child"] + request.arguments(), in: work)
         let status = child.wait(seconds: timeout)
         guard status == 0, let line = child.output.split(separator: "\n").last,
-            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            var object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
         else {
             throw BenchError("fanout \(request.mode) run failed (exit \(status)): \(child.errorOutput.suffix(2000))")
         }
+        object["steal_percent"] = MachineCPUTime.now().stealPercent(since: cpuBefore)
         return object
     }
 }

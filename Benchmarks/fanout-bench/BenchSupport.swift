@@ -117,6 +117,30 @@ func processCPUSeconds(_ pid: Int32) -> Double {
     return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
 
+/// The whole machine's CPU time so far, from the first line of /proc/stat (clock ticks): all of it, and the part
+/// the hypervisor ran other guests on this machine's virtual CPUs ("steal"), time in which no thread here ran
+/// whatever it was owed. A run's share of steal tells a latency tail this code caused from one the host caused.
+struct MachineCPUTime {
+    var total: Double = 0
+    var steal: Double = 0
+
+    static func now() -> MachineCPUTime {
+        guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+            let line = text.split(separator: "\n").first, line.hasPrefix("cpu ")
+        else { return MachineCPUTime() }
+        // user nice system idle iowait irq softirq steal (guest time is already inside user and nice).
+        let ticks = line.split(separator: " ").dropFirst().prefix(8).map { Double($0) ?? 0 }
+        guard ticks.count == 8 else { return MachineCPUTime() }
+        return MachineCPUTime(total: ticks.reduce(0, +), steal: ticks[7])
+    }
+
+    /// The percentage of the machine's CPU time between `earlier` and now that was stolen (0 when unknown).
+    func stealPercent(since earlier: MachineCPUTime) -> Double {
+        let total = self.total - earlier.total
+        return total > 0 ? 100 * (steal - earlier.steal) / total : 0
+    }
+}
+
 /// The median, minimum and maximum of some measurements.
 struct Spread: Codable {
     var median: Double

@@ -13,6 +13,8 @@ struct ReportRun {
     var kernel: String
     var loadAverageBefore: [Double]
     var loadAverageAfter: [Double]
+    /// The share of the machine's CPU time the hypervisor gave to other guests during the run (`MachineCPUTime`).
+    var stealPercent: Double
     var runs: Int
 }
 
@@ -77,6 +79,8 @@ func reportHTML(results: [[String: Any]], run: ReportRun) -> String {
     body += "<dt>machine</dt><dd>\(run.cores) cores, \(escapeHTML(run.kernel))</dd>\n"
     body += "<dt>load average (1, 5, 15 min)</dt><dd>before \(loads(run.loadAverageBefore)), "
     body += "after \(loads(run.loadAverageAfter))</dd>\n"
+    body += "<dt>CPU time stolen by the hypervisor</dt><dd>" + String(format: "%.1f%%", run.stealPercent)
+    body += " of the run (/proc/stat)</dd>\n"
     // One unbreakable span per argument, so a line wraps between arguments and never inside `--report`.
     let command = run.arguments.map { "<span class=\"arg\">\(escapeHTML(shellQuoted([$0])))</span>" }
     body += "<dt>command</dt><dd><code>\(command.joined(separator: " "))</code></dd>\n"
@@ -274,6 +278,10 @@ func loadCaption(_ load: [String: Any]) -> String {
         caption += "The mock alone: \(method). "
     } else {
         caption += "The mock alone was not measured (h2load not installed). "
+    }
+    if let pairs = load["runs_p99_steal"] as? [[Double]], !pairs.isEmpty {
+        caption += "Each run's p99 with the share of CPU time the hypervisor took meanwhile: "
+        caption += pairs.map { String(format: "%.2f ms at %.1f%%", $0[0], $0[1]) }.joined(separator: ", ") + ". "
     }
     caption += "Milliseconds, log scale; whiskers span min to max over the runs."
     return caption

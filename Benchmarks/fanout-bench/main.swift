@@ -143,6 +143,7 @@ func parse(_ arguments: [String]) throws(UsageError) -> Options? {
 func runParent(_ options: Options) throws -> Int32 {
     let started = Date()
     let loadBefore = loadAverage()
+    let cpuBefore = MachineCPUTime.now()
     let bench = try BenchContext(options: options)
     defer { bench.close() }
     print(
@@ -168,6 +169,10 @@ func runParent(_ options: Options) throws -> Int32 {
         }
     }
     printSummaryTable(bench.results)
+    print(
+        String(
+            format: "CPU time stolen by the hypervisor over the whole run: %.1f%%",
+            MachineCPUTime.now().stealPercent(since: cpuBefore)))
     if let path = options.jsonPath {
         let data = try JSONSerialization.data(withJSONObject: bench.results, options: [.prettyPrinted, .sortedKeys])
         _ = FileManager.default.createFile(atPath: path, contents: data)
@@ -177,7 +182,8 @@ func runParent(_ options: Options) throws -> Int32 {
             date: started, seconds: Date().timeIntervalSince(started),
             arguments: ["fanout-bench"] + CommandLine.arguments.dropFirst(),
             cores: ProcessInfo.processInfo.activeProcessorCount, kernel: kernelDescription(),
-            loadAverageBefore: loadBefore, loadAverageAfter: loadAverage(), runs: bench.runs)
+            loadAverageBefore: loadBefore, loadAverageAfter: loadAverage(),
+            stealPercent: MachineCPUTime.now().stealPercent(since: cpuBefore), runs: bench.runs)
         print("report: \(try writeReport(directory: directory, results: bench.results, run: run))")
     }
     return 0

@@ -76,6 +76,11 @@ func runLoad(_ bench: BenchContext) throws {
         ("scheduler", "scheduler lag"), ("task_start", "task start"), ("engine", "engine and mock"),
         ("wire", "of that first sent to answered (the loop's clock, whole ms)"),
     ]
+    // The tail moves with the host: a run in which the hypervisor took more of the CPU has the longer p99.
+    let p99AndSteal = runs.map { [number($0["latency_ms_p99"]), number($0["steal_percent"])] }
+    print(
+        "load: p99 and CPU stolen by the hypervisor, run by run: "
+            + p99AndSteal.map { String(format: "%.2f ms at %.1f%%", $0[0], $0[1]) }.joined(separator: ", "))
     print(
         "load: where it went (ms, each part's own percentiles): "
             + partNames.map { key, label in
@@ -98,6 +103,7 @@ func runLoad(_ bench: BenchContext) throws {
         "rate_max": achieved.max, "shortfall_percent": shortfall.median, "seconds": spread(runs, "seconds").median,
         "cpu_seconds": spread(runs, "cpu_seconds").median, "peak_rss_mb": spread(runs, "peak_rss_mb").median,
         "generator_max_lag_ms": spread(runs, "generator_max_lag_ms").median, "key_figure": keyFigure,
+        "steal_percent": spread(runs, "steal_percent").median, "runs_p99_steal": p99AndSteal,
     ]
     for (key, _) in partNames {
         for percentile in ["p50", "p99", "p999"] {
