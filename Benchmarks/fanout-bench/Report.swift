@@ -273,7 +273,9 @@ func loadCaption(_ load: [String: Any]) -> String {
         format: "Open loop at %.0f/s (%@) for %.0f s, 1 connection: achieved %.0f/s, shortfall %.1f%%. ",
         number(load["target_rate"]), load["target_rate_source"] as? String ?? "?", number(load["duration"]),
         number(load["rate"]), number(load["shortfall_percent"]))
-    caption += "Fanout's latency runs from each notification's intended send time to its answer. "
+    caption += "Fanout's latency runs from each notification's intended send time to its answer"
+    caption += String(
+        format: ", once one notification has opened the connection (%.1f ms, not counted). ", number(load["warmup_ms"]))
     if let method = load["mock_latency_method"] as? String {
         caption += "The mock alone: \(method). "
     } else {
