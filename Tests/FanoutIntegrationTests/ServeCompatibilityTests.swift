@@ -72,6 +72,46 @@ final class ServeCompatibilityTests: XCTestCase {
         XCTAssertTrue(try payloads(pushToken).isEmpty)
     }
 
+    /// A Pushwoosh request of several notifications is checked whole before any is accepted: its clients send no
+    /// Idempotency-Key, so one resent after a refusal would otherwise send its good entries twice.
+    func testPushwooshRefusesABadEntryBeforeAcceptingAny() throws {
+        let activityToken = ServeNativeAPITests.token("a7", 1)
+        XCTAssertEqual(
+            try serve.curl(
+                "POST", "/v1/activities/match-7/tokens", key: ServeKeys.acmeDevice,
+                json: #"{"token": "\#(activityToken)", "device_id": "dev-7"}"#
+            ).status, 200)
+        func update(_ contentStates: [String]) throws -> [String: Any] {
+            let entries = contentStates.map {
+                #"{"live_activity": {"event": "update", "content-state": \#($0)}, "live_activity_id": "match-7"}"#
+            }
+            let answer = try serve.curl(
+                "POST", "/json/1.3/updateLiveActivity",
+                json:
+                    #"{"request": {"application": "\#(ServeHarness.pushwooshApplication)", "auth": "\#(ServeKeys.acmeServer)", "notifications": [\#(entries.joined(separator: ","))]}}"#
+            )
+            XCTAssertEqual(answer.status, 200, answer.text)
+            return try answer.object()
+        }
+        // The second entry's payload is over APNs's 4 KB: only `accept`'s own checks find that.
+        let tooLarge = #"{"commentary": "\#(String(repeating: "x", count: 5_000))"}"#
+        let refused = try update([#"{"home": 1}"#, tooLarge])
+        XCTAssertEqual(refused["status_code"] as? Int, 210, "\(refused)")
+        let message = try XCTUnwrap(refused["status_message"] as? String)
+        XCTAssertTrue(message.contains("notifications[1]"), "names the entry at fault: \(message)")
+
+        // The same request fixed: both entries are accepted and sent, and the first only once.
+        let accepted = try update([#"{"home": 1}"#, #"{"home": 2}"#])
+        XCTAssertEqual(accepted["status_code"] as? Int, 200, "\(accepted)")
+        let ids = try XCTUnwrap((accepted["response"] as? [String: Any])?["Messages"] as? [String], "\(accepted)")
+        XCTAssertEqual(ids.count, 2)
+        for id in ids { XCTAssertEqual(try serve.waitForDispatch(id)["delivered"] as? Int, 1) }
+        let homes = try payloads(activityToken).compactMap {
+            (($0["aps"] as? [String: Any])?["content-state"] as? [String: Any])?["home"] as? Int
+        }
+        XCTAssertEqual(homes.sorted(), [1, 2], "each update sent once, none from the refused request")
+    }
+
     func testBrazeStartAndUpdateEndpoints() throws {
         // A user with a push-to-start token, registered through the native device API.
         let startToken = ServeNativeAPITests.token("b2", 1)

@@ -141,6 +141,15 @@ struct DispatchSpec {
     /// The job line's bytes.
     var jobLine: [UInt8] { JSONValue.object(JSONObject(members)).encoded() }
 
+    /// The checks `ServiceCore.accept` makes, before the content timestamp is assigned (with `now` standing in for
+    /// an activity's timestamp not given yet), so that a request of several dispatches can refuse a bad one before
+    /// it accepts any. `accept` checks again with the timestamp it assigns.
+    func check(now: Int64) throws(APIError) {
+        var stamped = self
+        if activityID != nil && !timestampGiven { stamped.setTimestamp(now) }
+        try stamped.validate(now: now)
+    }
+
     /// Checks the line with the job-file parser, so a dispatch that is accepted can run; the refusal names the
     /// job-line field at fault.
     func validate(now: Int64) throws(APIError) {

@@ -86,21 +86,43 @@ struct PushwooshAPI {
             guard let notifications = body.value("notifications")?.arrayValue, !notifications.isEmpty else {
                 throw APIError(400, field: "notifications", "notifications is required (a non-empty array)")
             }
-            // Check every entry before accepting any, so a bad one leaves nothing half done.
+            // Check every entry (its fields, then what `accept` checks: the payload's size and the rest) before
+            // accepting any, so a bad one leaves nothing half done: Pushwoosh's clients send no Idempotency-Key,
+            // and a request resent after a refusal must not start an activity twice.
             var specs: [DispatchSpec] = []
+            let now = ServiceCore.nowSeconds()
             for (index, element) in notifications.enumerated() {
                 let field = "notifications[\(index)]"
                 guard let object = element.objectValue else {
                     throw APIError(400, field: field, "\(field) must be an object")
                 }
                 let entry = RequestBody(object: object, path: field)
-                specs.append(
-                    method == "startLiveActivity" ? try startSpec(entry, app: app) : try updateSpec(entry, app: app))
+                let spec =
+                    method == "startLiveActivity" ? try startSpec(entry, app: app) : try updateSpec(entry, app: app)
+                do throws(APIError) {
+                    try spec.check(now: now)
+                } catch {
+                    throw APIError(error.status, field: field, "\(field): \(error.message)")
+                }
+                specs.append(spec)
             }
             var messages: [JSONValue] = []
             for (index, spec) in specs.enumerated() {
                 let key = idempotencyKey.map { specs.count == 1 ? $0 : "\($0)#\(index)" }
-                messages.append(.string(try await core.accept(spec, caller: caller, idempotencyKey: key).id))
+                do throws(APIError) {
+                    messages.append(.string(try await core.accept(spec, caller: caller, idempotencyKey: key).id))
+                } catch {
+                    guard !messages.isEmpty else { throw error }
+                    // The entries before it are committed and will be sent: say so, with their ids, so that a
+                    // retry resends only the rest.
+                    let server = error.status >= 500
+                    return Self.answer(
+                        http: server ? error.status : 200, code: server ? 500 : 210,
+                        message: "notifications[\(index)]: \(error.message); the \(messages.count) before it were "
+                            + "accepted and will be sent (their ids are in response.Messages): resend from "
+                            + "notifications[\(index)] on",
+                        response: ["Messages": .array(messages)])
+                }
             }
             return Self.ok(["Messages": .array(messages)])
         case "registerDevice":
