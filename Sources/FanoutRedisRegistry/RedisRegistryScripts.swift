@@ -133,9 +133,19 @@ enum RedisRegistryScripts {
           -- Extra reply: 1 when the activity is dismissed already (the sweep should visit it now, not at the expiry).
           local device, token, registered = ARGV[3], ARGV[4], tonumber(ARGV[5])
           ensure()
-          local fields = redis.call('HMGET', meta, 'state', 'dismissal')
+          local fields = redis.call('HMGET', meta, 'state', 'dismissal', 'ended')
           local dismissed = {0}
           if fields[1] == 'ended' and fields[2] and tonumber(fields[2]) <= now then dismissed = {1} end
+          -- A new token registered after the activity ended is a new session under the same id: live again, as
+          -- 'start' makes it (SQLiteRegistryStore's reopenIfEnded says why).
+          local function reopen()
+            if fields[1] == 'ended' and fields[3] and registered > tonumber(fields[3]) then
+              redis.call('HSET', meta, 'state', 'active', 'updated', ARGV[2])
+              redis.call('HDEL', meta, 'ended', 'dismissal')
+              fields[1] = 'active'
+              dismissed = {0}
+            end
+          end
           local slot
           if device ~= '' then slot = redis.call('HGET', devices, device) else slot = slotsof(token)[1] end
           local rec = slot and load(slot)
@@ -145,7 +155,7 @@ enum RedisRegistryScripts {
             save(slot, {t = token, d = device, r = ARGV[5], e = ARGV[6]})
             addslot(token, slot)
             if device ~= '' then redis.call('HSET', devices, device, slot) end
-            if absorbed then unchanged = unchanged + 1 else event('added', '', token, device) end
+            if absorbed then unchanged = unchanged + 1 else reopen() event('added', '', token, device) end
             return finish(dismissed)
           end
           local change = 'rotated'
@@ -167,6 +177,7 @@ enum RedisRegistryScripts {
             delslot(rec.t, slot)
             candidates[#candidates + 1] = rec.t
             if device ~= '' then absorb(token, slot) end
+            reopen()
           end
           rec.t, rec.r, rec.e = token, ARGV[5], ARGV[6]
           save(slot, rec)

@@ -17,6 +17,8 @@ struct WriteContext {
     var pendingEvents: [PendingEvent] = []
     /// The activity of the previous lookup.
     var lastActivity: (app: Int64, activityID: String, row: Int64)?
+    /// When each activity this transaction registered a token for ended (nil: it is live), read once per activity.
+    var activityEnds: [Int64: Int64?] = [:]
 
     init(now: Int64) {
         self.now = now
@@ -86,6 +88,7 @@ extension RegistryConnection {
                 registeredAt: registeredAt ?? context.now, in: &context)
         case .startActivity(let app, let activityID, let attributesType):
             let row = try activityRow(app: app, activityID: activityID, create: true, in: &context)!
+            context.activityEnds[row] = .some(nil)
             try database.withStatement(
                 """
                 UPDATE activities SET state = 0, ended_at = NULL, dismissal_at = NULL,
@@ -184,6 +187,7 @@ extension RegistryConnection {
         throws(SQLiteError)
     {
         guard let row = try activityRow(app: app, activityID: activityID, create: false, in: &context) else { return }
+        context.activityEnds.removeValue(forKey: row)
         let dismissal = dismissalDate ?? context.now + configuration.defaultDismissalDelay
         try database.withStatement(
             """
@@ -247,12 +251,14 @@ extension RegistryConnection {
                 context.result.unchanged += 1
                 return
             }
+            try reopenIfEnded(row, registeredAt: registeredAt, in: &context)
             try recordEvent(
                 app: app, activityID: activityID, deviceID: deviceID, token: token, kind: .update, change: .added,
                 reason: nil, in: &context)
             return
         }
         var change = RegistryEvent.Change.rotated
+        let slotToken = existing.token
         if existing.expiresAt <= context.now {
             // Dead but not swept yet: report it expired, then the registration adds a token to an empty slot.
             try recordEvent(
@@ -285,6 +291,7 @@ extension RegistryConnection {
         if token != existing.token, deviceID != nil {
             _ = try absorbAnonymousRegistration(of: token, key: key, activity: row)
         }
+        if token != slotToken { try reopenIfEnded(row, registeredAt: registeredAt, in: &context) }
         if token == existing.token {
             // The device registered the same token again later: it lives longer, and a 410 older than this
             // registration no longer removes it. Not a token change, so no event.
@@ -294,6 +301,34 @@ extension RegistryConnection {
                 app: app, activityID: activityID, deviceID: deviceID, token: token, kind: .update, change: change,
                 reason: nil, in: &context)
         }
+    }
+
+    /// A new token for an activity that has ended, registered after the end, is a new session under the same id (an
+    /// app that reuses `match-7` for the rematch): the activity is live again, as a `start` makes it. Otherwise the
+    /// new session's tokens would sit in an ended activity, read as dismissed from its old dismissal date and then
+    /// swept with reason `ended`, while updates to it reach no one. A token of the old session registered again
+    /// (the same value) and a registration dated before the end change nothing.
+    private func reopenIfEnded(_ row: Int64, registeredAt: Int64, in context: inout WriteContext) throws(SQLiteError) {
+        let endedAt: Int64?
+        if let known = context.activityEnds[row] {
+            endedAt = known
+        } else {
+            endedAt = try database.withStatement("SELECT ended_at FROM activities WHERE id = ?1 AND state = 1") {
+                statement throws(SQLiteError) -> Int64? in
+                try statement.bind(row, at: 1)
+                return try statement.step() ? statement.optionalInt64(at: 0) : nil
+            }
+            context.activityEnds[row] = .some(endedAt)
+        }
+        guard let endedAt, registeredAt > endedAt else { return }
+        try database.withStatement(
+            "UPDATE activities SET state = 0, ended_at = NULL, dismissal_at = NULL, updated_at = ?2 WHERE id = ?1"
+        ) { statement throws(SQLiteError) in
+            try statement.bind(row, at: 1)
+            try statement.bind(context.now, at: 2)
+            try statement.run()
+        }
+        context.activityEnds[row] = .some(nil)
     }
 
     /// A device's registration takes over the same token registered without a device (an import without device ids,

@@ -36,6 +36,9 @@ final class RedisRegistryLifecycleTests: RegistryLifecycleTests {
     override func testAnEndWithoutADismissalDateKeepsTheTokensFourHours() async throws {
         try await super.testAnEndWithoutADismissalDateKeepsTheTokensFourHours()
     }
+    override func testANewTokenAfterTheEndStartsANewSessionUnderTheSameActivityID() async throws {
+        try await super.testANewTokenAfterTheEndStartsANewSessionUnderTheSameActivityID()
+    }
     override func testADismissalDateInThePastRemovesTheTokensAtOnce() async throws {
         try await super.testADismissalDateInThePastRemovesTheTokensAtOnce()
     }

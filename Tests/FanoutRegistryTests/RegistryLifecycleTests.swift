@@ -219,6 +219,40 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         XCTAssertEqual(live, [])
     }
 
+    func testANewTokenAfterTheEndStartsANewSessionUnderTheSameActivityID() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        let oldToken = TestTokens.token(1)
+        let newToken = TestTokens.token(2)
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: oldToken)))
+        clock.advance(hours: 1)
+        let endedAt = clock.now
+        try await store.apply([.endActivity(app: app, activityID: "match-7", dismissalDate: nil)])
+
+        // The old session's token again, and a registration dated before the end, leave the activity ended.
+        clock.advance(hours: 1)
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: oldToken)))
+        try await store.register(
+            .updateToken(
+                .init(app: app, activityID: "match-7", deviceID: "d2", token: newToken, registeredAt: endedAt - 1)))
+        var activity = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertEqual(activity?.state, .ended)
+
+        // The rematch reuses the id: a new token registered after the end makes the activity live again, so that
+        // its updates reach the new token past the old dismissal date and the sweep keeps it.
+        let rematch = TestTokens.token(3)
+        try await store.register(.updateToken(.init(app: app, activityID: "match-7", deviceID: "d3", token: rematch)))
+        activity = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertEqual(activity?.state, .active)
+        XCTAssertNil(activity?.dismissalDate)
+        clock.advance(hours: 4)
+        let sweep = try await store.sweep()
+        XCTAssertEqual(sweep.ended, 0)
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertTrue(live.map(\.token).contains(rematch), "\(live)")
+    }
+
     func testADismissalDateInThePastRemovesTheTokensAtOnce() async throws {
         let directory = try ScratchDirectory()
         let clock = TestClock()
