@@ -64,8 +64,7 @@ package final class FleetEnqueuer: Sendable {
         } catch {
             throw FleetError("cannot create the consumer group: \(error.message)")
         }
-        let parser = JobLineParser()
-        let now = Int64(Date().timeIntervalSince1970)
+        var timestamps = JobFileTimestamps()
         while true {
             let next: JobFileReader.Line?
             do {
@@ -74,8 +73,10 @@ package final class FleetEnqueuer: Sendable {
                 throw FleetError("\(error)")
             }
             guard let line = next else { break }
-            switch parser.parse(line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: now)
-            {
+            let (parsed, now) = timestamps.parse(
+                line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory,
+                now: Int64(Date().timeIntervalSince1970))
+            switch parsed {
             case .failure(let error):
                 report(.refused(line: line.number, job: error.jobID, reason: error.description))
             case .success(let parsed):

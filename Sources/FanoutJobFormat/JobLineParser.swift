@@ -5,10 +5,13 @@ package struct ParsedJobLine: Sendable {
     package var job: ParsedJob
     /// The 1-based line number in the job file.
     package var lineNumber: Int
+    /// Whether the line's `live_activity` gives no `timestamp`, so it took the parse's `now`.
+    package var usesDefaultTimestamp: Bool
 
-    package init(job: ParsedJob, lineNumber: Int) {
+    package init(job: ParsedJob, lineNumber: Int, usesDefaultTimestamp: Bool = false) {
         self.job = job
         self.lineNumber = lineNumber
+        self.usesDefaultTimestamp = usesDefaultTimestamp
     }
 }
 
@@ -55,7 +58,8 @@ package struct JobLineParser: Sendable {
         var reader = LineReader()
         do throws(LineFailure) {
             let job = try reader.read(line, jobFileDirectory: jobFileDirectory, now: now)
-            return .success(ParsedJobLine(job: job, lineNumber: lineNumber))
+            return .success(
+                ParsedJobLine(job: job, lineNumber: lineNumber, usesDefaultTimestamp: reader.usesDefaultTimestamp))
         } catch {
             return .failure(
                 JobLineError(lineNumber: lineNumber, jobID: reader.jobID, field: error.field, message: error.message))
@@ -85,6 +89,12 @@ private struct LineFailure: Error {
 private struct LineReader {
     var jobID: String?
     private var members: [String: RawJSON] = [:]
+
+    /// Whether the line has a `live_activity` without a `timestamp` (after `read`).
+    var usesDefaultTimestamp: Bool {
+        guard let live = members["live_activity"], live.kind == .object else { return false }
+        return !live.members().contains { key, value in key == "timestamp" && value.kind != .null }
+    }
 
     mutating func read(
         _ line: some Collection<UInt8>, jobFileDirectory: String, now: Int64

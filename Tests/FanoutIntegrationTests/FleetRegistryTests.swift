@@ -2,6 +2,7 @@
 // registered in the registry on a real redis-server (through a RedisRegistryStore, as `fanout serve --redis` keeps
 // it), an `activity_id` job enqueued by the real `fanout` binary, two real workers against mock-apns in process,
 // and the registry pruned of the tokens the mock answers 410.
+import FanoutFleet
 import FanoutRedis
 import FanoutRedisRegistry
 import FanoutRegistry
@@ -180,6 +181,47 @@ final class FleetRegistryTests: XCTestCase {
     }
 
     /// Users, devices and push-to-start jobs take their tokens from the registry at enqueue; an `end` by activity id
+    /// An update and the end after it in one file, neither with a `timestamp`: read in the same second they had one
+    /// default timestamp, and the end was refused at enqueue as `superseded`. Both are enqueued, the end with the
+    /// later default timestamp (what the workers parse its line with).
+    func testAnUpdateAndTheEndAfterItInOneFileAreBothEnqueued() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "fleet-registry-order")
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redis.url)))
+        defer { Task { await client.shutdown() } }
+        let store = RedisRegistryStore(client: client)
+        try await store.defineApps([RegistryApp(bundleID: Self.app)])
+        _ = try await store.apply(
+            (0..<3).map { index in
+                .updateToken(
+                    UpdateTokenRegistration(
+                        app: Self.app, activityID: Self.activity, deviceID: "d-\(index)", token: testDeviceToken(index))
+                )
+            })
+        let head =
+            #""topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", "app": "com.example.app", "activity_id": "match-7""#
+        let jobs = "\(directory)/jobs.jsonl"
+        try
+            ([
+                #"{"id": "update", \#(head), "live_activity": {"event": "update", "content_state": {"home": 1}}}"#,
+                #"{"id": "end", \#(head), "live_activity": {"event": "end", "content_state": {"home": 2}}}"#,
+            ].joined(separator: "\n") + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
+        let enqueued = try fanout(["enqueue", "--redis", redis.url, "--jobs", jobs])
+        XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
+        XCTAssertEqual(
+            enqueued.stdoutLines, [#"{"job": "update", "shards": 1}"#, #"{"job": "end", "shards": 1}"#],
+            enqueued.summary)
+        func defaultTimestamp(_ job: String) async throws -> Int64 {
+            let reply = try await client.command(["HGET", FleetKeys(job: job).meta, "now"])
+            return try XCTUnwrap(reply.integer, "\(reply)")
+        }
+        let update = try await defaultTimestamp("update")
+        let end = try await defaultTimestamp("end")
+        XCTAssertGreaterThan(end, update)
+        let recorded = try await store.activity(app: Self.app, activityID: Self.activity)
+        XCTAssertEqual(recorded?.lastContentTimestamp, end, "the end's content is the activity's last")
+    }
+
     /// marks the activity ended once its tokens are read; a push-to-start naming its activity id is refused.
     func testUsersDevicesPushToStartAndEndJobsResolveFromTheRegistryOnRedis() async throws {
         let redis = try RedisServerProcess(for: self)

@@ -198,6 +198,46 @@ class SendRegistryCommandTests: XCTestCase {
         XCTAssertEqual(removed.count, unregistered.count + 1)
     }
 
+    /// An update and the end after it in one file, neither with a `timestamp`: read in the same second, they had one
+    /// default timestamp, and the end was refused as `superseded` (the activity stayed on screen). The end goes out
+    /// to every token, with a later timestamp than the update's.
+    func testAnUpdateAndTheEndAfterItInOneFileAreBothSentInOrder() throws {
+        try importRegistrations()
+        let mock = try MockHarness { $0.capturePayloads = true }
+        addTeardownBlock { mock.stop() }
+        let tls = mock.material
+        let jobs = try write(
+            [
+                #"{"id": "update", "topic": "com.acme.app.push-type.liveactivity", "push_type": "liveactivity", "live_activity": {"event": "update", "content_state": {"home": 1, "away": 0}}, "activity_id": "match-7"}"#,
+                #"{"id": "end", "topic": "com.acme.app.push-type.liveactivity", "push_type": "liveactivity", "live_activity": {"event": "end", "content_state": {"home": 2, "away": 0}}, "activity_id": "match-7"}"#,
+            ], to: "jobs.jsonl")
+        let results = path("results.jsonl")
+        let run = try runFanout([
+            "send", "--jobs", jobs, "--registry", redisURL ?? database, "--results", results, "--endpoint",
+            "localhost:\(mock.port)", "--ca-file", tls.caPEMPath, "--key", tls.authKeyP8Path, "--key-id",
+            "KEYID12345", "--team-id", "TEAMID1234", "--progress", "never",
+        ])
+        // The update may be superseded on the tokens it had not reached when the end went out (latest wins).
+        XCTAssertTrue([0, 1].contains(run.exitCode), run.summary)
+        let lines = try String(contentsOfFile: results, encoding: .utf8).split(separator: "\n").map {
+            try Self.object(String($0))
+        }
+        let end = lines.filter { $0["job"] as? String == "end" }
+        XCTAssertEqual(end.count, Self.match7, run.summary)
+        XCTAssertEqual(Set(end.map { $0["outcome"] as? String ?? "?" }), ["delivered"], "\(end.prefix(3))")
+        // Each token's last payload is the end, with a later timestamp than any update it got.
+        let payloads = mock.stats.payloadsByToken
+        for index in [0, 150, 299] {
+            let sent = try XCTUnwrap(payloads[Self.token("a7", index)], "token \(index)").map {
+                try XCTUnwrap(try Self.object(String(decoding: $0, as: UTF8.self))["aps"] as? [String: Any])
+            }
+            XCTAssertEqual(sent.last?["event"] as? String, "end")
+            let stamps = sent.compactMap { $0["timestamp"] as? Int }
+            XCTAssertEqual(stamps, stamps.sorted(), "in order")
+            XCTAssertEqual(Set(stamps).count, stamps.count, "no two with one timestamp: \(stamps)")
+        }
+    }
+
     /// `--registry` naming a file that does not exist: exit 2, one line on stderr, nothing sent.
     func testMissingRegistryFileExitsTwoWithOneLine() throws {
         let jobs = try write(
@@ -225,6 +265,10 @@ final class SendRegistryRedisCommandTests: SendRegistryCommandTests {
 
     override func testActivityAndUsersJobsResolveFromTheRegistryAndUnregisteredTokensArePruned() throws {
         try super.testActivityAndUsersJobsResolveFromTheRegistryAndUnregisteredTokensArePruned()
+    }
+
+    override func testAnUpdateAndTheEndAfterItInOneFileAreBothSentInOrder() throws {
+        try super.testAnUpdateAndTheEndAfterItInOneFileAreBothSentInOrder()
     }
 
     /// Redis's counterpart of a missing file: a server that cannot be reached. Exit 2, one line, nothing sent.

@@ -96,8 +96,7 @@ package final class JobFileRunner: Sendable {
         }
         defer { counting.cancel() }
 
-        let parser = JobLineParser()
-        let now = Int64(Date().timeIntervalSince1970)
+        var timestamps = JobFileTimestamps()
         try await withThrowingTaskGroup(of: Void.self) { group in
             var running = 0
             while true {
@@ -109,9 +108,10 @@ package final class JobFileRunner: Sendable {
                 }
                 guard let line = next else { break }
                 if resume.journal?.isFinished(line: line.number) == true { continue }
-                switch parser.parse(
-                    line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: now)
-                {
+                switch timestamps.parse(
+                    line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory,
+                    now: Int64(Date().timeIntervalSince1970)
+                ).result {
                 case .failure(let error):
                     let id = error.jobID ?? "line-\(line.number)"
                     if resume.finishedJobIDs.contains(id) { continue }
