@@ -177,6 +177,12 @@ class ServeNativeAPITests: XCTestCase {
             json: #"{"attributes_type": "T", "content_state": {}, "audience": {"users": ["u"], "devices": ["d"]}}"#)
         XCTAssertEqual(twoAudiences.status, 400, twoAudiences.text)
         XCTAssertEqual(try twoAudiences.object()["field"] as? String, "audience", twoAudiences.text)
+        // A VoIP push goes to PushKit tokens; the registry holds the devices' regular ones.
+        let voipToUsers = try serve.curl(
+            "POST", "/v1/push", key: server,
+            json: #"{"push_type": "voip", "payload": {"aps": {}}, "audience": {"users": ["u"]}}"#)
+        XCTAssertEqual(voipToUsers.status, 400, voipToUsers.text)
+        XCTAssertEqual(try voipToUsers.object()["field"] as? String, "push_type", voipToUsers.text)
         XCTAssertEqual(try serve.curl("GET", "/v1/nothing-here", key: server).status, 404)
         XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }

@@ -251,6 +251,10 @@ struct NativeAPI {
 
     // MARK: Regular pushes
 
+    /// The push types APNs delivers to an app's regular device token (the one `registerForRemoteNotifications`
+    /// gives and the registry keeps per device).
+    private static let regularTokenPushTypes: Set<String> = ["alert", "background"]
+
     private func pushSpec(_ body: RequestBody, caller: Caller) throws(APIError) -> DispatchSpec {
         try body.rejectUnknown(["app", "push_type", "payload", "alert", "priority", "collapse_id", "audience"])
         let app = try core.app(try body.string("app"), of: caller)
@@ -265,7 +269,18 @@ struct NativeAPI {
         let audience: DispatchAudience
         switch try self.audience(try body.object("audience"), field: "audience", allowAll: false) {
         case .tokens(let tokens): audience = .tokens(tokens)
-        case .selection(let selection): audience = .devices(selection)
+        case .selection(let selection):
+            // Users and devices reach the devices' regular push tokens, the only kind the registry holds. Another
+            // push type (voip, location, ...) goes to a token of its own: APNs would answer each one
+            // DeviceTokenNotForTopic, and that answer removes the regular token from the registry.
+            guard Self.regularTokenPushTypes.contains(pushType) else {
+                throw APIError(
+                    400, field: "push_type",
+                    "push_type \(quoted(pushType)) is not sent to a device's regular push token, the token that "
+                        + "audience users and devices reach (alert or background); send it to its own tokens with "
+                        + "audience.tokens")
+            }
+            audience = .devices(selection)
         }
         return .push(
             app: app, pushType: pushType, payload: payload, priority: priority,
