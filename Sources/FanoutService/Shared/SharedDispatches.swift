@@ -50,12 +50,22 @@ final class SharedDispatches: Sendable {
     /// Takes `key` for the dispatch `id` about to be committed, or returns the id of the dispatch that took it first
     /// (on any instance).
     func claim(idempotencyKey key: String, workspace: String, for id: String) async throws(RedisError) -> String? {
-        let reply = try await client.command([
-            "SET", Self.idempotencyKey(key, workspace: workspace), RedisArgument(id), "NX", "GET", "EX",
-            RedisArgument(Self.expirySeconds),
-        ])
+        let reply = try await client.evalScript(
+            Self.claimScript, keys: [Self.idempotencyKey(key, workspace: workspace)],
+            arguments: [RedisArgument(id), RedisArgument(Self.expirySeconds)])
         return reply.string
     }
+
+    /// KEYS: the idempotency key. ARGV: the dispatch id, the expiry in seconds. Returns the id already there, or
+    /// takes the key and returns nil. A script, not `SET NX GET` (which Redis refuses before 7.0, and the fleet
+    /// runs on 6.2).
+    private static let claimScript = RedisScript(
+        """
+        local taken = redis.call('GET', KEYS[1])
+        if taken then return taken end
+        redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+        return false
+        """)
 
     /// Gives `key` back after the dispatch that took it could not be committed, so that a retry may take it.
     func release(idempotencyKey key: String, workspace: String, for id: String) async {
