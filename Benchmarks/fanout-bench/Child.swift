@@ -485,7 +485,7 @@ func childSingleSend(_ options: ChildOptions) async throws -> ([String: Any], Bo
                     maxLag = max(maxLag, now - due(index))
                     let notification = PushNotification(
                         deviceToken: pool[index & 0xFFFF], headers: benchHeaders, payload: payload)
-                    Task(executorPreference: options.onLoop ? engine.sendExecutor() : nil) {
+                    @Sendable func sendOne() async {
                         do throws(FanoutError) {
                             let result = try await engine.send(notification)
                             log.finished(index)
@@ -495,6 +495,14 @@ func childSingleSend(_ options: ChildOptions) async throws -> ([String: Any], Bo
                             if error.kind != .overloaded { log.finished(index) }
                             tally.finished(delivered: false, refused: error.kind == .overloaded)
                         }
+                    }
+                    // A plain task as a gateway starts one, not `Task(executorPreference: nil)`: that one still
+                    // carries a preference record, which the runtime then looks up under the task's status lock
+                    // at every hop (getPreferredTaskExecutor, 5.7% of the process's CPU at 40,000 sends/s).
+                    if options.onLoop {
+                        Task(executorPreference: engine.sendExecutor()) { await sendOne() }
+                    } else {
+                        Task { await sendOne() }
                     }
                     sent += 1
                 }
