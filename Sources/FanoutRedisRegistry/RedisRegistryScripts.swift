@@ -234,6 +234,11 @@ enum RedisRegistryScripts {
         elseif op == 'channel' then
           ensure()
           if ARGV[3] == '' then redis.call('HDEL', meta, 'channel') else redis.call('HSET', meta, 'channel', ARGV[3]) end
+          if ARGV[3] == '' or ARGV[4] == nil or ARGV[4] == '' then
+            redis.call('HDEL', meta, 'channelpolicy')
+          else
+            redis.call('HSET', meta, 'channelpolicy', ARGV[4])
+          end
           redis.call('HSET', meta, 'updated', ARGV[2])
           return finish()
 
@@ -371,9 +376,10 @@ enum RedisRegistryScripts {
 
         elseif op == 'get' then
           if redis.call('EXISTS', meta) == 0 then return {} end
-          local fields = redis.call('HMGET', meta, 'attributes', 'state', 'content', 'ended', 'dismissal', 'channel')
-          for i = 1, 6 do if not fields[i] then fields[i] = '' end end
-          fields[7] = 'exists'
+          local fields = redis.call(
+            'HMGET', meta, 'attributes', 'state', 'content', 'ended', 'dismissal', 'channel', 'channelpolicy')
+          for i = 1, 7 do if not fields[i] then fields[i] = '' end end
+          fields[8] = 'exists'
           return fields
 
         elseif op == 'stat' then

@@ -285,11 +285,18 @@ extension RedisRegistryStore {
                     + [activity(appID, activityID, ["content", RedisArgument(String(timestamp))])],
                 updateContext(appID, activityID)
             )
-        case .channel(let appID, let activityID, let channelID):
+        case .channel(let appID, let activityID, let channelID, let storagePolicy):
             // Unbinding lets the next sweep remove a dismissed activity: visit it then.
             return (
                 schedule(appID, activityID, at: channelID == nil ? now : now &+ lifetime)
-                    + [activity(appID, activityID, ["channel", RedisArgument(channelID ?? "")])],
+                    + [
+                        activity(
+                            appID, activityID,
+                            [
+                                "channel", RedisArgument(channelID ?? ""),
+                                RedisArgument(storagePolicy.map(String.init) ?? ""),
+                            ])
+                    ],
                 updateContext(appID, activityID)
             )
         case .removeToken:

@@ -16,8 +16,10 @@ public enum RegistryChange: Sendable, Hashable {
     case endActivity(app: String, activityID: String, dismissalDate: Int64?)
     /// Records the `timestamp` (Unix seconds) of content sent to an activity; the activity keeps the greatest.
     case contentSent(app: String, activityID: String, timestamp: Int64)
-    /// Sets (or with nil clears) an activity's broadcast channel id, creating the activity if needed.
-    case channel(app: String, activityID: String, channelID: String?)
+    /// Sets (or with nil clears) an activity's broadcast channel id, creating the activity if needed, with the
+    /// channel's `message-storage-policy` (0 or 1) when the binder knows it: a broadcast to a channel that keeps the
+    /// latest message is sent with an expiration that lets APNs keep it (0 would make it a single attempt).
+    case channel(app: String, activityID: String, channelID: String?, storagePolicy: Int? = nil)
     /// APNs answered 410 for `token`: remove it wherever it was registered before `timestamp` (the 410 body's Unix
     /// milliseconds); a later registration means the device registered it again and it stays. Nil removes it at once
     /// (410 `ExpiredToken` carries no timestamp).

@@ -237,7 +237,8 @@ extension RegistryConnection {
     func activity(app: AppRef, activityID: String) throws(SQLiteError) -> ActivityRecord? {
         try database.withStatement(
             """
-            SELECT attributes_type, state, last_content_timestamp, ended_at, dismissal_at, channel_id
+            SELECT attributes_type, state, last_content_timestamp, ended_at, dismissal_at, channel_id,
+                channel_storage_policy
             FROM activities WHERE app = ?1 AND activity_id = ?2
             """
         ) { statement throws(SQLiteError) in
@@ -248,7 +249,8 @@ extension RegistryConnection {
                 activityID: activityID, attributesType: statement.optionalString(at: 0),
                 state: statement.int64(at: 1) == 1 ? .ended : .active,
                 lastContentTimestamp: statement.optionalInt64(at: 2), endedAt: statement.optionalInt64(at: 3),
-                dismissalDate: statement.optionalInt64(at: 4), channelID: statement.optionalString(at: 5))
+                dismissalDate: statement.optionalInt64(at: 4), channelID: statement.optionalString(at: 5),
+                channelStoragePolicy: statement.optionalInt64(at: 6).map { Int($0) })
         }
     }
 

@@ -190,11 +190,15 @@ public struct ActivityRecord: Sendable, Hashable {
     public var dismissalDate: Int64?
     /// The iOS 18 broadcast channel (base64), for the broadcast issue.
     public var channelID: String?
+    /// The channel's `message-storage-policy` (0: no message stored, 1: the most recent one), when it was bound with
+    /// it; nil when unknown.
+    public var channelStoragePolicy: Int?
 
     public init(
         activityID: String, attributesType: String?, state: ActivityState, lastContentTimestamp: Int64?,
-        endedAt: Int64?, dismissalDate: Int64?, channelID: String?
+        endedAt: Int64?, dismissalDate: Int64?, channelID: String?, channelStoragePolicy: Int? = nil
     ) {
+        self.channelStoragePolicy = channelStoragePolicy
         self.activityID = activityID
         self.attributesType = attributesType
         self.state = state

@@ -1,4 +1,4 @@
-/// The SQLite registry's schema: version 1. docs/REGISTRY.md describes each table and why each index exists.
+/// The SQLite registry's schema: version 2 (version 1 had no `activities.channel_storage_policy`). docs/REGISTRY.md describes each table and why each index exists.
 ///
 /// All times are Unix milliseconds except `last_content_timestamp` (the `aps` timestamp, Unix seconds). Tables are
 /// STRICT, so a value of the wrong type is refused instead of silently stored. Apps and activities are interned as
@@ -10,7 +10,12 @@ enum RegistrySchema {
     /// `PRAGMA application_id`: "FnRg". A file with another id is not a Fanout registry and is never written to.
     static let applicationID: Int32 = 0x466E_5267
     /// `PRAGMA user_version`: the schema version this code reads and writes.
-    static let version: Int32 = 1
+    static let version: Int32 = 2
+
+    /// What brings a registry of the previous version up to this one, in one write transaction: version 1 had no
+    /// channel storage policy (its bound channels read as policy unknown).
+    static let upgradeFromVersion1 = "ALTER TABLE activities ADD COLUMN channel_storage_policy INTEGER"
+
     /// 16 KiB pages instead of SQLite's 4 KiB. Tokens are random, so a batch of new ones lands all over the token
     /// index and each commit writes most of its pages to the WAL; measured on a million-row import (10,000 rows per
     /// transaction), 16 KiB pages took 40% less time than 4 KiB ones (shallower trees, a quarter of the frames).
@@ -48,6 +53,7 @@ enum RegistrySchema {
             ended_at INTEGER,
             dismissal_at INTEGER,
             channel_id TEXT,
+            channel_storage_policy INTEGER CHECK (channel_storage_policy IN (0, 1)),
             created_at INTEGER NOT NULL,
             updated_at INTEGER NOT NULL
         ) STRICT;

@@ -80,6 +80,19 @@ public final class SQLiteRegistryStore: RegistryStore {
         case let identity:
             try check(identity, path: path)
             try database.useWriteAheadLog()
+            if case .database(_, let version) = identity, version < RegistrySchema.version {
+                try upgrade(database, path: path)
+            }
+        }
+    }
+
+    /// Brings a registry of schema version 1 up to this one, under the write lock (re-read there, in case another
+    /// process upgraded it meanwhile).
+    private static func upgrade(_ database: SQLiteDatabase, path: String) throws {
+        try database.transaction { () throws(SQLiteError) in
+            guard case .database(_, let version) = try database.identify(), version == 1 else { return }
+            try database.execute(RegistrySchema.upgradeFromVersion1)
+            try database.setUserVersion(RegistrySchema.version)
         }
     }
 

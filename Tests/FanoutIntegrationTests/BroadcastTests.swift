@@ -138,6 +138,47 @@ final class BroadcastTests: XCTestCase {
         await engine.shutdown()
     }
 
+    /// A broadcast whose job gives no expiration is kept for offline devices by a channel that keeps the latest
+    /// message (sent with 8 hours less a minute), and sent with 0 to one that stores nothing or whose policy the
+    /// registry does not know (0 is what any channel accepts; a single attempt).
+    func testABroadcastWithoutAnExpirationIsKeptByAChannelThatStoresTheLatestMessage() async throws {
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "broadcast-stored")
+        let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db")
+        defer { registry.close() }
+        try await registry.defineApps([RegistryApp(bundleID: Self.app)])
+        let keeps = try XCTUnwrap(mock.server.channels.create(app: Self.app, policy: .mostRecentMessageStored))
+        let storesNothing = try XCTUnwrap(mock.server.channels.create(app: Self.app, policy: .noMessageStored))
+        try await registry.apply([
+            .channel(app: Self.app, activityID: "keeps", channelID: keeps, storagePolicy: 1),
+            .channel(app: Self.app, activityID: "stores-nothing", channelID: storesNothing, storagePolicy: 0),
+            .channel(app: Self.app, activityID: "unknown", channelID: keeps),
+        ])
+        let engine = try makeEngine(for: mock) { $0.registry = registry }
+        for activity in ["keeps", "stores-nothing", "unknown"] {
+            let summary = try await engine.run(update(activity, recipients: .activity(app: Self.app, id: activity))) {
+                _ in
+            }
+            XCTAssertEqual(summary.counts.delivered, 1, "\(activity): \(summary)")
+        }
+        XCTAssertEqual(mock.stats.broadcasts, 3)
+        XCTAssertEqual(mock.stats.broadcastsStored, 1, "only the policy-1 channel bound with its policy")
+
+        // A channel job that names the policy is kept too; one with `expiration: 0` is a single attempt.
+        let direct = try await engine.run(
+            update("direct", recipients: .channel(app: Self.app, id: keeps, storagePolicy: .mostRecentMessageStored))
+        ) { _ in }
+        XCTAssertEqual(direct.counts.delivered, 1)
+        XCTAssertEqual(mock.stats.broadcastsStored, 2)
+        let once = try await engine.run(
+            update(
+                "once", recipients: .channel(app: Self.app, id: keeps, storagePolicy: .mostRecentMessageStored),
+                expiration: 0)
+        ) { _ in }
+        XCTAssertEqual(once.counts.delivered, 1)
+        XCTAssertEqual(mock.stats.broadcastsStored, 2, "expiration 0 as the job gives it")
+        await engine.shutdown()
+    }
+
     func testAnActivityWithAChannelGetsOneBroadcastPlusItsTokenPushes() async throws {
         let directory = try ProcessSupport.temporaryDirectory(for: self, "broadcast")
         let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db")

@@ -71,6 +71,36 @@ final class RegistryFileTests: XCTestCase {
         XCTAssertTrue(error?.message.contains("schema version 99") ?? false)
     }
 
+    func testARegistryOfSchemaVersion1IsUpgradedWhenOpened() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let path = directory.file("registry.db")
+        let store = try await makeStore(in: directory, clock: clock)
+        try await store.apply([.channel(app: "com.acme.app", activityID: "match-7", channelID: "dHN0LTE=")])
+        store.close()
+        // What version 1 wrote: no channel_storage_policy column.
+        let database = try SQLiteDatabase(path: path)
+        try database.execute("ALTER TABLE activities DROP COLUMN channel_storage_policy")
+        try database.setUserVersion(1)
+        database.close()
+
+        var configuration = RegistryConfiguration()
+        configuration.clock = clock.registryClock
+        let upgraded = try SQLiteRegistryStore(path: path, configuration: configuration)
+        let kept = try await upgraded.activity(app: "com.acme.app", activityID: "match-7")
+        XCTAssertEqual(kept?.channelID, "dHN0LTE=", "what version 1 held is kept")
+        XCTAssertNil(kept?.channelStoragePolicy)
+        try await upgraded.apply([
+            .channel(app: "com.acme.app", activityID: "match-8", channelID: "dHN0LTI=", storagePolicy: 0)
+        ])
+        let bound = try await upgraded.activity(app: "com.acme.app", activityID: "match-8")
+        XCTAssertEqual(bound?.channelStoragePolicy, 0)
+        upgraded.close()
+        let reopened = try SQLiteDatabase(path: path)
+        XCTAssertEqual(try reopened.identify(), .database(applicationID: 0x466E_5267, userVersion: 2))
+        reopened.close()
+    }
+
     func testADamagedRegistryIsReportedCorrupt() async throws {
         let directory = try ScratchDirectory()
         let clock = TestClock()

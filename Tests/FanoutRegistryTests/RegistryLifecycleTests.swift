@@ -337,8 +337,25 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         XCTAssertEqual(activity?.lastContentTimestamp, 1_764_460_900)
         XCTAssertEqual(activity?.channelID, "dHN0LTE=")
         XCTAssertEqual(activity?.state, .active)
+        XCTAssertNil(activity?.channelStoragePolicy, "bound without its policy: unknown")
         let stats = try await store.stats()
         XCTAssertEqual(stats.liveActivities, 1, "a channel makes an activity live without tokens")
+
+        // Bound with its policy, it reads back; unbinding forgets it; a policy other than 0 or 1 is refused.
+        try await store.apply([.channel(app: app, activityID: "match-7", channelID: "dHN0LTI=", storagePolicy: 1)])
+        var rebound = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertEqual(rebound?.channelID, "dHN0LTI=")
+        XCTAssertEqual(rebound?.channelStoragePolicy, 1)
+        try await store.apply([.channel(app: app, activityID: "match-7", channelID: nil, storagePolicy: 1)])
+        rebound = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertNil(rebound?.channelID)
+        XCTAssertNil(rebound?.channelStoragePolicy)
+        let refused = await assertRegistryError(.invalidInput) {
+            try await store.apply([
+                .channel(app: self.app, activityID: "match-7", channelID: "dHN0LTM=", storagePolicy: 2)
+            ])
+        }
+        XCTAssertEqual(refused?.field, "storage_policy")
     }
 
     func testStatsCountWhatProductMdLists() async throws {

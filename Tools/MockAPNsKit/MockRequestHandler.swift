@@ -263,6 +263,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
         var status = 200
         var reason: String?
         var channel: String?
+        var stored = false
         if let refusal = shared.authenticate(request, connection: connection, state: state) {
             (status, reason) = (refusal.status, refusal.reason)
         } else if request.bodyTruncated {
@@ -280,6 +281,11 @@ final class MockRequestHandler: HTTP2ServerHandler {
                     (status, reason) = (injected.status, injected.reason)
                 } else {
                     channel = broadcast.channelID
+                    // What APNs keeps for devices that are offline: the latest message of a policy-1 channel, sent
+                    // with an expiration still ahead (0 is a single attempt).
+                    stored =
+                        broadcast.policy == .mostRecentMessageStored
+                        && broadcast.expiration > Int64(Date().timeIntervalSince1970)
                 }
             }
         }
@@ -293,7 +299,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
             body = APNsResponse.errorBody(reason: APNsReason(reason ?? "InternalServerError"))
             headers.append(("content-type", "application/json"))
         }
-        shared.stats.recordBroadcast(status: status, reason: reason, channel: channel)
+        shared.stats.recordBroadcast(status: status, reason: reason, channel: channel, stored: stored)
         adjustThrottle(connection, state: state, accepted: status == 200)
         finish(request, connection: connection, status: status, headers: headers, body: body, decision: decision)
     }

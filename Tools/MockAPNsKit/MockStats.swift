@@ -29,6 +29,8 @@ package final class MockStats: Sendable {
         /// Broadcast sends accepted, in all and by channel id.
         var broadcasts = 0
         var broadcastsByChannel: [String: Int] = [:]
+        /// Of those, the ones APNs would keep for devices that are offline (policy 1, an expiration ahead).
+        var broadcastsStored = 0
         /// Channels that exist now (set by `MockChannels`).
         var channels = 0
     }
@@ -139,8 +141,9 @@ package final class MockStats: Sendable {
     }
 
     /// Counts a broadcast send answered with `status`: in `requests`, `by_status` and `by_reason` like a device push,
-    /// and, when accepted, in `broadcasts` and `broadcasts_by_channel` (not in `accepted`, which counts device pushes).
-    func recordBroadcast(status: Int, reason: String?, channel: String?) {
+    /// and, when accepted, in `broadcasts` and `broadcasts_by_channel` (not in `accepted`, which counts device pushes),
+    /// and in `broadcasts_stored` when APNs would keep it for offline devices (`stored`).
+    func recordBroadcast(status: Int, reason: String?, channel: String?, stored: Bool = false) {
         tallies.withLock { tallies in
             tallies.requests += 1
             tallies.byStatus[min(max(status, 0), 599)] += 1
@@ -148,6 +151,7 @@ package final class MockStats: Sendable {
             guard status == 200, let channel else { return }
             tallies.broadcasts += 1
             tallies.broadcastsByChannel[channel, default: 0] += 1
+            if stored { tallies.broadcastsStored += 1 }
         }
     }
 
@@ -198,7 +202,7 @@ package final class MockStats: Sendable {
                         (String($0.offset), $0.element)
                     }),
                 "broadcasts": tallies.broadcasts,
-                "broadcasts_by_channel": tallies.broadcastsByChannel,
+                "broadcasts_by_channel": tallies.broadcastsByChannel, "broadcasts_stored": tallies.broadcastsStored,
                 "channels": tallies.channels,
             ]
         }
@@ -216,6 +220,8 @@ package final class MockStats: Sendable {
     package var broadcasts: Int { merged { $0.broadcasts } }
     /// Broadcast sends accepted on channel `channel`.
     package func broadcasts(channel: String) -> Int { merged { $0.broadcastsByChannel[channel] ?? 0 } }
+    /// Accepted broadcasts APNs would keep for devices that are offline.
+    package var broadcastsStored: Int { merged { $0.broadcastsStored } }
     /// Broadcast sends accepted, by channel id.
     package var broadcastsByChannel: [String: Int] { merged { $0.broadcastsByChannel } }
     /// Channels that exist now, over all apps.

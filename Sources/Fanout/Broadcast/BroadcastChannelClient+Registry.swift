@@ -9,7 +9,9 @@ extension BroadcastChannelClient {
     ) async throws(BroadcastChannelError) -> String {
         let channel = try await create(app: app, storagePolicy: storagePolicy)
         do {
-            _ = try await registry.apply([.channel(app: app, activityID: activityID, channelID: channel)])
+            _ = try await registry.apply([
+                .channel(app: app, activityID: activityID, channelID: channel, storagePolicy: storagePolicy.rawValue)
+            ])
         } catch {
             // Not bound: delete it again so it does not count against the app's 10,000 unseen.
             try? await delete(app: app, channelID: channel)

@@ -501,8 +501,8 @@ public final class FanoutEngine: Sendable {
             if case .channel(let app, let channel, let policy) = job.recipients {
                 try Self.checkBroadcast(job, payload: payload, storagePolicy: policy)
                 let prepared = try PreparedJob(
-                    broadcastOf: job, payload: SharedBody(payload), bundleID: app, channelID: channel, run: run,
-                    authority: authority)
+                    broadcastOf: job, payload: SharedBody(payload), bundleID: app, channelID: channel,
+                    storagePolicy: policy, run: run, authority: authority)
                 run.countEncoding()
                 return prepared
             }
@@ -537,10 +537,11 @@ public final class FanoutEngine: Sendable {
         result.channel = channel
         let broadcast: PreparedJob
         do {
-            try Self.checkBroadcast(job, payload: Array(tokenJob.body.bytes), storagePolicy: nil)
+            let policy = record.channelStoragePolicy.flatMap(ChannelStoragePolicy.init(rawValue:))
+            try Self.checkBroadcast(job, payload: Array(tokenJob.body.bytes), storagePolicy: policy)
             broadcast = try PreparedJob(
-                broadcastOf: job, payload: tokenJob.body, bundleID: app, channelID: channel, run: run,
-                authority: authority)
+                broadcastOf: job, payload: tokenJob.body, bundleID: app, channelID: channel, storagePolicy: policy,
+                run: run, authority: authority)
         } catch {
             result.outcome = .invalid
             result.reason = "\(error)"

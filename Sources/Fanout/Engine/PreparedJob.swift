@@ -1,5 +1,6 @@
 import FanoutCore
 import FanoutTransport
+import Foundation
 import Synchronization
 
 /// A job made ready to send, shared read-only by every loop: the payload encoded once into a
@@ -47,9 +48,14 @@ final class PreparedJob: Sendable {
     /// A broadcast to `channelID` of the app `bundleID`, with the same payload bytes: its headers are
     /// `apns-channel-id`, `apns-push-type: liveactivity`, `apns-priority` and `apns-expiration` (0 when the job
     /// has none: one attempt, no storage, which every storage policy accepts), and no `apns-topic`.
+    /// A broadcast to `channelID`. A job that gives no expiration is sent with 0 to a channel that stores nothing
+    /// (or whose policy is unknown: 0 is what any channel accepts) and with `storedBroadcastLifetime` from now to one
+    /// that keeps the latest message, so that APNs keeps it for devices that are offline (0 there is a single
+    /// attempt).
     init(
-        broadcastOf job: FanoutJob, payload: SharedBody, bundleID: String, channelID: String, run: FanoutRun,
-        authority: String
+        broadcastOf job: FanoutJob, payload: SharedBody, bundleID: String, channelID: String,
+        storagePolicy: ChannelStoragePolicy?, run: FanoutRun, authority: String,
+        nowSeconds: Int64 = Int64(Date().timeIntervalSince1970)
     ) throws(NotificationHeaderError) {
         id = job.id
         self.run = run
@@ -59,7 +65,9 @@ final class PreparedJob: Sendable {
         headers.bearerToken = nil
         headers.collapseID = nil
         self.headers = headers
-        let expiration = job.headers.expiration ?? 0
+        let expiration =
+            job.headers.expiration
+            ?? (storagePolicy == .mostRecentMessageStored ? nowSeconds + Self.storedBroadcastLifetime : 0)
         expiresAt = expiration > 0 ? expiration : nil
         constant = ConstantHeaders(
             try BroadcastRequest.headerFields(
@@ -67,6 +75,10 @@ final class PreparedJob: Sendable {
                 authority: authority))
         broadcastPath = BroadcastRequest.path(bundleID: bundleID)
     }
+
+    /// How long a broadcast to a channel that stores the latest message is kept when its job gives no expiration:
+    /// a minute inside the 8 hours APNs keeps one (whether APNs clamps or refuses a later one is not documented).
+    static let storedBroadcastLifetime: Int64 = 8 * 3600 - 60
 
     var isBroadcast: Bool { broadcastPath != nil }
 

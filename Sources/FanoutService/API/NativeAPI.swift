@@ -333,8 +333,16 @@ struct NativeAPI {
             throw APIError(
                 409, field: "app", "app \(quoted(app.bundleID)) has no channel management host (manage_endpoint)")
         }
-        if let bound = try? await core.registry.activity(app: app.bundleID, activityID: activity)?.channelID {
-            return .json(200, ["activity_id": .string(activity), "channel_id": .string(bound)])
+        if let record = try? await core.registry.activity(app: app.bundleID, activityID: activity),
+            let bound = record.channelID
+        {
+            // Already bound: that channel, and its policy when it was bound with one (null: unknown).
+            return .json(
+                200,
+                [
+                    "activity_id": .string(activity), "channel_id": .string(bound),
+                    "storage_policy": record.channelStoragePolicy.map { .integer(Int64($0)) } ?? .null,
+                ])
         }
         do {
             let channel = try await client.createChannel(
