@@ -262,6 +262,46 @@ final class SendCommandTests: XCTestCase {
         XCTAssertEqual(perToken.count, total + 1)
     }
 
+    /// `--resume` appends to the `--invalid-tokens` file: the tokens the first run found dead are still to be
+    /// dropped (it emptied the file, so a crashed run's cleanup missed what it had found before the crash).
+    func testResumeKeepsTheInvalidTokensTheFirstRunFound() throws {
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "send-invalid")
+        let unregistered = "\(directory)/unregistered.txt"
+        try writeLines([token(1), token(3)], to: unregistered)
+        let setup = try start(["--unregistered", unregistered])
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        let tokens = (0..<5).map { "\"\(token($0))\"" }.joined(separator: ", ")
+        try writeLines(
+            [
+                #"{"id": "a", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "a"}}, "tokens": [\#(tokens)]}"#
+            ], to: jobs)
+        let results = "\(setup.directory)/results.jsonl"
+        let invalid = "\(setup.directory)/invalid.jsonl"
+        let arguments = setup.sendArguments(jobs: jobs, results: results, extra: ["--invalid-tokens", invalid])
+        func invalidTokens() throws -> [String] {
+            try String(contentsOfFile: invalid, encoding: .utf8).split(separator: "\n").map { line in
+                let object = try XCTUnwrap(
+                    try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], String(line))
+                return try XCTUnwrap(object["token"] as? String)
+            }
+        }
+        let first = try ProcessSupport.run(setup.fanout, arguments, timeout: 60)
+        XCTAssertEqual(first.exitCode, 1, "two tokens unregistered: \(first.summary)")
+        XCTAssertEqual(try invalidTokens().sorted(), [token(1), token(3)])
+
+        let resumed = try ProcessSupport.run(setup.fanout, arguments + ["--resume"], timeout: 60)
+        XCTAssertTrue([0, 1].contains(resumed.exitCode), resumed.summary)
+        XCTAssertEqual(try invalidTokens().sorted(), [token(1), token(3)], "kept, not emptied or repeated")
+
+        // A file that cannot be written ends the run before anything is sent.
+        let unwritable = setup.sendArguments(
+            jobs: jobs, results: "\(setup.directory)/other.jsonl",
+            extra: ["--invalid-tokens", "\(setup.directory)/no-such-directory/invalid.jsonl"])
+        let refused = try ProcessSupport.run(setup.fanout, unwritable, timeout: 60)
+        XCTAssertEqual(refused.exitCode, 2, refused.summary)
+        XCTAssertTrue(refused.stderr.contains("--invalid-tokens"), refused.summary)
+    }
+
     func testMetricsListenServesAPrometheusExpositionDuringTheRun() throws {
         let setup = try start(["--latency-ms", "20"])
         let tokensFile = "\(setup.directory)/tokens.txt"

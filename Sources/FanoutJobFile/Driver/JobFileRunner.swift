@@ -78,6 +78,7 @@ package final class JobFileRunner: Sendable {
             throw SendError(error.description)
         }
         let resume = try prepareResume(jobsSize: jobsSize)
+        let invalidTokensFile = try openInvalidTokensFile(resuming: resume.journal != nil)
         let writer = try ResultsWriter(
             path: options.resultsPath, journal: options.resultsPath != nil, jobsFile: options.jobsPath,
             jobsFileSize: jobsSize, resumeFrom: resume.journal, fileLength: resume.fileLength)
@@ -87,7 +88,7 @@ package final class JobFileRunner: Sendable {
         // A failed flush is kept by the writer; the final flush below throws it and ends the run.
         flusher.setEventHandler { _ = Result { try writer.flush() } }
         flusher.resume()
-        let invalidTokens = startInvalidTokensWriter()
+        let invalidTokens = invalidTokensFile.map(startInvalidTokensWriter)
         let progress = ProgressReporter(mode: options.progress) { writer.counts }
         progress.start()
         defer { progress.stop() }
@@ -252,13 +253,27 @@ package final class JobFileRunner: Sendable {
         return count
     }
 
-    private func startInvalidTokensWriter() -> Task<Void, Never>? {
+    /// The `--invalid-tokens` file, opened before anything is sent: emptied for a new run, appended to by a
+    /// `--resume` (the tokens the interrupted run invalidated are still to be dropped). One that cannot be opened
+    /// ends the run before it starts.
+    private func openInvalidTokensFile(resuming: Bool) throws -> FileHandle? {
         guard let path = options.invalidTokensPath else { return nil }
+        let exists = FileManager.default.fileExists(atPath: path)
+        if !(resuming && exists) {
+            guard FileManager.default.createFile(atPath: path, contents: nil) else {
+                throw SendError("--invalid-tokens \(path) cannot be created")
+            }
+        }
+        guard let handle = FileHandle(forWritingAtPath: path) else {
+            throw SendError("--invalid-tokens \(path) cannot be opened for writing")
+        }
+        if resuming { _ = try? handle.seekToEnd() }
+        return handle
+    }
+
+    private func startInvalidTokensWriter(_ handle: FileHandle) -> Task<Void, Never> {
         let stream = engine.invalidTokens
         return Task.detached {
-            guard FileManager.default.createFile(atPath: path, contents: nil),
-                let handle = FileHandle(forWritingAtPath: path)
-            else { return }
             defer { try? handle.close() }
             for await token in stream {
                 var line: [UInt8] = Array("{\"token\":".utf8)
