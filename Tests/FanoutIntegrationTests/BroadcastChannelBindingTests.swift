@@ -78,6 +78,21 @@ final class BroadcastChannelBindingTests: XCTestCase {
             forActivity: "match-9", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
         let bound = try await registry.activity(app: Self.app, activityID: "match-9")
         XCTAssertEqual(bound?.channelID, channel)
+        XCTAssertEqual(bound?.channelStoragePolicy, 1)
+        // A second creation for the activity (a script run again) is refused and creates nothing: binding another
+        // would cut off the activities subscribed to the first.
+        do {
+            _ = try await client.createChannel(
+                forActivity: "match-9", app: Self.app, storagePolicy: .noMessageStored, registry: registry)
+            XCTFail("a second channel was bound")
+        } catch {
+            XCTAssertEqual(error.reason, BroadcastChannelClient.alreadyBound)
+            XCTAssertTrue(error.message.contains(channel), error.message)
+        }
+        let listed = try await client.list(app: Self.app)
+        XCTAssertEqual(listed, [channel], "no second channel at APNs")
+        let unchanged = try await registry.activity(app: Self.app, activityID: "match-9")
+        XCTAssertEqual(unchanged?.channelID, channel)
 
         // A start by activity id: the new activity subscribes to the bound channel.
         let engine = try makeEngine(for: mock) { $0.registry = registry }

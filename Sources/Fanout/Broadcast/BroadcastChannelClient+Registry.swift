@@ -4,9 +4,19 @@ extension BroadcastChannelClient {
     /// Creates a channel for an activity and binds it in the registry: a job by that activity id then sends one
     /// broadcast to it besides the pushes to the activity's update tokens, and a start job by that id subscribes
     /// the started activity to it (`input-push-channel`).
+    ///
+    /// An activity keeps its channel: one already bound is refused (`reason` `AlreadyBound`, the channel in the
+    /// message), since binding another would cut off every activity subscribed to the first and lose its id while
+    /// it counts against the app's 10,000. Two creations at once both bind; the one whose channel was replaced
+    /// finds that on reading the binding back, deletes its own and returns the bound one.
     public func createChannel(
         forActivity activityID: String, app: String, storagePolicy: ChannelStoragePolicy, registry: any RegistryStore
     ) async throws(BroadcastChannelError) -> String {
+        if let bound = try await boundChannel(activityID: activityID, app: app, registry: registry) {
+            throw BroadcastChannelError(
+                status: nil, reason: Self.alreadyBound,
+                message: "activity \(activityID) already has channel \(bound); delete it first")
+        }
         let channel = try await create(app: app, storagePolicy: storagePolicy)
         do {
             _ = try await registry.apply([
@@ -17,7 +27,26 @@ extension BroadcastChannelClient {
             try? await delete(app: app, channelID: channel)
             throw BroadcastChannelError(status: nil, reason: nil, message: "registry: \(error.description)")
         }
+        if let bound = try? await boundChannel(activityID: activityID, app: app, registry: registry),
+            bound != channel
+        {
+            try? await delete(app: app, channelID: channel)
+            return bound
+        }
         return channel
+    }
+
+    /// The `reason` of a creation refused because the activity already has a channel.
+    public static let alreadyBound = "AlreadyBound"
+
+    private func boundChannel(activityID: String, app: String, registry: any RegistryStore)
+        async throws(BroadcastChannelError) -> String?
+    {
+        do {
+            return try await registry.activity(app: app, activityID: activityID)?.channelID
+        } catch {
+            throw BroadcastChannelError(status: nil, reason: nil, message: "registry: \(error.description)")
+        }
     }
 
     /// Deletes the channels of activities that have ended and whose dismissal date has passed, and unbinds them

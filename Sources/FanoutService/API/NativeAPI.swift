@@ -333,17 +333,19 @@ struct NativeAPI {
             throw APIError(
                 409, field: "app", "app \(quoted(app.bundleID)) has no channel management host (manage_endpoint)")
         }
-        if let record = try? await core.registry.activity(app: app.bundleID, activityID: activity),
-            let bound = record.channelID
-        {
-            // Already bound: that channel, and its policy when it was bound with one (null: unknown).
+        /// Already bound: that channel, and its policy when it was bound with one (null: unknown).
+        func bound() async -> APIResponse? {
+            guard let record = try? await core.registry.activity(app: app.bundleID, activityID: activity),
+                let channel = record.channelID
+            else { return nil }
             return .json(
                 200,
                 [
-                    "activity_id": .string(activity), "channel_id": .string(bound),
+                    "activity_id": .string(activity), "channel_id": .string(channel),
                     "storage_policy": record.channelStoragePolicy.map { .integer(Int64($0)) } ?? .null,
                 ])
         }
+        if let answer = await bound() { return answer }
         do {
             let channel = try await client.createChannel(
                 forActivity: activity, app: app.bundleID, storagePolicy: policy, registry: core.registry)
@@ -354,6 +356,8 @@ struct NativeAPI {
                     "storage_policy": .integer(Int64(policy.rawValue)),
                 ])
         } catch {
+            // Bound by a request that came in meanwhile: answered as if it had come first.
+            if error.reason == BroadcastChannelClient.alreadyBound, let answer = await bound() { return answer }
             throw APIError(error.status == nil ? 503 : 502, "APNs refused the channel: \(error.message)")
         }
     }
