@@ -82,10 +82,14 @@ struct SendConfigFile {
             guard let limits = limits as? [String: Any] else {
                 throw UsageError("config file \(path): rate_limits must be an object")
             }
+            try rejectUnknown(in: limits, known: ["default", "workspaces"], field: "rate_limits", path: path)
             if let base = limits["default"] {
                 config.defaultBudget = try budget(base, field: "rate_limits.default", path: path)
             }
-            if let workspaces = limits["workspaces"] as? [String: Any] {
+            if let value = limits["workspaces"] {
+                guard let workspaces = value as? [String: Any] else {
+                    throw UsageError("config file \(path): rate_limits.workspaces must be an object")
+                }
                 for (name, value) in workspaces {
                     config.workspaceBudgets[name] = try budget(
                         value, field: "rate_limits.workspaces.\(name)", path: path)
@@ -99,21 +103,50 @@ struct SendConfigFile {
         guard let object = value as? [String: Any] else {
             throw UsageError("config file \(path): \(field) must be an object")
         }
-        let perHour = object["requests_per_hour"] as? Int ?? 250_000
-        let burst = object["burst_seconds"] as? Int ?? 60
+        try rejectUnknown(
+            in: object, known: ["requests_per_hour", "burst_seconds", "counting", "policy"], field: field, path: path)
+        func wholeNumber(_ key: String, default fallback: Int) throws(UsageError) -> Int {
+            guard let value = object[key] else { return fallback }
+            // A JSON true is an NSNumber too (objCType "c"); a fraction or a string is refused, not read as the
+            // default.
+            guard let number = value as? NSNumber, String(cString: number.objCType) != "c",
+                number.doubleValue == number.doubleValue.rounded(), let whole = Int(exactly: number.doubleValue)
+            else { throw UsageError("config file \(path): \(field).\(key) must be a whole number") }
+            return whole
+        }
+        func text(_ key: String, default fallback: String) throws(UsageError) -> String {
+            guard let value = object[key] else { return fallback }
+            guard let string = value as? String else {
+                throw UsageError("config file \(path): \(field).\(key) must be a string")
+            }
+            return string
+        }
+        let perHour = try wholeNumber("requests_per_hour", default: 250_000)
+        let burst = try wholeNumber("burst_seconds", default: 60)
         let counting: RateCountingUnit
-        switch object["counting"] as? String ?? "job" {
+        switch try text("counting", default: "job") {
         case "job": counting = .job
         case "notification": counting = .notification
         default: throw UsageError("config file \(path): \(field).counting must be job or notification")
         }
-        guard let policy = RateLimitPolicy(rawValue: object["policy"] as? String ?? "wait") else {
+        guard let policy = RateLimitPolicy(rawValue: try text("policy", default: "wait")) else {
             throw UsageError("config file \(path): \(field).policy must be wait, reject or demote")
         }
         guard perHour > 0, burst > 0 else {
             throw UsageError("config file \(path): \(field) needs positive requests_per_hour and burst_seconds")
         }
         return RateBudget(requestsPerHour: perHour, burstSeconds: burst, countingUnit: counting, policy: policy)
+    }
+
+    /// Refuses a key of `object` not in `known`, naming it: a misspelt limit must not silently become the default.
+    private static func rejectUnknown(in object: [String: Any], known: Set<String>, field: String, path: String)
+        throws(UsageError)
+    {
+        if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
+            throw UsageError(
+                "config file \(path): \(field): unknown key \"\(unknown)\" (known: \(known.sorted().joined(separator: ", ")))"
+            )
+        }
     }
 
     func rateLimits() throws(UsageError) -> RateLimiterRegistry {

@@ -302,6 +302,37 @@ final class SendCommandTests: XCTestCase {
         XCTAssertTrue(refused.stderr.contains("--invalid-tokens"), refused.summary)
     }
 
+    /// A misspelt or mistyped rate limit in `--config` is refused naming it, not run at the default budget.
+    func testAMisspeltRateLimitInTheConfigIsRefused() throws {
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "send-config")
+        let fanout = try ProcessSupport.builtExecutable("fanout")
+        let jobs = "\(directory)/jobs.jsonl"
+        try writeLines(
+            [
+                #"{"id": "a", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "a"}}, "tokens": ["\#(token(1))"]}"#
+            ], to: jobs)
+        let cases = [
+            (#"{"rate_limits": {"default": {"requests_per_hr": 1000}}}"#, "requests_per_hr"),
+            (#"{"rate_limits": {"default": {"requests_per_hour": "1000"}}}"#, "requests_per_hour"),
+            (#"{"rate_limits": {"workspace": {"acme": {"requests_per_hour": 10}}}}"#, "workspace"),
+            (#"{"rate_limits": {"workspaces": [1]}}"#, "workspaces"),
+            (#"{"rate_limits": {"default": {"policy": 1}}}"#, "policy"),
+        ]
+        for (index, (config, named)) in cases.enumerated() {
+            let path = "\(directory)/config-\(index).json"
+            try writeLines([config], to: path)
+            let run = try ProcessSupport.run(
+                fanout,
+                [
+                    "send", "--jobs", jobs, "--config", path, "--endpoint", "localhost:9", "--key",
+                    "\(directory)/none.p8", "--key-id", "KEYID12345", "--team-id", "TEAMID1234", "--progress", "never",
+                ], timeout: 30)
+            XCTAssertEqual(run.exitCode, 2, "\(config): \(run.summary)")
+            XCTAssertEqual(run.stderrLines.count, 1, run.summary)
+            XCTAssertTrue(run.stderr.contains(named), "\(config) names \(named): \(run.summary)")
+        }
+    }
+
     func testMetricsListenServesAPrometheusExpositionDuringTheRun() throws {
         let setup = try start(["--latency-ms", "20"])
         let tokensFile = "\(setup.directory)/tokens.txt"
