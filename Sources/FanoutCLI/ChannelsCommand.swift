@@ -93,6 +93,12 @@ enum ChannelsCommand {
             return fail("\(error)")
         }
         connection.fill(environment: ProcessInfo.processInfo.environment)
+        if manageEndpoint == nil, let given = connection.endpoint, given != .sandbox, given != .production {
+            // A push endpoint is not where channels are managed: going to Apple's host instead would be a surprise.
+            return fail(
+                "--endpoint \(given.host):\(given.port) is a push endpoint; channels are managed at "
+                    + "--manage-endpoint HOST:PORT (or --sandbox, --production)")
+        }
         let endpoint =
             manageEndpoint
             ?? (connection.endpoint == .sandbox ? BroadcastChannelClient.sandbox : BroadcastChannelClient.production)

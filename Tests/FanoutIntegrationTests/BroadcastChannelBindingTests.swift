@@ -55,6 +55,15 @@ final class BroadcastChannelBindingTests: XCTestCase {
         let usage = try channels(["read", "--app", Self.app])
         XCTAssertEqual(usage.exitCode, 2)
         XCTAssertTrue(usage.stderr.contains("--channel"), usage.summary)
+        // A push endpoint is refused, not replaced by Apple's management host.
+        let pushEndpoint = try ProcessSupport.run(
+            try ProcessSupport.builtExecutable("fanout"),
+            [
+                "channels", "list", "--app", Self.app, "--endpoint", "localhost:\(mock.port)", "--key",
+                mock.material.authKeyP8Path, "--key-id", "KEYID12345", "--team-id", "TEAMID1234",
+            ], environment: ProcessSupport.cleanEnvironment())
+        XCTAssertEqual(pushEndpoint.exitCode, 2, pushEndpoint.summary)
+        XCTAssertTrue(pushEndpoint.stderr.contains("--manage-endpoint"), pushEndpoint.summary)
     }
 
     func testABoundChannelIsSubscribedAtStartAndDeletedAfterTheActivityEnds() async throws {
