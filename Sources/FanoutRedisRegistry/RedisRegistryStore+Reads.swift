@@ -56,9 +56,10 @@ extension RedisRegistryStore {
         return Int(reply.integer ?? 0)
     }
 
-    package func endedChannels(now: Int64, limit: Int) async throws(RegistryError) -> [EndedChannel] {
+    package func endedChannels(now: Int64, limit: Int, skipping: Int) async throws(RegistryError) -> [EndedChannel] {
         let limit = try Self.limit(limit)
         var channels: [EndedChannel] = []
+        var toSkip = max(0, skipping)
         var offset = 0
         let chunk = 512
         while channels.count < limit {
@@ -79,6 +80,10 @@ extension RedisRegistryStore {
                 guard let record = Self.activityRecord(reference.activityID, reply), record.state == .ended,
                     let dismissal = record.dismissalDate, dismissal <= now, let channel = record.channelID
                 else { continue }
+                if toSkip > 0 {
+                    toSkip -= 1
+                    continue
+                }
                 channels.append(EndedChannel(app: reference.app, activityID: reference.activityID, channelID: channel))
                 if channels.count == limit { break }
             }

@@ -77,17 +77,19 @@ extension RegistryConnection {
     }
 
     /// Ended activities past their dismissal date that are still bound to a broadcast channel.
-    func endedChannels(now: Int64, limit: Int) throws(SQLiteError) -> [(
+    func endedChannels(now: Int64, limit: Int, skipping: Int) throws(SQLiteError) -> [(
         app: Int64, activityID: String, channelID: String
     )] {
         try database.withStatement(
             """
             SELECT app, activity_id, channel_id FROM activities INDEXED BY activities_by_dismissal
-            WHERE state = 1 AND dismissal_at <= ?1 AND channel_id IS NOT NULL LIMIT ?2
+            WHERE state = 1 AND dismissal_at <= ?1 AND channel_id IS NOT NULL ORDER BY dismissal_at, id
+            LIMIT ?2 OFFSET ?3
             """
         ) { statement throws(SQLiteError) in
             try statement.bind(now, at: 1)
             try statement.bind(Int64(limit), at: 2)
+            try statement.bind(Int64(skipping), at: 3)
             var rows: [(app: Int64, activityID: String, channelID: String)] = []
             while try statement.step() {
                 rows.append((statement.int64(at: 0), statement.string(at: 1), statement.string(at: 2)))

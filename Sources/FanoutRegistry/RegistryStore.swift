@@ -39,9 +39,11 @@ public protocol RegistryStore: Sendable {
     func liveUpdateTokens(app: String, activityID: String, after: RegistryCursor?, limit: Int, now: Int64)
         async throws(RegistryError) -> RegistryPage<UpdateTokenRecord>
 
-    /// Broadcast channels bound to activities that have ended and whose dismissal date has passed: delete each at
-    /// APNs, then unbind it (`.channel(app:activityID:channelID: nil)`), and the next sweep removes the activity.
-    func endedChannels(now: Int64, limit: Int) async throws(RegistryError) -> [EndedChannel]
+    /// Broadcast channels bound to activities that have ended and whose dismissal date has passed, oldest dismissal
+    /// first, after the first `skipping` of them (those a caller leaves bound: another team's, or refused): delete
+    /// each at APNs, then unbind it (`.channel(app:activityID:channelID: nil)`), and the next sweep removes the
+    /// activity.
+    func endedChannels(now: Int64, limit: Int, skipping: Int) async throws(RegistryError) -> [EndedChannel]
 
     /// How many update tokens of an activity are live at `now` (what `liveUpdateTokens` would return in all).
     func liveUpdateTokenCount(app: String, activityID: String, now: Int64) async throws(RegistryError) -> Int
@@ -78,6 +80,11 @@ public protocol RegistryStore: Sendable {
 }
 
 extension RegistryStore {
+    /// `endedChannels(now:limit:skipping:)` from the first.
+    public func endedChannels(now: Int64, limit: Int) async throws(RegistryError) -> [EndedChannel] {
+        try await endedChannels(now: now, limit: limit, skipping: 0)
+    }
+
     /// `liveUpdateTokens` as of the store's clock.
     public func liveUpdateTokens(app: String, activityID: String, after: RegistryCursor?, limit: Int)
         async throws(RegistryError) -> RegistryPage<UpdateTokenRecord>

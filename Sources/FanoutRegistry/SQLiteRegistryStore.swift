@@ -237,10 +237,13 @@ public final class SQLiteRegistryStore: RegistryStore {
         }
     }
 
-    public func endedChannels(now: Int64, limit: Int) async throws(RegistryError) -> [EndedChannel] {
+    public func endedChannels(now: Int64, limit: Int, skipping: Int) async throws(RegistryError) -> [EndedChannel] {
         let limit = try SQLiteRegistryStore.limit(limit)
+        let skipping = max(0, skipping)
         return try read { connection throws(RegistryError) in
-            let rows = try storage { () throws(SQLiteError) in try connection.endedChannels(now: now, limit: limit) }
+            let rows = try storage { () throws(SQLiteError) in
+                try connection.endedChannels(now: now, limit: limit, skipping: skipping)
+            }
             var channels: [EndedChannel] = []
             for row in rows {
                 let app = try storage { () throws(SQLiteError) in try connection.bundleID(row.app) }

@@ -134,5 +134,30 @@ final class BroadcastChannelBindingTests: XCTestCase {
         _ = try await registry.sweep()
         let removed = try await registry.activity(app: Self.app, activityID: "match-9")
         XCTAssertNil(removed)
+
+        // A channel APNs refuses to delete (a malformed id: BadChannelId), first in line, and another team's: the
+        // channel after them is still deleted; the refusal is reported and stays bound for the next prune.
+        let next = try await client.createChannel(
+            forActivity: "match-10", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
+        try await registry.defineApps([RegistryApp(bundleID: "com.other.app")])
+        try await registry.apply([
+            .channel(app: Self.app, activityID: "stuck", channelID: "not base64!"),
+            .channel(app: "com.other.app", activityID: "theirs", channelID: "dGhlaXJz"),
+            .endActivity(app: Self.app, activityID: "stuck", dismissalDate: now - 30),
+            .endActivity(app: "com.other.app", activityID: "theirs", dismissalDate: now - 20),
+            .endActivity(app: Self.app, activityID: "match-10", dismissalDate: now - 10),
+        ])
+        do {
+            _ = try await client.deleteEndedChannels(registry: registry, apps: [Self.app])
+            XCTFail("the refusal is reported")
+        } catch {
+            XCTAssertEqual(error.reason, "BadChannelId", error.message)
+            XCTAssertTrue(error.message.contains("deleted 1"), error.message)
+        }
+        XCTAssertFalse(mock.server.channels.exists(app: Self.app, channel: next), "deleted past the stuck one")
+        let stuck = try await registry.activity(app: Self.app, activityID: "stuck")
+        XCTAssertEqual(stuck?.channelID, "not base64!", "left bound")
+        let theirs = try await registry.activity(app: "com.other.app", activityID: "theirs")
+        XCTAssertEqual(theirs?.channelID, "dGhlaXJz", "another team's is not touched")
     }
 }

@@ -460,6 +460,20 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         XCTAssertEqual(channels, [])
         count = try await store.liveUpdateTokenCount(app: app, activityID: "match-8", now: clock.now)
         XCTAssertEqual(count, 1)
+
+        // Oldest dismissal first; `skipping` pages past the ones a caller leaves bound.
+        try await store.apply([
+            .channel(app: app, activityID: "late", channelID: "bGF0ZQ=="),
+            .channel(app: app, activityID: "early", channelID: "ZWFybHk="),
+            .endActivity(app: app, activityID: "late", dismissalDate: clock.now - 1_000),
+            .endActivity(app: app, activityID: "early", dismissalDate: clock.now - 2_000),
+        ])
+        channels = try await store.endedChannels(now: clock.now, limit: 10)
+        XCTAssertEqual(channels.map(\.activityID), ["early", "late"])
+        channels = try await store.endedChannels(now: clock.now, limit: 10, skipping: 1)
+        XCTAssertEqual(channels.map(\.activityID), ["late"])
+        channels = try await store.endedChannels(now: clock.now, limit: 10, skipping: 2)
+        XCTAssertEqual(channels, [])
     }
 
     func testAnActivityWithNothingLeftIsRemovedATokenLifetimeAfterItsLastChange() async throws {

@@ -50,27 +50,39 @@ extension BroadcastChannelClient {
     }
 
     /// Deletes the channels of activities that have ended and whose dismissal date has passed, and unbinds them
-    /// (a channel APNs no longer knows counts as deleted). Returns the channels deleted; stops at the first other
-    /// refusal, leaving the rest bound for the next call.
-    /// - Parameter apps: only these apps' channels (the apps of this client's team); nil: every app.
+    /// (a channel APNs no longer knows counts as deleted). Returns the channels deleted. A channel APNs refuses to
+    /// delete stays bound for the next call and the others are still deleted (one stuck channel first in line
+    /// stopped every later one, for every team); the first refusal is then thrown, saying how many were deleted.
+    /// - Parameter apps: only these apps' channels (the apps of this client's team); nil: every app. Other apps'
+    ///   channels are paged past, so a team's come up however many of another team's are ahead of them.
     public func deleteEndedChannels(registry: any RegistryStore, apps: Set<String>? = nil)
         async throws(BroadcastChannelError) -> [EndedChannel]
     {
         var deleted: [EndedChannel] = []
+        var refused: [(EndedChannel, BroadcastChannelError)] = []
+        // Ended channels left bound in this call (another team's, or refused), which sort first in every page.
+        var leftBound = 0
         while true {
             let ended: [EndedChannel]
             do {
-                ended = try await registry.endedChannels(now: registry.clock.now(), limit: 100)
+                ended = try await registry.endedChannels(now: registry.clock.now(), limit: 100, skipping: leftBound)
             } catch {
                 throw BroadcastChannelError(status: nil, reason: nil, message: "registry: \(error.description)")
             }
-            let mine = ended.filter { apps?.contains($0.app) ?? true }
-            if mine.isEmpty { return deleted }
-            for channel in mine {
+            if ended.isEmpty { break }
+            for channel in ended {
+                guard apps?.contains(channel.app) ?? true else {
+                    leftBound += 1
+                    continue
+                }
                 do {
                     try await delete(app: channel.app, channelID: channel.channelID)
                 } catch  where error.reason == "ChannelNotRegistered" {
                     // Already gone at APNs.
+                } catch {
+                    refused.append((channel, error))
+                    leftBound += 1
+                    continue
                 }
                 do {
                     _ = try await registry.apply([
@@ -82,5 +94,12 @@ extension BroadcastChannelClient {
                 deleted.append(channel)
             }
         }
+        if let (channel, error) = refused.first {
+            throw BroadcastChannelError(
+                status: error.status, reason: error.reason,
+                message: "deleted \(deleted.count) ended channels; \(refused.count) refused, left bound for the next "
+                    + "prune, the first \(channel.channelID) of \(channel.app): \(error.message)")
+        }
+        return deleted
     }
 }
