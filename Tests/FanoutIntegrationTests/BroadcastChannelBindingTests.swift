@@ -160,4 +160,44 @@ final class BroadcastChannelBindingTests: XCTestCase {
         let theirs = try await registry.activity(app: "com.other.app", activityID: "theirs")
         XCTAssertEqual(theirs?.channelID, "dGhlaXJz", "another team's is not touched")
     }
+
+    /// A start by the id of an ended activity begins a new session: the activity is live again, so the channel the
+    /// new session subscribes to is not deleted at the old dismissal date.
+    func testAStartByAnEndedActivitysIDKeepsItsChannelForTheNewSession() async throws {
+        let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db")
+        defer { registry.close() }
+        try await registry.defineApps([RegistryApp(bundleID: Self.app)])
+        try await registry.apply([
+            .pushToStartToken(
+                PushToStartRegistration(app: Self.app, deviceID: "d1", userID: "u1", token: testDeviceToken(1)))
+        ])
+        let client = try BroadcastChannelClient(
+            endpoint: APNsEndpoint(host: "localhost", port: XCTUnwrap(mock.server.managePort)),
+            credentials: ProviderCredentials(
+                keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+            caFile: mock.material.caPEMPath)
+        defer { client.shutdown() }
+        let channel = try await client.createChannel(
+            forActivity: "final", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
+        let now = registry.clock.now() / 1000
+        try await registry.apply([.endActivity(app: Self.app, activityID: "final", dismissalDate: now - 1)])
+
+        let engine = try makeEngine(for: mock) { $0.registry = registry }
+        let start = FanoutJob.liveActivity(
+            id: "rematch", bundleID: Self.app,
+            content: LiveActivityContent(
+                event: .start, timestamp: 1_764_460_800, contentState: try RawJSON(validating: #"{"home":0}"#),
+                alert: LiveActivityAlert(title: "Rematch", body: "0-0"), attributesType: "MatchAttributes",
+                attributes: try RawJSON(validating: #"{"home":"Acme"}"#)),
+            recipients: .pushToStart(app: Self.app, attributesType: nil, selection: .all, activityID: "final"))
+        let started = try await engine.run(start) { _ in }
+        XCTAssertEqual(started.counts.delivered, 1)
+        await engine.shutdown()
+        let activity = try await registry.activity(app: Self.app, activityID: "final")
+        XCTAssertEqual(activity?.state, .active)
+        XCTAssertEqual(activity?.channelID, channel)
+        let deleted = try await client.deleteEndedChannels(registry: registry)
+        XCTAssertEqual(deleted, [], "the new session's channel is kept")
+        XCTAssertTrue(mock.server.channels.exists(app: Self.app, channel: channel))
+    }
 }

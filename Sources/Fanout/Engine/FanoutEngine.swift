@@ -627,17 +627,25 @@ public final class FanoutEngine: Sendable {
     /// A push-to-start job that names its activity and a channel (`input_push_channel`) binds the channel to the
     /// activity in the registry, so later jobs by that activity id broadcast to it; one that names its activity but
     /// no channel (and no `input_push_token`) subscribes the new activity to the channel already bound, if any.
+    ///
+    /// A start by the id of an activity that has ended begins a new session under that id: the activity is live
+    /// again (as a token registered after the end makes it), so its channel is not deleted at the old dismissal
+    /// date while the new session is subscribed to it.
     private func withChannelBinding(_ job: FanoutJob) async -> FanoutJob {
         guard case .pushToStart(let app, _, _, let activityID?) = job.recipients, let registry = configuration.registry,
             case .liveActivity(var content) = job.payload, content.event == .start
         else { return job }
+        let record = try? await registry.activity(app: app, activityID: activityID)
+        if record?.state == .ended {
+            _ = try? await registry.apply([
+                .startActivity(app: app, activityID: activityID, attributesType: content.attributesType)
+            ])
+        }
         if let channel = content.inputPushChannel {
             _ = try? await registry.apply([.channel(app: app, activityID: activityID, channelID: channel)])
             return job
         }
-        guard !content.inputPushToken,
-            let bound = try? await registry.activity(app: app, activityID: activityID)?.channelID
-        else { return job }
+        guard !content.inputPushToken, let bound = record?.channelID else { return job }
         content.inputPushChannel = bound
         var subscribed = job
         subscribed.payload = .liveActivity(content)
