@@ -89,6 +89,9 @@ enum ChannelsCommand {
             if action == "read" || action == "delete" {
                 guard channel != nil else { throw UsageError("--channel ID is required to \(action)") }
             }
+            if let database, !FileManager.default.fileExists(atPath: database) {
+                throw UsageError("registry \(database) does not exist")
+            }
         } catch {
             return fail("\(error)")
         }

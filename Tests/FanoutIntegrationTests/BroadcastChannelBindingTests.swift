@@ -63,6 +63,9 @@ final class BroadcastChannelBindingTests: XCTestCase {
                 mock.material.authKeyP8Path, "--key-id", "KEYID12345", "--team-id", "TEAMID1234",
             ], environment: ProcessSupport.cleanEnvironment())
         XCTAssertEqual(pushEndpoint.exitCode, 2, pushEndpoint.summary)
+        let missing = try channels(["prune", "--db", "\(directory)/no-such-registry.db"])
+        XCTAssertEqual(missing.exitCode, 2, "a bad argument: \(missing.summary)")
+        XCTAssertTrue(missing.stderr.contains("does not exist"), missing.summary)
         XCTAssertTrue(pushEndpoint.stderr.contains("--manage-endpoint"), pushEndpoint.summary)
     }
 
