@@ -92,10 +92,12 @@ package final class ServiceInstance: Sendable {
         self.tokens = tokens
         let registry = stores.registry
         let channels = core.channels
+        let logger = core.logger
         sweeper = Task(executorPreference: BlockingExecutor.dispatches, priority: .background) {
             // Sweep, and delete the channels of ended activities, once a minute.
             async let sweeping: Void = registry.sweepPeriodically(every: .seconds(60))
-            async let pruning: Void = channels.pruneEndedChannels(registry: registry, every: .seconds(60))
+            async let pruning: Void = channels.pruneEndedChannels(
+                registry: registry, every: .seconds(60), warn: { logger.warning($0) })
             _ = await (sweeping, pruning)
         }
         var tls: TLSServerContext?

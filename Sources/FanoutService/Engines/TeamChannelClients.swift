@@ -45,10 +45,19 @@ package final class TeamChannelClients: Sendable {
 
     package func client(forApp bundleID: String) -> BroadcastChannelClient? { byApp[bundleID] }
 
-    /// Deletes the channels of ended, dismissed activities (every `interval`, until cancelled).
-    package func pruneEndedChannels(registry: any RegistryStore, every interval: Duration) async {
+    /// Deletes the channels of ended, dismissed activities (every `interval`, until cancelled). A refusal is passed
+    /// to `warn` (the channel stays bound and is tried again next time), so a stuck one is seen.
+    package func pruneEndedChannels(
+        registry: any RegistryStore, every interval: Duration, warn: @Sendable (String) -> Void = { _ in }
+    ) async {
         while !Task.isCancelled {
-            for (client, apps) in clients { _ = try? await client.deleteEndedChannels(registry: registry, apps: apps) }
+            for (client, apps) in clients {
+                do {
+                    _ = try await client.deleteEndedChannels(registry: registry, apps: apps)
+                } catch {
+                    warn("ended broadcast channels not all deleted: \(error.message)")
+                }
+            }
             try? await Task.sleep(for: interval)
         }
     }
