@@ -126,8 +126,15 @@ package final class FleetEnqueuer: Sendable {
                     reason: "line \(number): job \(job.id) is already enqueued in Redis (job ids must be unique)")
             }
             let enqueuedAt = Int(Date().timeIntervalSince1970 * 1000)
+            var meta: [RedisArgument] = [
+                "HSET", keys.meta, "now", RedisArgument(Int(now)), "enqueued_at", RedisArgument(enqueuedAt),
+            ]
+            if audience?.channel != nil, let policy = audience?.channelStoragePolicy {
+                // The bound channel's storage policy, for the broadcast shard's expiration (FleetWorker).
+                meta += ["channel_policy", RedisArgument(policy)]
+            }
             _ = try await client.commands([
-                ["HSET", keys.meta, "now", RedisArgument(Int(now)), "enqueued_at", RedisArgument(enqueuedAt)],
+                meta,
                 ["RPUSH", RedisArgument(FleetKeys.jobList), RedisArgument(job.id)],
             ])
             var shards = 0

@@ -27,6 +27,8 @@ struct RegistryAudience: Sendable {
     private let content: (app: String, id: String, content: LiveActivityContent)?
     /// The activity's broadcast channel, when it has one: the job's last recipient.
     let channel: String?
+    /// The channel's storage policy as the registry bound it (nil: unknown), for the broadcast's expiration.
+    let channelStoragePolicy: Int?
 
     /// Checks the job against the registry (it names a known app; by activity id, its content is newer than the
     /// activity's last) and fixes the job's `now`.
@@ -62,9 +64,11 @@ struct RegistryAudience: Sendable {
             }
             var content: (app: String, id: String, content: LiveActivityContent)?
             var channel: String?
+            var channelStoragePolicy: Int?
             if case .activity(let app, let id) = query {
                 let record = try await registry.activity(app: app, activityID: id)
                 channel = record?.channelID
+                channelStoragePolicy = record?.channelStoragePolicy
                 if case .liveActivity(let live) = job.payload, live.event == .update || live.event == .end {
                     if let last = record?.lastContentTimestamp, last >= live.timestamp {
                         return .failure(
@@ -78,7 +82,8 @@ struct RegistryAudience: Sendable {
             }
             return .success(
                 RegistryAudience(
-                    registry: registry, query: query, now: registry.clock.now(), content: content, channel: channel))
+                    registry: registry, query: query, now: registry.clock.now(), content: content, channel: channel,
+                    channelStoragePolicy: channelStoragePolicy))
         } catch {
             return .failure(Refusal(message: prefix + "registry: \(error.description)"))
         }
@@ -86,8 +91,10 @@ struct RegistryAudience: Sendable {
 
     private init(
         registry: any RegistryStore, query: Query, now: Int64,
-        content: (app: String, id: String, content: LiveActivityContent)?, channel: String?
+        content: (app: String, id: String, content: LiveActivityContent)?, channel: String?,
+        channelStoragePolicy: Int?
     ) {
+        self.channelStoragePolicy = channelStoragePolicy
         self.registry = registry
         self.query = query
         self.now = now

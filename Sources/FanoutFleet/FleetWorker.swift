@@ -354,7 +354,10 @@ package final class FleetWorker: Sendable {
         if !missing.isEmpty {
             var job = FanoutJob(parsed)
             if broadcast, case .activity(let app, _) = job.recipients, let channel = tokens.first {
-                job.recipients = .channel(app: app, id: channel)
+                // With the policy the channel was bound with, so a channel that keeps the latest message gets an
+                // expiration that lets APNs keep it (`fanout send --registry` does the same).
+                let policy = try await channelPolicy(keys)
+                job.recipients = .channel(app: app, id: channel, storagePolicy: policy)
             } else {
                 // A registry-addressed job's tokens were read at enqueue: the shard sends them as tokens.
                 job.recipients = .tokens(missing.map { tokens[$0 - start] })
@@ -434,6 +437,17 @@ package final class FleetWorker: Sendable {
                 log("acknowledging \(id): \(error.message); retrying")
                 try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
             }
+        }
+    }
+
+    /// The storage policy of the channel a job's broadcast shard goes to, as the enqueuer found it bound (nil:
+    /// unknown).
+    private func channelPolicy(_ keys: FleetKeys) async throws(FleetError) -> ChannelStoragePolicy? {
+        do {
+            let reply = try await writer.command(["HGET", keys.meta, "channel_policy"])
+            return reply.integer.flatMap { ChannelStoragePolicy(rawValue: Int($0)) }
+        } catch {
+            throw FleetError(error.message)
         }
     }
 

@@ -195,10 +195,20 @@ final class BroadcastChannelBindingTests: XCTestCase {
             recipients: .pushToStart(app: Self.app, attributesType: nil, selection: .all, activityID: "final"))
         let started = try await engine.run(start) { _ in }
         XCTAssertEqual(started.counts.delivered, 1)
+        // A start that names the channel already bound leaves the binding as it was, policy included.
+        var naming = start
+        if case .liveActivity(var content) = naming.payload {
+            content.inputPushChannel = channel
+            naming.payload = .liveActivity(content)
+        }
+        naming.id = "rematch-named"
+        let named = try await engine.run(naming) { _ in }
+        XCTAssertEqual(named.counts.delivered, 1)
         await engine.shutdown()
         let activity = try await registry.activity(app: Self.app, activityID: "final")
         XCTAssertEqual(activity?.state, .active)
         XCTAssertEqual(activity?.channelID, channel)
+        XCTAssertEqual(activity?.channelStoragePolicy, 1, "the policy it was bound with")
         let deleted = try await client.deleteEndedChannels(registry: registry)
         XCTAssertEqual(deleted, [], "the new session's channel is kept")
         XCTAssertTrue(mock.server.channels.exists(app: Self.app, channel: channel))

@@ -66,7 +66,8 @@ final class FleetRegistryTests: XCTestCase {
                     app: Self.app, activityID: "with-channel", deviceID: "c-\(index)",
                     token: testDeviceToken(10_000 + index)))
         }
-        changes.append(.channel(app: Self.app, activityID: "with-channel", channelID: channel))
+        // Bound with its policy (the mock's default, 1: the latest message kept), as `fanout serve` binds it.
+        changes.append(.channel(app: Self.app, activityID: "with-channel", channelID: channel, storagePolicy: 1))
         _ = try await store.apply(changes)
         let liveBefore = try await store.liveUpdateTokenCount(app: Self.app, activityID: Self.activity, now: now)
         XCTAssertEqual(liveBefore, Self.live)
@@ -153,6 +154,7 @@ final class FleetRegistryTests: XCTestCase {
             Set(lines.compactMap { $0["token"] as? String }), [testDeviceToken(10_000), testDeviceToken(10_001)])
         XCTAssertEqual(lines.last?["channel"] as? String, channel, "\(lines)")
         XCTAssertEqual(lines.last?["outcome"] as? String, "delivered", "\(lines)")
+        XCTAssertEqual(mock.totals().broadcastsStored, 1, "kept for offline devices: the bound channel's policy")
 
         // mock-apns accepted every delivered token once, and nothing else of the activity.
         XCTAssertTrue(mock.stop())

@@ -642,7 +642,11 @@ public final class FanoutEngine: Sendable {
             ])
         }
         if let channel = content.inputPushChannel {
-            _ = try? await registry.apply([.channel(app: app, activityID: activityID, channelID: channel)])
+            // The channel already bound is left as it is (its storage policy with it); another one is bound
+            // instead, its policy unknown.
+            if record?.channelID != channel {
+                _ = try? await registry.apply([.channel(app: app, activityID: activityID, channelID: channel)])
+            }
             return job
         }
         guard !content.inputPushToken, let bound = record?.channelID else { return job }

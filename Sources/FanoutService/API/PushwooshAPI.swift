@@ -119,8 +119,9 @@ struct PushwooshAPI {
                     return Self.answer(
                         http: server ? error.status : 200, code: server ? 500 : 210,
                         message: "notifications[\(index)]: \(error.message); the \(messages.count) before it were "
-                            + "accepted and will be sent (their ids are in response.Messages): resend from "
-                            + "notifications[\(index)] on",
+                            + "accepted and will be sent (their ids are in response.Messages): resend the request "
+                            + "from notifications[\(index)] on, or, with an Idempotency-Key, the whole request with "
+                            + "the same key (the accepted entries are then answered, not sent again)",
                         response: ["Messages": .array(messages)])
                 }
             }

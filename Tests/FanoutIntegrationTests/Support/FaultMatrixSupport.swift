@@ -172,6 +172,7 @@ struct MockTotals {
     var drops = 0
     var goaways = 0
     var refused = 0
+    var broadcastsStored = 0
     var streamLimitViolations = 0
     var byStatus: [String: Int] = [:]
 
@@ -183,6 +184,7 @@ struct MockTotals {
             drops += snapshot["connections_dropped"] as? Int ?? 0
             goaways += snapshot["goaways_sent"] as? Int ?? 0
             refused += snapshot["streams_refused"] as? Int ?? 0
+            broadcastsStored += snapshot["broadcasts_stored"] as? Int ?? 0
             streamLimitViolations += snapshot["stream_limit_violations"] as? Int ?? 0
             for (status, count) in snapshot["by_status"] as? [String: Int] ?? [:] {
                 byStatus[status, default: 0] += count
