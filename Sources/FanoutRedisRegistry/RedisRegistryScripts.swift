@@ -233,6 +233,8 @@ enum RedisRegistryScripts {
 
         elseif op == 'channel' then
           ensure()
+          -- ARGV[5] '1': bind only an activity that has no channel yet.
+          if ARGV[5] == '1' and redis.call('HEXISTS', meta, 'channel') == 1 then return finish() end
           if ARGV[3] == '' then redis.call('HDEL', meta, 'channel') else redis.call('HSET', meta, 'channel', ARGV[3]) end
           if ARGV[3] == '' or ARGV[4] == nil or ARGV[4] == '' then
             redis.call('HDEL', meta, 'channelpolicy')

@@ -18,8 +18,11 @@ public enum RegistryChange: Sendable, Hashable {
     case contentSent(app: String, activityID: String, timestamp: Int64)
     /// Sets (or with nil clears) an activity's broadcast channel id, creating the activity if needed, with the
     /// channel's `message-storage-policy` (0 or 1) when the binder knows it: a broadcast to a channel that keeps the
-    /// latest message is sent with an expiration that lets APNs keep it (0 would make it a single attempt).
-    case channel(app: String, activityID: String, channelID: String?, storagePolicy: Int? = nil)
+    /// latest message is sent with an expiration that lets APNs keep it (0 would make it a single attempt). With
+    /// `onlyIfUnbound`, an activity that has a channel already keeps it (two creations at once: the first to bind
+    /// wins, and the other finds it bound on reading it back).
+    case channel(
+        app: String, activityID: String, channelID: String?, storagePolicy: Int? = nil, onlyIfUnbound: Bool = false)
     /// APNs answered 410 for `token`: remove it wherever it was registered before `timestamp` (the 410 body's Unix
     /// milliseconds); a later registration means the device registered it again and it stays. Nil removes it at once
     /// (410 `ExpiredToken` carries no timestamp).

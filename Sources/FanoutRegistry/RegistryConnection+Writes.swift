@@ -115,10 +115,15 @@ extension RegistryConnection {
                 try statement.bind(context.now, at: 3)
                 try statement.run()
             }
-        case .channel(let app, let activityID, let channelID, let storagePolicy):
+        case .channel(let app, let activityID, let channelID, let storagePolicy, let onlyIfUnbound):
             let row = try activityRow(app: app, activityID: activityID, create: true, in: &context)!
             try database.withStatement(
-                "UPDATE activities SET channel_id = ?2, channel_storage_policy = ?3, updated_at = ?4 WHERE id = ?1"
+                onlyIfUnbound
+                    ? """
+                    UPDATE activities SET channel_id = ?2, channel_storage_policy = ?3, updated_at = ?4
+                    WHERE id = ?1 AND channel_id IS NULL
+                    """
+                    : "UPDATE activities SET channel_id = ?2, channel_storage_policy = ?3, updated_at = ?4 WHERE id = ?1"
             ) { statement throws(SQLiteError) in
                 try statement.bind(row, at: 1)
                 try statement.bind(channelID, at: 2)

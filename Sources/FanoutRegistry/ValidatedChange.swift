@@ -11,7 +11,7 @@ package enum ValidatedChange<App> {
     case startActivity(app: App, activityID: String, attributesType: String?)
     case endActivity(app: App, activityID: String, dismissalDate: Int64?)
     case contentSent(app: App, activityID: String, timestamp: Int64)
-    case channel(app: App, activityID: String, channelID: String?, storagePolicy: Int?)
+    case channel(app: App, activityID: String, channelID: String?, storagePolicy: Int?, onlyIfUnbound: Bool)
     /// Remove `token` wherever it was registered strictly before `before` (nil: everywhere).
     case removeToken(token: String, before: Int64?)
 
@@ -20,7 +20,7 @@ package enum ValidatedChange<App> {
         switch self {
         case .updateToken(let app, _, _, _, _, _), .stopUpdateTokens(let app, _, _),
             .pushToStart(let app, _, _, _, _, _), .device(let app, _, _, _, _), .startActivity(let app, _, _),
-            .endActivity(let app, _, _), .contentSent(let app, _, _), .channel(let app, _, _, _):
+            .endActivity(let app, _, _), .contentSent(let app, _, _), .channel(let app, _, _, _, _):
             return app
         case .removeToken: return nil
         }
@@ -51,9 +51,10 @@ package enum ValidatedChange<App> {
             return .endActivity(app: try resolve(app), activityID: activityID, dismissalDate: dismissalDate)
         case .contentSent(let app, let activityID, let timestamp):
             return .contentSent(app: try resolve(app), activityID: activityID, timestamp: timestamp)
-        case .channel(let app, let activityID, let channelID, let storagePolicy):
+        case .channel(let app, let activityID, let channelID, let storagePolicy, let onlyIfUnbound):
             return .channel(
-                app: try resolve(app), activityID: activityID, channelID: channelID, storagePolicy: storagePolicy)
+                app: try resolve(app), activityID: activityID, channelID: channelID, storagePolicy: storagePolicy,
+                onlyIfUnbound: onlyIfUnbound)
         case .removeToken(let token, let before):
             return .removeToken(token: token, before: before)
         }
@@ -103,7 +104,7 @@ extension RegistryValidation {
         case .contentSent(let app, let activityID, let timestamp):
             return .contentSent(
                 app: app, activityID: try V.identifier(activityID, field: "activity_id"), timestamp: timestamp)
-        case .channel(let app, let activityID, let channelID, let storagePolicy):
+        case .channel(let app, let activityID, let channelID, let storagePolicy, let onlyIfUnbound):
             if let storagePolicy, storagePolicy != 0 && storagePolicy != 1 {
                 throw RegistryError(
                     .invalidInput, field: "storage_policy", "storage_policy must be 0 or 1, not \(storagePolicy)")
@@ -111,7 +112,7 @@ extension RegistryValidation {
             return .channel(
                 app: app, activityID: try V.identifier(activityID, field: "activity_id"),
                 channelID: try V.optionalIdentifier(channelID, field: "channel_id"),
-                storagePolicy: channelID == nil ? nil : storagePolicy)
+                storagePolicy: channelID == nil ? nil : storagePolicy, onlyIfUnbound: onlyIfUnbound)
         case .unregistered(let token, let timestamp):
             return .removeToken(
                 token: try V.token(token, field: "token", allowEmpty: false),

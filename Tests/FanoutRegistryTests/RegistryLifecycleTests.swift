@@ -346,10 +346,24 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         var rebound = try await store.activity(app: app, activityID: "match-7")
         XCTAssertEqual(rebound?.channelID, "dHN0LTI=")
         XCTAssertEqual(rebound?.channelStoragePolicy, 1)
+        // Only if unbound: a bound activity keeps its channel and policy.
+        try await store.apply([
+            .channel(app: app, activityID: "match-7", channelID: "dHN0LTk=", storagePolicy: 0, onlyIfUnbound: true)
+        ])
+        rebound = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertEqual(rebound?.channelID, "dHN0LTI=")
+        XCTAssertEqual(rebound?.channelStoragePolicy, 1)
         try await store.apply([.channel(app: app, activityID: "match-7", channelID: nil, storagePolicy: 1)])
         rebound = try await store.activity(app: app, activityID: "match-7")
         XCTAssertNil(rebound?.channelID)
         XCTAssertNil(rebound?.channelStoragePolicy)
+        try await store.apply([
+            .channel(app: app, activityID: "match-7", channelID: "dHN0LTk=", storagePolicy: 0, onlyIfUnbound: true)
+        ])
+        rebound = try await store.activity(app: app, activityID: "match-7")
+        XCTAssertEqual(rebound?.channelID, "dHN0LTk=", "an unbound activity is bound")
+        XCTAssertEqual(rebound?.channelStoragePolicy, 0)
+        try await store.apply([.channel(app: app, activityID: "match-7", channelID: nil)])
         let refused = await assertRegistryError(.invalidInput) {
             try await store.apply([
                 .channel(app: self.app, activityID: "match-7", channelID: "dHN0LTM=", storagePolicy: 2)

@@ -7,8 +7,9 @@ extension BroadcastChannelClient {
     ///
     /// An activity keeps its channel: one already bound is refused (`reason` `AlreadyBound`, the channel in the
     /// message), since binding another would cut off every activity subscribed to the first and lose its id while
-    /// it counts against the app's 10,000. Two creations at once both bind; the one whose channel was replaced
-    /// finds that on reading the binding back, deletes its own and returns the bound one.
+    /// it counts against the app's 10,000. Two creations at once: the binding is made only if the activity has no
+    /// channel yet, so the first to bind wins and the other, reading the binding back, deletes its own channel and
+    /// returns the bound one.
     public func createChannel(
         forActivity activityID: String, app: String, storagePolicy: ChannelStoragePolicy, registry: any RegistryStore
     ) async throws(BroadcastChannelError) -> String {
@@ -20,7 +21,9 @@ extension BroadcastChannelClient {
         let channel = try await create(app: app, storagePolicy: storagePolicy)
         do {
             _ = try await registry.apply([
-                .channel(app: app, activityID: activityID, channelID: channel, storagePolicy: storagePolicy.rawValue)
+                .channel(
+                    app: app, activityID: activityID, channelID: channel, storagePolicy: storagePolicy.rawValue,
+                    onlyIfUnbound: true)
             ])
         } catch {
             // Not bound: delete it again so it does not count against the app's 10,000 unseen.
