@@ -34,6 +34,34 @@ final class BroadcastChannelBindingTests: XCTestCase {
             ], environment: ProcessSupport.cleanEnvironment())
     }
 
+    private func makeChannelClient() throws -> BroadcastChannelClient {
+        try BroadcastChannelClient(
+            endpoint: APNsEndpoint(host: "localhost", port: XCTUnwrap(mock.server.managePort)),
+            credentials: ProviderCredentials(
+                keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+            caFile: mock.material.caPEMPath)
+    }
+
+    /// The app, with device d1's push-to-start token.
+    private func defineAppWithOnePushToStartToken(in registry: SQLiteRegistryStore) async throws {
+        try await registry.defineApps([RegistryApp(bundleID: Self.app)])
+        try await registry.apply([
+            .pushToStartToken(
+                PushToStartRegistration(app: Self.app, deviceID: "d1", userID: "u1", token: testDeviceToken(1)))
+        ])
+    }
+
+    /// A start to every push-to-start token of the app, by activity id.
+    private func startJob(id: String, title: String, activityID: String) throws -> FanoutJob {
+        FanoutJob.liveActivity(
+            id: id, bundleID: Self.app,
+            content: LiveActivityContent(
+                event: .start, timestamp: 1_764_460_800, contentState: try RawJSON(validating: #"{"home":0}"#),
+                alert: LiveActivityAlert(title: .plain(title), body: "0-0"), attributesType: "MatchAttributes",
+                attributes: try RawJSON(validating: #"{"home":"Acme"}"#)),
+            recipients: .pushToStart(app: Self.app, attributesType: nil, selection: .all, activityID: activityID))
+    }
+
     private static func object(_ result: ProcessResult) throws -> [String: Any] {
         try XCTUnwrap(
             try JSONSerialization.jsonObject(with: Data(XCTUnwrap(result.stdoutLines.last).utf8)) as? [String: Any],
@@ -75,16 +103,8 @@ final class BroadcastChannelBindingTests: XCTestCase {
         configuration.clock = clock.registryClock
         let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db", configuration: configuration)
         defer { registry.close() }
-        try await registry.defineApps([RegistryApp(bundleID: Self.app)])
-        try await registry.apply([
-            .pushToStartToken(
-                PushToStartRegistration(app: Self.app, deviceID: "d1", userID: "u1", token: testDeviceToken(1)))
-        ])
-        let client = try BroadcastChannelClient(
-            endpoint: APNsEndpoint(host: "localhost", port: XCTUnwrap(mock.server.managePort)),
-            credentials: ProviderCredentials(
-                keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
-            caFile: mock.material.caPEMPath)
+        try await defineAppWithOnePushToStartToken(in: registry)
+        let client = try makeChannelClient()
         defer { client.shutdown() }
         let channel = try await client.createChannel(
             forActivity: "match-9", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
@@ -108,13 +128,7 @@ final class BroadcastChannelBindingTests: XCTestCase {
 
         // A start by activity id: the new activity subscribes to the bound channel.
         let engine = try makeEngine(for: mock) { $0.registry = registry }
-        let start = FanoutJob.liveActivity(
-            id: "start", bundleID: Self.app,
-            content: LiveActivityContent(
-                event: .start, timestamp: 1_764_460_800, contentState: try RawJSON(validating: #"{"home":0}"#),
-                alert: LiveActivityAlert(title: "Kick-off", body: "0-0"), attributesType: "MatchAttributes",
-                attributes: try RawJSON(validating: #"{"home":"Acme"}"#)),
-            recipients: .pushToStart(app: Self.app, attributesType: nil, selection: .all, activityID: "match-9"))
+        let start = try startJob(id: "start", title: "Kick-off", activityID: "match-9")
         let started = try await engine.run(start) { _ in }
         XCTAssertEqual(started.counts.delivered, 1)
         let payload = try XCTUnwrap(mock.stats.payloadsByToken[testDeviceToken(1)]?.first)
@@ -169,16 +183,8 @@ final class BroadcastChannelBindingTests: XCTestCase {
     func testAStartByAnEndedActivitysIDKeepsItsChannelForTheNewSession() async throws {
         let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db")
         defer { registry.close() }
-        try await registry.defineApps([RegistryApp(bundleID: Self.app)])
-        try await registry.apply([
-            .pushToStartToken(
-                PushToStartRegistration(app: Self.app, deviceID: "d1", userID: "u1", token: testDeviceToken(1)))
-        ])
-        let client = try BroadcastChannelClient(
-            endpoint: APNsEndpoint(host: "localhost", port: XCTUnwrap(mock.server.managePort)),
-            credentials: ProviderCredentials(
-                keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
-            caFile: mock.material.caPEMPath)
+        try await defineAppWithOnePushToStartToken(in: registry)
+        let client = try makeChannelClient()
         defer { client.shutdown() }
         let channel = try await client.createChannel(
             forActivity: "final", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
@@ -186,13 +192,7 @@ final class BroadcastChannelBindingTests: XCTestCase {
         try await registry.apply([.endActivity(app: Self.app, activityID: "final", dismissalDate: now - 1)])
 
         let engine = try makeEngine(for: mock) { $0.registry = registry }
-        let start = FanoutJob.liveActivity(
-            id: "rematch", bundleID: Self.app,
-            content: LiveActivityContent(
-                event: .start, timestamp: 1_764_460_800, contentState: try RawJSON(validating: #"{"home":0}"#),
-                alert: LiveActivityAlert(title: "Rematch", body: "0-0"), attributesType: "MatchAttributes",
-                attributes: try RawJSON(validating: #"{"home":"Acme"}"#)),
-            recipients: .pushToStart(app: Self.app, attributesType: nil, selection: .all, activityID: "final"))
+        let start = try startJob(id: "rematch", title: "Rematch", activityID: "final")
         let started = try await engine.run(start) { _ in }
         XCTAssertEqual(started.counts.delivered, 1)
         // A start that names the channel already bound leaves the binding as it was, policy included.
