@@ -73,9 +73,13 @@ package final class FleetEnqueuer: Sendable {
                 throw FleetError("\(error)")
             }
             guard let line = next else { break }
-            let (parsed, now) = timestamps.parse(
+            let registry = self.registry
+            let (parsed, now) = await timestamps.parse(
                 line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory,
-                now: Int64(Date().timeIntervalSince1970))
+                now: Int64(Date().timeIntervalSince1970),
+                lastSent: { app, activityID in
+                    try? await registry?.activity(app: app, activityID: activityID)?.lastContentTimestamp
+                })
             switch parsed {
             case .failure(let error):
                 report(.refused(line: line.number, job: error.jobID, reason: error.description))

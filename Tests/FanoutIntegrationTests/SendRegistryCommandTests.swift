@@ -238,6 +238,39 @@ class SendRegistryCommandTests: XCTestCase {
         }
     }
 
+    /// Five timestamp-less updates of one activity in one file take five seconds of defaults, ahead of the clock; an
+    /// `end` in a file sent right after is still later than the last of them (the registry's record), not
+    /// `superseded`.
+    func testAnEndInALaterFileIsLaterThanAnEarlierFilesDefaults() throws {
+        try importRegistrations()
+        let mock = try MockHarness()
+        addTeardownBlock { mock.stop() }
+        let tls = mock.material
+        let update =
+            #"{"id": "update-N", "topic": "com.acme.app.push-type.liveactivity", "push_type": "liveactivity", "live_activity": {"event": "update", "content_state": {"home": N, "away": 0}}, "activity_id": "match-7"}"#
+        let updates = try write(
+            (1...5).map { update.replacingOccurrences(of: "N", with: String($0)) }, to: "updates.jsonl")
+        let end = try write(
+            [
+                #"{"id": "end", "topic": "com.acme.app.push-type.liveactivity", "push_type": "liveactivity", "live_activity": {"event": "end", "content_state": {"home": 5, "away": 0}}, "activity_id": "match-7"}"#
+            ], to: "end.jsonl")
+        func send(_ jobs: String, _ results: String) throws -> [[String: Any]] {
+            let run = try runFanout([
+                "send", "--jobs", jobs, "--registry", redisURL ?? database, "--results", path(results),
+                "--endpoint", "localhost:\(mock.port)", "--ca-file", tls.caPEMPath, "--key", tls.authKeyP8Path,
+                "--key-id", "KEYID12345", "--team-id", "TEAMID1234", "--progress", "never",
+            ])
+            XCTAssertTrue([0, 1].contains(run.exitCode), run.summary)
+            return try String(contentsOfFile: path(results), encoding: .utf8).split(separator: "\n").map {
+                try Self.object(String($0))
+            }
+        }
+        _ = try send(updates, "updates-results.jsonl")
+        let ended = try send(end, "end-results.jsonl")
+        XCTAssertEqual(ended.count, Self.match7)
+        XCTAssertEqual(Set(ended.map { $0["outcome"] as? String ?? "?" }), ["delivered"], "\(ended.prefix(2))")
+    }
+
     /// `--registry` naming a file that does not exist: exit 2, one line on stderr, nothing sent.
     func testMissingRegistryFileExitsTwoWithOneLine() throws {
         let jobs = try write(
@@ -269,6 +302,10 @@ final class SendRegistryRedisCommandTests: SendRegistryCommandTests {
 
     override func testAnUpdateAndTheEndAfterItInOneFileAreBothSentInOrder() throws {
         try super.testAnUpdateAndTheEndAfterItInOneFileAreBothSentInOrder()
+    }
+
+    override func testAnEndInALaterFileIsLaterThanAnEarlierFilesDefaults() throws {
+        try super.testAnEndInALaterFileIsLaterThanAnEarlierFilesDefaults()
     }
 
     /// Redis's counterpart of a missing file: a server that cannot be reached. Exit 2, one line, nothing sent.

@@ -109,9 +109,13 @@ package final class JobFileRunner: Sendable {
                 }
                 guard let line = next else { break }
                 if resume.journal?.isFinished(line: line.number) == true { continue }
-                switch timestamps.parse(
+                let registry = engine.configuration.registry
+                switch await timestamps.parse(
                     line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory,
-                    now: Int64(Date().timeIntervalSince1970)
+                    now: Int64(Date().timeIntervalSince1970),
+                    lastSent: { app, activityID in
+                        try? await registry?.activity(app: app, activityID: activityID)?.lastContentTimestamp
+                    }
                 ).result {
                 case .failure(let error):
                     let id = error.jobID ?? "line-\(line.number)"
