@@ -346,20 +346,29 @@ struct NativeAPI {
                 ])
         }
         if let answer = await bound() { return answer }
+        let channel: String
         do {
-            let channel = try await client.createChannel(
+            channel = try await client.createChannel(
                 forActivity: activity, app: app.bundleID, storagePolicy: policy, registry: core.registry)
-            return .json(
-                201,
-                [
-                    "activity_id": .string(activity), "channel_id": .string(channel),
-                    "storage_policy": .integer(Int64(policy.rawValue)),
-                ])
         } catch {
             // Bound by a request that came in meanwhile: answered as if it had come first.
             if error.reason == BroadcastChannelClient.alreadyBound, let answer = await bound() { return answer }
             throw APIError(error.status == nil ? 503 : 502, "APNs refused the channel: \(error.message)")
         }
+        let record = try? await core.registry.activity(app: app.bundleID, activityID: activity)
+        guard record?.channelID == channel else {
+            // Another request's channel was bound first (ours was deleted): answered as if it had come first.
+            if let answer = await bound() { return answer }
+            throw APIError(503, "the channel binding could not be read back; retry later")
+        }
+        // The bound channel's policy: another request's when its channel was bound first (createChannel then
+        // deleted ours and returned that one).
+        return .json(
+            201,
+            [
+                "activity_id": .string(activity), "channel_id": .string(channel),
+                "storage_policy": .integer(Int64(record?.channelStoragePolicy ?? policy.rawValue)),
+            ])
     }
 
     /// `DELETE /v1/activities/{id}/channel`: deletes the activity's channel at APNs and unbinds it.
