@@ -36,9 +36,7 @@ struct SendConfigFile {
         guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
             throw UsageError("config file \(path) is not a JSON object")
         }
-        if let unknown = object.keys.first(where: { !keys.contains($0) }) {
-            throw UsageError("config file \(path): unknown key \"\(unknown)\"")
-        }
+        try rejectUnknown(in: object, known: keys, field: nil, path: path)
         func string(_ key: String) throws(UsageError) -> String? {
             guard let value = object[key] else { return nil }
             guard let text = value as? String else { throw UsageError("config file \(path): \(key) must be a string") }
@@ -139,14 +137,13 @@ struct SendConfigFile {
     }
 
     /// Refuses a key of `object` not in `known`, naming it: a misspelt limit must not silently become the default.
-    private static func rejectUnknown(in object: [String: Any], known: Set<String>, field: String, path: String)
+    private static func rejectUnknown(in object: [String: Any], known: Set<String>, field: String?, path: String)
         throws(UsageError)
     {
-        if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
-            throw UsageError(
-                "config file \(path): \(field): unknown key \"\(unknown)\" (known: \(known.sorted().joined(separator: ", ")))"
-            )
-        }
+        guard let unknown = object.keys.sorted().first(where: { !known.contains($0) }) else { return }
+        let place = field.map { "\(path): \($0)" } ?? path
+        throw UsageError(
+            "config file \(place): unknown key \"\(unknown)\" (known: \(known.sorted().joined(separator: ", ")))")
     }
 
     func rateLimits() throws(UsageError) -> RateLimiterRegistry {

@@ -1,4 +1,5 @@
-/// The SQLite registry's schema: version 2 (version 1 had no `activities.channel_storage_policy`). docs/REGISTRY.md describes each table and why each index exists.
+/// The SQLite registry's schema: version 2 (version 1 had no `activities.channel_storage_policy`). docs/REGISTRY.md
+/// describes each table and why each index exists.
 ///
 /// All times are Unix milliseconds except `last_content_timestamp` (the `aps` timestamp, Unix seconds). Tables are
 /// STRICT, so a value of the wrong type is refused instead of silently stored. Apps and activities are interned as
@@ -14,7 +15,8 @@ enum RegistrySchema {
 
     /// What brings a registry of the previous version up to this one, in one write transaction: version 1 had no
     /// channel storage policy (its bound channels read as policy unknown).
-    static let upgradeFromVersion1 = "ALTER TABLE activities ADD COLUMN channel_storage_policy INTEGER"
+    static let upgradeFromVersion1 =
+        "ALTER TABLE activities ADD COLUMN channel_storage_policy INTEGER CHECK (channel_storage_policy IN (0, 1))"
 
     /// 16 KiB pages instead of SQLite's 4 KiB. Tokens are random, so a batch of new ones lands all over the token
     /// index and each commit writes most of its pages to the WAL; measured on a million-row import (10,000 rows per

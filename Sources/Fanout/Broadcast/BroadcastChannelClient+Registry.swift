@@ -62,7 +62,8 @@ extension BroadcastChannelClient {
         async throws(BroadcastChannelError) -> [EndedChannel]
     {
         var deleted: [EndedChannel] = []
-        var refused: [(EndedChannel, BroadcastChannelError)] = []
+        var firstRefusal: (channel: EndedChannel, error: BroadcastChannelError)?
+        var refused = 0
         // Ended channels left bound in this call (another team's, or refused), which sort first in every page.
         var leftBound = 0
         while true {
@@ -83,7 +84,8 @@ extension BroadcastChannelClient {
                 } catch  where error.reason == "ChannelNotRegistered" {
                     // Already gone at APNs.
                 } catch {
-                    refused.append((channel, error))
+                    if firstRefusal == nil { firstRefusal = (channel, error) }
+                    refused += 1
                     leftBound += 1
                     continue
                 }
@@ -97,10 +99,10 @@ extension BroadcastChannelClient {
                 deleted.append(channel)
             }
         }
-        if let (channel, error) = refused.first {
+        if let (channel, error) = firstRefusal {
             throw BroadcastChannelError(
                 status: error.status, reason: error.reason,
-                message: "deleted \(deleted.count) ended channels; \(refused.count) refused, left bound for the next "
+                message: "deleted \(deleted.count) ended channels; \(refused) refused, left bound for the next "
                     + "prune, the first \(channel.channelID) of \(channel.app): \(error.message)")
         }
         return deleted

@@ -46,12 +46,10 @@ final class PreparedJob: Sendable {
     }
 
     /// A broadcast to `channelID` of the app `bundleID`, with the same payload bytes: its headers are
-    /// `apns-channel-id`, `apns-push-type: liveactivity`, `apns-priority` and `apns-expiration` (0 when the job
-    /// has none: one attempt, no storage, which every storage policy accepts), and no `apns-topic`.
-    /// A broadcast to `channelID`. A job that gives no expiration is sent with 0 to a channel that stores nothing
-    /// (or whose policy is unknown: 0 is what any channel accepts) and with `storedBroadcastLifetime` from now to one
-    /// that keeps the latest message, so that APNs keeps it for devices that are offline (0 there is a single
-    /// attempt).
+    /// `apns-channel-id`, `apns-push-type: liveactivity`, `apns-priority` and `apns-expiration`, and no
+    /// `apns-topic`. A job that gives no expiration is sent with 0 to a channel that stores nothing (or whose policy
+    /// is unknown: 0 is what any channel accepts) and with `storedBroadcastLifetime` from now to one that keeps the
+    /// latest message, so that APNs keeps it for devices that are offline (0 there is a single attempt).
     init(
         broadcastOf job: FanoutJob, payload: SharedBody, bundleID: String, channelID: String,
         storagePolicy: ChannelStoragePolicy?, run: FanoutRun, authority: String,

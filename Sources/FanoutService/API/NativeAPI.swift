@@ -333,42 +333,29 @@ struct NativeAPI {
             throw APIError(
                 409, field: "app", "app \(quoted(app.bundleID)) has no channel management host (manage_endpoint)")
         }
-        /// Already bound: that channel, and its policy when it was bound with one (null: unknown).
-        func bound() async -> APIResponse? {
+        /// The activity's channel as the registry has it, and its policy when it was bound with one (null: unknown).
+        func bound(_ status: Int) async -> APIResponse? {
             guard let record = try? await core.registry.activity(app: app.bundleID, activityID: activity),
                 let channel = record.channelID
             else { return nil }
             return .json(
-                200,
+                status,
                 [
                     "activity_id": .string(activity), "channel_id": .string(channel),
                     "storage_policy": record.channelStoragePolicy.map { .integer(Int64($0)) } ?? .null,
                 ])
         }
-        if let answer = await bound() { return answer }
-        let channel: String
         do {
-            channel = try await client.createChannel(
+            _ = try await client.createChannel(
                 forActivity: activity, app: app.bundleID, storagePolicy: policy, registry: core.registry)
         } catch {
-            // Bound by a request that came in meanwhile: answered as if it had come first.
-            if error.reason == BroadcastChannelClient.alreadyBound, let answer = await bound() { return answer }
+            // Bound already (or by a request that came in meanwhile): that channel, as if it had come first.
+            if error.reason == BroadcastChannelClient.alreadyBound, let answer = await bound(200) { return answer }
             throw APIError(error.status == nil ? 503 : 502, "APNs refused the channel: \(error.message)")
         }
-        let record = try? await core.registry.activity(app: app.bundleID, activityID: activity)
-        guard record?.channelID == channel else {
-            // Another request's channel was bound first (ours was deleted): answered as if it had come first.
-            if let answer = await bound() { return answer }
-            throw APIError(503, "the channel binding could not be read back; retry later")
-        }
-        // The bound channel's policy: another request's when its channel was bound first (createChannel then
-        // deleted ours and returned that one).
-        return .json(
-            201,
-            [
-                "activity_id": .string(activity), "channel_id": .string(channel),
-                "storage_policy": .integer(Int64(record?.channelStoragePolicy ?? policy.rawValue)),
-            ])
+        // Ours, or the channel of a request whose binding came first (createChannel then deleted ours).
+        if let answer = await bound(201) { return answer }
+        throw APIError(503, "the channel binding could not be read back; retry later")
     }
 
     /// `DELETE /v1/activities/{id}/channel`: deletes the activity's channel at APNs and unbinds it.
