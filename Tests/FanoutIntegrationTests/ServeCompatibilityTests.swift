@@ -99,6 +99,11 @@ final class ServeCompatibilityTests: XCTestCase {
         XCTAssertEqual(refused["status_code"] as? Int, 210, "\(refused)")
         let message = try XCTUnwrap(refused["status_message"] as? String)
         XCTAssertTrue(message.contains("notifications[1]"), "names the entry at fault: \(message)")
+        // A field the job-line checks refuse is named as Pushwoosh spells it.
+        let notObject = try update([#"{"home": 1}"#, "5"])
+        XCTAssertEqual(notObject["status_code"] as? Int, 210, "\(notObject)")
+        let named = try XCTUnwrap(notObject["status_message"] as? String)
+        XCTAssertTrue(named.contains(": notifications[1].live_activity.content-state: must be"), named)
 
         // The same request fixed: both entries are accepted and sent, and the first only once.
         let accepted = try update([#"{"home": 1}"#, #"{"home": 2}"#])
@@ -179,6 +184,12 @@ final class ServeCompatibilityTests: XCTestCase {
                 #"{"app_id": "\#(ServeHarness.brazeAppID)", "activity_id": "g", "activity_attributes_type": "T", "activity_attributes": {}, "content_state": {}, "notification": {"alert": {"title": "t", "body": "b"}}, "segment_id": "s"}"#
         )
         XCTAssertEqual(segment.status, 400, segment.text)
+        let badContent = try serve.curl(
+            "POST", "/messages/live_activity/update", key: ServeKeys.acmeServer,
+            json: #"{"app_id": "\#(ServeHarness.brazeAppID)", "activity_id": "game-1", "content_state": [1]}"#)
+        XCTAssertEqual(badContent.status, 400, badContent.text)
+        XCTAssertTrue(
+            (try badContent.object()["error"] as? String ?? "").hasPrefix("content_state: must be"), badContent.text)
         let unauthorized = try serve.curl(
             "POST", "/messages/live_activity/update", key: "wrong", json: #"{"app_id": "x"}"#)
         XCTAssertEqual(unauthorized.status, 401)

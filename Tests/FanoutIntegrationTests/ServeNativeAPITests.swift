@@ -183,6 +183,33 @@ class ServeNativeAPITests: XCTestCase {
             json: #"{"push_type": "voip", "payload": {"aps": {}}, "audience": {"users": ["u"]}}"#)
         XCTAssertEqual(voipToUsers.status, 400, voipToUsers.text)
         XCTAssertEqual(try voipToUsers.object()["field"] as? String, "push_type", voipToUsers.text)
+        // What the job-line checks refuse is named as the request spells it, not as the job line it becomes.
+        for (path, json, field) in [
+            ("/v1/activities/m/update", #"{"content_state": 5}"#, "content_state"),
+            ("/v1/activities/m/update", #"{"content_state": {}, "alert": {"title": 5}}"#, "alert.title"),
+            (
+                "/v1/activities/m/start",
+                #"{"attributes_type": "T", "content_state": {}, "audience": {"tokens": ["not-hex"]}}"#,
+                "audience.tokens[0]"
+            ),
+            (
+                "/v1/push",
+                #"{"payload": {"aps": {}}, "audience": {"tokens": ["\#(Self.token("ab", 1))", "not-hex"]}}"#,
+                "audience.tokens[1]"
+            ),
+        ] {
+            let refused = try serve.curl("POST", path, key: server, json: json)
+            XCTAssertEqual(refused.status, 400, refused.text)
+            XCTAssertEqual(try refused.object()["field"] as? String, field, refused.text)
+            XCTAssertTrue((try refused.object()["error"] as? String ?? "").hasPrefix(field), refused.text)
+        }
+        let tooLarge = try serve.curl(
+            "POST", "/v1/activities/m/update", key: server,
+            json: #"{"content_state": {"note": "\#(String(repeating: "x", count: 5_000))"}}"#)
+        XCTAssertEqual(tooLarge.status, 400, tooLarge.text)
+        XCTAssertNil(try tooLarge.object()["field"], "the payload as a whole: \(tooLarge.text)")
+        XCTAssertTrue(
+            (try tooLarge.object()["error"] as? String ?? "").hasPrefix("the encoded payload is"), tooLarge.text)
         XCTAssertEqual(try serve.curl("GET", "/v1/nothing-here", key: server).status, 404)
         XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }

@@ -136,7 +136,8 @@ struct BrazeAPI {
                 .setting(.string(activityID), at: ActivityIDAttribute.braze.path[...]))
         return .liveActivity(
             app: app, fields: fields, priority: push.priority,
-            audience: .pushToStart(activityID: activityID, attributesType: attributesType, selection: .users(users)))
+            audience: .pushToStart(activityID: activityID, attributesType: attributesType, selection: .users(users)),
+            fieldNames: .braze)
     }
 
     private func updateSpec(_ body: RequestBody, _ caller: Caller) throws(APIError) -> DispatchSpec {
@@ -152,6 +153,7 @@ struct BrazeAPI {
             // Without end_activity Braze's dismissal_date changes nothing APNs sees (an update carries none).
             staleDate: try body.date("stale_date"), dismissalDate: end ? try body.date("dismissal_date") : nil,
             relevanceScore: push.relevanceScore, alert: push.alert)
-        return .liveActivity(app: app, fields: fields, priority: push.priority, audience: .activity(activityID))
+        return .liveActivity(
+            app: app, fields: fields, priority: push.priority, audience: .activity(activityID), fieldNames: .braze)
     }
 }

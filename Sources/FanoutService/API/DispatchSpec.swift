@@ -15,6 +15,12 @@ struct LiveActivityFields {
     var attributesType: String?
     var attributes: JSONValue?
 
+    /// The members `jobLineObject` may hold, as a job line spells them.
+    static let jobLineKeys = [
+        "event", "timestamp", "content_state", "stale_date", "dismissal_date", "relevance_score", "alert",
+        "attributes_type", "attributes",
+    ]
+
     var jobLineObject: JSONValue {
         var members: [JSONObject.Member] = [
             .init(key: "event", value: .string(event)), .init(key: "timestamp", value: .integer(timestamp)),
@@ -71,12 +77,15 @@ struct DispatchSpec {
     var activityID: String?
     /// The caller gave the content's `timestamp`; otherwise `ServiceCore.accept` assigns one.
     var timestampGiven = false
+    /// How the request that asked for it spells the line's fields, for refusals.
+    var fieldNames: RequestFieldNames
 
     /// The job's id inside the line; the dispatcher replaces it with the dispatch id when it runs the line.
     static let placeholderID = "dispatch"
 
     static func liveActivity(
-        app: AppConfiguration, fields: LiveActivityFields, priority: Int, audience: DispatchAudience
+        app: AppConfiguration, fields: LiveActivityFields, priority: Int, audience: DispatchAudience,
+        fieldNames: RequestFieldNames
     ) -> DispatchSpec {
         var members: [JSONObject.Member] = [
             .init(key: "id", value: .string(placeholderID)), .init(key: "workspace", value: .string(app.workspace)),
@@ -92,12 +101,13 @@ struct DispatchSpec {
         case .pushToStart(let id, _, _): activityID = id
         case .devices, .tokens: activityID = nil
         }
-        return DispatchSpec(app: app, kind: fields.event, members: members, activityID: activityID)
+        return DispatchSpec(
+            app: app, kind: fields.event, members: members, activityID: activityID, fieldNames: fieldNames)
     }
 
     static func push(
         app: AppConfiguration, pushType: String, payload: JSONValue, priority: Int, collapseID: String?,
-        audience: DispatchAudience
+        audience: DispatchAudience, fieldNames: RequestFieldNames
     ) -> DispatchSpec {
         var members: [JSONObject.Member] = [
             .init(key: "id", value: .string(placeholderID)), .init(key: "workspace", value: .string(app.workspace)),
@@ -107,7 +117,7 @@ struct DispatchSpec {
         ]
         if let collapseID { members.append(.init(key: "collapse_id", value: .string(collapseID))) }
         members += audienceMembers(audience, app: app)
-        return DispatchSpec(app: app, kind: "push", members: members)
+        return DispatchSpec(app: app, kind: "push", members: members, fieldNames: fieldNames)
     }
 
     private static func audienceMembers(_ audience: DispatchAudience, app: AppConfiguration) -> [JSONObject.Member] {
@@ -151,12 +161,13 @@ struct DispatchSpec {
     }
 
     /// Checks the line with the job-file parser, so a dispatch that is accepted can run; the refusal names the
-    /// job-line field at fault.
+    /// request's field at fault (`fieldNames`).
     func validate(now: Int64) throws(APIError) {
         switch JobLineParser().parse(line: jobLine, lineNumber: 1, jobFileDirectory: "", now: now) {
         case .success: return
         case .failure(let error):
-            throw APIError(400, field: error.field, error.message)
+            let named = fieldNames.rename(field: error.field, message: error.message)
+            throw APIError(400, field: named.field, named.message)
         }
     }
 }

@@ -205,7 +205,8 @@ struct NativeAPI {
         let priority = Int(try body.integer("priority") ?? 10)
         guard event == "start" else {
             var spec = DispatchSpec.liveActivity(
-                app: app, fields: fields, priority: priority, audience: .activity(activity))
+                app: app, fields: fields, priority: priority, audience: .activity(activity),
+                fieldNames: .nativeLiveActivity)
             spec.timestampGiven = body.value("timestamp") != nil
             return spec
         }
@@ -220,7 +221,8 @@ struct NativeAPI {
         case .selection(let selection):
             dispatchAudience = .pushToStart(activityID: activity, attributesType: attributesType, selection: selection)
         }
-        var spec = DispatchSpec.liveActivity(app: app, fields: fields, priority: priority, audience: dispatchAudience)
+        var spec = DispatchSpec.liveActivity(
+            app: app, fields: fields, priority: priority, audience: dispatchAudience, fieldNames: .nativeLiveActivity)
         spec.timestampGiven = body.value("timestamp") != nil
         return spec
     }
@@ -284,7 +286,7 @@ struct NativeAPI {
         }
         return .push(
             app: app, pushType: pushType, payload: payload, priority: priority,
-            collapseID: try body.string("collapse_id"), audience: audience)
+            collapseID: try body.string("collapse_id"), audience: audience, fieldNames: .nativePush)
     }
 
     // MARK: Reads

@@ -102,6 +102,8 @@ struct PushwooshAPI {
                 do throws(APIError) {
                     try spec.check(now: now)
                 } catch {
+                    // The job-line checks name a field of the entry already (`RequestFieldNames.pushwoosh`).
+                    if let named = error.field, named.hasPrefix(field) { throw error }
                     throw APIError(error.status, field: field, "\(field): \(error.message)")
                 }
                 specs.append(spec)
@@ -255,7 +257,8 @@ struct PushwooshAPI {
         } else {
             audience = .pushToStart(activityID: activityID, attributesType: attributesType, selection: .all)
         }
-        return .liveActivity(app: app, fields: fields, priority: 10, audience: audience)
+        return .liveActivity(
+            app: app, fields: fields, priority: 10, audience: audience, fieldNames: .pushwoosh(entry: entry.path))
     }
 
     /// `devices` holds push tokens (hex) or HWIDs, not a mix.
@@ -289,7 +292,9 @@ struct PushwooshAPI {
             event: event, timestamp: ServiceCore.nowSeconds(),
             contentState: contentState ?? .object(JSONObject()), staleDate: try live.date("stale-date"),
             dismissalDate: try live.date("dismissal-date"), relevanceScore: try live.number("relevance-score"))
-        return .liveActivity(app: app, fields: fields, priority: 10, audience: .activity(activityID))
+        return .liveActivity(
+            app: app, fields: fields, priority: 10, audience: .activity(activityID),
+            fieldNames: .pushwoosh(entry: entry.path))
     }
 
     private func rejectFilters(_ entry: RequestBody) throws(APIError) {
