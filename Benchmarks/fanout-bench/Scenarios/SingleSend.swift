@@ -62,12 +62,17 @@ func runSingleSend(_ bench: BenchContext) throws {
         ? String(
             format: "; refused as overloaded (maxPendingSends) %.0f [%.0f-%.0f] of %d", refused.median, refused.min,
             refused.max, Int(spread(runs, "notifications").median)) : ""
+    // What a request sent alone costs the machine whoever sends it: h2load's lone request as a multiple of
+    // throughput-1c's CPU per notification, the floor under issue 15's 2x (its wake-ups and system calls are the
+    // kernel's and hypervisor's, not the client's).
+    let floorRatio = h2loadPer.flatMap { per in bench.throughput1cCPUPerNotification.map { per.median / $0 } }
     let h2loadText =
         h2loadPer.map {
             String(
                 format:
-                    "; h2load one request at a time at the same rate: %.1f CPU us/request [%.1f-%.1f], Fanout %.1fx",
-                $0.median, $0.min, $0.max, cpuPer.median / $0.median)
+                    "; h2load one request at a time at the same rate: %.1f CPU us/request [%.1f-%.1f]%@, Fanout %.1fx",
+                $0.median, $0.min, $0.max, floorRatio.map { String(format: " (%.1fx throughput-1c's)", $0) } ?? "",
+                cpuPer.median / $0.median)
         } ?? ""
     print(
         String(
@@ -125,6 +130,7 @@ func runSingleSend(_ bench: BenchContext) throws {
         entry["h2load_isolated_cpu_us_per_request"] = h2loadPer.median
         entry["h2load_isolated_cpu_us_per_request_min"] = h2loadPer.min
         entry["h2load_isolated_cpu_us_per_request_max"] = h2loadPer.max
+        if let floorRatio { entry["h2load_isolated_ratio_vs_throughput_1c"] = floorRatio }
     }
     if let ratio {
         entry["throughput_1c_cpu_us_per_notification"] = bench.throughput1cCPUPerNotification
