@@ -71,6 +71,27 @@ final class EngineTests: XCTestCase {
         XCTAssertEqual(mock.stats.count(status: 200), 20_000)
     }
 
+    /// A connection whose stream ids run out (2^31 - 1 of them: an hour and a half at full speed) drains and another
+    /// takes its place: the job goes on, each token delivered once. Before, the request nghttp2 refused was put back
+    /// and offered to the same connection for ever, the loop thread spinning and the job never ending.
+    func testAConnectionOutOfStreamIDsIsReplacedAndTheJobGoesOn() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        // Stream ids from 2^31 - 41 to 2^31 - 1: 21 streams per connection.
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1) { $0.firstStreamID = Int32.max - 40 }
+        let job = liveActivityJob(id: "long", tokens: (0..<1_000).map { testDeviceToken($0) })
+        guard let finished = try await withDeadline(.seconds(60), { try await engine.run(job) { _ in } }) else {
+            // Left running: a loop stuck like that would hang shutdown too.
+            return XCTFail("the job did not end within 60 s")
+        }
+        await engine.shutdown()
+        XCTAssertEqual(finished.counts.delivered, 1_000, "\(finished.counts)")
+        XCTAssertEqual(mock.stats.accepted, 1_000)
+        XCTAssertEqual(mock.stats.duplicateApnsIDs, 0)
+        let connections = try XCTUnwrap(mock.stats.snapshot()["connections"] as? Int)
+        XCTAssertGreaterThanOrEqual(connections, 1_000 / 21, "a new connection for every 21 streams")
+    }
+
     func testUnregisteredTokensGetTheirOwnOutcome() async throws {
         let unregistered = (0..<50).map { testDeviceToken(1_000_000 + $0) }
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("unregistered-\(UUID().uuidString)")

@@ -213,7 +213,11 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             guard let connection = slots[index].connection, connection.isReady, connection.isAcceptingRequests else {
                 continue
             }
-            while connection.outstanding < connection.streamLimit, let pending = waiting.popFirst() {
+            // `isAcceptingRequests` again for each: a connection can stop taking requests within this loop (it
+            // drains when its stream ids run out), and one that fails them as not sent would get them back for ever.
+            while connection.isAcceptingRequests, connection.outstanding < connection.streamLimit,
+                let pending = waiting.popFirst()
+            {
                 if pending.job.run.isSuperseded {
                     // A newer update for the activity came before this one left: it is never sent.
                     finish(pending, outcome: .superseded, reason: "Superseded")
@@ -461,15 +465,15 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     }
 
     private func connect(_ slot: ConnectionSlot) {
+        var connectionConfiguration = HTTP2ClientConfiguration(
+            host: configuration.endpoint.host, port: configuration.endpoint.port, tls: shared.tls.configuration,
+            connectTimeoutMilliseconds: configuration.connectTimeout.wholeMilliseconds,
+            maxConcurrentStreams: configuration.maxConcurrentStreams,
+            pingIntervalMilliseconds: configuration.pingInterval.wholeMilliseconds,
+            requestTimeout: configuration.requestTimeout)
+        connectionConfiguration.firstStreamID = configuration.firstStreamID
         let connection = HTTP2ClientConnection(
-            loop: loop,
-            configuration: HTTP2ClientConfiguration(
-                host: configuration.endpoint.host, port: configuration.endpoint.port, tls: shared.tls.configuration,
-                connectTimeoutMilliseconds: configuration.connectTimeout.wholeMilliseconds,
-                maxConcurrentStreams: configuration.maxConcurrentStreams,
-                pingIntervalMilliseconds: configuration.pingInterval.wholeMilliseconds,
-                requestTimeout: configuration.requestTimeout),
-            tlsContext: shared.tls)
+            loop: loop, configuration: connectionConfiguration, tlsContext: shared.tls)
         slot.connection = connection
         connection.onEvent = { [self, unowned slot, unowned connection] event in
             connectionEvent(event, slot: slot, connection: connection)
@@ -489,7 +493,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             pump()
         case .capacityAvailable:
             break  // the stream completion already pumped
-        case .goaway:
+        case .goaway, .draining:
             // Finish its streams there; new work goes to a fresh connection in the same slot.
             if slot.connection === connection {
                 draining[ObjectIdentifier(connection)] = connection

@@ -15,6 +15,9 @@ package struct HTTP2ClientConfiguration: Sendable {
     /// waiting for a stream fails `.notSent` (kind `.timedOut`), and an open stream is reset with
     /// CANCEL and fails `.timedOut`. Whole milliseconds, rounded up.
     package var requestTimeout: Duration?
+    /// The id of the connection's first stream: 1, but a test starts near HTTP/2's last (2^31 - 1; about a billion
+    /// requests, an hour and a half at 200,000 a second), to see a connection run out of stream ids and drain.
+    package var firstStreamID: Int32 = 1
 
     package init(
         host: String, port: Int, tls: TLSClientConfiguration = TLSClientConfiguration(),
@@ -37,6 +40,9 @@ package enum HTTP2ConnectionEvent: Sendable {
     case ready
     /// The server sent GOAWAY; no new stream will be opened. `reason` is the debug data's reason.
     case goaway(lastStreamID: Int32, errorCode: UInt32, reason: String?)
+    /// This side opens no more streams here (its stream ids are used up, or nghttp2 refused a new one): the open
+    /// ones finish, waiting requests failed `.notSent`, and new work needs another connection.
+    case draining
     /// More streams may be opened (a stream closed or the server raised its limit).
     case capacityAvailable
     /// The connection is closed; `error` is nil when we closed it.
@@ -107,7 +113,9 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
         // need not keep the connection alive; when the loop stops first, requests fail as cancelled.
         session = HTTP2Session(
             role: .client, loop: loop,
-            settings: .client(pingIntervalMilliseconds: configuration.pingIntervalMilliseconds))
+            settings: .client(
+                pingIntervalMilliseconds: configuration.pingIntervalMilliseconds,
+                firstStreamID: configuration.firstStreamID))
         session.delegate = self
         connect()
     }
@@ -223,18 +231,30 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     private func fillStreams() {
         guard session.isReady, isAcceptingRequests else { return }
         let limit = streamLimit
-        while session.openStreamCount < limit, let stream = waiting.popFirst() {
+        while isAcceptingRequests, session.openStreamCount < limit, let stream = waiting.popFirst() {
             guard !stream.isFinished else { continue }  // cancelled or timed out while waiting
             waitingCount -= 1
             stream.streamID = -1  // leaving the queue
             switch session.submitRequest(stream.takeRequest(), context: stream) {
             case .success(let streamID):
                 stream.streamID = streamID
+                // Client stream ids are odd and only grow: the next one would be past HTTP/2's last.
+                if streamID > Int32.max - 2 { stopOpeningStreams() }
             case .failure(let error):
                 finish(stream, .failure(.notSent(error)))
+                stopOpeningStreams()
             }
         }
         peakOpenStreams = max(peakOpenStreams, session.openStreamCount)
+    }
+
+    /// Opens no more streams here: lets the open ones finish, fails the waiting ones as not sent and tells the owner
+    /// (`.draining`), which sends them elsewhere. Without it a request nghttp2 refuses would be failed, offered to this
+    /// connection again and refused again, for ever (a session whose stream ids ran out refuses every one).
+    private func stopOpeningStreams() {
+        guard !isClosed, !isClosing else { return }
+        close()
+        onEvent?(.draining)
     }
 
     /// Completes a request, once: later calls for it do nothing.

@@ -33,11 +33,15 @@ package struct HTTP2SessionSettings: Sendable {
     /// Send a PING after this long without hearing from the peer; close if it stays silent as long
     /// again (0: never).
     package var pingIntervalMilliseconds: UInt64 = 0
+    /// Client role: the id of the first stream, 1 unless a test starts near HTTP/2's last (2^31 - 1) to see a
+    /// session run out of stream ids.
+    package var firstStreamID: Int32 = 1
 
     /// A client's: 1 MiB stream windows, 16 MiB for the connection, a keepalive PING.
-    package static func client(pingIntervalMilliseconds: UInt64) -> Self {
+    package static func client(pingIntervalMilliseconds: UInt64, firstStreamID: Int32 = 1) -> Self {
         var settings = Self()
         settings.pingIntervalMilliseconds = pingIntervalMilliseconds
+        settings.firstStreamID = firstStreamID
         return settings
     }
 
@@ -488,6 +492,9 @@ package final class HTTP2Session: SecureChannelDelegate {
         }
         nghttp2 = session
         blockPool = pool
+        if role == .client && settings.firstStreamID > 1 {
+            _ = nghttp2_session_set_next_stream_id(session, settings.firstStreamID)
+        }
         withSettingsEntries { entries, count in
             _ = nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), entries, count)
         }
