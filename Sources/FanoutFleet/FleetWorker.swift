@@ -64,7 +64,8 @@ package final class FleetWorker: Sendable {
     private let log: @Sendable (String) -> Void
 
     private struct State {
-        var stopping = false
+        /// When `stop()` was called: the grace period runs from here, whatever the reading loop was waiting on.
+        var stoppedAt: ContinuousClock.Instant?
         var abandoning = false
         /// Entry ids of the shards being sent, for the heartbeat and so a claim does not start one twice.
         var held: Set<String> = []
@@ -74,6 +75,10 @@ package final class FleetWorker: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Yields once on `stop()`: a child task of `run()`'s group waits on it, so that a loop waiting for a slot (every
+    /// shard still sending) wakes at the stop instead of when a shard ends, which with a hung APNs was only after the
+    /// request timeouts and retries, long past the grace period.
+    private let stopRequests = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
     /// Parsed job lines by job id (a job's shards share one).
     private let jobs = Mutex<[String: Result<ParsedJob, FleetError>]>([:])
 
@@ -92,12 +97,30 @@ package final class FleetWorker: Sendable {
         self.log = log
     }
 
-    /// Stop reading; shards being sent get `stopGrace` to finish. `run()` then returns.
+    /// Stop reading; shards being sent get `stopGrace` from now to finish. `run()` then returns.
     package func stop() {
-        state.withLock { $0.stopping = true }
+        let first = state.withLock { state in
+            guard state.stoppedAt == nil else { return false }
+            state.stoppedAt = .now
+            return true
+        }
+        if first {
+            stopRequests.continuation.yield()
+            stopRequests.continuation.finish()
+        }
     }
 
-    private var isStopping: Bool { state.withLock { $0.stopping } }
+    private var isStopping: Bool { state.withLock { $0.stoppedAt != nil } }
+
+    /// What a child task of `run()`'s group reports when it ends.
+    private enum GroupEvent {
+        /// A shard's task ended (its slot is free).
+        case shardEnded
+        /// `stop()` was called.
+        case stopRequested
+        /// The grace period's timer ended (it had cancelled the shards still sending, or was itself cancelled).
+        case graceOver
+    }
 
     /// Runs until `stop()`.
     /// - Throws: `FleetError` when the consumer group cannot be created.
@@ -109,7 +132,13 @@ package final class FleetWorker: Sendable {
         }
         let heartbeat = Task { await heartbeatLoop() }
         defer { heartbeat.cancel() }
-        await withTaskGroup(of: Bool.self) { group in
+        await withTaskGroup(of: GroupEvent.self) { group in
+            let stopRequests = self.stopRequests.stream
+            group.addTask {
+                // Ends at the stop, or when the group is cancelled (`run()` is returning).
+                for await _ in stopRequests { break }
+                return .stopRequested
+            }
             var running = 0
             // Our own pending shards first (a restart under the same name), then new ones.
             var readID = "0"
@@ -121,7 +150,8 @@ package final class FleetWorker: Sendable {
             var failures = 0
             while !isStopping {
                 if running >= options.concurrentShards {
-                    if await group.next() == true { running -= 1 }
+                    // Wakes when a shard ends or at the stop, whichever comes first.
+                    if await group.next() == .shardEnded { running -= 1 }
                     continue
                 }
                 let free = options.concurrentShards - running
@@ -171,23 +201,24 @@ package final class FleetWorker: Sendable {
                     running += 1
                     group.addTask {
                         await self.process(entry)
-                        return true
+                        return .shardEnded
                     }
                 }
                 // `running` counts shards not yet reaped: a finished one frees its slot when the group is next
                 // awaited (at once, when the slots are full).
             }
-            let sending = state.withLock { $0.held.count }
-            guard sending > 0 else { return }
+            let (sending, stoppedAt) = state.withLock { ($0.held.count, $0.stoppedAt ?? .now) }
+            guard sending > 0 else { return group.cancelAll() }
             log("stopping: \(sending) shard(s) still sending get \(options.stopGrace)")
-            let grace = options.stopGrace
+            // From the stop, not from here: the loop may have finished a blocked read first.
+            let deadline = stoppedAt + options.stopGrace
             group.addTask {
-                try? await Task.sleep(for: grace)
+                try? await Task.sleep(until: deadline, clock: .continuous)
                 if !Task.isCancelled { self.abandon() }
-                return false
+                return .graceOver
             }
             while running > 0 {
-                if await group.next() == true { running -= 1 }
+                if await group.next() == .shardEnded { running -= 1 }
             }
             group.cancelAll()
         }
@@ -381,7 +412,13 @@ package final class FleetWorker: Sendable {
                 // A job-level failure is recorded as its `invalid` result through onResult.
                 try? await engine.run(job) { sink.add($0) }
             }
-            state.withLock { $0.runs[entry.id] = run }
+            // A run that starts after the grace period is over is cancelled here: `abandon()` only saw those before.
+            if state.withLock({ state in
+                state.runs[entry.id] = run
+                return state.abandoning
+            }) {
+                run.cancel()
+            }
             summary = await run.value
             state.withLock { _ = $0.runs.removeValue(forKey: entry.id) }
             flusher.cancel()
