@@ -71,14 +71,14 @@ final class FleetWorkerTests: XCTestCase {
     }
 
     /// Enqueues `lines` with `FleetEnqueuer`, as `fanout enqueue` does, and checks every one was enqueued.
-    private func enqueue(_ lines: [String], redis: RedisServerProcess) async throws {
+    private func enqueue(_ lines: [String], redis: RedisServerProcess, shardSize: Int = 1_000) async throws {
         let directory = try ProcessSupport.temporaryDirectory(for: self, "fleet-worker")
         let path = "\(directory)/jobs-\(UUID().uuidString).jsonl"
         try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
         let client = try await FleetConnection.connect(redis.url)
         var reports: [FleetEnqueuer.Report] = []
         do {
-            try await FleetEnqueuer(client: client, shardSize: 1_000).enqueue(jobsPath: path) { reports.append($0) }
+            try await FleetEnqueuer(client: client, shardSize: shardSize).enqueue(jobsPath: path) { reports.append($0) }
         } catch {
             await client.shutdown()
             throw error
@@ -168,5 +168,92 @@ final class FleetWorkerTests: XCTestCase {
         XCTAssertEqual(answering.stats.accepted, tokens.count)
         XCTAssertEqual(answering.stats.snapshot()["distinct_tokens"] as? Int, tokens.count)
         await client.shutdown()
+    }
+
+    /// Deletes every key of `job` and its id from the job list, as a user who is done with a job does (README: a job's
+    /// results stay in Redis until you delete its keys).
+    private func deleteJob(_ job: String, client: RedisClient) async throws {
+        let keys = try await client.command(["KEYS", RedisArgument("fanout:job:{\(job)}*")]).array ?? []
+        XCTAssertFalse(keys.isEmpty, "job \(job) has keys to delete")
+        _ = try await client.command(["DEL"] + keys.compactMap(\.string).map { RedisArgument($0) })
+        _ = try await client.command(["LREM", RedisArgument(FleetKeys.jobList), "0", RedisArgument(job)])
+    }
+
+    /// A job id whose keys were deleted can be enqueued again; a worker that sent the first job must send the second
+    /// with the second's line (its priority and payload), not the line it read for the first.
+    func testAJobIDEnqueuedAgainAfterItsKeysWereDeletedIsSentWithTheNewLine() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let mock = try MockHarness { $0.capturePayloads = true }
+        defer { mock.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let worker = try await startWorker("reuser", mock: mock, redis: redis)
+        let first = testDeviceToken(1)
+        let second = testDeviceToken(2)
+
+        try await enqueue([Self.jobLine(id: "reused", priority: 10, alert: "first", tokens: [first])], redis: redis)
+        let firstDone = try await waitUntilDone("reused", client: client)
+        XCTAssertEqual(firstDone?.counts.outcomes.delivered, 1)
+        try await deleteJob("reused", client: client)
+        try await enqueue([Self.jobLine(id: "reused", priority: 5, alert: "second", tokens: [second])], redis: redis)
+        let secondDone = try await waitUntilDone("reused", client: client)
+        await worker.shutdown()
+
+        XCTAssertEqual(secondDone?.counts.outcomes.delivered, 1)
+        let byPriority = mock.stats.snapshot()["accepted_by_priority"] as? [String: Int]
+        XCTAssertEqual(byPriority, ["10": 1, "5": 1], "the second job went out at its own priority")
+        let payloads = mock.stats.payloadsByToken
+        XCTAssertEqual(
+            payloads[first].map { $0.map { String(decoding: $0, as: UTF8.self) } }, [#"{"aps":{"alert":"first"}}"#])
+        XCTAssertEqual(
+            payloads[second].map { $0.map { String(decoding: $0, as: UTF8.self) } }, [#"{"aps":{"alert":"second"}}"#])
+        let lines = try await results("reused", client: client)
+        XCTAssertEqual(lines.compactMap { $0["token"] as? String }, [second], "the new job's results only")
+        await client.shutdown()
+    }
+
+    /// A job deleted before it was sent leaves its shard entries on the stream. Enqueued again under the same id, cut
+    /// into other shards, the old entries must not be sent with the new enqueue's tokens: the old shard 0 (one token)
+    /// read the new shard 0's two tokens, so a token went out twice beside the new entry, or, when the old entry
+    /// completed shard 0 first, the new shard's second token never went out.
+    func testShardEntriesOfADeletedEnqueueAreNotSentWithTheNewEnqueueOfItsID() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let old = [testDeviceToken(1), testDeviceToken(2)]
+        let new = [testDeviceToken(3), testDeviceToken(4)]
+        try await enqueue(
+            [Self.jobLine(id: "reused", priority: 10, alert: "old", tokens: old)], redis: redis, shardSize: 1)
+        try await deleteJob("reused", client: client)
+        try await enqueue(
+            [Self.jobLine(id: "reused", priority: 5, alert: "new", tokens: new)], redis: redis, shardSize: 2)
+        let length = try await client.command(["XLEN", RedisArgument(FleetKeys.stream)])
+        XCTAssertEqual(length, .integer(3), "the old enqueue's two entries and the new one's")
+
+        let worker = try await startWorker("reuser", mock: mock, redis: redis)
+        let done = try await waitUntilDone("reused", client: client)
+        // The old entries are acknowledged without sending; wait for the stream to be empty before stopping.
+        let drained = await eventuallyAsync {
+            (try? await client.command(["XLEN", RedisArgument(FleetKeys.stream)])) == .integer(0)
+        }
+        await worker.shutdown()
+
+        XCTAssertTrue(drained, "every entry, old and new, was acknowledged and deleted")
+        XCTAssertEqual(done?.counts.outcomes.delivered, new.count)
+        let lines = try await results("reused", client: client)
+        XCTAssertEqual(lines.compactMap { $0["token"] as? String }, new, "one result per token of the new enqueue")
+        XCTAssertEqual(mock.stats.snapshot()["accepted_by_priority"] as? [String: Int], ["5": 2])
+        XCTAssertEqual(mock.stats.accepted, new.count, "nothing of the deleted enqueue was sent")
+        await client.shutdown()
+    }
+
+    /// Polls the async `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
+    private func eventuallyAsync(timeout: Duration = .seconds(10), _ condition: () async -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout * testTimeScale
+        while ContinuousClock.now < deadline {
+            if await condition() { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return await condition()
     }
 }
