@@ -15,7 +15,9 @@ import Foundation
 /// - The job line is stored once, with its recipients replaced by one placeholder token (a worker swaps in the
 ///   shard's), and with the parse time, so that every shard encodes the same default Live Activity `timestamp`.
 /// - Job ids are unique in Redis: a job whose id was already enqueued is refused (HSETNX on the job's hash), never
-///   merged, so a results line always belongs to one job line.
+///   merged, so a results line always belongs to one job line. Once its keys are deleted the id can be enqueued
+///   again; each enqueue has an `enqueue_id` of its own, in the job's hash and in each of its shard entries, so that
+///   workers never mix the two (`FleetWorker`).
 /// - Jobs that address the registry (`activity_id`, `push_to_start`, `users`, `devices`) are read from the registry
 ///   on Redis here, page by page, with one `now` for the whole job: their audience is the tokens live at enqueue
 ///   time (a snapshot; a token registered later is not in this job), cut into shards like a tokens job. A job by
@@ -130,8 +132,13 @@ package final class FleetEnqueuer: Sendable {
                     reason: "line \(number): job \(job.id) is already enqueued in Redis (job ids must be unique)")
             }
             let enqueuedAt = Int(Date().timeIntervalSince1970 * 1000)
+            // This enqueue's own id, in the job's hash and in every shard entry: an id whose keys were deleted can be
+            // enqueued again, and a worker tells the enqueues apart by it (its cached line, an old entry left on the
+            // stream).
+            let enqueueID = UUID().uuidString.lowercased()
             var meta: [RedisArgument] = [
                 "HSET", keys.meta, "now", RedisArgument(Int(now)), "enqueued_at", RedisArgument(enqueuedAt),
+                RedisArgument(FleetKeys.enqueueIDField), RedisArgument(enqueueID),
             ]
             if audience?.channel != nil, let policy = audience?.channelStoragePolicy {
                 // The bound channel's storage policy, for the broadcast shard's expiration (FleetWorker).
@@ -159,6 +166,7 @@ package final class FleetEnqueuer: Sendable {
                     [
                         "XADD", RedisArgument(FleetKeys.stream), "*", "job", RedisArgument(job.id), "shard",
                         RedisArgument(shards), "start", RedisArgument(start), "count", RedisArgument(batch.count),
+                        RedisArgument(FleetKeys.enqueueIDField), RedisArgument(enqueueID),
                     ] + (broadcast ? ["broadcast", "1"] : []),
                     [
                         "HSET", keys.meta, "shards", RedisArgument(shards + 1), "notifications", RedisArgument(total),

@@ -7,10 +7,11 @@ import FanoutRedis
 /// | Key | Type | What |
 /// |---|---|---|
 /// | `fanout:shards` | stream, group `fanout-workers` | one entry per shard not yet done: `job`, `shard`, `start`,
-///   `count` (a done shard's entry is acknowledged and deleted) |
+///   `count`, `enqueue_id` (a done shard's entry is acknowledged and deleted) |
 /// | `fanout:jobs` | list | job ids in enqueue order (`fanout status`) |
 /// | `fanout:job:{ID}` | hash | `line` (the job line, recipients replaced by a placeholder), `now` (the parse time, so
-///   every shard encodes the same default `timestamp`), `shards`, `notifications`, `enqueued_at` (Unix ms) |
+///   every shard encodes the same default `timestamp`), `shards`, `notifications`, `enqueued_at` (Unix ms),
+///   `enqueue_id` (unique to one enqueue: the id may be enqueued again once these keys are deleted) |
 /// | `fanout:job:{ID}:tokens:N` | string | shard N's tokens, one per line (deleted when the shard is done) |
 /// | `fanout:job:{ID}:results:N` | string | shard N's results lines, appended a batch at a time as `POSITION LINE`
 ///   records in the order they were written (`fanout results` sorts them by position) |
@@ -24,6 +25,8 @@ package struct FleetKeys: Sendable {
     package static let stream = "fanout:shards"
     package static let group = "fanout-workers"
     package static let jobList = "fanout:jobs"
+    /// The field of the job's hash and of its shard entries that names the enqueue they belong to.
+    package static let enqueueIDField = "enqueue_id"
 
     package let job: String
 

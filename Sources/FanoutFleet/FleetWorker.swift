@@ -64,7 +64,8 @@ package final class FleetWorker: Sendable {
     private let log: @Sendable (String) -> Void
 
     private struct State {
-        var stopping = false
+        /// When `stop()` was called: the grace period runs from here, whatever the reading loop was waiting on.
+        var stoppedAt: ContinuousClock.Instant?
         var abandoning = false
         /// Entry ids of the shards being sent, for the heartbeat and so a claim does not start one twice.
         var held: Set<String> = []
@@ -74,8 +75,12 @@ package final class FleetWorker: Sendable {
     }
 
     private let state = Mutex(State())
-    /// Parsed job lines by job id (a job's shards share one).
-    private let jobs = Mutex<[String: Result<ParsedJob, FleetError>]>([:])
+    /// Yields once on `stop()`: a child task of `run()`'s group waits on it, so that a loop waiting for a slot (every
+    /// shard still sending) wakes at the stop instead of when a shard ends, which with a hung APNs was only after the
+    /// request timeouts and retries, long past the grace period.
+    private let stopRequests = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+    /// Parsed job lines by job id and enqueue id (a job's shards share one), the least recently used dropped.
+    private let jobs = FleetJobCache<Result<ParsedJob, FleetError>>()
 
     /// - Parameters:
     ///   - reader: the client for XREADGROUP (blocked reads hold its connection); its command timeout must exceed
@@ -92,12 +97,30 @@ package final class FleetWorker: Sendable {
         self.log = log
     }
 
-    /// Stop reading; shards being sent get `stopGrace` to finish. `run()` then returns.
+    /// Stop reading; shards being sent get `stopGrace` from now to finish. `run()` then returns.
     package func stop() {
-        state.withLock { $0.stopping = true }
+        let first = state.withLock { state in
+            guard state.stoppedAt == nil else { return false }
+            state.stoppedAt = .now
+            return true
+        }
+        if first {
+            stopRequests.continuation.yield()
+            stopRequests.continuation.finish()
+        }
     }
 
-    private var isStopping: Bool { state.withLock { $0.stopping } }
+    private var isStopping: Bool { state.withLock { $0.stoppedAt != nil } }
+
+    /// What a child task of `run()`'s group reports when it ends.
+    private enum GroupEvent {
+        /// A shard's task ended (its slot is free).
+        case shardEnded
+        /// `stop()` was called.
+        case stopRequested
+        /// The grace period's timer ended (it had cancelled the shards still sending, or was itself cancelled).
+        case graceOver
+    }
 
     /// Runs until `stop()`.
     /// - Throws: `FleetError` when the consumer group cannot be created.
@@ -109,7 +132,13 @@ package final class FleetWorker: Sendable {
         }
         let heartbeat = Task { await heartbeatLoop() }
         defer { heartbeat.cancel() }
-        await withTaskGroup(of: Bool.self) { group in
+        await withTaskGroup(of: GroupEvent.self) { group in
+            let stopRequests = self.stopRequests.stream
+            group.addTask {
+                // Ends at the stop, or when the group is cancelled (`run()` is returning).
+                for await _ in stopRequests { break }
+                return .stopRequested
+            }
             var running = 0
             // Our own pending shards first (a restart under the same name), then new ones.
             var readID = "0"
@@ -121,7 +150,8 @@ package final class FleetWorker: Sendable {
             var failures = 0
             while !isStopping {
                 if running >= options.concurrentShards {
-                    if await group.next() == true { running -= 1 }
+                    // Wakes when a shard ends or at the stop, whichever comes first.
+                    if await group.next() == .shardEnded { running -= 1 }
                     continue
                 }
                 let free = options.concurrentShards - running
@@ -171,23 +201,24 @@ package final class FleetWorker: Sendable {
                     running += 1
                     group.addTask {
                         await self.process(entry)
-                        return true
+                        return .shardEnded
                     }
                 }
                 // `running` counts shards not yet reaped: a finished one frees its slot when the group is next
                 // awaited (at once, when the slots are full).
             }
-            let sending = state.withLock { $0.held.count }
-            guard sending > 0 else { return }
+            let (sending, stoppedAt) = state.withLock { ($0.held.count, $0.stoppedAt ?? .now) }
+            guard sending > 0 else { return group.cancelAll() }
             log("stopping: \(sending) shard(s) still sending get \(options.stopGrace)")
-            let grace = options.stopGrace
+            // From the stop, not from here: the loop may have finished a blocked read first.
+            let deadline = stoppedAt + options.stopGrace
             group.addTask {
-                try? await Task.sleep(for: grace)
+                try? await Task.sleep(until: deadline, clock: .continuous)
                 if !Task.isCancelled { self.abandon() }
-                return false
+                return .graceOver
             }
             while running > 0 {
-                if await group.next() == true { running -= 1 }
+                if await group.next() == .shardEnded { running -= 1 }
             }
             group.cancelAll()
         }
@@ -310,32 +341,43 @@ package final class FleetWorker: Sendable {
     private func send(
         entry: ShardEntry, keys: FleetKeys, shard: Int, start: Int, count: Int, broadcast: Bool
     ) async throws(FleetError) -> Bool {
+        // Nil for an entry an older `fanout enqueue` wrote.
+        let enqueueID = entry.fields?[FleetKeys.enqueueIDField]
         let parsed: ParsedJob
-        switch try await job(keys) {
-        case .none:
+        switch try await job(keys, enqueueID: enqueueID) {
+        case .gone:
             log("job \(keys.job) is no longer in Redis; acknowledging its shard \(shard)")
             await acknowledge(entry.id)
             return true
-        case .some(.failure(let error)):
+        case .enqueuedAgain:
+            await acknowledgeEarlierEnqueue(entry, keys: keys, shard: shard)
+            return true
+        case .parsed(.failure(let error)):
             // Validated at enqueue; a line this version cannot parse gets the job's one `invalid` result.
             let sink = ResultSink(keys: keys, shard: shard, start: start, count: count, positions: [], writer: writer)
             sink.add(NotificationResult(jobID: keys.job, token: nil, outcome: .invalid, reason: error.message))
             try await sink.flushAll(giveUp: { false })
             try await complete(entry: entry, keys: keys, shard: shard, summary: nil)
             return true
-        case .some(.success(let job)):
+        case .parsed(.success(let job)):
             parsed = job
         }
         let replies: [RedisValue]
         do {
-            // The tokens and the marks in one round trip.
+            // The tokens and the marks in one round trip, with the job's enqueue id: a line found in the cache may
+            // belong to an enqueue whose keys were deleted since, and these tokens to the next one.
             replies = try await writer.commands([
                 ["GET", keys.tokens(shard: shard)], ["GET", keys.marks(shard: shard)],
+                ["HGET", keys.meta, RedisArgument(FleetKeys.enqueueIDField)],
             ])
         } catch {
             throw FleetError(error.message)
         }
         for case .error(let message) in replies { throw FleetError(message) }
+        guard replies[2].string == enqueueID else {
+            await acknowledgeEarlierEnqueue(entry, keys: keys, shard: shard)
+            return true
+        }
         guard case .bytes(let data) = replies[0] else {
             log("the tokens of shard \(shard) of \(keys.job) are gone; acknowledging it")
             await acknowledge(entry.id)
@@ -381,7 +423,13 @@ package final class FleetWorker: Sendable {
                 // A job-level failure is recorded as its `invalid` result through onResult.
                 try? await engine.run(job) { sink.add($0) }
             }
-            state.withLock { $0.runs[entry.id] = run }
+            // A run that starts after the grace period is over is cancelled here: `abandon()` only saw those before.
+            if state.withLock({ state in
+                state.runs[entry.id] = run
+                return state.abandoning
+            }) {
+                run.cancel()
+            }
             summary = await run.value
             state.withLock { _ = $0.runs.removeValue(forKey: entry.id) }
             flusher.cancel()
@@ -451,24 +499,52 @@ package final class FleetWorker: Sendable {
         }
     }
 
-    /// The job's parsed line (cached); nil when the job's hash is gone.
-    private func job(_ keys: FleetKeys) async throws(FleetError) -> Result<ParsedJob, FleetError>? {
-        if let cached = jobs.withLock({ $0[keys.job] }) { return cached }
+    /// A shard entry of an enqueue whose keys were deleted, its id since enqueued again (or not): there is nothing
+    /// of it left to send, and the job's keys now belong to another enqueue.
+    private func acknowledgeEarlierEnqueue(_ entry: ShardEntry, keys: FleetKeys, shard: Int) async {
+        log(
+            "shard \(shard) of \(keys.job) belongs to an earlier enqueue of that id, whose keys were deleted; "
+                + "acknowledging it")
+        await acknowledge(entry.id)
+    }
+
+    /// What the job's hash says for a shard entry.
+    private enum JobLine {
+        /// The hash is gone.
+        case gone
+        /// The hash belongs to another enqueue of the job id than the entry's.
+        case enqueuedAgain
+        case parsed(Result<ParsedJob, FleetError>)
+    }
+
+    /// The parsed line of the enqueue `enqueueID` of the job (cached by both ids).
+    /// - Parameter enqueueID: the shard entry's; nil for an entry an older `fanout enqueue` wrote, whose line is read
+    ///   every time (nothing tells it from a later enqueue's under the same id).
+    private func job(_ keys: FleetKeys, enqueueID: String?) async throws(FleetError) -> JobLine {
+        if let enqueueID, let cached = jobs.value(for: .init(job: keys.job, enqueueID: enqueueID)) {
+            return .parsed(cached)
+        }
         let reply: RedisValue
         do {
-            reply = try await writer.command(["HMGET", keys.meta, "line", "now"])
+            reply = try await writer.command([
+                "HMGET", keys.meta, "line", "now", RedisArgument(FleetKeys.enqueueIDField),
+            ])
         } catch {
             throw FleetError(error.message)
         }
-        guard let values = reply.array, values.count == 2, case .bytes(let line) = values[0] else { return nil }
+        guard let values = reply.array, values.count == 3, case .bytes(let line) = values[0] else {
+            jobs.removeAll(job: keys.job)
+            return .gone
+        }
+        guard values[2].string == enqueueID else { return .enqueuedAgain }
         let now = values[1].integer ?? Int64(Date().timeIntervalSince1970)
         let result: Result<ParsedJob, FleetError>
         switch JobLineParser().parse(line: line, lineNumber: 1, jobFileDirectory: "", now: now) {
         case .success(let parsed): result = .success(parsed.job)
         case .failure(let error): result = .failure(FleetError(error.description))
         }
-        jobs.withLock { $0[keys.job] = result }
-        return result
+        if let enqueueID { jobs.insert(result, for: .init(job: keys.job, enqueueID: enqueueID)) }
+        return .parsed(result)
     }
 }
 

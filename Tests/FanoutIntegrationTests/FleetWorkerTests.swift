@@ -1,0 +1,259 @@
+// `FleetWorker` in process (the worker `fanout worker` runs), against a real redis-server and in-process mock-apns:
+// what a stop does while every shard slot is busy, and what is sent for a job id enqueued again after its keys were
+// deleted. FleetTests runs the `fanout` binary end to end; these look at one worker's behaviour closely.
+import Fanout
+import FanoutRedis
+import FanoutTestSupport
+import Foundation
+import Synchronization
+import XCTest
+
+@testable import FanoutFleet
+
+final class FleetWorkerTests: XCTestCase {
+    /// One worker on its own engine and Redis clients, with `run()` going in a task.
+    private final class RunningWorker: Sendable {
+        let worker: FleetWorker
+        let engine: FanoutEngine
+        private let clients: [RedisClient]
+        private let task: Task<Void, Never>
+        private let returnedFlag: ReturnedFlag
+
+        private final class ReturnedFlag: Sendable {
+            let value = Mutex(false)
+        }
+
+        /// Whether `run()` has returned.
+        var hasReturned: Bool { returnedFlag.value.withLock { $0 } }
+
+        init(worker: FleetWorker, engine: FanoutEngine, clients: [RedisClient]) {
+            self.worker = worker
+            self.engine = engine
+            self.clients = clients
+            let flag = ReturnedFlag()
+            returnedFlag = flag
+            task = Task {
+                _ = try? await worker.run()
+                flag.value.withLock { $0 = true }
+            }
+        }
+
+        /// Stops the worker and ends what its engine still holds (so a worker that ignores the stop returns too),
+        /// then closes its clients.
+        func shutdown() async {
+            worker.stop()
+            await engine.shutdown(gracePeriod: .zero)
+            await task.value
+            for client in clients { await client.shutdown() }
+        }
+    }
+
+    private func startWorker(
+        _ name: String, mock: MockHarness, redis: RedisServerProcess,
+        configure: (inout FleetWorkerOptions) -> Void = { _ in }
+    ) async throws -> RunningWorker {
+        var options = FleetWorkerOptions(name: name)
+        options.claimIdle = .seconds(1)
+        configure(&options)
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1)
+        let writer = try await FleetConnection.connect(redis.url)
+        let reader = try await FleetConnection.connect(redis.url, commandTimeout: options.block + .seconds(10))
+        let worker = FleetWorker(
+            engine: engine, reader: reader, writer: writer, options: options, log: { print("[\(name)] \($0)") })
+        return RunningWorker(worker: worker, engine: engine, clients: [reader, writer])
+    }
+
+    /// An alert job of `tokens` at `priority` whose alert is `alert`.
+    private static func jobLine(id: String, priority: Int, alert: String, tokens: [String]) -> String {
+        let list = tokens.map { "\"\($0)\"" }.joined(separator: ", ")
+        return
+            #"{"id": "\#(id)", "topic": "com.example.app", "push_type": "alert", "priority": \#(priority), "payload": {"aps": {"alert": "\#(alert)"}}, "tokens": [\#(list)]}"#
+    }
+
+    /// Enqueues `lines` with `FleetEnqueuer`, as `fanout enqueue` does, and checks every one was enqueued.
+    private func enqueue(_ lines: [String], redis: RedisServerProcess, shardSize: Int = 1_000) async throws {
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "fleet-worker")
+        let path = "\(directory)/jobs-\(UUID().uuidString).jsonl"
+        try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        let client = try await FleetConnection.connect(redis.url)
+        var reports: [FleetEnqueuer.Report] = []
+        do {
+            try await FleetEnqueuer(client: client, shardSize: shardSize).enqueue(jobsPath: path) { reports.append($0) }
+        } catch {
+            await client.shutdown()
+            throw error
+        }
+        await client.shutdown()
+        XCTAssertEqual(reports.count, lines.count)
+        for report in reports {
+            guard case .enqueued = report else { return XCTFail("not enqueued: \(report)") }
+        }
+    }
+
+    /// Waits (at most `timeout`) for `job` to be done; returns its status then, or nil if it was not done in time.
+    private func waitUntilDone(_ job: String, client: RedisClient, timeout: Duration = .seconds(30)) async throws
+        -> FleetReader.JobStatus?
+    {
+        let deadline = ContinuousClock.now + timeout * testTimeScale
+        while ContinuousClock.now < deadline {
+            if let status = try await FleetReader(client: client).status(job: job), status.isDone { return status }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return nil
+    }
+
+    /// The job's results lines, parsed, in job order.
+    private func results(_ job: String, client: RedisClient) async throws -> [[String: Any]] {
+        var output: [UInt8] = []
+        _ = try await FleetReader(client: client).writeResults(job: job) { output += $0 }
+        return try String(decoding: output, as: UTF8.self).split(separator: "\n").map { line in
+            try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        }
+    }
+
+    /// README: on SIGTERM the worker "reads no more shards and lets the ones it is sending finish (within 10 s)", and
+    /// what is not finished is left pending for another worker. With every slot held by a shard whose streams the
+    /// mock never answers, the stop must still be seen at once: `run()` returns after the grace period, not after the
+    /// shard's requests time out. The shard is left unacknowledged with nothing written, and another worker claims it
+    /// and sends each of its tokens once.
+    func testAStopWhileEverySlotIsBusyReturnsAfterTheGraceAndLeavesTheShardToAnotherWorker() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let holding = try MockHarness { $0.blackholeEvery = 1 }
+        defer { holding.stop() }
+        let answering = try MockHarness()
+        defer { answering.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let tokens = (0..<3).map { testDeviceToken($0) }
+        try await enqueue([Self.jobLine(id: "held", priority: 10, alert: "hi", tokens: tokens)], redis: redis)
+
+        let grace = Duration.seconds(1)
+        let first = try await startWorker("first", mock: holding, redis: redis) {
+            $0.concurrentShards = 1
+            $0.stopGrace = grace
+        }
+        // Its one slot is busy: the shard's first stream is held by the mock (the engine's request timeout, 30 s,
+        // is far off).
+        let busy = await eventually { holding.stats.snapshot()["streams_blackholed"] as? Int ?? 0 >= 1 }
+        XCTAssertTrue(busy, "the shard never reached the mock")
+        let stoppedAt = ContinuousClock.now
+        first.worker.stop()
+        let margin = Duration.seconds(2) * testTimeScale
+        let returned = await eventually(timeout: grace + margin) { first.hasReturned }
+        let elapsed = ContinuousClock.now - stoppedAt
+        await first.shutdown()
+        XCTAssertTrue(returned, "run() had not returned \(elapsed) after stop() with a grace of \(grace)")
+        guard returned else { return await client.shutdown() }
+        XCTAssertGreaterThanOrEqual(elapsed, grace, "the shard being sent got its grace period")
+
+        // Left pending, and nothing of it written: a cancelled notification is not a result.
+        let pending = try await client.command(["XPENDING", RedisArgument(FleetKeys.stream), "fanout-workers"])
+        XCTAssertEqual(pending.array?.first, .integer(1), "\(pending)")
+        let unfinished = try await FleetReader(client: client).status(job: "held")
+        XCTAssertEqual(unfinished?.shardsDone, 0)
+        XCTAssertEqual(unfinished?.counts.outcomes.delivered, 0)
+        XCTAssertEqual(unfinished?.counts.outcomes.failed, 0)
+        XCTAssertEqual(unfinished?.counts.outcomes.cancelled, 0)
+
+        // Another worker claims it once it is idle past --claim-idle, and sends each token once.
+        let second = try await startWorker("second", mock: answering, redis: redis)
+        let done = try await waitUntilDone("held", client: client)
+        await second.shutdown()
+        XCTAssertNotNil(done, "the second worker did not finish the shard")
+        XCTAssertEqual(done?.counts.outcomes.delivered, tokens.count)
+        XCTAssertEqual(done?.counts.outcomes.failed, 0)
+        let lines = try await results("held", client: client)
+        XCTAssertEqual(lines.compactMap { $0["token"] as? String }, tokens, "one result per token, in job order")
+        XCTAssertEqual(
+            lines.compactMap { $0["outcome"] as? String }, Array(repeating: "delivered", count: tokens.count))
+        XCTAssertEqual(answering.stats.accepted, tokens.count)
+        XCTAssertEqual(answering.stats.snapshot()["distinct_tokens"] as? Int, tokens.count)
+        await client.shutdown()
+    }
+
+    /// Deletes every key of `job` and its id from the job list, as a user who is done with a job does (README: a job's
+    /// results stay in Redis until you delete its keys).
+    private func deleteJob(_ job: String, client: RedisClient) async throws {
+        let keys = try await client.command(["KEYS", RedisArgument("fanout:job:{\(job)}*")]).array ?? []
+        XCTAssertFalse(keys.isEmpty, "job \(job) has keys to delete")
+        _ = try await client.command(["DEL"] + keys.compactMap(\.string).map { RedisArgument($0) })
+        _ = try await client.command(["LREM", RedisArgument(FleetKeys.jobList), "0", RedisArgument(job)])
+    }
+
+    /// A job id whose keys were deleted can be enqueued again; a worker that sent the first job must send the second
+    /// with the second's line (its priority and payload), not the line it read for the first.
+    func testAJobIDEnqueuedAgainAfterItsKeysWereDeletedIsSentWithTheNewLine() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let mock = try MockHarness { $0.capturePayloads = true }
+        defer { mock.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let worker = try await startWorker("reuser", mock: mock, redis: redis)
+        let first = testDeviceToken(1)
+        let second = testDeviceToken(2)
+
+        try await enqueue([Self.jobLine(id: "reused", priority: 10, alert: "first", tokens: [first])], redis: redis)
+        let firstDone = try await waitUntilDone("reused", client: client)
+        XCTAssertEqual(firstDone?.counts.outcomes.delivered, 1)
+        try await deleteJob("reused", client: client)
+        try await enqueue([Self.jobLine(id: "reused", priority: 5, alert: "second", tokens: [second])], redis: redis)
+        let secondDone = try await waitUntilDone("reused", client: client)
+        await worker.shutdown()
+
+        XCTAssertEqual(secondDone?.counts.outcomes.delivered, 1)
+        let byPriority = mock.stats.snapshot()["accepted_by_priority"] as? [String: Int]
+        XCTAssertEqual(byPriority, ["10": 1, "5": 1], "the second job went out at its own priority")
+        let payloads = mock.stats.payloadsByToken
+        XCTAssertEqual(
+            payloads[first].map { $0.map { String(decoding: $0, as: UTF8.self) } }, [#"{"aps":{"alert":"first"}}"#])
+        XCTAssertEqual(
+            payloads[second].map { $0.map { String(decoding: $0, as: UTF8.self) } }, [#"{"aps":{"alert":"second"}}"#])
+        let lines = try await results("reused", client: client)
+        XCTAssertEqual(lines.compactMap { $0["token"] as? String }, [second], "the new job's results only")
+        await client.shutdown()
+    }
+
+    /// A job deleted before it was sent leaves its shard entries on the stream. Enqueued again under the same id, cut
+    /// into other shards, the old entries must not be sent with the new enqueue's tokens: the old shard 0 (one token)
+    /// read the new shard 0's two tokens, so a token went out twice beside the new entry, or, when the old entry
+    /// completed shard 0 first, the new shard's second token never went out.
+    func testShardEntriesOfADeletedEnqueueAreNotSentWithTheNewEnqueueOfItsID() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let old = [testDeviceToken(1), testDeviceToken(2)]
+        let new = [testDeviceToken(3), testDeviceToken(4)]
+        try await enqueue(
+            [Self.jobLine(id: "reused", priority: 10, alert: "old", tokens: old)], redis: redis, shardSize: 1)
+        try await deleteJob("reused", client: client)
+        try await enqueue(
+            [Self.jobLine(id: "reused", priority: 5, alert: "new", tokens: new)], redis: redis, shardSize: 2)
+        let length = try await client.command(["XLEN", RedisArgument(FleetKeys.stream)])
+        XCTAssertEqual(length, .integer(3), "the old enqueue's two entries and the new one's")
+
+        let worker = try await startWorker("reuser", mock: mock, redis: redis)
+        let done = try await waitUntilDone("reused", client: client)
+        // The old entries are acknowledged without sending; wait for the stream to be empty before stopping.
+        let drained = await eventuallyAsync {
+            (try? await client.command(["XLEN", RedisArgument(FleetKeys.stream)])) == .integer(0)
+        }
+        await worker.shutdown()
+
+        XCTAssertTrue(drained, "every entry, old and new, was acknowledged and deleted")
+        XCTAssertEqual(done?.counts.outcomes.delivered, new.count)
+        let lines = try await results("reused", client: client)
+        XCTAssertEqual(lines.compactMap { $0["token"] as? String }, new, "one result per token of the new enqueue")
+        XCTAssertEqual(mock.stats.snapshot()["accepted_by_priority"] as? [String: Int], ["5": 2])
+        XCTAssertEqual(mock.stats.accepted, new.count, "nothing of the deleted enqueue was sent")
+        await client.shutdown()
+    }
+
+    /// Polls the async `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
+    private func eventuallyAsync(timeout: Duration = .seconds(10), _ condition: () async -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout * testTimeScale
+        while ContinuousClock.now < deadline {
+            if await condition() { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return await condition()
+    }
+}
