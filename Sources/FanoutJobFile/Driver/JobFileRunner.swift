@@ -129,7 +129,7 @@ package final class JobFileRunner: Sendable {
                     let number = line.number
                     let id = job.id
                     if resume.ended(jobID: id) { continue }
-                    job.alreadyDone = resume.resumePoint(for: job, line: number) {
+                    job.alreadyDone = try resume.resumePoint(for: job, line: number) {
                         writer.markDone(positions: [$0], line: number, job: id)
                     }
                     if running >= options.concurrentJobs {
@@ -137,6 +137,12 @@ package final class JobFileRunner: Sendable {
                         running -= 1
                     }
                     running += 1
+                    if SendResume.isRegistryAddressed(job.recipients) {
+                        writer.beginRegistryJob(
+                            line: number, job: id, linesFrom: resume.registryLinesStart(line: number),
+                            broadcastDone: job.alreadyDone?.beyondPrefix.contains(
+                                FanoutEngine.activityBroadcastPosition) == true)
+                    }
                     let engine = self.engine
                     group.addTask {
                         do {
