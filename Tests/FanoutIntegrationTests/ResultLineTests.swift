@@ -29,6 +29,7 @@ final class ResultLineTests: XCTestCase {
             XCTAssertEqual(parsed?.channel, result.channel)
             XCTAssertEqual(parsed?.attempts, result.attempts)
         }
+        XCTAssertEqual(ResultLine.parse(Array(#"{"job":"j","token":null,"outcome":"invalid"}"#.utf8))?.isJobLine, true)
         XCTAssertEqual(ResultLine.parse(Array(#"{"job":"j","token":"ab","outcome":"delivered"}"#.utf8))?.attempts, 1)
     }
 

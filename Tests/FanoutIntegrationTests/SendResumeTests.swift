@@ -185,4 +185,45 @@ final class SendResumeTests: XCTestCase {
         XCTAssertEqual(resumed.counts.notifications, 4)
         XCTAssertEqual(resumed.counts.jobs, 2)
     }
+
+    /// An activity bound to a channel sends its broadcast first, so a kill early in the job leaves the broadcast's
+    /// line (token null, with `channel`) alone in the tail. That line is one recipient's, not the job's: the
+    /// broadcast is not sent again, every token push is, and the summary counts the broadcast. A channel job's
+    /// broadcast line is its one recipient's too.
+    func testABroadcastLineInTheTailDoesNotEndItsJob() async throws {
+        let tokens = (1...3).map { testDeviceToken($0) }
+        let registry = try await makeRegistry(activity: "match-7", tokens: tokens)
+        let mock = try MockHarness()
+        addTeardownBlock { mock.stop() }
+        let channel = try XCTUnwrap(mock.server.channels.create(app: Self.app))
+        _ = try await registry.apply([.channel(app: Self.app, activityID: "match-7", channelID: channel)])
+        try write(
+            [
+                #"{"id": "m7", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", \#(Self.updateContent), "activity_id": "match-7"}"#,
+                #"{"id": "direct", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", \#(Self.updateContent), "channel_id": "\#(channel)"}"#,
+            ], to: jobs)
+        func broadcast(_ job: String, position: Int) -> String {
+            var result = NotificationResult(jobID: job, token: nil, outcome: .delivered, reason: nil)
+            result.channel = channel
+            result.status = 200
+            result.attempts = 1
+            result.position = position
+            return Self.line(result)
+        }
+        try leaveKilledRun(
+            lines: [
+                broadcast("m7", position: FanoutEngine.activityBroadcastPosition), broadcast("direct", position: 0),
+            ]
+        )
+
+        let resumed = try await send(mock: mock, registry: registry, resume: true)
+        XCTAssertEqual(mock.stats.broadcasts, 0, "neither broadcast is sent again")
+        XCTAssertEqual(mock.stats.accepted, 3, "every token push of m7 is sent")
+        XCTAssertEqual(
+            try resultKeys().sorted(), (["direct/\(channel)", "m7/\(channel)"] + tokens.map { "m7/\($0)" }).sorted())
+        XCTAssertEqual(resumed.counts.broadcasts, 2)
+        XCTAssertEqual(resumed.counts.notifications, 5)
+        XCTAssertEqual(resumed.counts.outcomes.delivered, 5)
+        XCTAssertEqual(resumed.counts.jobs, 2)
+    }
 }

@@ -94,6 +94,10 @@ package enum ResultLine {
         package var channel: String?
         /// 1 when the line gives none (a line of an older format).
         package var attempts: Int
+
+        /// The job's own line (a job that failed validation, or the unread rest of one whose recipients broke
+        /// mid-read), not a recipient's: it ends the job.
+        package var isJobLine: Bool { token == nil && channel == nil }
     }
 
     /// Reads a results line back (for resuming from the results file).

@@ -20,17 +20,21 @@ struct SendResume {
     /// The tail's lines, per job id.
     private var tail: [String: JobLines] = [:]
 
-    /// A job's results lines: its recipients' tokens (counted: a token may appear twice in a job), and whether a
-    /// line without a token is among them.
+    /// A job's results lines: its recipients' tokens (counted: a token may appear twice in a job), the channels of
+    /// its broadcasts, and whether its own line is among them.
     private struct JobLines {
         var tokens: [String: Int] = [:]
+        var channels: [String: Int] = [:]
+        /// The job's own line (`ResultLine.Parsed.isJobLine`) ends it.
         var ended = false
 
         mutating func add(_ line: ResultLine.Parsed) {
-            if let token = line.token {
-                tokens[token, default: 0] += 1
-            } else {
+            if line.isJobLine {
                 ended = true
+            } else if let token = line.token {
+                tokens[token, default: 0] += 1
+            } else if let channel = line.channel {
+                channels[channel, default: 0] += 1
             }
         }
     }
@@ -63,6 +67,7 @@ struct SendResume {
         resume.fileLength = try ResultsFileLines.forEach(inFile: results, from: journal.resultsOffset) { bytes in
             guard let line = ResultLine.parse(bytes) else { return false }
             journal.counts.outcomes.add(NotificationOutcome(named: line.outcome))
+            if line.channel != nil { journal.counts.broadcasts += 1 }
             resume.tail[line.job, default: JobLines()].add(line)
             return true
         }
@@ -75,7 +80,8 @@ struct SendResume {
     /// Whether the journal records the job on `line` as finished.
     func isFinished(line: Int) -> Bool { journal?.isFinished(line: line) == true }
 
-    /// Whether a line of the job without a token is in the tail.
+    /// Whether the job's own line (an `invalid` job) is in the tail: the job is over, though the journal does not
+    /// say so yet.
     func ended(jobID: String) -> Bool { tail[jobID]?.ended == true }
 
     /// Whether the job reads its recipients from the registry (so they are not where they were in an earlier run).
@@ -106,15 +112,17 @@ struct SendResume {
         let partial = journal.partial[String(line)]
         var lines = tail[job.id] ?? JobLines()
         guard Self.isRegistryAddressed(job.recipients), let start = registryLinesStart(line: line) else {
+            // A channel job's one recipient is its channel, and its line names it as `channel`.
             return ResumePoint(
-                prefix: partial?.prefix ?? 0, beyondPrefix: Set(partial?.beyond ?? []), tokensDone: lines.tokens,
-                skippedByToken: skippedByToken)
+                prefix: partial?.prefix ?? 0, beyondPrefix: Set(partial?.beyond ?? []),
+                tokensDone: lines.tokens.merging(lines.channels, uniquingKeysWith: +), skippedByToken: skippedByToken)
         }
         if start < journal.resultsOffset {
             try readLines(of: job.id, from: start, to: journal.resultsOffset, into: &lines)
         }
-        // An activity's broadcast, sent before its token pushes, keeps its position (`Int32.max`).
-        let broadcastDone = partial?.beyond.contains(FanoutEngine.activityBroadcastPosition) == true
+        // An activity's broadcast, sent before its token pushes, is not sent again once it has a line.
+        let broadcastDone =
+            !lines.channels.isEmpty || partial?.beyond.contains(FanoutEngine.activityBroadcastPosition) == true
         return ResumePoint(
             prefix: 0, beyondPrefix: broadcastDone ? [FanoutEngine.activityBroadcastPosition] : [],
             tokensDone: lines.tokens, skippedByToken: skippedByToken)
