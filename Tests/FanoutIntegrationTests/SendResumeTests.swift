@@ -226,4 +226,44 @@ final class SendResumeTests: XCTestCase {
         XCTAssertEqual(resumed.counts.outcomes.delivered, 5)
         XCTAssertEqual(resumed.counts.jobs, 2)
     }
+
+    /// The reviewer's case: two valid jobs, a bad push_type and a line that is not JSON, killed with only the two
+    /// `invalid` lines written (and one delivered line that took three attempts) and the journal at offset 0. The
+    /// resumed run's summary counts all four jobs and the tail's retries, and a second --resume writes nothing.
+    func testJobsEndedInTheTailAreCountedAndNotWrittenAgain() async throws {
+        let mock = try MockHarness { $0.capturePayloads = true }
+        addTeardownBlock { mock.stop() }
+        let tokens = (1...3).map { testDeviceToken($0) }
+        try write(
+            [
+                #"{"id": "a", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "a"}}, "tokens": ["\#(tokens[0])", "\#(tokens[1])"]}"#,
+                #"{"id": "b", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "b"}}, "tokens": ["\#(tokens[2])"]}"#,
+                #"{"id": "bad", "topic": "com.example.app", "push_type": "foo", "payload": {"aps": {"alert": "c"}}, "tokens": ["\#(tokens[0])"]}"#,
+                "not json",
+            ], to: jobs)
+        _ = try await send(mock: mock, registry: nil, resume: false)
+        let invalid = try resultLines().filter { try Self.object($0)["outcome"] as? String == "invalid" }
+        XCTAssertEqual(invalid.count, 2)
+        var retried = NotificationResult(jobID: "a", token: tokens[0], outcome: .delivered, reason: nil)
+        retried.status = 200
+        retried.attempts = 3
+        try leaveKilledRun(lines: invalid + [Self.line(retried)])
+        let sentBefore = mock.stats.accepted
+
+        let resumed = try await send(mock: mock, registry: nil, resume: true)
+        XCTAssertEqual(resumed.counts.jobs, 4)
+        XCTAssertEqual(resumed.counts.notifications, 5)
+        XCTAssertEqual(resumed.counts.outcomes.invalid, 2)
+        XCTAssertEqual(resumed.counts.outcomes.retries, 2, "the tail's line that took three attempts")
+        XCTAssertEqual(mock.stats.accepted - sentBefore, 2, "the tokens without a line, not the one with")
+        let afterResume = try resultLines()
+        XCTAssertEqual(afterResume.count, 5)
+
+        let again = try await send(mock: mock, registry: nil, resume: true)
+        XCTAssertEqual(try resultLines(), afterResume, "a second --resume writes nothing")
+        XCTAssertEqual(again.counts.jobs, 4)
+        XCTAssertEqual(again.counts.notifications, 5)
+        XCTAssertEqual(again.counts.outcomes.retries, 2)
+        XCTAssertEqual(mock.stats.accepted - sentBefore, 2, "and sends nothing")
+    }
 }

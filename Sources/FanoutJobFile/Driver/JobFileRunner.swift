@@ -119,7 +119,11 @@ package final class JobFileRunner: Sendable {
                 ).result {
                 case .failure(let error):
                     let id = error.jobID ?? "line-\(line.number)"
-                    if resume.ended(jobID: id) { continue }
+                    // Its `invalid` line is in the tail (and counted): recorded as finished, not written again.
+                    if resume.ended(jobID: id) {
+                        writer.finishJob(line: line.number, payloadEncodings: 0, demoted: 0)
+                        continue
+                    }
                     writer.record(
                         NotificationResult(jobID: id, token: nil, outcome: .invalid, reason: error.description),
                         line: line.number)
@@ -128,7 +132,10 @@ package final class JobFileRunner: Sendable {
                     var job = FanoutJob(parsed.job)
                     let number = line.number
                     let id = job.id
-                    if resume.ended(jobID: id) { continue }
+                    if resume.ended(jobID: id) {
+                        writer.finishJob(line: number, payloadEncodings: 0, demoted: 0)
+                        continue
+                    }
                     job.alreadyDone = try resume.resumePoint(for: job, line: number) {
                         writer.markDone(positions: [$0], line: number, job: id)
                     }

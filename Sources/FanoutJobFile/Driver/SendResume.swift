@@ -66,7 +66,8 @@ struct SendResume {
         // The file is cut after the last line that parses: a line half written at the kill goes.
         resume.fileLength = try ResultsFileLines.forEach(inFile: results, from: journal.resultsOffset) { bytes in
             guard let line = ResultLine.parse(bytes) else { return false }
-            journal.counts.outcomes.add(NotificationOutcome(named: line.outcome))
+            // The counts of every result the file holds: the journal's, and the tail's as the writer counts them.
+            journal.counts.outcomes.add(NotificationOutcome(named: line.outcome), retries: max(0, line.attempts - 1))
             if line.channel != nil { journal.counts.broadcasts += 1 }
             resume.tail[line.job, default: JobLines()].add(line)
             return true
