@@ -15,7 +15,10 @@ final class ResultLineTests: XCTestCase {
         full.latencyMilliseconds = 12.34
         full.retryAfterSeconds = 1.5
         let invalid = NotificationResult(jobID: "é😀", token: nil, outcome: .invalid, reason: "line 3: bad")
-        for result in [full, invalid] {
+        var broadcast = NotificationResult(jobID: "m7", token: nil, outcome: .delivered, reason: nil)
+        broadcast.channel = "dHN0LTEyMzQ1Njc4OTA="
+        broadcast.attempts = 1
+        for result in [full, invalid, broadcast] {
             var line: [UInt8] = []
             ResultLine.append(result, to: &line)
             XCTAssertEqual(line.last, UInt8(ascii: "\n"))
@@ -23,7 +26,11 @@ final class ResultLineTests: XCTestCase {
             XCTAssertEqual(parsed?.job, result.jobID)
             XCTAssertEqual(parsed?.token, result.token)
             XCTAssertEqual(parsed?.outcome, result.outcome.name)
+            XCTAssertEqual(parsed?.channel, result.channel)
+            XCTAssertEqual(parsed?.attempts, result.attempts)
         }
+        XCTAssertEqual(ResultLine.parse(Array(#"{"job":"j","token":null,"outcome":"invalid"}"#.utf8))?.isJobLine, true)
+        XCTAssertEqual(ResultLine.parse(Array(#"{"job":"j","token":"ab","outcome":"delivered"}"#.utf8))?.attempts, 1)
     }
 
     /// A token kept as bytes (64 lowercase hex digits) is written as the same JSON string as the text would be.

@@ -22,6 +22,8 @@ final class SendJournalTests: XCTestCase {
                     "4": .init(job: "match-7 \"update\"", prefix: 250_000, beyond: [250_002, 250_007, 251_000]),
                     "7": .init(job: "😀\\", prefix: 0, beyond: []),
                     "12": .init(job: "", prefix: 3, beyond: Array(5..<5_000)),
+                    "13": .init(job: "by activity", prefix: 0, beyond: [Int(Int32.max)], tokensFrom: 123_456),
+                    "14": .init(job: "from the start", prefix: 0, beyond: [], tokensFrom: 0),
                 ],
                 counts: counts),
             SendJournal(

@@ -77,8 +77,8 @@ package final class JobFileRunner: Sendable {
         } catch {
             throw SendError(error.description)
         }
-        let resume = try prepareResume(jobsSize: jobsSize)
-        let invalidTokensFile = try openInvalidTokensFile(resuming: resume.journal != nil)
+        let resume = try SendResume.load(options: options, jobsSize: jobsSize)
+        let invalidTokensFile = try openInvalidTokensFile(resuming: resume.isResuming)
         let writer = try ResultsWriter(
             path: options.resultsPath, journal: options.resultsPath != nil, jobsFile: options.jobsPath,
             jobsFileSize: jobsSize, resumeFrom: resume.journal, fileLength: resume.fileLength)
@@ -108,7 +108,7 @@ package final class JobFileRunner: Sendable {
                     throw SendError("\(error)")
                 }
                 guard let line = next else { break }
-                if resume.journal?.isFinished(line: line.number) == true { continue }
+                if resume.isFinished(line: line.number) { continue }
                 let registry = engine.configuration.registry
                 switch await timestamps.parse(
                     line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory,
@@ -119,30 +119,38 @@ package final class JobFileRunner: Sendable {
                 ).result {
                 case .failure(let error):
                     let id = error.jobID ?? "line-\(line.number)"
-                    if resume.finishedJobIDs.contains(id) { continue }
+                    // Its `invalid` line is in the tail (and counted): recorded as finished, not written again.
+                    if resume.ended(jobID: id) {
+                        writer.finishJob(line: line.number, payloadEncodings: 0, demoted: 0)
+                        continue
+                    }
                     writer.record(
                         NotificationResult(jobID: id, token: nil, outcome: .invalid, reason: error.description),
                         line: line.number)
                     writer.finishJob(line: line.number, payloadEncodings: 0, demoted: 0)
                 case .success(let parsed):
                     var job = FanoutJob(parsed.job)
-                    if resume.finishedJobIDs.contains(job.id) { continue }
-                    if resume.journal != nil {
-                        let partial = resume.journal?.partial[String(line.number)]
-                        let number = line.number
-                        let id = job.id
-                        job.alreadyDone = ResumePoint(
-                            prefix: partial?.prefix ?? 0, beyondPrefix: Set(partial?.beyond ?? []),
-                            tokensDone: resume.tailTokens[job.id] ?? [:],
-                            skippedByToken: { writer.markDone(positions: [$0], line: number, job: id) })
+                    let number = line.number
+                    let id = job.id
+                    if resume.ended(jobID: id) {
+                        writer.finishJob(line: number, payloadEncodings: 0, demoted: 0)
+                        continue
+                    }
+                    job.alreadyDone = try resume.resumePoint(for: job, line: number) {
+                        writer.markDone(positions: [$0], line: number, job: id)
                     }
                     if running >= options.concurrentJobs {
                         try await group.next()
                         running -= 1
                     }
                     running += 1
+                    if SendResume.isRegistryAddressed(job.recipients) {
+                        writer.beginRegistryJob(
+                            line: number, job: id, linesFrom: resume.registryLinesStart(line: number),
+                            broadcastDone: job.alreadyDone?.beyondPrefix.contains(
+                                FanoutEngine.activityBroadcastPosition) == true)
+                    }
                     let engine = self.engine
-                    let number = line.number
                     group.addTask {
                         do {
                             let summary = try await engine.run(job) { result in writer.record(result, line: number) }
@@ -165,58 +173,6 @@ package final class JobFileRunner: Sendable {
         let counts = writer.counts
         return SendSummary(
             counts: counts, seconds: seconds, rate: Double(counts.notifications - countsAtStart) / max(seconds, 1e-9))
-    }
-
-    /// What an earlier run left: its journal, and the results written after the journal's last
-    /// checkpoint (read from the file's tail only), with a half-written last line cut off.
-    private struct ResumeState {
-        var journal: SendJournal?
-        var fileLength = 0
-        var tailTokens: [String: [String: Int]] = [:]
-        var finishedJobIDs: Set<String> = []
-    }
-
-    private func prepareResume(jobsSize: Int) throws -> ResumeState {
-        guard options.resume else {
-            if let results = options.resultsPath {
-                try? FileManager.default.removeItem(atPath: SendJournal.path(forResults: results))
-            }
-            return ResumeState()
-        }
-        guard let results = options.resultsPath else {
-            throw SendError("--resume needs --results FILE (its journal holds the progress)")
-        }
-        guard var journal = try? SendJournal.load(from: SendJournal.path(forResults: results)) else {
-            throw SendError(
-                "--resume: no usable journal at \(SendJournal.path(forResults: results)); run without --resume to start over"
-            )
-        }
-        guard journal.jobsFile == options.jobsPath, journal.jobsFileSize == jobsSize else {
-            throw SendError(
-                "--resume: the journal belongs to \(journal.jobsFile) (\(journal.jobsFileSize) bytes), not this job file"
-            )
-        }
-        var state = ResumeState()
-        let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: results))
-        defer { try? handle.close() }
-        try handle.seek(toOffset: UInt64(journal.resultsOffset))
-        let tail = [UInt8](handle.readDataToEndOfFile())
-        var lineStart = 0
-        var complete = 0
-        for index in tail.indices where tail[index] == UInt8(ascii: "\n") {
-            defer { lineStart = index + 1 }
-            guard let parsed = ResultLine.parse(tail[lineStart..<index]) else { continue }
-            complete = index + 1
-            journal.counts.outcomes.add(NotificationOutcome(named: parsed.outcome))
-            if let token = parsed.token {
-                state.tailTokens[parsed.job, default: [:]][token, default: 0] += 1
-            } else {
-                state.finishedJobIDs.insert(parsed.job)
-            }
-        }
-        state.fileLength = journal.resultsOffset + complete
-        state.journal = journal
-        return state
     }
 
     /// How many notifications the job file names (inline tokens, lines of token files, one per

@@ -84,12 +84,30 @@ package enum ResultLine {
         }
     }
 
-    /// The job, token and outcome of a results line (for resuming from the results file's tail).
-    package static func parse(_ line: some Collection<UInt8>) -> (job: String, token: String?, outcome: String)? {
+    /// What resuming needs of a results line: whose it is, and what it counts for in the summary.
+    package struct Parsed: Sendable, Equatable {
+        package var job: String
+        /// Nil for a broadcast (then `channel` is set) and for the job's own line (an `invalid` job).
+        package var token: String?
+        package var outcome: String
+        /// The channel of a broadcast's line: an activity's broadcast or a channel job's one recipient.
+        package var channel: String?
+        /// 1 when the line gives none (a line of an older format).
+        package var attempts: Int
+
+        /// The job's own line (a job that failed validation, or the unread rest of one whose recipients broke
+        /// mid-read), not a recipient's: it ends the job.
+        package var isJobLine: Bool { token == nil && channel == nil }
+    }
+
+    /// Reads a results line back (for resuming from the results file).
+    package static func parse(_ line: some Collection<UInt8>) -> Parsed? {
         // A line that does not parse (the torn last line of an interrupted run) is simply not a result.
         guard case .object(let object)? = try? JSONValue.parse(line), let job = object["job"]?.stringValue,
             let outcome = object["outcome"]?.stringValue
         else { return nil }
-        return (job, object["token"]?.stringValue, outcome)
+        return Parsed(
+            job: job, token: object["token"]?.stringValue, outcome: outcome, channel: object["channel"]?.stringValue,
+            attempts: object["attempts"]?.int64Value.map { Int(clamping: $0) } ?? 1)
     }
 }

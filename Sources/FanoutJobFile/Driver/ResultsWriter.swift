@@ -14,6 +14,8 @@ final class ResultsWriter: Sendable {
         var job: String
         var prefix = 0
         var beyond = Set<Int>()
+        /// A registry-addressed job's `SendJournal.PartialJob.tokensFrom`.
+        var tokensFrom: Int?
 
         mutating func done(_ position: Int) {
             guard position >= prefix else { return }
@@ -74,7 +76,8 @@ final class ResultsWriter: Sendable {
             for (line, partial) in resumeFrom.partial {
                 guard let number = Int(line) else { continue }
                 initial.progress[number] = Progress(
-                    job: partial.job, prefix: partial.prefix, beyond: Set(partial.beyond))
+                    job: partial.job, prefix: partial.prefix, beyond: Set(partial.beyond),
+                    tokensFrom: partial.tokensFrom)
             }
         }
         state = Mutex(initial)
@@ -103,6 +106,22 @@ final class ResultsWriter: Sendable {
     func markDone(positions: [Int], line: Int, job: String) {
         state.withLock { state in
             for position in positions { state.progress[line, default: Progress(job: job)].done(position) }
+        }
+    }
+
+    /// The job on `line` is about to send to recipients read from the registry: its journal entry records where
+    /// its lines start (`SendJournal.PartialJob.tokensFrom`), since a resumed run finds what it finished by token,
+    /// not by position. Any positions an earlier run recorded are dropped (they no longer name its recipients); the
+    /// activity broadcast's stays when `broadcastDone`.
+    /// - Parameter linesFrom: where an earlier run's lines of the job can start; nil for a job not begun before,
+    ///   whose lines start after what this writer has taken so far.
+    func beginRegistryJob(line: Int, job: String, linesFrom: Int?, broadcastDone: Bool) {
+        state.withLock { state in
+            // Lines taken by a flush that has not counted them in `offset` yet make this an earlier offset than
+            // the job's first line: still a place to start reading from.
+            let from = linesFrom ?? (offset.withLock { $0 } + state.buffer.count)
+            state.progress[line] = Progress(
+                job: job, beyond: broadcastDone ? [FanoutEngine.activityBroadcastPosition] : [], tokensFrom: from)
         }
     }
 
@@ -147,7 +166,8 @@ final class ResultsWriter: Sendable {
                 var partial: [String: SendJournal.PartialJob] = [:]
                 for (line, progress) in state.progress {
                     partial[String(line)] = SendJournal.PartialJob(
-                        job: progress.job, prefix: progress.prefix, beyond: progress.beyond.sorted())
+                        job: progress.job, prefix: progress.prefix, beyond: progress.beyond.sorted(),
+                        tokensFrom: progress.tokensFrom)
                 }
                 let journal = SendJournal(
                     jobsFile: jobsFile, jobsFileSize: jobsFileSize, resultsOffset: end,

@@ -8,12 +8,26 @@ import Foundation
 /// It says how many bytes of the results file are covered, which job lines are finished (as
 /// ranges, so a file of many jobs stays small), and for each job in progress how far its
 /// recipients are done: every position below `prefix`, plus the few finished out of order. On
-/// resume only the results written after `resultsOffset` (at most one flush's worth) are read.
+/// resume only the results written after `resultsOffset` (at most one flush's worth) are read,
+/// except for a job addressed through the registry (see `PartialJob.tokensFrom`).
 struct SendJournal: Codable, Equatable {
     struct PartialJob: Codable, Equatable {
         var job: String
         var prefix: Int
         var beyond: [Int]
+        /// For a job that reads its recipients from the registry: the results offset at or before its first line.
+        /// Positions do not identify such a job's recipients across runs (the registry changes between them: the
+        /// tokens APNs invalidated are removed, others expire or are added), so a resumed run skips the tokens
+        /// that have lines from here on instead. Nil for a job whose recipients keep their positions (inline
+        /// tokens, a tokens file, a channel), and in a journal written before this field existed.
+        var tokensFrom: Int?
+
+        init(job: String, prefix: Int, beyond: [Int], tokensFrom: Int? = nil) {
+            self.job = job
+            self.prefix = prefix
+            self.beyond = beyond
+            self.tokensFrom = tokensFrom
+        }
     }
 
     var version = 1
@@ -76,6 +90,10 @@ struct SendJournal: Codable, Equatable {
             integer(job.prefix)
             literal(",\"beyond\":")
             integers(job.beyond)
+            if let tokensFrom = job.tokensFrom {
+                literal(",\"tokensFrom\":")
+                integer(tokensFrom)
+            }
             literal("}")
         }
         literal("},\"counts\":")

@@ -1,0 +1,269 @@
+// `fanout send --resume` after a kill, in process: the job-file driver against an in-process mock-apns and a SQLite
+// registry, with the killed run's results file and journal cut back to what a kill leaves. Each resumed run must
+// give every (job, token) exactly one line, send nothing finished again, and sum in its summary what the results
+// file holds; a second --resume must add nothing.
+import Fanout
+import FanoutRegistry
+import Foundation
+import MockAPNsKit
+import XCTest
+
+@testable import FanoutJobFile
+
+final class SendResumeTests: XCTestCase {
+    private static let app = "com.example.app"
+    private var directory = ""
+    private var jobs = ""
+    private var results = ""
+
+    override func setUpWithError() throws {
+        directory = try ProcessSupport.temporaryDirectory(for: self, "send-resume")
+        jobs = "\(directory)/jobs.jsonl"
+        results = "\(directory)/results.jsonl"
+    }
+
+    // MARK: Helpers
+
+    private func write(_ lines: [String], to path: String) throws {
+        try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+    }
+
+    /// A registry file holding the app, with `tokens` as `activity`'s update tokens.
+    private func makeRegistry(activity: String, tokens: [String]) async throws -> SQLiteRegistryStore {
+        let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db")
+        addTeardownBlock { registry.close() }
+        try await registry.defineApps([RegistryApp(bundleID: Self.app)])
+        try await registry.apply(
+            tokens.enumerated().map { index, token in
+                .updateToken(
+                    UpdateTokenRegistration(app: Self.app, activityID: activity, deviceID: "d\(index)", token: token))
+            })
+        return registry
+    }
+
+    /// One `fanout send` of `jobs` into `results` (a fresh engine each time: a run shuts its engine down).
+    private func send(mock: MockHarness, registry: SQLiteRegistryStore?, resume: Bool) async throws -> SendSummary {
+        let engine = try makeEngine(for: mock) { $0.registry = registry }
+        var options = SendOptions(jobsPath: jobs)
+        options.resultsPath = results
+        options.resume = resume
+        options.progress = .never
+        return try await JobFileRunner(engine: engine, options: options).run()
+    }
+
+    /// The results file's lines, as text.
+    private func resultLines() throws -> [String] {
+        try String(contentsOfFile: results, encoding: .utf8).split(separator: "\n").map(String.init)
+    }
+
+    private static func object(_ line: String) throws -> [String: Any] {
+        try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], line)
+    }
+
+    /// "job/token" (or "job/channel", "job/-") of each line.
+    private func resultKeys() throws -> [String] {
+        try resultLines().map { line in
+            let object = try Self.object(line)
+            let recipient = object["token"] as? String ?? object["channel"] as? String ?? "-"
+            return "\(object["job"] as? String ?? "?")/\(recipient)"
+        }
+    }
+
+    /// What a kill leaves: the results file holding `lines` only, and a journal that covers the first
+    /// `coveredLines` of them, with `partial` and `counts` as it would record them.
+    private func leaveKilledRun(
+        lines: [String], coveredLines: Int = 0, partial: [String: SendJournal.PartialJob] = [:],
+        counts: SendCounts = SendCounts()
+    ) throws {
+        let text = lines.map { $0 + "\n" }.joined()
+        try text.write(toFile: results, atomically: true, encoding: .utf8)
+        let offset = lines.prefix(coveredLines).reduce(0) { $0 + $1.utf8.count + 1 }
+        let size = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: jobs)[.size] as? Int)
+        try SendJournal(
+            jobsFile: jobs, jobsFileSize: size, resultsOffset: offset, finishedLines: [], partial: partial,
+            counts: counts
+        ).write(to: SendJournal.path(forResults: results))
+    }
+
+    /// A results line as the writer makes it.
+    private static func line(_ result: NotificationResult) -> String {
+        var bytes: [UInt8] = []
+        ResultLine.append(result, to: &bytes)
+        return String(decoding: bytes.dropLast(), as: UTF8.self)
+    }
+
+    private static let updateContent = #""live_activity": {"event": "update", "content_state": {"home": 1, "away": 0}}"#
+
+    // MARK: Tests
+
+    /// The reviewer's case: T1, T2 and T3 under match-8, T1 answered 410 (so the first run removed it from the
+    /// registry), killed with T1's and T2's lines written and a journal at position 2. The resumed run reads T2 and
+    /// T3 from the registry, at positions 0 and 1: by position both were "done", and T3 was never sent nor given a
+    /// line. By token, T3 is sent and T2 is not.
+    func testARegistryJobResumesByTokenNotByPosition() async throws {
+        let tokens = (1...3).map { testDeviceToken($0) }
+        let registry = try await makeRegistry(activity: "match-8", tokens: tokens)
+        try write([tokens[0]], to: "\(directory)/unregistered.txt")
+        let mock = try MockHarness {
+            $0.unregisteredPath = "\(self.directory)/unregistered.txt"
+            $0.capturePayloads = true
+        }
+        addTeardownBlock { mock.stop() }
+        try write(
+            [
+                #"{"id": "v", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", \#(Self.updateContent), "activity_id": "match-8"}"#
+            ], to: jobs)
+        let first = try await send(mock: mock, registry: registry, resume: false)
+        XCTAssertEqual(first.counts.notifications, 3)
+        let live = try await registry.liveUpdateTokenCount(
+            app: Self.app, activityID: "match-8", now: registry.clock.now())
+        XCTAssertEqual(live, 2, "the first run removed T1, answered 410, from the registry")
+
+        // Killed after T1's and T2's lines, with the journal covering them (as an older journal would: no
+        // tokensFrom).
+        let kept = try resultLines().filter { line in tokens.prefix(2).contains { line.contains($0) } }
+        XCTAssertEqual(kept.count, 2)
+        var counts = SendCounts()
+        counts.outcomes.unregistered = 1
+        counts.outcomes.delivered = 1
+        try leaveKilledRun(
+            lines: kept, coveredLines: 2, partial: ["1": .init(job: "v", prefix: 2, beyond: [])], counts: counts)
+
+        let resumed = try await send(mock: mock, registry: registry, resume: true)
+        XCTAssertEqual(try resultKeys().sorted(), tokens.map { "v/\($0)" }, "one line per token, T3's included")
+        XCTAssertEqual(resumed.counts.notifications, 3)
+        XCTAssertEqual(resumed.counts.outcomes.delivered, 2)
+        XCTAssertEqual(resumed.counts.jobs, 1)
+        XCTAssertEqual(mock.stats.payloadsByToken[tokens[2]]?.count, 2, "T3 sent again: its line was lost")
+        XCTAssertEqual(mock.stats.payloadsByToken[tokens[1]]?.count, 1, "T2 had a line: not sent again")
+
+        let again = try await send(mock: mock, registry: registry, resume: true)
+        XCTAssertEqual(try resultKeys().count, 3, "a second --resume adds no line")
+        XCTAssertEqual(again.counts.notifications, 3)
+        XCTAssertEqual(again.counts.jobs, 1)
+        XCTAssertEqual(mock.stats.payloadsByToken.values.map(\.count).reduce(0, +), 3, "and sends nothing")
+    }
+
+    /// The journal the writer keeps for a registry job records where its lines start, past an earlier job's; a
+    /// resumed run reads from there and skips the tokens that have lines, though the registry lost one meanwhile.
+    func testARegistryJobsJournalEntrySaysWhereItsLinesStart() async throws {
+        let tokens = (1...3).map { testDeviceToken($0) }
+        let other = testDeviceToken(99)
+        let registry = try await makeRegistry(activity: "match-8", tokens: tokens)
+        let mock = try MockHarness { $0.capturePayloads = true }
+        addTeardownBlock { mock.stop() }
+        try write(
+            [
+                #"{"id": "first", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(other)"]}"#,
+                #"{"id": "v", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", \#(Self.updateContent), "activity_id": "match-8"}"#,
+            ], to: jobs)
+        let size = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: jobs)[.size] as? Int)
+
+        // The killed run, as its writer left it: line 1 finished, line 2 begun and two of its tokens answered.
+        let writer = try ResultsWriter(
+            path: results, journal: true, jobsFile: jobs, jobsFileSize: size, resumeFrom: nil, fileLength: 0)
+        func result(_ job: String, _ token: String, _ outcome: NotificationOutcome, _ position: Int)
+            -> NotificationResult
+        {
+            var result = NotificationResult(jobID: job, token: token, outcome: outcome, reason: nil)
+            result.position = position
+            return result
+        }
+        writer.record(result("first", other, .delivered, 0), line: 1)
+        writer.finishJob(line: 1, payloadEncodings: 1, demoted: 0)
+        writer.beginRegistryJob(line: 2, job: "v", linesFrom: nil, broadcastDone: false)
+        writer.record(result("v", tokens[0], .unregistered, 0), line: 2)
+        writer.record(result("v", tokens[1], .delivered, 1), line: 2)
+        try writer.flush()
+        let journal = try XCTUnwrap(try SendJournal.load(from: SendJournal.path(forResults: results)))
+        XCTAssertEqual(journal.partial["2"]?.tokensFrom, Self.line(result("first", other, .delivered, 0)).count + 1)
+        _ = try await registry.apply([.invalidToken(token: tokens[0])])
+
+        let resumed = try await send(mock: mock, registry: registry, resume: true)
+        XCTAssertEqual(try resultKeys().sorted(), (["first/\(other)"] + tokens.map { "v/\($0)" }).sorted())
+        XCTAssertEqual(Set(mock.stats.payloadsByToken.keys), [tokens[2]], "only T3 had no line")
+        XCTAssertEqual(resumed.counts.notifications, 4)
+        XCTAssertEqual(resumed.counts.jobs, 2)
+    }
+
+    /// An activity bound to a channel sends its broadcast first, so a kill early in the job leaves the broadcast's
+    /// line (token null, with `channel`) alone in the tail. That line is one recipient's, not the job's: the
+    /// broadcast is not sent again, every token push is, and the summary counts the broadcast. A channel job's
+    /// broadcast line is its one recipient's too.
+    func testABroadcastLineInTheTailDoesNotEndItsJob() async throws {
+        let tokens = (1...3).map { testDeviceToken($0) }
+        let registry = try await makeRegistry(activity: "match-7", tokens: tokens)
+        let mock = try MockHarness()
+        addTeardownBlock { mock.stop() }
+        let channel = try XCTUnwrap(mock.server.channels.create(app: Self.app))
+        _ = try await registry.apply([.channel(app: Self.app, activityID: "match-7", channelID: channel)])
+        try write(
+            [
+                #"{"id": "m7", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", \#(Self.updateContent), "activity_id": "match-7"}"#,
+                #"{"id": "direct", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", \#(Self.updateContent), "channel_id": "\#(channel)"}"#,
+            ], to: jobs)
+        func broadcast(_ job: String, position: Int) -> String {
+            var result = NotificationResult(jobID: job, token: nil, outcome: .delivered, reason: nil)
+            result.channel = channel
+            result.status = 200
+            result.attempts = 1
+            result.position = position
+            return Self.line(result)
+        }
+        try leaveKilledRun(
+            lines: [
+                broadcast("m7", position: FanoutEngine.activityBroadcastPosition), broadcast("direct", position: 0),
+            ]
+        )
+
+        let resumed = try await send(mock: mock, registry: registry, resume: true)
+        XCTAssertEqual(mock.stats.broadcasts, 0, "neither broadcast is sent again")
+        XCTAssertEqual(mock.stats.accepted, 3, "every token push of m7 is sent")
+        XCTAssertEqual(
+            try resultKeys().sorted(), (["direct/\(channel)", "m7/\(channel)"] + tokens.map { "m7/\($0)" }).sorted())
+        XCTAssertEqual(resumed.counts.broadcasts, 2)
+        XCTAssertEqual(resumed.counts.notifications, 5)
+        XCTAssertEqual(resumed.counts.outcomes.delivered, 5)
+        XCTAssertEqual(resumed.counts.jobs, 2)
+    }
+
+    /// The reviewer's case: two valid jobs, a bad push_type and a line that is not JSON, killed with only the two
+    /// `invalid` lines written (and one delivered line that took three attempts) and the journal at offset 0. The
+    /// resumed run's summary counts all four jobs and the tail's retries, and a second --resume writes nothing.
+    func testJobsEndedInTheTailAreCountedAndNotWrittenAgain() async throws {
+        let mock = try MockHarness { $0.capturePayloads = true }
+        addTeardownBlock { mock.stop() }
+        let tokens = (1...3).map { testDeviceToken($0) }
+        try write(
+            [
+                #"{"id": "a", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "a"}}, "tokens": ["\#(tokens[0])", "\#(tokens[1])"]}"#,
+                #"{"id": "b", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "b"}}, "tokens": ["\#(tokens[2])"]}"#,
+                #"{"id": "bad", "topic": "com.example.app", "push_type": "foo", "payload": {"aps": {"alert": "c"}}, "tokens": ["\#(tokens[0])"]}"#,
+                "not json",
+            ], to: jobs)
+        _ = try await send(mock: mock, registry: nil, resume: false)
+        let invalid = try resultLines().filter { try Self.object($0)["outcome"] as? String == "invalid" }
+        XCTAssertEqual(invalid.count, 2)
+        var retried = NotificationResult(jobID: "a", token: tokens[0], outcome: .delivered, reason: nil)
+        retried.status = 200
+        retried.attempts = 3
+        try leaveKilledRun(lines: invalid + [Self.line(retried)])
+        let sentBefore = mock.stats.accepted
+
+        let resumed = try await send(mock: mock, registry: nil, resume: true)
+        XCTAssertEqual(resumed.counts.jobs, 4)
+        XCTAssertEqual(resumed.counts.notifications, 5)
+        XCTAssertEqual(resumed.counts.outcomes.invalid, 2)
+        XCTAssertEqual(resumed.counts.outcomes.retries, 2, "the tail's line that took three attempts")
+        XCTAssertEqual(mock.stats.accepted - sentBefore, 2, "the tokens without a line, not the one with")
+        let afterResume = try resultLines()
+        XCTAssertEqual(afterResume.count, 5)
+
+        let again = try await send(mock: mock, registry: nil, resume: true)
+        XCTAssertEqual(try resultLines(), afterResume, "a second --resume writes nothing")
+        XCTAssertEqual(again.counts.jobs, 4)
+        XCTAssertEqual(again.counts.notifications, 5)
+        XCTAssertEqual(again.counts.outcomes.retries, 2)
+        XCTAssertEqual(mock.stats.accepted - sentBefore, 2, "and sends nothing")
+    }
+}
