@@ -3,6 +3,7 @@ import FanoutCore
 import FanoutTestSupport
 import FanoutTransport
 import Foundation
+import MockAPNsKit
 import Synchronization
 import XCTest
 
@@ -90,6 +91,28 @@ final class EngineTests: XCTestCase {
         XCTAssertEqual(mock.stats.duplicateApnsIDs, 0)
         let connections = try XCTUnwrap(mock.stats.snapshot()["connections"] as? Int)
         XCTAssertGreaterThanOrEqual(connections, 1_000 / 21, "a new connection for every 21 streams")
+    }
+
+    /// `Shutdown`, `ServiceUnavailable` and `IdleTimeout` mean "reconnect": their retries go to a new connection, not
+    /// back to the server that is going away (before, only the provider-token reasons closed the connection).
+    func testAnAnswerThatAsksForANewConnectionGetsOne() async throws {
+        for (status, reason) in [(503, "Shutdown"), (400, "IdleTimeout")] {
+            let mock = try MockHarness { $0.failures = [InjectedFailure(rate: 0.05, status: status, reason: reason)] }
+            defer { mock.stop() }
+            let engine = try makeEngine(for: mock, loops: 1, connections: 1) {
+                $0.retryBase = .milliseconds(1)
+                $0.retryCap = .milliseconds(5)
+                $0.retryBudgetRatio = 1
+            }
+            let job = liveActivityJob(id: "reconnect", tokens: (0..<400).map { testDeviceToken($0) })
+            let summary = try await engine.run(job) { _ in }
+            await engine.shutdown()
+            XCTAssertEqual(summary.counts.delivered, 400, "\(reason): \(summary.counts)")
+            let refusals = mock.stats.count(reason: reason)
+            XCTAssertGreaterThan(refusals, 0, reason)
+            let connections = try XCTUnwrap(mock.stats.snapshot()["connections"] as? Int)
+            XCTAssertGreaterThan(connections, 1, "\(reason): \(refusals) answers asked for a new connection")
+        }
     }
 
     func testUnregisteredTokensGetTheirOwnOutcome() async throws {

@@ -337,9 +337,12 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         } else if reasonClass == .providerTokenRefresh {
             // A new token, and a new connection (APNs wedges the old one); then send again.
             shared.tokens?.refreshAfterRejection()
-            connection.close()
+            retire(connection)
             retryOrFail(pending, immediately: true)
         } else if reasonClass.isRetryable {
+            // `Shutdown`, `ServiceUnavailable` and `IdleTimeout` say this server is going or the connection is stale:
+            // the retry goes to a new connection (apns-reference section 5: reconnect, then back off).
+            if response.reason?.requiresNewConnection == true { retire(connection) }
             retryOrFail(pending)
         } else {
             finish(pending, outcome: .rejected, response: response)
@@ -478,6 +481,16 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         connection.onEvent = { [self, unowned slot, unowned connection] event in
             connectionEvent(event, slot: slot, connection: connection)
         }
+    }
+
+    /// Takes no more work to `connection`: its open streams finish there (it closes after them), and a new connection
+    /// takes its slot at once, as after a GOAWAY. Once per connection: later answers on it find it retired already.
+    private func retire(_ connection: HTTP2ClientConnection) {
+        guard let slot = slots.first(where: { $0.connection === connection }) else { return }
+        draining[ObjectIdentifier(connection)] = connection
+        slot.connection = nil
+        connection.close()
+        if !waiting.isEmpty && !isStopping { connect(slot) }
     }
 
     private func connectionEvent(_ event: HTTP2ConnectionEvent, slot: ConnectionSlot, connection: HTTP2ClientConnection)
