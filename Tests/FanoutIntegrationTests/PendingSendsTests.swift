@@ -52,4 +52,29 @@ final class PendingSendsTests: XCTestCase {
         await engine.shutdown()
         XCTAssertEqual(mock.stats.accepted, 11, "a refused send reached the mock")
     }
+
+    /// A caller's `apns-id` is checked before anything is sent, as the rest of the headers are: a malformed one would
+    /// otherwise go out and come back `BadMessageId`.
+    func testASendWithAMalformedApnsIDIsRefusedBeforeSending() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1)
+        var headers = self.headers
+        headers.apnsID = "not-a-uuid"
+        do {
+            _ = try await engine.send(
+                PushNotification(deviceToken: testDeviceToken(1), headers: headers, payload: payload))
+            XCTFail("a malformed apns-id was sent")
+        } catch {
+            XCTAssertEqual(error.kind, .invalidNotification)
+            XCTAssertTrue(error.message.contains("apns-id"), error.message)
+        }
+        headers.apnsID = "123E4567-E89B-12D3-A456-426614174000"
+        let sent = try await engine.send(
+            PushNotification(deviceToken: testDeviceToken(2), headers: headers, payload: payload))
+        XCTAssertEqual(sent.outcome, .delivered)
+        XCTAssertEqual(sent.apnsID, "123E4567-E89B-12D3-A456-426614174000")
+        await engine.shutdown()
+        XCTAssertEqual(mock.stats.requests, 1, "only the well-formed one reached the mock")
+    }
 }

@@ -182,6 +182,11 @@ public final class FanoutEngine: Sendable {
         guard DeviceToken(notification.deviceToken) != nil else {
             throw FanoutError(.invalidNotification, "device token is not 64 to 200 hex digits")
         }
+        // The job's checks leave `apns-id` out (a job's ids are the engine's own): the caller's is checked here, or a
+        // malformed one would go out and come back BadMessageId.
+        if let apnsID = notification.headers.apnsID, !APNsID.isValid(apnsID) {
+            throw FanoutError(.invalidNotification, "apns-id is not a canonical UUID (8-4-4-4-12 hex digits)")
+        }
         let limit = configuration.effectiveMaxPendingSends
         guard pendingSends.add(1, ordering: .relaxed).newValue <= limit else {
             pendingSends.subtract(1, ordering: .relaxed)
