@@ -213,4 +213,38 @@ final class BroadcastChannelBindingTests: XCTestCase {
         XCTAssertEqual(deleted, [], "the new session's channel is kept")
         XCTAssertTrue(mock.server.channels.exists(app: Self.app, channel: channel))
     }
+
+    /// An activity's broadcast goes at the priority its token pushes go at: past the priority-10 guard both are sent
+    /// at 5 (before, the broadcast stayed at 10 and reached every subscribed device past the guard).
+    func testAnActivitysBroadcastIsDemotedWithItsTokenPushes() async throws {
+        let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db")
+        defer { registry.close() }
+        try await registry.defineApps([RegistryApp(bundleID: Self.app)])
+        try await registry.apply([
+            .updateToken(
+                UpdateTokenRegistration(app: Self.app, activityID: "m", deviceID: "d1", token: testDeviceToken(7)))
+        ])
+        let client = try makeChannelClient()
+        defer { client.shutdown() }
+        _ = try await client.createChannel(
+            forActivity: "m", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
+        let engine = try makeEngine(for: mock) {
+            $0.registry = registry
+            $0.priority10UpdatesPerHour = [Self.app: 1]
+        }
+        for index in 1...2 {
+            let update = FanoutJob.liveActivity(
+                id: "u\(index)", bundleID: Self.app,
+                content: LiveActivityContent(
+                    event: .update, timestamp: 1_764_460_800 + Int64(index),
+                    contentState: try RawJSON(validating: #"{"home":\#(index)}"#)),
+                recipients: .activity(app: Self.app, id: "m"))
+            let summary = try await engine.run(update) { _ in }
+            XCTAssertEqual(summary.counts.delivered, 2, "the token and the broadcast: \(summary.counts)")
+        }
+        await engine.shutdown()
+        let stats = mock.stats.snapshot()
+        XCTAssertEqual(stats["accepted_by_priority"] as? [String: Int], ["10": 1, "5": 1])
+        XCTAssertEqual(stats["broadcasts_by_priority"] as? [String: Int], ["10": 1, "5": 1])
+    }
 }

@@ -264,6 +264,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
         var reason: String?
         var channel: String?
         var stored = false
+        var priority: Int?
         if let refusal = shared.authenticate(request, connection: connection, state: state) {
             (status, reason) = (refusal.status, refusal.reason)
         } else if request.bodyTruncated {
@@ -281,6 +282,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
                     (status, reason) = (injected.status, injected.reason)
                 } else {
                     channel = broadcast.channelID
+                    priority = broadcast.priority
                     // What APNs keeps for devices that are offline: the latest message of a policy-1 channel, sent
                     // with an expiration still ahead (0 is a single attempt).
                     stored =
@@ -299,7 +301,8 @@ final class MockRequestHandler: HTTP2ServerHandler {
             body = APNsResponse.errorBody(reason: APNsReason(reason ?? "InternalServerError"))
             headers.append(("content-type", "application/json"))
         }
-        shared.stats.recordBroadcast(status: status, reason: reason, channel: channel, stored: stored)
+        shared.stats.recordBroadcast(
+            status: status, reason: reason, channel: channel, stored: stored, priority: priority)
         adjustThrottle(connection, state: state, accepted: status == 200)
         finish(request, connection: connection, status: status, headers: headers, body: body, decision: decision)
     }

@@ -31,6 +31,8 @@ package final class MockStats: Sendable {
         var broadcastsByChannel: [String: Int] = [:]
         /// Of those, the ones APNs would keep for devices that are offline (policy 1, an expiration ahead).
         var broadcastsStored = 0
+        /// Accepted broadcasts by `apns-priority` (1 to 10).
+        var broadcastsByPriority = [Int](repeating: 0, count: 11)
         /// Channels that exist now (set by `MockChannels`).
         var channels = 0
     }
@@ -147,7 +149,7 @@ package final class MockStats: Sendable {
     /// Counts a broadcast send answered with `status`: in `requests`, `by_status` and `by_reason` like a device push,
     /// and, when accepted, in `broadcasts` and `broadcasts_by_channel` (not in `accepted`, which counts device pushes),
     /// and in `broadcasts_stored` when APNs would keep it for offline devices (`stored`).
-    func recordBroadcast(status: Int, reason: String?, channel: String?, stored: Bool = false) {
+    func recordBroadcast(status: Int, reason: String?, channel: String?, stored: Bool = false, priority: Int? = nil) {
         tallies.withLock { tallies in
             tallies.requests += 1
             tallies.byStatus[min(max(status, 0), 599)] += 1
@@ -156,6 +158,7 @@ package final class MockStats: Sendable {
             tallies.broadcasts += 1
             tallies.broadcastsByChannel[channel, default: 0] += 1
             if stored { tallies.broadcastsStored += 1 }
+            if let priority, (0...10).contains(priority) { tallies.broadcastsByPriority[priority] += 1 }
         }
     }
 
@@ -207,6 +210,10 @@ package final class MockStats: Sendable {
                     }),
                 "broadcasts": tallies.broadcasts,
                 "broadcasts_by_channel": tallies.broadcastsByChannel, "broadcasts_stored": tallies.broadcastsStored,
+                "broadcasts_by_priority": Dictionary(
+                    uniqueKeysWithValues: tallies.broadcastsByPriority.enumerated().filter { $0.element > 0 }.map {
+                        (String($0.offset), $0.element)
+                    }),
                 "channels": tallies.channels,
             ]
         }

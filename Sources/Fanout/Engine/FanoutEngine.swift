@@ -540,13 +540,19 @@ public final class FanoutEngine: Sendable {
         var result = NotificationResult(jobID: job.id, token: nil, outcome: .rejected)
         result.position = Self.activityBroadcastPosition
         result.channel = channel
-        let broadcast: PreparedJob
+        var broadcast: PreparedJob
         do {
             let policy = record.channelStoragePolicy.flatMap(ChannelStoragePolicy.init(rawValue:))
             try Self.checkBroadcast(job, payload: Array(tokenJob.body.bytes), storagePolicy: policy)
             broadcast = try PreparedJob(
                 broadcastOf: job, payload: tokenJob.body, bundleID: app, channelID: channel, storagePolicy: policy,
                 run: run, authority: authority)
+            // At the priority the token pushes go at: the priority-10 guard or the rate budget may have demoted them,
+            // and a broadcast at 10 would reach every subscribed device past the guard.
+            let priority = tokenJob.headers.effectivePriority
+            if broadcast.headers.effectivePriority != priority {
+                broadcast = PreparedJob(demoting: broadcast, to: priority)
+            }
         } catch {
             result.outcome = .invalid
             result.reason = "\(error)"
