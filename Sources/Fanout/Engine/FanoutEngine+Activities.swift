@@ -9,14 +9,35 @@ final class ActivityLedger: Sendable {
     private struct Latest {
         var timestamp: Int64
         weak var run: FanoutRun?
+        /// Monotonic seconds when it was claimed.
+        var claimedAt: Int64
     }
     private struct State {
         /// The newest content accepted per activity, and the job sending it.
         var latest: [String: Latest] = [:]
         /// Monotonic seconds of the priority-10 updates sent per activity in the last hour.
         var priority10: [String: [Int64]] = [:]
+        /// How many entries the two maps may hold before the next `forgetQuietActivities`.
+        var forgetAt = ActivityLedger.minimumForgetThreshold
     }
     private let state = Mutex(State())
+
+    /// Activities are forgotten only past this many entries, so a small engine never sweeps.
+    static let minimumForgetThreshold = 4096
+
+    /// Drops what an activity quiet for an hour no longer needs, so that a long-running engine (`fanout serve`) does
+    /// not keep an entry for every activity it ever updated: its latest content once the job sending it is gone (the
+    /// registry's `lastContentTimestamp`, written at each claim, still orders a later job) and its priority-10 sends
+    /// once they are all an hour old. Runs when the maps have doubled since the last time, so its cost is spread.
+    private static func forgetQuietActivities(_ state: inout State, nowSeconds: Int64) {
+        guard state.latest.count + state.priority10.count > state.forgetAt else { return }
+        state.latest = state.latest.filter { $0.value.run != nil || nowSeconds - $0.value.claimedAt < 3600 }
+        state.priority10 = state.priority10.filter { $0.value.contains { nowSeconds - $0 < 3600 } }
+        state.forgetAt = max(minimumForgetThreshold, 2 * (state.latest.count + state.priority10.count))
+    }
+
+    /// How many activities the ledger holds an entry for (for tests).
+    var activityCount: Int { state.withLock { Set($0.latest.keys).union($0.priority10.keys).count } }
 
     /// What a job's content is to its activity.
     enum Claim {
@@ -29,8 +50,12 @@ final class ActivityLedger: Sendable {
     /// Records `run`'s content as the newest for the activity unless something newer, or as new,
     /// was sent already (here, or by any process, per `persistedTimestamp`). A resumed job may equal
     /// the persisted timestamp: that is its own earlier run.
-    func claim(key: String, timestamp: Int64, persistedTimestamp: Int64?, resuming: Bool, run: FanoutRun) -> Claim {
+    func claim(
+        key: String, timestamp: Int64, persistedTimestamp: Int64?, resuming: Bool, run: FanoutRun,
+        nowSeconds: Int64 = Int64(ProcessInfo.processInfo.systemUptime)
+    ) -> Claim {
         let older = state.withLock { state -> (Claim, FanoutRun?) in
+            Self.forgetQuietActivities(&state, nowSeconds: nowSeconds)
             if let persistedTimestamp, resuming ? persistedTimestamp > timestamp : persistedTimestamp >= timestamp {
                 return (.stale, nil)
             }
@@ -38,7 +63,7 @@ final class ActivityLedger: Sendable {
                 return (.stale, nil)
             }
             let previous = state.latest[key]?.run
-            state.latest[key] = Latest(timestamp: timestamp, run: run)
+            state.latest[key] = Latest(timestamp: timestamp, run: run, claimedAt: nowSeconds)
             return (.latest, previous === run ? nil : previous)
         }
         older.1?.markSuperseded()
