@@ -1,3 +1,4 @@
+import CNGHTTP2
 import FanoutTestSupport
 import Foundation
 import XCTest
@@ -6,7 +7,7 @@ import XCTest
 
 /// `HTTPServer` over real sockets on port 0: HTTP/1.1 keep-alive, chunked bodies and pipelining with a raw client;
 /// curl for HTTP/1.1, h2c with prior knowledge and h2 over TLS; late answers from other threads; and the limits
-/// (413, 408, 503, 400).
+/// (413, 408, 503, 400), on HTTP/2 streams too with a raw frame client.
 final class HTTPServerTests: XCTestCase {
     /// Answers every request with `<METHOD> <target> <body>` (and the version), at once.
     private static let echo: HTTPServer.Handler = { request, responder in
@@ -277,6 +278,97 @@ final class HTTPServerTests: XCTestCase {
         XCTAssertEqual(tls1.body, "GET /secure1 ")
     }
 
+    // MARK: HTTP/2 request deadlines, with a raw frame client
+
+    func testAStalledHTTP2StreamGets408AndIsResetAndTheConnectionServesOn() throws {
+        var limits = HTTPServerLimits()
+        limits.headerTimeout = .seconds(1)  // the linger before a timed-out stream is reset: 1 s
+        limits.bodyTimeout = .seconds(1)
+        let server = try makeServer(limits: limits)
+        defer { server.shutdown() }
+        let client = try RawH2Client(port: server.port)
+        defer { client.close() }
+
+        // HEADERS without END_STREAM and some DATA, then nothing.
+        let started = Date()
+        try client.sendHeaders(stream: 1, method: "POST", path: "/stalled", endStream: false)
+        try client.sendData(stream: 1, "some of the body", endStream: false)
+        let stalled = try client.waitForEnd(of: 1)
+        XCTAssertEqual(stalled.status, "408")
+        XCTAssertEqual(stalled.bodyText, "request timeout: the body did not arrive in time\n")
+        XCTAssertLessThan(stalled.endedAt.timeIntervalSince(started), 3 * testTimeScale, "408 after the body timeout")
+        XCTAssertGreaterThan(stalled.endedAt.timeIntervalSince(started), 0.9, "not before the body timeout")
+        // The client never ends the stream: it is reset (NO_ERROR), freeing its slot and what it buffered.
+        let reset = try client.waitForReset(of: 1)
+        XCTAssertEqual(reset.code, 0)
+        XCTAssertLessThan(reset.at.timeIntervalSince(started), 5 * testTimeScale)
+
+        // The same connection serves a complete request afterwards, and later DATA on the old stream is harmless.
+        try? client.sendData(stream: 1, "late", endStream: true)
+        try client.sendHeaders(stream: 3, method: "GET", path: "/after", endStream: true)
+        let after = try client.waitForEnd(of: 3)
+        XCTAssertEqual(after.status, "200")
+        XCTAssertEqual(after.bodyText, "GET /after ")
+        XCTAssertFalse(client.goawayReceived)
+        XCTAssertEqual(server.openConnections, 1)
+
+        // A header block left unfinished (HEADERS without END_HEADERS, no CONTINUATION) gets 408 at the header
+        // timeout.
+        let unfinished = try RawH2Client(port: server.port)
+        defer { unfinished.close() }
+        try unfinished.waitForSettings()  // acknowledged first: no frame may come between HEADERS and CONTINUATION
+        let opened = Date()
+        try unfinished.sendHeaders(stream: 1, method: "GET", path: "/unfinished", endStream: false, endHeaders: false)
+        let head = try unfinished.waitForEnd(of: 1)
+        XCTAssertEqual(head.status, "408")
+        XCTAssertEqual(head.bodyText, "request timeout\n")
+        XCTAssertLessThan(head.endedAt.timeIntervalSince(opened), 3 * testTimeScale)
+    }
+
+    func testSlowButCompleteHTTP2RequestsAreAnsweredWhileAStalledOneTimesOut() throws {
+        var limits = HTTPServerLimits()
+        limits.headerTimeout = .seconds(1)
+        limits.bodyTimeout = .seconds(1)
+        // "/hold" is answered 1.5 s after it is complete: a request the handler has is not bounded by the deadline.
+        let handler: HTTPServer.Handler = { request, responder in
+            let delay: DispatchTimeInterval = request.target == "/hold" ? .milliseconds(1500) : .seconds(0)
+            DispatchQueue.global().asyncAfter(deadline: .now() + delay) {
+                responder.respond(Self.echoResponse(request))
+            }
+        }
+        let server = try makeServer(limits: limits, handler: handler)
+        defer { server.shutdown() }
+        let client = try RawH2Client(port: server.port)
+        defer { client.close() }
+
+        let started = Date()
+        try client.sendHeaders(stream: 1, method: "POST", path: "/stalled", endStream: false)
+        try client.sendData(stream: 1, "abc", endStream: false)
+        try client.sendHeaders(stream: 3, method: "POST", path: "/hold", endStream: false)
+        try client.sendData(stream: 3, "held", endStream: true)
+        // Stream 5 trickles its body in 6 pieces over 0.6 s, then ends it: within the 1 s limit.
+        try client.sendHeaders(stream: 5, method: "POST", path: "/slow", endStream: false)
+        for index in 0..<6 {
+            usleep(100_000)
+            try client.sendData(stream: 5, "\(index)", endStream: index == 5)
+        }
+        let slow = try client.waitForEnd(of: 5)
+        XCTAssertEqual(slow.status, "200")
+        XCTAssertEqual(slow.bodyText, "POST /slow 012345")
+
+        let stalled = try client.waitForEnd(of: 1)
+        XCTAssertEqual(stalled.status, "408")
+        XCTAssertLessThan(stalled.endedAt.timeIntervalSince(started), 3 * testTimeScale)
+
+        let held = try client.waitForEnd(of: 3)
+        XCTAssertEqual(held.status, "200", "answered when the handler is done, past the body timeout")
+        XCTAssertEqual(held.bodyText, "POST /hold held")
+        XCTAssertGreaterThan(held.endedAt.timeIntervalSince(started), 1.4)
+        XCTAssertNil(client.responses[3]?.resetCode)
+        XCTAssertNil(client.responses[5]?.resetCode)
+        XCTAssertFalse(client.goawayReceived)
+    }
+
     func testBodyPastTheLimitGets413OnHTTP2AndTheConnectionStays() throws {
         let server = try makeServer()
         defer { server.shutdown() }
@@ -415,7 +507,10 @@ final class RawHTTPClient {
     }
 
     func send(_ text: String) throws {
-        let bytes = Array(text.utf8)
+        try send(bytes: Array(text.utf8))
+    }
+
+    func send(bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {
             let sent = bytes[offset...].withUnsafeBytes {
@@ -436,6 +531,16 @@ final class RawHTTPClient {
         }
         if count == 0 || errno == ECONNRESET { return false }
         throw Failure(description: "recv: errno \(errno) (timed out?)")
+    }
+
+    /// Reads exactly `count` bytes.
+    func read(count: Int) throws -> [UInt8] {
+        while buffer.count < count {
+            guard try fill() else { throw Failure(description: "closed with \(buffer.count) of \(count) bytes read") }
+        }
+        let bytes = Array(buffer[0..<count])
+        buffer.removeFirst(count)
+        return bytes
     }
 
     /// Reads one response: head, then `content-length` bytes of body (none when `bodyExpected` is false).
@@ -473,5 +578,165 @@ final class RawHTTPClient {
     func readsEndOfStream() throws -> Bool {
         while try fill() {}
         return buffer.isEmpty
+    }
+}
+
+/// A blocking HTTP/2 client over one plaintext connection (prior knowledge) that writes frames by hand, so a test can
+/// leave a stream open mid-request; it reads responses with nghttp2's HPACK decoder. Every wait is bounded (5 s per
+/// read). It acknowledges SETTINGS and PING and grants no flow-control credit beyond the default window.
+private final class RawH2Client {
+    struct Response {
+        var headers: [(name: String, value: String)] = []
+        var body: [UInt8] = []
+        var endedAt: Date?
+        var resetCode: UInt32?
+        var resetAt: Date?
+        var status: String? { headers.first { $0.name == ":status" }?.value }
+        var bodyText: String { String(decoding: body, as: UTF8.self) }
+    }
+
+    struct Ended {
+        var status: String?
+        var bodyText: String
+        var endedAt: Date
+    }
+
+    private let socket: RawHTTPClient
+    private var inflater: OpaquePointer?
+    private(set) var responses: [UInt32: Response] = [:]
+    private(set) var goawayReceived = false
+    private var settingsReceived = false
+
+    init(port: Int) throws {
+        socket = try RawHTTPClient(port: port)
+        guard nghttp2_hd_inflate_new(&inflater) == 0 else {
+            throw RawHTTPClient.Failure(description: "nghttp2_hd_inflate_new")
+        }
+        try socket.send(
+            bytes: Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8) + Self.frame(type: 4, flags: 0, stream: 0))
+    }
+
+    deinit {
+        nghttp2_hd_inflate_del(inflater)
+    }
+
+    func close() {
+        socket.close()
+    }
+
+    static func frame(type: UInt8, flags: UInt8, stream: UInt32, payload: [UInt8] = []) -> [UInt8] {
+        let length = payload.count
+        return [
+            UInt8((length >> 16) & 0xFF), UInt8((length >> 8) & 0xFF), UInt8(length & 0xFF), type, flags,
+            UInt8((stream >> 24) & 0x7F), UInt8((stream >> 16) & 0xFF), UInt8((stream >> 8) & 0xFF),
+            UInt8(stream & 0xFF),
+        ] + payload
+    }
+
+    /// HEADERS (END_HEADERS unless told otherwise) with `:method`, `:scheme: http`, `:path` and `:authority`, HPACK without indexing.
+    func sendHeaders(stream: UInt32, method: String, path: String, endStream: Bool, endHeaders: Bool = true) throws {
+        func literal(nameIndex: UInt8, _ value: String) -> [UInt8] {
+            precondition(value.utf8.count < 127)
+            return [nameIndex, UInt8(value.utf8.count)] + Array(value.utf8)
+        }
+        let block = literal(nameIndex: 2, method) + [0x86] + literal(nameIndex: 4, path) + literal(nameIndex: 1, "h")
+        try socket.send(
+            bytes: Self.frame(
+                type: 1, flags: (endHeaders ? 0x4 : 0) | (endStream ? 0x1 : 0), stream: stream, payload: block))
+    }
+
+    func sendData(stream: UInt32, _ text: String, endStream: Bool) throws {
+        try socket.send(
+            bytes: Self.frame(type: 0, flags: endStream ? 0x1 : 0, stream: stream, payload: Array(text.utf8)))
+    }
+
+    /// Reads until stream `stream`'s response has ended (END_STREAM); fails if it is reset first.
+    func waitForEnd(of stream: UInt32) throws -> Ended {
+        while true {
+            if let response = responses[stream], let endedAt = response.endedAt {
+                return Ended(status: response.status, bodyText: response.bodyText, endedAt: endedAt)
+            }
+            if let code = responses[stream]?.resetCode {
+                throw RawHTTPClient.Failure(description: "stream \(stream) reset (\(code)) before its response ended")
+            }
+            try readFrame()
+        }
+    }
+
+    /// Reads until the server's SETTINGS have come (and been acknowledged).
+    func waitForSettings() throws {
+        while !settingsReceived { try readFrame() }
+    }
+
+    /// Reads until stream `stream` is reset.
+    func waitForReset(of stream: UInt32) throws -> (code: UInt32, at: Date) {
+        while true {
+            if let response = responses[stream], let code = response.resetCode, let at = response.resetAt {
+                return (code, at)
+            }
+            try readFrame()
+        }
+    }
+
+    private func readFrame() throws {
+        let head = try socket.read(count: 9)
+        let length = Int(head[0]) << 16 | Int(head[1]) << 8 | Int(head[2])
+        let type = head[3]
+        let flags = head[4]
+        let stream = (UInt32(head[5]) & 0x7F) << 24 | UInt32(head[6]) << 16 | UInt32(head[7]) << 8 | UInt32(head[8])
+        let payload = try socket.read(count: length)
+        switch type {
+        case 0:  // DATA
+            responses[stream, default: Response()].body += payload
+            if flags & 0x1 != 0 { responses[stream, default: Response()].endedAt = Date() }
+        case 1:  // HEADERS, unpadded, without priority, in one frame (as nghttp2 sends a short answer)
+            guard flags & 0x4 != 0, flags & 0x28 == 0 else {
+                throw RawHTTPClient.Failure(description: "HEADERS with flags \(flags)")
+            }
+            responses[stream, default: Response()].headers += try decode(payload)
+            if flags & 0x1 != 0 { responses[stream, default: Response()].endedAt = Date() }
+        case 3:  // RST_STREAM
+            let code = payload.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            responses[stream, default: Response()].resetCode = code
+            responses[stream, default: Response()].resetAt = Date()
+        case 4:  // SETTINGS
+            if flags & 0x1 == 0 {
+                settingsReceived = true
+                try socket.send(bytes: Self.frame(type: 4, flags: 0x1, stream: 0))
+            }
+        case 6:  // PING
+            if flags & 0x1 == 0 { try socket.send(bytes: Self.frame(type: 6, flags: 0x1, stream: 0, payload: payload)) }
+        case 7:  // GOAWAY
+            goawayReceived = true
+        default:
+            break
+        }
+    }
+
+    private func decode(_ block: [UInt8]) throws -> [(name: String, value: String)] {
+        var fields: [(name: String, value: String)] = []
+        var offset = 0
+        while true {
+            var field = nghttp2_nv()
+            var inflateFlags: Int32 = 0
+            let used = block.withUnsafeBufferPointer { bytes in
+                nghttp2_hd_inflate_hd2(
+                    inflater, &field, &inflateFlags, bytes.baseAddress! + offset, bytes.count - offset, 1)
+            }
+            guard used >= 0 else { throw RawHTTPClient.Failure(description: "HPACK error \(used)") }
+            offset += used
+            if inflateFlags & Int32(NGHTTP2_HD_INFLATE_EMIT.rawValue) != 0 {
+                fields.append(
+                    (
+                        String(decoding: UnsafeBufferPointer(start: field.name, count: field.namelen), as: UTF8.self),
+                        String(decoding: UnsafeBufferPointer(start: field.value, count: field.valuelen), as: UTF8.self)
+                    ))
+            }
+            if inflateFlags & Int32(NGHTTP2_HD_INFLATE_FINAL.rawValue) != 0 {
+                nghttp2_hd_inflate_end_headers(inflater)
+                return fields
+            }
+            if used == 0 && offset >= block.count { return fields }
+        }
     }
 }

@@ -31,6 +31,13 @@ package protocol HTTP2ServerHandler: AnyObject {
     /// Stream `streamID`'s body went past `maxRequestBody`: from here its data is dropped, and the request is
     /// delivered with `bodyTruncated` when the client ends it. Called once per stream, on the loop. Optional.
     func serverConnection(_ connection: HTTP2ServerConnection, bodyTooLarge streamID: Int32)
+    /// With `requestDeadlines`: stream `streamID`'s request did not arrive in time (`headComplete` false: its header
+    /// block; true: its body). Answer it now (the default answers a bare 408). Its body is freed, what more it sends is
+    /// dropped, and it is never delivered; unless the client ends it, it is reset once the answer had time to go out.
+    func serverConnection(_ connection: HTTP2ServerConnection, requestTimedOut streamID: Int32, headComplete: Bool)
+    /// With `requestDeadlines`: an incomplete request is due at `milliseconds` (the loop's clock), which may be
+    /// before any deadline reported so far; call `expireRequests(now:)` then. Optional.
+    func serverConnection(_ connection: HTTP2ServerConnection, requestDeadlineAt milliseconds: UInt64)
 }
 
 extension HTTP2ServerHandler {
@@ -38,6 +45,30 @@ extension HTTP2ServerHandler {
         _ connection: HTTP2ServerConnection, didCloseStream streamID: Int32, errorCode: UInt32
     ) {}
     package func serverConnection(_ connection: HTTP2ServerConnection, bodyTooLarge streamID: Int32) {}
+    package func serverConnection(
+        _ connection: HTTP2ServerConnection, requestTimedOut streamID: Int32, headComplete: Bool
+    ) {
+        connection.respond(streamID: streamID, status: 408)
+    }
+    package func serverConnection(_ connection: HTTP2ServerConnection, requestDeadlineAt milliseconds: UInt64) {}
+}
+
+/// How long a request may take to arrive on a server connection, from its first HEADERS frame to its END_STREAM
+/// (`HTTPServer`'s connections; mock-apns sets none). The same limits as HTTP/1.1's, however steadily the frames
+/// trickle in.
+package struct HTTP2RequestDeadlines: Sendable {
+    /// From the stream's start to the end of its header block.
+    package var headerMilliseconds: UInt64
+    /// From the end of the header block to END_STREAM.
+    package var bodyMilliseconds: UInt64
+    /// How long a stream answered for its timeout is kept for the answer to go out before it is reset.
+    package var lingerMilliseconds: UInt64
+
+    package init(headerMilliseconds: UInt64, bodyMilliseconds: UInt64, lingerMilliseconds: UInt64) {
+        self.headerMilliseconds = headerMilliseconds
+        self.bodyMilliseconds = bodyMilliseconds
+        self.lingerMilliseconds = lingerMilliseconds
+    }
 }
 
 /// The server side of one HTTP/2 connection (over TLS, or plaintext h2c): the server role of `HTTP2Session`
@@ -80,6 +111,17 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     package let maxRequestBody: Int
     package static let defaultMaxRequestBody = 64 * 1024
 
+    /// Bounds on how long a request may take to arrive (nil: none). A stream past its deadline goes to the handler's
+    /// `requestTimedOut`; a stream whose request is complete (the handler has it) is not bounded.
+    package let requestDeadlines: HTTP2RequestDeadlines?
+    /// With `requestDeadlines`, the incomplete streams: those still in their header block, and those past it waiting
+    /// for END_STREAM, each list in deadline order (a stream joins the end of one with a deadline a fixed time from
+    /// now). The owner's one timer looks at the first of each: no timer per stream.
+    @exclusivity(unchecked) private var awaitingHead = ServerStreamDeadlines(kind: .head)
+    @exclusivity(unchecked) private var awaitingBody = ServerStreamDeadlines(kind: .body)
+    /// Streams answered for their timeout, to be reset once their answer has had time to go out.
+    @exclusivity(unchecked) private var awaitingReset = ServerStreamDeadlines(kind: .reset)
+
     /// Wraps an accepted socket. Starts the TLS handshake at once.
     package convenience init(
         socket: TCPSocket, tlsContext: TLSServerContext, handler: HTTP2ServerHandler, initialMaxStreams: UInt32,
@@ -94,11 +136,13 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     /// A connection not yet running: `start(adopting:readAhead:)` gives it its channel.
     package init(
         loop: LoopThread, handler: HTTP2ServerHandler, settings: HTTP2SessionSettings,
-        maxRequestBody: Int = HTTP2ServerConnection.defaultMaxRequestBody
+        maxRequestBody: Int = HTTP2ServerConnection.defaultMaxRequestBody,
+        requestDeadlines: HTTP2RequestDeadlines? = nil
     ) {
         self.loop = loop
         self.handler = handler
         self.maxRequestBody = maxRequestBody
+        self.requestDeadlines = requestDeadlines
         session = HTTP2Session(role: .server, loop: loop, settings: settings)
         session.delegate = self
     }
@@ -129,6 +173,7 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     package func respond(
         streamID: Int32, status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []
     ) {
+        noteAnswered(streamID)
         session.respond(
             streamID: streamID, status: status, headers: headers, body: body.isEmpty ? nil : SharedBody(body))
     }
@@ -136,11 +181,13 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     /// Answers a stream with `fields` (`:status` and the header fields, already laid out as bytes). `body` empty
     /// sends headers only.
     package func respond(streamID: Int32, fields: HTTP2ResponseFields, body: [UInt8] = []) {
+        noteAnswered(streamID)
         session.respond(streamID: streamID, fields: fields.nameValues, body: body.isEmpty ? nil : SharedBody(body))
     }
 
     /// Resets a stream with REFUSED_STREAM (the request was not processed).
     package func refuse(streamID: Int32) {
+        noteAnswered(streamID)
         session.resetStream(streamID, errorCode: HTTP2ErrorCode.refusedStream)
     }
 
@@ -154,6 +201,78 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         else { return }
         goawaySent = true
         goawayLastStreamID = lastStreamID
+    }
+
+    /// Past its deadline, each incomplete request is answered by the handler (`requestTimedOut`), or, if it had an
+    /// answer already (a 413 as its body overflowed), reset with NO_ERROR: the client may stop sending (RFC 9113
+    /// section 8.1). A stream answered for its timeout is reset likewise `lingerMilliseconds` later unless the client
+    /// ended it meanwhile, so it frees its slot even if the client never reads. `now` is the loop's clock
+    /// (`LoopThread.nowMilliseconds`).
+    package func expireRequests(now: UInt64) {
+        guard let deadlines = requestDeadlines else { return }
+        while let stream = awaitingHead.first, stream.deadline <= now {
+            expire(stream, headComplete: false, now: now, deadlines: deadlines)
+        }
+        while let stream = awaitingBody.first, stream.deadline <= now {
+            expire(stream, headComplete: true, now: now, deadlines: deadlines)
+        }
+        while let stream = awaitingReset.first, stream.deadline <= now {
+            awaitingReset.remove(stream)
+            if let streamID = stream.streamID { session.resetStream(streamID, errorCode: HTTP2ErrorCode.noError) }
+        }
+    }
+
+    /// The earliest deadline of an incomplete request (nil when none is waiting).
+    package var nextRequestDeadline: UInt64? {
+        var earliest: UInt64?
+        for stream in [awaitingHead.first, awaitingBody.first, awaitingReset.first] {
+            if let deadline = stream?.deadline, deadline < earliest ?? .max { earliest = deadline }
+        }
+        return earliest
+    }
+
+    private func expire(_ stream: ServerStream, headComplete: Bool, now: UInt64, deadlines: HTTP2RequestDeadlines) {
+        untrack(stream)
+        guard let streamID = stream.streamID else { return }
+        guard !stream.answered else {
+            session.resetStream(streamID, errorCode: HTTP2ErrorCode.noError)
+            return
+        }
+        stream.timedOut = true
+        stream.overflow = true  // drops what more comes, as for a body past the limit
+        stream.body.pointee = []  // and lets go of what came, capacity too
+        _ = awaitingReset.append(stream, deadline: now + deadlines.lingerMilliseconds)
+        handler.serverConnection(self, requestTimedOut: streamID, headComplete: headComplete)
+    }
+
+    /// An answer to a stream still incomplete (its body past the limit) means its deadline resets it.
+    @inline(__always)
+    private func noteAnswered(_ streamID: Int32) {
+        // Without incomplete streams (the common case) there is nothing to mark.
+        guard !awaitingBody.isEmpty || !awaitingHead.isEmpty else { return }
+        if let context = session.context(ofStream: streamID) {
+            unsafeDowncast(context, to: ServerStream.self).answered = true
+        }
+    }
+
+    /// Puts `stream`, in no list, at the end of the list for `phase` (`.head` or `.body`), due `milliseconds` from
+    /// now, and tells the handler when it is that list's first.
+    private func track(_ stream: ServerStream, awaiting phase: ServerStream.DeadlineList, milliseconds: UInt64) {
+        let deadline = loop.nowMilliseconds + milliseconds
+        let isFirst =
+            phase == .head
+            ? awaitingHead.append(stream, deadline: deadline) : awaitingBody.append(stream, deadline: deadline)
+        if isFirst { handler.serverConnection(self, requestDeadlineAt: deadline) }
+    }
+
+    /// Takes `stream` out of the deadline list it is in, if any.
+    private func untrack(_ stream: ServerStream) {
+        switch stream.deadlineList {
+        case .none: break
+        case .head: awaitingHead.remove(stream)
+        case .body: awaitingBody.remove(stream)
+        case .reset: awaitingReset.remove(stream)
+        }
     }
 
     /// The highest stream id handed to the handler so far.
@@ -172,6 +291,9 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         received += 1
         let stream = spareStreams.popLast() ?? ServerStream()
         stream.streamID = streamID
+        if let deadlines = requestDeadlines {
+            track(stream, awaiting: .head, milliseconds: deadlines.headerMilliseconds)
+        }
         return stream
     }
 
@@ -201,9 +323,18 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         stream.body.pointee.append(contentsOf: data)
     }
 
+    package func session(_ session: HTTP2Session, requestHeadDidEnd stream: AnyObject, streamID: Int32) {
+        guard let deadlines = requestDeadlines else { return }
+        let stream = unsafeDowncast(stream, to: ServerStream.self)
+        guard stream.deadlineList == .head else { return }  // timed out already: its reset deadline stands
+        awaitingHead.remove(stream)
+        track(stream, awaiting: .body, milliseconds: deadlines.bodyMilliseconds)
+    }
+
     package func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32) {
         let stream = unsafeDowncast(stream, to: ServerStream.self)
-        guard !stream.delivered else { return }
+        if stream.deadlineList != .none { untrack(stream) }
+        guard !stream.delivered, !stream.timedOut else { return }
         stream.delivered = true
         if goawaySent && streamID > goawayLastStreamID {
             refuse(streamID: streamID)
@@ -219,9 +350,10 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     }
 
     package func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32) {
+        let stream = unsafeDowncast(stream, to: ServerStream.self)
+        if stream.deadlineList != .none { untrack(stream) }
         handler.serverConnection(self, didCloseStream: streamID, errorCode: errorCode)
         if spareStreams.count < Self.maxSpareStreams {
-            let stream = unsafeDowncast(stream, to: ServerStream.self)
             stream.reset()
             spareStreams.append(stream)
         }
@@ -235,6 +367,9 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         _ session: HTTP2Session, didCloseWith error: TransportError?,
         openStreams: [(streamID: Int32, stream: AnyObject)]
     ) {
+        awaitingHead.removeAll()  // the lists link their streams to each other: unlink them
+        awaitingBody.removeAll()
+        awaitingReset.removeAll()
         handler.serverConnectionDidClose(self, error: error)
         onClose?()
         onClose = nil
@@ -252,6 +387,20 @@ private final class ServerStream {
     @exclusivity(unchecked) var overflow = false
     @exclusivity(unchecked) var delivered = false
     @exclusivity(unchecked) var streamID: Int32?
+    /// With request deadlines: which list the stream is in (see `HTTP2ServerConnection.awaitingHead`), its links
+    /// there, and when it is due (the loop's clock).
+    @exclusivity(unchecked) var deadlineList = DeadlineList.none
+    @exclusivity(unchecked) var previous: ServerStream?
+    @exclusivity(unchecked) var next: ServerStream?
+    @exclusivity(unchecked) var deadline: UInt64 = 0
+    /// An answer was submitted (tracked only while some stream of the connection is incomplete).
+    @exclusivity(unchecked) var answered = false
+    /// Its request missed its deadline: never delivered.
+    @exclusivity(unchecked) var timedOut = false
+
+    enum DeadlineList {
+        case none, head, body, reset
+    }
 
     init() {
         head = .allocate(capacity: 1)
@@ -278,6 +427,62 @@ private final class ServerStream {
         overflow = false
         delivered = false
         streamID = nil
+        deadlineList = .none
+        previous = nil
+        next = nil
+        answered = false
+        timedOut = false
+    }
+}
+
+/// Incomplete streams in deadline order, linked through the streams themselves: appending, removing any one and
+/// finding the first are O(1), without allocating. Each stream is in at most one list (`ServerStream.deadlineList`
+/// names it).
+private struct ServerStreamDeadlines {
+    let kind: ServerStream.DeadlineList
+    private(set) var first: ServerStream?
+    private var last: ServerStream?
+
+    init(kind: ServerStream.DeadlineList) {
+        self.kind = kind
+    }
+
+    var isEmpty: Bool { first == nil }
+
+    /// Appends `stream`, in no list, due at `deadline` (no earlier than the last one's). True when it is the first.
+    mutating func append(_ stream: ServerStream, deadline: UInt64) -> Bool {
+        stream.deadlineList = kind
+        stream.deadline = deadline
+        stream.previous = last
+        stream.next = nil
+        if let last {
+            last.next = stream
+        } else {
+            first = stream
+        }
+        last = stream
+        return first === stream
+    }
+
+    /// Takes `stream`, which is in this list, out of it.
+    mutating func remove(_ stream: ServerStream) {
+        if let previous = stream.previous {
+            previous.next = stream.next
+        } else {
+            first = stream.next
+        }
+        if let next = stream.next {
+            next.previous = stream.previous
+        } else {
+            last = stream.previous
+        }
+        stream.previous = nil
+        stream.next = nil
+        stream.deadlineList = .none
+    }
+
+    mutating func removeAll() {
+        while let stream = first { remove(stream) }
     }
 }
 

@@ -70,6 +70,9 @@ package protocol HTTP2SessionDelegate: AnyObject {
         value: UnsafeRawBufferPointer)
     /// Body bytes of a stream. Valid during the call.
     func session(_ session: HTTP2Session, stream: AnyObject, didReceiveData data: UnsafeRawBufferPointer)
+    /// Server role: a request's header block is complete and the request goes on with a body (the HEADERS
+    /// frame had no END_STREAM; one that had is reported as `streamDidEnd` alone). Optional.
+    func session(_ session: HTTP2Session, requestHeadDidEnd stream: AnyObject, streamID: Int32)
     /// The peer ended its side of the stream (END_STREAM on HEADERS or DATA).
     func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32)
     /// The stream closed, normally (`errorCode` 0) or by RST_STREAM from either side. The session has
@@ -96,6 +99,7 @@ extension HTTP2SessionDelegate {
     package func session(_ session: HTTP2Session, contextForStream streamID: Int32) -> AnyObject {
         preconditionFailure("\(Self.self) plays a client: peers cannot open streams on it")
     }
+    package func session(_ session: HTTP2Session, requestHeadDidEnd stream: AnyObject, streamID: Int32) {}
     package func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32) {}
     package func sessionDidReceiveSettings(_ session: HTTP2Session) {}
     package func session(
@@ -237,6 +241,11 @@ package final class HTTP2Session: SecureChannelDelegate {
 
     /// Open streams (including ones this side reset whose RST_STREAM has not gone out yet).
     package var openStreamCount: Int { streams.count }
+
+    /// The context of open stream `streamID` (nil when it is not open).
+    package func context(ofStream streamID: Int32) -> AnyObject? {
+        streams.context(of: streamID)?.takeUnretainedValue()
+    }
 
     /// The peer's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited until its SETTINGS arrive).
     package var remoteMaxConcurrentStreams: Int {
@@ -584,6 +593,10 @@ package final class HTTP2Session: SecureChannelDelegate {
         withContext(ofStream: streamID) { $0.session(self, stream: $1, didReceiveData: data) }
     }
 
+    fileprivate func didReceiveRequestHead(streamID: Int32) {
+        withContext(ofStream: streamID) { $0.session(self, requestHeadDidEnd: $1, streamID: streamID) }
+    }
+
     fileprivate func didReceiveEndOfStream(streamID: Int32) {
         withContext(ofStream: streamID) { $0.session(self, streamDidEnd: $1, streamID: streamID) }
     }
@@ -847,6 +860,10 @@ private func nghttp2FrameRecvCallback(
         case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
             if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
                 owner.didReceiveEndOfStream(streamID: header.stream_id)
+            } else if UInt32(header.type) == NGHTTP2_HEADERS.rawValue
+                && frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST
+            {
+                owner.didReceiveRequestHead(streamID: header.stream_id)
             }
         default:
             break

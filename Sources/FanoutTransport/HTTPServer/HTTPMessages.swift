@@ -109,12 +109,13 @@ package struct HTTPServerLimits: Sendable {
     /// SETTINGS_MAX_HEADER_LIST_SIZE.
     package var maxHeadBytes = 16 * 1024
     /// A request head not complete within this of its first byte (or of the connection's start): 408 and close.
-    /// Also bounds the TLS handshake.
+    /// Also bounds the TLS handshake. HTTP/2: a stream's header block not complete within this of the stream's
+    /// start gets 408 on that stream.
     package var headerTimeout: Duration = .seconds(10)
     /// A keep-alive connection with nothing in progress this long is closed (HTTP/2: GOAWAY).
     package var idleTimeout: Duration = .seconds(75)
-    /// HTTP/1.1: a body not complete within this of the end of its head gets 408 and the connection closes, however
-    /// steadily it trickles in.
+    /// A body not complete within this of the end of its head gets 408, however steadily it trickles in: HTTP/1.1
+    /// closes the connection, HTTP/2 answers on that stream (see `HTTP2RequestDeadlines`).
     package var bodyTimeout: Duration = .seconds(30)
     /// Open connections across all loops. Past it a new plain-TCP connection gets an immediate 503
     /// (`Connection: close`) and is closed after a bounded linger; a TLS one is just closed.

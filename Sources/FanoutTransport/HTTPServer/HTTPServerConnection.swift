@@ -20,9 +20,13 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
     private let limits: HTTPServerLimits
     private let handler: HTTPServer.Handler
     private let channel: SecureChannel
-    /// The connection's one timer: choosing the protocol (headerTimeout), then HTTP/1.1's phases or HTTP/2's
-    /// idle time. Closed with the connection.
+    /// The connection's one timer: choosing the protocol (headerTimeout), then HTTP/1.1's phases, or for HTTP/2 the
+    /// earlier of the idle time and the oldest incomplete request's deadline. Closed with the connection.
     private let timer: LoopTimer
+    /// HTTP/2: when the timer is due, and when the connection counts as idle if no stream is open by then (the
+    /// loop's clock).
+    private var timerDue: UInt64 = 0
+    private var idleDue: UInt64 = 0
     private var mode = Mode.choosing
     /// Plaintext bytes read while choosing, handed to the protocol chosen.
     private var readAhead: [UInt8] = []
@@ -95,10 +99,15 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
         case .http1(let connection):
             connection.timerFired()
         case .http2(let connection):
+            let now = loop.nowMilliseconds
+            connection.expireRequests(now: now)
             if connection.openStreamCount > 0 {
-                timer.restart(milliseconds: limits.idleTimeoutMilliseconds)
-            } else {
+                // Requests in progress: looked at again at the oldest incomplete one's deadline, or an idle time on.
+                armHTTP2(at: min(connection.nextRequestDeadline ?? .max, now + limits.idleTimeoutMilliseconds))
+            } else if now >= idleDue {
                 connection.drain()
+            } else {
+                armHTTP2(at: idleDue)  // woken for a deadline that passed with its stream
             }
         case .closed:
             break
@@ -149,14 +158,28 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
     private func startHTTP2() {
         var settings = HTTP2SessionSettings.server(maxConcurrentStreams: limits.maxConcurrentStreams)
         settings.maxHeaderListSize = UInt32(clamping: limits.maxHeadBytes)
+        // Each stream gets HTTP/1.1's limits: its header block within the header timeout of its start, its body
+        // within the body timeout of the header block's end.
+        let deadlines = HTTP2RequestDeadlines(
+            headerMilliseconds: limits.headerTimeoutMilliseconds, bodyMilliseconds: limits.bodyTimeoutMilliseconds,
+            lingerMilliseconds: limits.lingerMilliseconds)
         let connection = HTTP2ServerConnection(
-            loop: loop, handler: self, settings: settings, maxRequestBody: limits.maxBodyBytes)
+            loop: loop, handler: self, settings: settings, maxRequestBody: limits.maxBodyBytes,
+            requestDeadlines: deadlines)
         mode = .http2(connection)
-        timer.restart(milliseconds: limits.idleTimeoutMilliseconds)
+        idleDue = loop.nowMilliseconds + limits.idleTimeoutMilliseconds
+        armHTTP2(at: idleDue)
         let bytes = readAhead
         readAhead = []
         bytes.withUnsafeBytes { connection.start(adopting: channel, readAhead: $0) }
         if stopRequested { connection.drain() }
+    }
+
+    /// HTTP/2: the timer fires at `due` (the loop's clock).
+    private func armHTTP2(at due: UInt64) {
+        let now = loop.nowMilliseconds
+        timerDue = due
+        timer.restart(milliseconds: due > now ? due - now : 0)
     }
 
     private func finish() {
@@ -192,11 +215,24 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
         deliver(.plain(413, "request body larger than \(limits.maxBodyBytes) bytes"), for: Int64(streamID))
     }
 
+    func serverConnection(_ connection: HTTP2ServerConnection, requestTimedOut streamID: Int32, headComplete: Bool) {
+        handlersInFlight += 1  // `deliver` counts every answer out
+        let message = headComplete ? "request timeout: the body did not arrive in time" : "request timeout"
+        deliver(.plain(408, message), for: Int64(streamID))
+    }
+
+    func serverConnection(_ connection: HTTP2ServerConnection, requestDeadlineAt milliseconds: UInt64) {
+        if milliseconds < timerDue { armHTTP2(at: milliseconds) }
+    }
+
     func serverConnectionStreamLimitViolated(_ connection: HTTP2ServerConnection) {}
 
     func serverConnection(_ connection: HTTP2ServerConnection, didCloseStream streamID: Int32, errorCode: UInt32) {
         headStreams.remove(streamID)
-        if connection.openStreamCount == 0 { timer.restart(milliseconds: limits.idleTimeoutMilliseconds) }
+        if connection.openStreamCount == 0 {
+            idleDue = loop.nowMilliseconds + limits.idleTimeoutMilliseconds
+            armHTTP2(at: idleDue)
+        }
     }
 
     func serverConnectionDidClose(_ connection: HTTP2ServerConnection, error: TransportError?) {
