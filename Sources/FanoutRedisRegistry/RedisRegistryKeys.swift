@@ -19,10 +19,11 @@ import FanoutRedis
 /// | `P{app}:device-order`, `:user-devices` | sorted sets | devices by creation number; by user |
 /// | `P{app}:pts`, `:pts-order`, `:pts-users`, `:pts-devices` | hash, sorted sets | push-to-start tokens by (device, type), their order, by user, by device |
 /// | `P{app}:device-activities` | sorted set | `len:device` + activity id, for a device's update tokens |
-/// | `P{app/activity}:meta` | hash | state, attributes type, content timestamp, ended, dismissal, channel, created, updated, next slot |
+/// | `P{app/activity}:meta` | hash | state, attributes type, content timestamp, ended, dismissal, channel, created, updated, next slot (and position) |
 /// | `P{app/activity}:tokens` | sorted set | slot → expiry (Unix ms) |
 /// | `P{app/activity}:slots` | hash | slot → JSON (token, device, registered, expiry) |
 /// | `P{app/activity}:devices`, `:bytoken` | hashes | device → slot; token → its slots (space-separated) |
+/// | `P{app/activity}:order` | sorted set | slot → position, the order pages read the tokens in (from the `next` counter: a new slot's own number, a new one at a rotation) |
 struct RedisRegistryKeys: Sendable {
     let prefix: String
 
@@ -51,7 +52,7 @@ struct RedisRegistryKeys: Sendable {
     /// The activity script's KEYS.
     func activity(_ reference: ActivityReference) -> [RedisArgument] {
         let base = prefix + "{" + reference.member + "}:"
-        return ["meta", "tokens", "slots", "devices", "bytoken"].map { RedisArgument(base + $0) }
+        return ["meta", "tokens", "slots", "devices", "bytoken", "order"].map { RedisArgument(base + $0) }
     }
 
     static func escape(_ text: String) -> String {

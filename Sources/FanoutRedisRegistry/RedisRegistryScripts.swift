@@ -10,13 +10,17 @@ import FanoutRedis
 /// (for the app's device → activities index).
 enum RedisRegistryScripts {
     /// One activity. KEYS: meta (hash), tokens (sorted set: slot → expiry), slots (hash: slot → record), devices
-    /// (hash: device → slot), bytoken (hash: token → its slots). ARGV: operation, now, then the operation's own.
+    /// (hash: device → slot), bytoken (hash: token → its slots), order (sorted set: slot → position). ARGV: operation,
+    /// now, then the operation's own.
     ///
-    /// Slots are zero-padded decimal numbers from the activity's `next` counter, so that within one expiry the sorted
-    /// set's member order is the slots' creation order. A rotation keeps the slot and moves its score.
+    /// Slots are zero-padded decimal numbers from the activity's `next` counter. Pages read the tokens in the order of
+    /// their positions, which come from the same counter: a new slot's is its own number, a rotation gives the slot a
+    /// new one (the end, so a send still paging reaches the new token), and a token registered again or taken over by
+    /// a device keeps its own (a send that read it does not read it again), as SQLiteRegistryStore's row ids do. A
+    /// registry written before the order set existed has it rebuilt (each slot at its own number) at its first page.
     static let activity = RedisScript(
         """
-        local meta, tokens, slots, devices, bytoken = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+        local meta, tokens, slots, devices, bytoken, order = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
         local op = ARGV[1]
         local now = tonumber(ARGV[2])
         local events, candidates, gonedevices = {}, {}, {}
@@ -67,12 +71,33 @@ enum RedisRegistryScripts {
             redis.call('HSET', bytoken, token, table.concat(kept, ' '))
           end
         end
-        local function save(slot, rec)
+        -- position: the slot's new place in the paging order (a new slot, a rotation); nil keeps its place (one
+        -- saved before the order set existed gets its own number, as the rebuild gives it).
+        local function save(slot, rec, position)
           redis.call('HSET', slots, slot, cjson.encode(rec))
           redis.call('ZADD', tokens, rec.e, slot)
+          if position then
+            redis.call('ZADD', order, position, slot)
+          else
+            redis.call('ZADD', order, 'NX', tonumber(slot), slot)
+          end
+        end
+        local function position(slot)
+          return tonumber(redis.call('ZSCORE', order, slot) or slot)
+        end
+        -- The token's slot first in the paging order (a registration without a device finds its slot by its token,
+        -- and SQLiteRegistryStore takes the smallest row id).
+        local function firstslot(token)
+          local first, at
+          for _, slot in ipairs(slotsof(token)) do
+            local here = position(slot)
+            if not at or here < at then first, at = slot, here end
+          end
+          return first
         end
         local function drop(slot, rec)
           redis.call('ZREM', tokens, slot)
+          redis.call('ZREM', order, slot)
           redis.call('HDEL', slots, slot)
           delslot(rec.t, slot)
           if rec.d ~= '' and redis.call('HGET', devices, rec.d) == slot then
@@ -81,7 +106,23 @@ enum RedisRegistryScripts {
           end
           removed = removed + 1
         end
-        -- A device's registration takes over the same token registered without a device.
+        -- The slot holding token live without a device, or nil.
+        local function anonymous(token)
+          for _, other in ipairs(slotsof(token)) do
+            local rec = load(other)
+            if rec and rec.d == '' and tonumber(rec.e) > now then return other, rec end
+          end
+          return nil
+        end
+        -- A device's registration takes over that slot, keeping its position: one token, one slot, and a send that
+        -- read the token does not read it again.
+        local function takeover(slot, rec, device)
+          rec.d, rec.r, rec.e = device, ARGV[5], ARGV[6]
+          save(slot, rec)
+          redis.call('HSET', devices, device, slot)
+        end
+        -- A device's registration drops the same token registered without a device, expired (a live one is taken
+        -- over).
         local function absorb(token, except)
           for _, other in ipairs(slotsof(token)) do
             if other ~= except then
@@ -147,12 +188,21 @@ enum RedisRegistryScripts {
             end
           end
           local slot
-          if device ~= '' then slot = redis.call('HGET', devices, device) else slot = slotsof(token)[1] end
+          if device ~= '' then slot = redis.call('HGET', devices, device) else slot = firstslot(token) end
           local rec = slot and load(slot)
           if not rec then
+            if device ~= '' then
+              local other, held = anonymous(token)
+              if other then
+                takeover(other, held, device)
+                unchanged = unchanged + 1
+                return finish(dismissed)
+              end
+            end
             local absorbed = device ~= '' and absorb(token, nil)
-            slot = string.format('%012d', redis.call('HINCRBY', meta, 'next', 1))
-            save(slot, {t = token, d = device, r = ARGV[5], e = ARGV[6]})
+            local number = redis.call('HINCRBY', meta, 'next', 1)
+            slot = string.format('%012d', number)
+            save(slot, {t = token, d = device, r = ARGV[5], e = ARGV[6]}, number)
             addslot(token, slot)
             if device ~= '' then redis.call('HSET', devices, device, slot) end
             if absorbed then unchanged = unchanged + 1 else reopen() event('added', '', token, device) end
@@ -176,11 +226,28 @@ enum RedisRegistryScripts {
           if rec.t ~= token then
             delslot(rec.t, slot)
             candidates[#candidates + 1] = rec.t
-            if device ~= '' then absorb(token, slot) end
             reopen()
+            if device ~= '' then
+              -- A rotation to a token held without a device takes that slot over (its position too); the device's
+              -- own slot goes.
+              local other, held = anonymous(token)
+              if other then
+                redis.call('ZREM', tokens, slot)
+                redis.call('ZREM', order, slot)
+                redis.call('HDEL', slots, slot)
+                takeover(other, held, device)
+                event(change, '', token, device)
+                return finish(dismissed)
+              end
+              absorb(token, slot)
+            end
           end
           rec.t, rec.r, rec.e = token, ARGV[5], ARGV[6]
-          save(slot, rec)
+          -- The same token registered again keeps its position; a new one (a rotation, or a dead slot filled) gets
+          -- the next, so a send still paging reaches it.
+          local moved
+          if token ~= old then moved = redis.call('HINCRBY', meta, 'next', 1) end
+          save(slot, rec, moved)
           addslot(token, slot)
           if token == old then unchanged = unchanged + 1 else event(change, '', token, device) end
           return finish(dismissed)
@@ -269,7 +336,7 @@ enum RedisRegistryScripts {
             return finish({0, 0, 0, -2})
           end
           local function clear()
-            redis.call('DEL', meta, tokens, slots, devices, bytoken)
+            redis.call('DEL', meta, tokens, slots, devices, bytoken, order)
             gone = 1
           end
           if state == 'ended' and dismissal and dismissal <= now then
@@ -329,43 +396,36 @@ enum RedisRegistryScripts {
           return finish({expired, ended, gone, nextvisit})
 
         elseif op == 'page' then
-          -- ARGV: has cursor ('1'/'0'), cursor expiry, cursor slot, limit. Reply: flat (slot, expiry, registered,
-          -- token, device) quintuples, the live tokens after the cursor in (expiry, slot) order.
+          -- ARGV: cursor position (0: the start), limit. Reply: flat (position, expiry, registered, token, device)
+          -- quintuples, the live tokens after the cursor in position order. Expired ones the sweep has not removed
+          -- yet are skipped, and the page read on until it is full or the activity has no more.
           if redis.call('EXISTS', meta) == 0 then return {} end
           local fields = redis.call('HMGET', meta, 'state', 'dismissal')
           if fields[1] == 'ended' and fields[2] and tonumber(fields[2]) <= now then return {} end
-          local start = redis.call('ZCOUNT', tokens, '-inf', ARGV[2])
-          if ARGV[3] == '1' then
-            local score, member = ARGV[4], ARGV[5]
-            local after
-            local current = redis.call('ZSCORE', tokens, member)
-            if current and tonumber(current) == tonumber(score) then
-              after = redis.call('ZRANK', tokens, member) + 1
-            else
-              -- The cursor's slot moved or went: the first member after (score, member), by binary search over the
-              -- members of that score (which the sorted set keeps in member order).
-              local low = redis.call('ZCOUNT', tokens, '-inf', '(' .. score)
-              local high = redis.call('ZCOUNT', tokens, '-inf', score)
-              while low < high do
-                local middle = math.floor((low + high) / 2)
-                local at = redis.call('ZRANGE', tokens, middle, middle)[1]
-                if at > member then high = middle else low = middle + 1 end
-              end
-              after = low
+          if redis.call('ZCARD', order) < redis.call('ZCARD', tokens) then
+            -- Written before the order set existed (or by such a Fanout since): each slot missing from it goes at
+            -- its own number, its creation order.
+            for _, slot in ipairs(redis.call('ZRANGE', tokens, 0, -1)) do
+              redis.call('ZADD', order, 'NX', tonumber(slot), slot)
             end
-            if after > start then start = after end
           end
-          local limit = tonumber(ARGV[6])
-          local members = redis.call('ZRANGE', tokens, start, start + limit - 1, 'WITHSCORES')
-          local out = {}
-          for i = 1, #members, 2 do
-            local rec = load(members[i])
-            if rec then
-              out[#out + 1] = members[i]
-              out[#out + 1] = members[i + 1]
-              out[#out + 1] = rec.r
-              out[#out + 1] = rec.t
-              out[#out + 1] = rec.d
+          local low = '(' .. ARGV[3]
+          local limit = tonumber(ARGV[4])
+          local out, count = {}, 0
+          while count < limit do
+            local batch = redis.call('ZRANGEBYSCORE', order, low, '+inf', 'WITHSCORES', 'LIMIT', 0, limit - count)
+            if #batch == 0 then break end
+            for i = 1, #batch, 2 do
+              low = '(' .. batch[i + 1]
+              local rec = load(batch[i])
+              if rec and tonumber(rec.e) > now then
+                out[#out + 1] = batch[i + 1]
+                out[#out + 1] = rec.e
+                out[#out + 1] = rec.r
+                out[#out + 1] = rec.t
+                out[#out + 1] = rec.d
+                count = count + 1
+              end
             end
           end
           return out

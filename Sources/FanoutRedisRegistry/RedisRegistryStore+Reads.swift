@@ -1,20 +1,25 @@
 import FanoutRedis
 import FanoutRegistry
 
-/// Paged reads: each page is one script call on one activity's or one app's keys. Cursors: `expiry:slot` for an
-/// activity's tokens (the sorted set's order), `index:number` for lists of users or devices (the list position and
+/// Paged reads: each page is one script call on one activity's or one app's keys. Cursors: a position for an
+/// activity's tokens (the order set's, see `RedisRegistryScripts.activity`), `index:number` for lists of users or devices (the list position and
 /// the last record's creation number), an activity id after `a:` for a device's update tokens, a sequence number for
 /// the event log.
 extension RedisRegistryStore {
     package func liveUpdateTokens(app: String, activityID: String, after: RegistryCursor?, limit: Int, now: Int64)
         async throws(RegistryError) -> RegistryPage<UpdateTokenRecord>
     {
-        var cursor: (expiresAt: Int64, slot: Int64)?
+        // A position; or, from a Fanout that paged by (expiry, slot), `expiry:slot`: its slot's number, the position
+        // the order set is rebuilt with.
+        var cursor: Int64 = 0
         if let after {
-            guard let pair = Self.pair(after) else {
+            if let position = Int64(after.rawValue), position >= 0 {
+                cursor = position
+            } else if let (_, slot) = Self.pair(after) {
+                cursor = slot
+            } else {
                 throw .invalid("cursor", "\(after.rawValue) is not a cursor of this registry")
             }
-            cursor = pair
         }
         let limit = try Self.limit(limit)
         let activityID = try RegistryValidation.identifier(activityID, field: "activity_id")
@@ -22,17 +27,13 @@ extension RedisRegistryStore {
         let reply = try await send(
             Self.eval(
                 RedisRegistryScripts.activity, keys: keys.activity(ActivityReference(app: app, activityID: activityID)),
-                [
-                    "page", RedisArgument(String(now)), cursor == nil ? "0" : "1",
-                    RedisArgument(String(cursor?.expiresAt ?? 0)), RedisArgument(Self.slot(cursor?.slot ?? 0)),
-                    RedisArgument(limit),
-                ]))
+                ["page", RedisArgument(String(now)), RedisArgument(String(cursor)), RedisArgument(limit)]))
         let values = reply.array ?? []
         var items: [UpdateTokenRecord] = []
         items.reserveCapacity(values.count / 5)
-        var last: (Int64, Int64) = (0, 0)
+        var last: Int64 = 0
         for index in stride(from: 0, to: values.count - 4, by: 5) {
-            let slot = values[index].integer ?? 0
+            let position = Self.number(values[index])
             let expiresAt = Self.number(values[index + 1])
             let device = values[index + 4].string ?? ""
             items.append(
@@ -40,10 +41,9 @@ extension RedisRegistryStore {
                     activityID: activityID, deviceID: device.isEmpty ? nil : device,
                     token: values[index + 3].string ?? "", registeredAt: Self.number(values[index + 2]),
                     expiresAt: expiresAt))
-            last = (expiresAt, slot)
+            last = position
         }
-        return RegistryPage(
-            items: items, next: items.count == limit ? RegistryCursor(rawValue: "\(last.0):\(last.1)") : nil)
+        return RegistryPage(items: items, next: items.count == limit ? RegistryCursor(rawValue: String(last)) : nil)
     }
 
     package func liveUpdateTokenCount(app: String, activityID: String, now: Int64) async throws(RegistryError) -> Int {
@@ -311,11 +311,6 @@ extension RedisRegistryStore {
     static func number(_ value: RedisValue) -> Int64 {
         if let integer = value.integer { return integer }
         return Int64(Double(value.string ?? "") ?? 0)
-    }
-
-    static func slot(_ number: Int64) -> String {
-        let digits = String(number)
-        return String(repeating: "0", count: max(0, 12 - digits.count)) + digits
     }
 
     static func pair(_ cursor: RegistryCursor) -> (Int64, Int64)? {

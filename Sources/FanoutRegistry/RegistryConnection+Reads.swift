@@ -1,17 +1,18 @@
 import FanoutSQLite
 
-/// Paged reads. Cursors are keys of the last row returned, as text: a row id (`"1234"`), an expiry and a row id for an
-/// activity's tokens (`"1764460800000:1234"`), or for a list of users or devices the position in the list and a row id
-/// (`"3:1234"`). Pages are keyset reads (`key > cursor ORDER BY key`), so each costs the same however deep it is, and a
-/// row present and unchanged for the whole paging is returned exactly once.
+/// Paged reads. Cursors are keys of the last row returned, as text: a row id (`"1234"`, also for an activity's
+/// tokens), or for a list of users or devices the position in the list and a row id (`"3:1234"`). Pages are keyset
+/// reads (`key > cursor ORDER BY key`), so each costs the same however deep it is, and a row present for the whole
+/// paging is returned exactly once.
 extension RegistryConnection {
     // MARK: Update tokens
 
-    /// Pages in the order of `update_tokens_by_activity`: by expiry, then row id. The live ones are one range of the
-    /// index (expiry after `now`), read without touching the expired rows; a new registration joins the end, so a
-    /// send that is still paging reaches it; a token rotated mid-paging moves to the end and its new value is
-    /// returned then.
-    func liveUpdateTokens(app: AppRef, activityID: String, after: ExpiryCursor, limit: Int, now: Int64)
+    /// Pages in row id order (`update_tokens_in_order`), skipping the expired rows a sweep has not removed yet. A
+    /// row keeps its id while its token stays (registered again, or taken over by a device), so a send reads each
+    /// token once; a new registration gets a new id, after every other, so a send that is still paging reaches it,
+    /// and so does a token rotated mid-paging (its new value, at a new id). Not by expiry: a token registered again
+    /// moves its expiry forward, which would put it behind the send's cursor and read it twice.
+    func liveUpdateTokens(app: AppRef, activityID: String, after: Int64, limit: Int, now: Int64)
         throws(SQLiteError) -> RegistryPage<UpdateTokenRecord>
     {
         let activity = try database.withStatement(
@@ -26,35 +27,24 @@ extension RegistryConnection {
         if activity.ended, let dismissal = activity.dismissal, dismissal <= now {
             return RegistryPage(items: [], next: nil)
         }
-        // Live means expires_at > now. Two keyset reads, each one seek in the index: the rest of the cursor's
-        // expiry (a bulk import gives thousands of tokens the same one), then the later expiries. A single
-        // `(expires_at, id) > (?, ?)` condition would make SQLite walk the equal expiries from their start.
         var items: [UpdateTokenRecord] = []
         items.reserveCapacity(min(limit, 65_536))
         var last = after
-        func read(_ sql: SQLiteSQL, expiry: Int64, row: Int64) throws(SQLiteError) {
-            try database.withStatement(sql) { statement throws(SQLiteError) in
-                try statement.bind(activity.row, at: 1)
-                try statement.bind(expiry, at: 2)
-                try statement.bind(row, at: 3)
-                try statement.bind(Int64(limit - items.count), at: 4)
-                while try statement.step() {
-                    last = ExpiryCursor(expiresAt: statement.int64(at: 4), row: statement.int64(at: 0))
-                    items.append(
-                        UpdateTokenRecord(
-                            activityID: activityID, deviceID: statement.optionalString(at: 1),
-                            token: statement.string(at: 2), registeredAt: statement.int64(at: 3),
-                            expiresAt: last.expiresAt))
-                }
+        try database.withStatement(ReadSQL.liveTokensAfterRow) { statement throws(SQLiteError) in
+            try statement.bind(activity.row, at: 1)
+            try statement.bind(after, at: 2)
+            try statement.bind(now, at: 3)
+            try statement.bind(Int64(limit), at: 4)
+            while try statement.step() {
+                last = statement.int64(at: 0)
+                items.append(
+                    UpdateTokenRecord(
+                        activityID: activityID, deviceID: statement.optionalString(at: 1),
+                        token: statement.string(at: 2), registeredAt: statement.int64(at: 3),
+                        expiresAt: statement.int64(at: 4)))
             }
         }
-        if after.expiresAt > now {
-            try read(ReadSQL.liveTokensAtExpiry, expiry: after.expiresAt, row: after.row)
-        }
-        if items.count < limit {
-            try read(ReadSQL.liveTokensAfterExpiry, expiry: max(after.expiresAt, now), row: 0)
-        }
-        return RegistryPage(items: items, next: items.count == limit ? last.cursor : nil)
+        return RegistryPage(items: items, next: items.count == limit ? RegistryCursor(row: last) : nil)
     }
 
     /// How many update tokens of an activity are live at `now`: a count over the activity's range of
@@ -318,28 +308,15 @@ extension RegistryConnection {
     }
 }
 
-/// A cursor over an activity's tokens: the expiry and row id of the last one returned.
-struct ExpiryCursor: Hashable {
-    var expiresAt: Int64
-    var row: Int64
-
-    static let start = ExpiryCursor(expiresAt: 0, row: 0)
-
-    var cursor: RegistryCursor { RegistryCursor(rawValue: "\(expiresAt):\(row)") }
-
-    init(expiresAt: Int64, row: Int64) {
-        self.expiresAt = expiresAt
-        self.row = row
-    }
-
-    /// Nil for a cursor this store did not make.
-    init?(_ cursor: RegistryCursor?) {
-        guard let cursor else {
-            self = .start
-            return
-        }
-        guard let (expiresAt, row) = cursor.pair, row >= 0 else { return nil }
-        self.init(expiresAt: expiresAt, row: row)
+extension RegistryCursor {
+    /// The row id of a cursor over an activity's tokens (0 for nil); nil for a cursor this store did not make.
+    /// Schema version 2 made `expiry:row` cursors: its row id is taken (a send paging across the upgrade goes on
+    /// after that row, but may miss or repeat a token registered again while it paged, as version 2 did).
+    static func tokenRow(_ cursor: RegistryCursor?) -> Int64? {
+        guard let cursor else { return 0 }
+        if let row = cursor.row { return row }
+        guard let (_, row) = cursor.pair, row >= 0 else { return nil }
+        return row
     }
 }
 
@@ -380,19 +357,13 @@ extension RegistryCursor {
     }
 }
 
-/// The paging statements of an activity's tokens.
+/// The paging statement of an activity's tokens.
 enum ReadSQL {
-    /// The tokens of one expiry after a row id: `?2` expiry, `?3` row id, `?4` limit.
-    static let liveTokensAtExpiry = SQLiteSQL(
+    /// The live tokens after a row id: `?2` row id, `?3` now, `?4` limit.
+    static let liveTokensAfterRow = SQLiteSQL(
         """
-        SELECT id, device_id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_by_activity
-        WHERE activity = ?1 AND expires_at = ?2 AND id > ?3 ORDER BY id LIMIT ?4
-        """)
-    /// The tokens of later expiries: `?2` expiry, `?4` limit (`?3`, bound like the other's, is unused).
-    static let liveTokensAfterExpiry = SQLiteSQL(
-        """
-        SELECT id, device_id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_by_activity
-        WHERE activity = ?1 AND expires_at > ?2 ORDER BY expires_at, id LIMIT ?4
+        SELECT id, device_id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_in_order
+        WHERE activity = ?1 AND id > ?2 AND expires_at > ?3 ORDER BY id LIMIT ?4
         """)
 }
 

@@ -19,10 +19,24 @@ struct WriteContext {
     var lastActivity: (app: Int64, activityID: String, row: Int64)?
     /// When each activity this transaction registered a token for ended (nil: it is live), read once per activity.
     var activityEnds: [Int64: Int64?] = [:]
+    /// The highest update token row id handed out (`RegistryConnection.nextUpdateTokenRow`), and what `counters`
+    /// held at the start; nil until the transaction makes its first row.
+    var lastTokenRow: Int64?
+    var storedLastTokenRow: Int64?
 
     init(now: Int64) {
         self.now = now
     }
+}
+
+/// An update token row about to be written.
+struct UpdateTokenRow {
+    var activity: Int64
+    var deviceID: String?
+    var token: String
+    var key: Int64
+    var registeredAt: Int64
+    var expiresAt: Int64
 }
 
 struct PendingEvent {
@@ -62,6 +76,7 @@ extension RegistryConnection {
             }
             try flushEvents(in: &context)
             try addExpiredSwept(context.expiredSwept)
+            try storeLastTokenRow(context)
             return context.result
         }
     }
@@ -243,21 +258,17 @@ extension RegistryConnection {
             guard try statement.step() else { return nil }
             return (statement.int64(at: 0), statement.string(at: 1), statement.int64(at: 2), statement.int64(at: 3))
         }
+        let fresh = UpdateTokenRow(
+            activity: row, deviceID: deviceID, token: token, key: key, registeredAt: registeredAt, expiresAt: expiresAt)
         guard var existing else {
-            try database.withStatement(HotSQL.insertUpdateToken) { statement throws(SQLiteError) in
-                try statement.bind(row, at: 1)
-                try statement.bind(deviceID, at: 2)
-                try statement.bind(token, at: 3)
-                try statement.bind(key, at: 4)
-                try statement.bind(registeredAt, at: 5)
-                try statement.bind(expiresAt, at: 6)
-                try statement.run()
-            }
-            // A token the activity already held without a device was live all along: no event for taking it over.
-            if deviceID != nil, try absorbAnonymousRegistration(of: token, key: key, activity: row) {
+            // A token the activity already held without a device: the device takes it over, with no event (it was
+            // live all along).
+            if deviceID != nil, let anonymous = try anonymousRegistration(of: fresh) {
+                try takeOver(anonymous, by: fresh, in: &context)
                 context.result.unchanged += 1
                 return
             }
+            try insertUpdateToken(fresh, in: &context)
             try reopenIfEnded(row, registeredAt: registeredAt, in: &context)
             try recordEvent(
                 app: app, activityID: activityID, deviceID: deviceID, token: token, kind: .update, change: .added,
@@ -287,16 +298,38 @@ extension RegistryConnection {
             context.result.unchanged += 1
             return
         }
-        try database.withStatement(HotSQL.updateUpdateToken) { statement throws(SQLiteError) in
-            try statement.bind(existing.id, at: 1)
-            try statement.bind(token, at: 2)
-            try statement.bind(key, at: 3)
-            try statement.bind(registeredAt, at: 4)
-            try statement.bind(expiresAt, at: 5)
-            try statement.run()
-        }
-        if token != existing.token, deviceID != nil {
-            _ = try absorbAnonymousRegistration(of: token, key: key, activity: row)
+        // Sends page an activity's tokens in row id order (see `liveUpdateTokens`). The same token registered again
+        // keeps its row, so a send that read it does not read it again; a new token for the slot (a rotation, or a
+        // dead slot filled) gets a new row id, the activity's last, so a send still paging reaches it.
+        if token == existing.token {
+            try database.withStatement(HotSQL.updateUpdateToken) { statement throws(SQLiteError) in
+                try statement.bind(existing.id, at: 1)
+                try statement.bind(token, at: 2)
+                try statement.bind(key, at: 3)
+                try statement.bind(registeredAt, at: 4)
+                try statement.bind(expiresAt, at: 5)
+                try statement.run()
+            }
+        } else if deviceID != nil {
+            // A rotation to a token the activity holds without a device takes that row over (its place too: a send
+            // that read that token does not read it again).
+            try deleteUpdateToken(existing.id)
+            if let anonymous = try anonymousRegistration(of: fresh) {
+                try takeOver(anonymous, by: fresh, in: &context)
+            } else {
+                try insertUpdateToken(fresh, in: &context)
+            }
+        } else {
+            let moved = try nextUpdateTokenRow(in: &context)
+            try database.withStatement(HotSQL.moveUpdateToken) { statement throws(SQLiteError) in
+                try statement.bind(existing.id, at: 1)
+                try statement.bind(token, at: 2)
+                try statement.bind(key, at: 3)
+                try statement.bind(registeredAt, at: 4)
+                try statement.bind(expiresAt, at: 5)
+                try statement.bind(moved, at: 6)
+                try statement.run()
+            }
         }
         if token != slotToken { try reopenIfEnded(row, registeredAt: registeredAt, in: &context) }
         if token == existing.token {
@@ -338,17 +371,85 @@ extension RegistryConnection {
         context.activityEnds[row] = .some(nil)
     }
 
+    /// The row of `registration`'s token in its activity without a device: its id and expiry.
+    private func anonymousRegistration(of registration: UpdateTokenRow) throws(SQLiteError) -> (
+        id: Int64, expiresAt: Int64
+    )? {
+        try database.withStatement(HotSQL.selectAnonymousToken) { statement throws(SQLiteError) in
+            try statement.bind(registration.key, at: 1)
+            try statement.bind(registration.token, at: 2)
+            try statement.bind(registration.activity, at: 3)
+            return try statement.step() ? (statement.int64(at: 0), statement.int64(at: 1)) : nil
+        }
+    }
+
     /// A device's registration takes over the same token registered without a device (an import without device ids,
-    /// then the app's own registration): one token, one row, so a send reaches it once. Whether there was one.
-    private func absorbAnonymousRegistration(of token: String, key: Int64, activity row: Int64) throws(SQLiteError)
-        -> Bool
-    {
-        try database.withStatement(HotSQL.deleteAnonymousToken) { statement throws(SQLiteError) in
-            try statement.bind(key, at: 1)
-            try statement.bind(token, at: 2)
-            try statement.bind(row, at: 3)
+    /// then the app's own registration): one token, one row, so a send reaches it once. A live row becomes the
+    /// device's and keeps its id, so its place in a send's paging: a send that read it already does not read it
+    /// again. An expired one goes, and the registration gets a new row (a send still paging reaches it).
+    private func takeOver(
+        _ anonymous: (id: Int64, expiresAt: Int64), by registration: UpdateTokenRow, in context: inout WriteContext
+    ) throws(SQLiteError) {
+        guard anonymous.expiresAt > context.now else {
+            try deleteUpdateToken(anonymous.id)
+            try insertUpdateToken(registration, in: &context)
+            return
+        }
+        try database.withStatement(HotSQL.takeOverUpdateToken) { statement throws(SQLiteError) in
+            try statement.bind(anonymous.id, at: 1)
+            try statement.bind(registration.deviceID, at: 2)
+            try statement.bind(registration.registeredAt, at: 3)
+            try statement.bind(registration.expiresAt, at: 4)
             try statement.run()
-            return database.changes > 0
+        }
+    }
+
+    private func deleteUpdateToken(_ id: Int64) throws(SQLiteError) {
+        try database.withStatement(HotSQL.deleteUpdateToken) { statement throws(SQLiteError) in
+            try statement.bind(id, at: 1)
+            try statement.run()
+        }
+    }
+
+    /// A new row for a token, with the next row id (`nextUpdateTokenRow`).
+    private func insertUpdateToken(_ registration: UpdateTokenRow, in context: inout WriteContext) throws(SQLiteError) {
+        let id = try nextUpdateTokenRow(in: &context)
+        try database.withStatement(HotSQL.insertUpdateToken) { statement throws(SQLiteError) in
+            try statement.bind(registration.activity, at: 1)
+            try statement.bind(registration.deviceID, at: 2)
+            try statement.bind(registration.token, at: 3)
+            try statement.bind(registration.key, at: 4)
+            try statement.bind(registration.registeredAt, at: 5)
+            try statement.bind(registration.expiresAt, at: 6)
+            try statement.bind(id, at: 7)
+            try statement.run()
+        }
+    }
+
+    /// The id of the next update token row: one more than any the table has held. SQLite alone would give a new row
+    /// the largest id plus one, so a row inserted after the last one was deleted would get that one's id again, and
+    /// a send whose cursor is that id would not read the new row. The highest id handed out is kept in `counters`
+    /// (`update_token_rows`), read at the first new row of a transaction and written back at its end.
+    func nextUpdateTokenRow(in context: inout WriteContext) throws(SQLiteError) -> Int64 {
+        let last: Int64
+        if let known = context.lastTokenRow {
+            last = known
+        } else {
+            last = try database.withStatement(HotSQL.selectLastTokenRow) { statement throws(SQLiteError) in
+                try statement.step() ? statement.int64(at: 0) : 0
+            }
+            context.storedLastTokenRow = last
+        }
+        context.lastTokenRow = last + 1
+        return last + 1
+    }
+
+    /// Writes back the highest update token row id this transaction handed out.
+    func storeLastTokenRow(_ context: WriteContext) throws(SQLiteError) {
+        guard let last = context.lastTokenRow, last != context.storedLastTokenRow else { return }
+        try database.withStatement(HotSQL.storeLastTokenRow) { statement throws(SQLiteError) in
+            try statement.bind(last, at: 1)
+            try statement.run()
         }
     }
 
@@ -701,22 +802,41 @@ enum HotSQL {
     static let selectTokenInActivity = SQLiteSQL(
         """
         SELECT id, token, registered_at, expires_at FROM update_tokens INDEXED BY update_tokens_by_token
-        WHERE token_key = ?3 AND token = ?2 AND activity = ?1 LIMIT 1
+        WHERE token_key = ?3 AND token = ?2 AND activity = ?1 ORDER BY id LIMIT 1
         """)
-    static let deleteAnonymousToken = SQLiteSQL(
+    static let selectAnonymousToken = SQLiteSQL(
         """
-        DELETE FROM update_tokens INDEXED BY update_tokens_by_token
+        SELECT id, expires_at FROM update_tokens INDEXED BY update_tokens_by_token
         WHERE token_key = ?1 AND token = ?2 AND activity = ?3 AND device_id IS NULL
         """)
     static let selectDeviceSlot = SQLiteSQL(
         "SELECT id, token, registered_at, expires_at FROM update_tokens WHERE activity = ?1 AND device_id = ?2")
     static let insertUpdateToken = SQLiteSQL(
         """
-        INSERT INTO update_tokens (activity, device_id, token, token_key, registered_at, expires_at)
-        VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        INSERT INTO update_tokens (id, activity, device_id, token, token_key, registered_at, expires_at)
+        VALUES (?7, ?1, ?2, ?3, ?4, ?5, ?6)
         """)
     static let updateUpdateToken = SQLiteSQL(
         "UPDATE update_tokens SET token = ?2, token_key = ?3, registered_at = ?4, expires_at = ?5 WHERE id = ?1")
+    /// A new token in the row's slot, at a new row id `?6` (the end of the activity's paging order).
+    static let moveUpdateToken = SQLiteSQL(
+        """
+        UPDATE update_tokens SET id = ?6, token = ?2, token_key = ?3, registered_at = ?4, expires_at = ?5
+        WHERE id = ?1
+        """)
+    static let deleteUpdateToken = SQLiteSQL("DELETE FROM update_tokens WHERE id = ?1")
+    static let takeOverUpdateToken = SQLiteSQL(
+        "UPDATE update_tokens SET device_id = ?2, registered_at = ?3, expires_at = ?4 WHERE id = ?1")
+    static let selectLastTokenRow = SQLiteSQL(
+        """
+        SELECT max(coalesce((SELECT value FROM counters WHERE name = 'update_token_rows'), 0),
+                   coalesce((SELECT max(id) FROM update_tokens), 0))
+        """)
+    static let storeLastTokenRow = SQLiteSQL(
+        """
+        INSERT INTO counters (name, value) VALUES ('update_token_rows', ?1)
+        ON CONFLICT (name) DO UPDATE SET value = excluded.value
+        """)
     static let upsertDeviceUser = SQLiteSQL(
         """
         INSERT INTO devices (app, device_id, user_id, updated_at) VALUES (?1, ?2, ?3, ?4)

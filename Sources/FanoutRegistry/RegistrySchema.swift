@@ -1,5 +1,5 @@
-/// The SQLite registry's schema: version 2 (version 1 had no `activities.channel_storage_policy`). docs/REGISTRY.md
-/// describes each table and why each index exists.
+/// The SQLite registry's schema: version 3 (version 2 had no `update_tokens_in_order`, version 1 no
+/// `activities.channel_storage_policy` either). docs/REGISTRY.md describes each table and why each index exists.
 ///
 /// All times are Unix milliseconds except `last_content_timestamp` (the `aps` timestamp, Unix seconds). Tables are
 /// STRICT, so a value of the wrong type is refused instead of silently stored. Apps and activities are interned as
@@ -11,12 +11,17 @@ enum RegistrySchema {
     /// `PRAGMA application_id`: "FnRg". A file with another id is not a Fanout registry and is never written to.
     static let applicationID: Int32 = 0x466E_5267
     /// `PRAGMA user_version`: the schema version this code reads and writes.
-    static let version: Int32 = 2
+    static let version: Int32 = 3
 
-    /// What brings a registry of the previous version up to this one, in one write transaction: version 1 had no
-    /// channel storage policy (its bound channels read as policy unknown).
+    /// What brings a registry of version 1 up to version 2: version 1 had no channel storage policy (its bound
+    /// channels read as policy unknown).
     static let upgradeFromVersion1 =
         "ALTER TABLE activities ADD COLUMN channel_storage_policy INTEGER CHECK (channel_storage_policy IN (0, 1))"
+
+    /// What brings a registry of version 2 up to version 3: the index an activity's tokens are paged in. Version 2
+    /// paged by (expiry, row id), so a token registered again (a later expiry) moved behind a send's cursor and was
+    /// read twice. Building it reads the table once, at the first open by this version.
+    static let upgradeFromVersion2 = "CREATE INDEX update_tokens_in_order ON update_tokens (activity, id)"
 
     /// 16 KiB pages instead of SQLite's 4 KiB. Tokens are random, so a batch of new ones lands all over the token
     /// index and each commit writes most of its pages to the WAL; measured on a million-row import (10,000 rows per
@@ -72,6 +77,7 @@ enum RegistrySchema {
             expires_at INTEGER NOT NULL
         ) STRICT;
         CREATE INDEX update_tokens_by_activity ON update_tokens (activity, expires_at);
+        CREATE INDEX update_tokens_in_order ON update_tokens (activity, id);
         CREATE UNIQUE INDEX update_tokens_by_device ON update_tokens (activity, device_id) WHERE device_id IS NOT NULL;
         CREATE INDEX update_tokens_by_token ON update_tokens (token_key);
 

@@ -86,12 +86,15 @@ public final class SQLiteRegistryStore: RegistryStore {
         }
     }
 
-    /// Brings a registry of schema version 1 up to this one, under the write lock (re-read there, in case another
-    /// process upgraded it meanwhile).
+    /// Brings a registry of an older schema version up to this one, in one transaction under the write lock (the
+    /// version re-read there, in case another process upgraded it meanwhile).
     private static func upgrade(_ database: SQLiteDatabase, path: String) throws {
         try database.transaction { () throws(SQLiteError) in
-            guard case .database(_, let version) = try database.identify(), version == 1 else { return }
-            try database.execute(RegistrySchema.upgradeFromVersion1)
+            guard case .database(_, let version) = try database.identify(), version == 1 || version == 2 else {
+                return
+            }
+            if version <= 1 { try database.execute(RegistrySchema.upgradeFromVersion1) }
+            if version <= 2 { try database.execute(RegistrySchema.upgradeFromVersion2) }
             try database.setUserVersion(RegistrySchema.version)
         }
     }
@@ -223,7 +226,7 @@ public final class SQLiteRegistryStore: RegistryStore {
     public func liveUpdateTokens(app: String, activityID: String, after: RegistryCursor?, limit: Int, now: Int64)
         async throws(RegistryError) -> RegistryPage<UpdateTokenRecord>
     {
-        guard let cursor = ExpiryCursor(after) else {
+        guard let cursor = RegistryCursor.tokenRow(after) else {
             throw .invalid("cursor", "\(after?.rawValue ?? "") is not a cursor of this registry")
         }
         let limit = try SQLiteRegistryStore.limit(limit)

@@ -68,7 +68,7 @@ final class RedisRegistryStoreTests: XCTestCase {
             XCTAssertEqual(
                 Set(activityKeys),
                 Set(
-                    ["meta", "tokens", "slots", "devices", "bytoken"].map {
+                    ["meta", "tokens", "slots", "devices", "bytoken", "order"].map {
                         "fanout:registry:{com.acme.app/match%2F7%7Bx%7D}:\($0)"
                     }))
             XCTAssertTrue(keys.allSatisfy { $0.hasPrefix("fanout:registry:") })
@@ -78,6 +78,40 @@ final class RedisRegistryStoreTests: XCTestCase {
             XCTAssertEqual(none, [])
             let mine = try await store.allLiveTokens(activityID: "match/7{x}", now: clock.now)
             XCTAssertEqual(mine.map(\.token), [TestTokens.token(1)])
+        }
+    }
+
+    /// A registry written before the order set existed (its pages were by expiry and slot, `expiry:slot` cursors):
+    /// the first page rebuilds the set, each slot at its own number, and such a cursor goes on after its slot.
+    func testARegistryWrittenBeforeThePagingOrderIsPagedAndItsCursorsStillWork() async throws {
+        let server = try RedisServerProcess(for: self)
+        let clock = TestClock()
+        try await withClient(server.url) { client in
+            let store = try await store(client, clock: clock)
+            let tokens = (0..<4).map { TestTokens.token($0) }
+            try await store.apply(
+                tokens.enumerated().map { index, token in
+                    .updateToken(
+                        .init(
+                            app: app, activityID: "match-7", deviceID: index == 3 ? nil : "d\(index)", token: token))
+                })
+            let order = "fanout:registry:{com.acme.app/match-7}:order"
+            _ = try await client.command(["DEL", RedisArgument(order)])
+            let first = try await store.liveUpdateTokens(
+                app: app, activityID: "match-7", after: nil, limit: 2, now: clock.now)
+            XCTAssertEqual(first.items.map(\.token), Array(tokens[0..<2]))
+            let size = try await client.command(["ZCARD", RedisArgument(order)]).integer
+            XCTAssertEqual(size, 4, "rebuilt")
+            clock.advance(milliseconds: 61_000)
+            try await store.register(
+                .updateToken(.init(app: app, activityID: "match-7", deviceID: "d0", token: tokens[0])))
+            // The second token's slot is number 2.
+            let before = RegistryCursor(rawValue: "\(first.items[1].expiresAt):2")
+            for start in [first.next, before] {
+                let rest = try await store.liveUpdateTokens(
+                    app: app, activityID: "match-7", after: start, limit: 10, now: clock.now)
+                XCTAssertEqual(rest.items.map(\.token), Array(tokens[2...]), "from \(start?.rawValue ?? "")")
+            }
         }
     }
 

@@ -85,6 +85,15 @@ final class RedisRegistryReadTests: RegistryReadTests {
     override func testPagingGoesOnAfterTheCursorsTokenIsStoppedAndAReturnedOneRotates() async throws {
         try await super.testPagingGoesOnAfterTheCursorsTokenIsStoppedAndAReturnedOneRotates()
     }
+    override func testATokenRegisteredAgainWhilePagingIsNotReturnedASecondTime() async throws {
+        try await super.testATokenRegisteredAgainWhilePagingIsNotReturnedASecondTime()
+    }
+    override func testATokenTakenOverByADeviceWhilePagingIsNotReturnedASecondTime() async throws {
+        try await super.testATokenTakenOverByADeviceWhilePagingIsNotReturnedASecondTime()
+    }
+    override func testATokenRegisteredAfterTheCursorsTokenWentIsReached() async throws {
+        try await super.testATokenRegisteredAfterTheCursorsTokenWentIsReached()
+    }
 }
 
 final class RedisRegistryEventTests: RegistryEventTests {

@@ -78,9 +78,10 @@ final class RegistryFileTests: XCTestCase {
         let store = try await makeStore(in: directory, clock: clock)
         try await store.apply([.channel(app: "com.acme.app", activityID: "match-7", channelID: "dHN0LTE=")])
         store.close()
-        // What version 1 wrote: no channel_storage_policy column.
+        // What version 1 wrote: no channel_storage_policy column (nor version 3's update_tokens_in_order).
         let database = try SQLiteDatabase(path: path)
         try database.execute("ALTER TABLE activities DROP COLUMN channel_storage_policy")
+        try database.execute("DROP INDEX update_tokens_in_order")
         try database.setUserVersion(1)
         database.close()
 
@@ -97,7 +98,53 @@ final class RegistryFileTests: XCTestCase {
         XCTAssertEqual(bound?.channelStoragePolicy, 0)
         upgraded.close()
         let reopened = try SQLiteDatabase(path: path)
-        XCTAssertEqual(try reopened.identify(), .database(applicationID: 0x466E_5267, userVersion: 2))
+        XCTAssertEqual(try reopened.identify(), .database(applicationID: 0x466E_5267, userVersion: 3))
+        reopened.close()
+    }
+
+    func testARegistryOfSchemaVersion2IsUpgradedWhenOpenedAndItsCursorsStillWork() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let path = directory.file("registry.db")
+        let store = try await makeStore(in: directory, clock: clock)
+        let tokens = (0..<3).map { TestTokens.token($0) }
+        try await store.apply(
+            tokens.enumerated().map { index, token in
+                .updateToken(.init(app: "com.acme.app", activityID: "match-7", deviceID: "d\(index)", token: token))
+            })
+        let first = try await store.liveUpdateTokens(
+            app: "com.acme.app", activityID: "match-7", after: nil, limit: 1, now: clock.now)
+        store.close()
+        // What version 2 wrote: no update_tokens_in_order; and its cursors were `expiry:row`.
+        let database = try SQLiteDatabase(path: path)
+        try database.execute("DROP INDEX update_tokens_in_order")
+        try database.setUserVersion(2)
+        database.close()
+        let row = try XCTUnwrap(first.next?.rawValue)
+        let versionTwoCursor = RegistryCursor(rawValue: "\(first.items[0].expiresAt):\(row)")
+
+        var configuration = RegistryConfiguration()
+        configuration.clock = clock.registryClock
+        let upgraded = try SQLiteRegistryStore(path: path, configuration: configuration)
+        clock.advance(milliseconds: 61_000)
+        // Registered again: with version 2's paging it moved behind the cursor and was read twice.
+        try await upgraded.register(
+            .updateToken(.init(app: "com.acme.app", activityID: "match-7", deviceID: "d0", token: tokens[0])))
+        var rest: [String] = []
+        var cursor: RegistryCursor? = versionTwoCursor
+        while let after = cursor {
+            let page = try await upgraded.liveUpdateTokens(
+                app: "com.acme.app", activityID: "match-7", after: after, limit: 1, now: clock.now)
+            rest += page.items.map(\.token)
+            cursor = page.next
+        }
+        XCTAssertEqual(rest, Array(tokens[1...]), "a version 2 cursor goes on after its row, each token once")
+        upgraded.close()
+        let reopened = try SQLiteDatabase(path: path)
+        XCTAssertEqual(try reopened.identify(), .database(applicationID: 0x466E_5267, userVersion: 3))
+        XCTAssertEqual(
+            try reopened.scalarInt64(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'update_tokens_in_order'"), 1)
         reopened.close()
     }
 

@@ -238,4 +238,96 @@ class RegistryReadTests: RegistryStoreTestCase {
         XCTAssertEqual(rest.count, expected.count + 1)
         XCTAssertEqual(rest.last?.token, TestTokens.token(50), "the rotated token moved to the end")
     }
+
+    /// docs/REGISTRY.md: "A send therefore reaches each token once". The same token registered again a minute or
+    /// more later moves its registration time and expiry forward; a send paging the activity must not read it a
+    /// second time after the cursor (two results for one (job, token)). One registered with a device, one without.
+    func testATokenRegisteredAgainWhilePagingIsNotReturnedASecondTime() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        let tokens = (0..<3).map { TestTokens.token($0) }
+        try await store.apply([
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d0", token: tokens[0])),
+            .updateToken(.init(app: app, activityID: "match-7", token: tokens[1])),
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d2", token: tokens[2])),
+        ])
+        let first = try await store.liveUpdateTokens(
+            app: app, activityID: "match-7", after: nil, limit: 2, now: clock.now)
+        XCTAssertEqual(first.items.count, 2)
+        clock.advance(milliseconds: 61_000)
+        for returned in first.items {
+            try await store.register(
+                .updateToken(
+                    .init(app: app, activityID: "match-7", deviceID: returned.deviceID, token: returned.token)))
+        }
+        var rest: [UpdateTokenRecord] = []
+        var cursor = first.next
+        while let after = cursor {
+            let page = try await store.liveUpdateTokens(
+                app: app, activityID: "match-7", after: after, limit: 2, now: clock.now)
+            rest += page.items
+            cursor = page.next
+        }
+        let returned = Set(first.items.map(\.token))
+        XCTAssertEqual(rest.map(\.token), tokens.filter { !returned.contains($0) }, "each token once")
+    }
+
+    /// The same for a device taking over a token registered without a device, by a first registration or by a
+    /// rotation, whether the send read the token already or not.
+    func testATokenTakenOverByADeviceWhilePagingIsNotReturnedASecondTime() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        let tokens = (0..<4).map { TestTokens.token($0) }
+        try await store.apply(
+            tokens.map { .updateToken(.init(app: app, activityID: "match-7", token: $0)) } + [
+                .updateToken(.init(app: app, activityID: "match-7", deviceID: "dB", token: TestTokens.token(10)))
+            ])
+        let first = try await store.liveUpdateTokens(
+            app: app, activityID: "match-7", after: nil, limit: 2, now: clock.now)
+        XCTAssertEqual(first.items.map(\.token), Array(tokens[0..<2]))
+        clock.advance(milliseconds: 1_000)
+        let changes = try await store.apply([
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "dA", token: tokens[0])),
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "dB", token: tokens[1])),
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "dC", token: tokens[2])),
+        ])
+        XCTAssertEqual(changes.events.map(\.change), [.rotated], "dB's token rotated; the others were live all along")
+        var rest: [UpdateTokenRecord] = []
+        var cursor = first.next
+        while let after = cursor {
+            let page = try await store.liveUpdateTokens(
+                app: app, activityID: "match-7", after: after, limit: 2, now: clock.now)
+            rest += page.items
+            cursor = page.next
+        }
+        XCTAssertEqual(rest.map(\.token), [tokens[2], tokens[3]], "each token once, and dB's old one is gone")
+        XCTAssertEqual(rest.map(\.deviceID), ["dC", nil])
+        let all = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(all.map(\.deviceID), ["dA", "dB", "dC", nil], "a takeover keeps the token's place")
+    }
+
+    /// A token registered after the one at the cursor went is still reached: a new registration's place is after
+    /// every other's, even one that is gone (SQLite alone would give the new row the gone row's id again).
+    func testATokenRegisteredAfterTheCursorsTokenWentIsReached() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock)
+        try await store.apply(
+            (0..<4).map {
+                .updateToken(.init(app: app, activityID: "match-7", deviceID: "d\($0)", token: TestTokens.token($0)))
+            })
+        let first = try await store.liveUpdateTokens(
+            app: app, activityID: "match-7", after: nil, limit: 4, now: clock.now)
+        XCTAssertEqual(first.items.count, 4)
+        clock.advance(milliseconds: 1_000)
+        try await store.apply([.stopUpdateTokens(app: app, activityID: "match-7", deviceID: "d3")])
+        try await store.apply([
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d9", token: TestTokens.token(9)))
+        ])
+        let rest = try await store.liveUpdateTokens(
+            app: app, activityID: "match-7", after: first.next, limit: 4, now: clock.now)
+        XCTAssertEqual(rest.items.map(\.token), [TestTokens.token(9)])
+    }
 }
