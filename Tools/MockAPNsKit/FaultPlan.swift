@@ -26,7 +26,7 @@ final class FaultPlan: Sendable {
     init(options: MockOptions) {
         self.options = options
         hasFaults =
-            options.refuseEvery > 0 || options.blackholeEvery > 0 || options.blackholeAfter > 0
+            options.refuseEvery > 0 || options.blackholeEvery > 0 || options.blackholeAfter != nil
             || options.dropEvery > 0 || options.goawayEvery > 0 || !options.failures.isEmpty
     }
 
@@ -40,7 +40,7 @@ final class FaultPlan: Sendable {
             return decision
         }
         if (options.blackholeEvery > 0 && n % UInt64(options.blackholeEvery) == 0)
-            || (options.blackholeAfter > 0 && n > UInt64(options.blackholeAfter))
+            || (options.blackholeAfter.map { n > UInt64($0) } ?? false)
         {
             decision.blackhole = true
             return decision

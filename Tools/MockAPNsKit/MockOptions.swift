@@ -66,8 +66,8 @@ package struct MockOptions: Sendable {
     package var refuseEvery = 0
     /// Every Nth stream is accepted and never answered (a server that hangs while PINGs still work).
     package var blackholeEvery = 0
-    /// Every stream after the Nth is accepted and never answered (0: off): the server hangs mid-run.
-    package var blackholeAfter = 0
+    /// Every stream after the Nth is accepted and never answered (nil: off; 0: every stream): the server hangs.
+    package var blackholeAfter: Int?
     /// Keep every accepted notification's payload, by token (tests that check what a device got; no
     /// flag: it grows with the tokens).
     package var capturePayloads = false
