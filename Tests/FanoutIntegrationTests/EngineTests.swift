@@ -115,6 +115,47 @@ final class EngineTests: XCTestCase {
         }
     }
 
+    /// `ServiceUnavailable` (an overloaded APNs) gets a new connection only once the one it came on has answered
+    /// `answersBeforeOverloadReconnect`: a connection opens one stream until its first answer, so reconnecting at every
+    /// 503 would be a handshake per request, a storm while the service is overloaded.
+    func testAnOverloadedServiceIsNotReconnectedToAtEvery503() async throws {
+        let retries: (inout FanoutEngineConfiguration) -> Void = {
+            $0.retryBase = .milliseconds(1)
+            $0.retryCap = .milliseconds(5)
+            $0.retryBudgetRatio = 1
+        }
+        let everyAnswer = try MockHarness {
+            $0.failures = [InjectedFailure(rate: 1, status: 503, reason: "ServiceUnavailable")]
+        }
+        defer { everyAnswer.stop() }
+        let storm = try makeEngine(for: everyAnswer, loops: 1, connections: 1) {
+            retries(&$0)
+            $0.maxAttempts = 3
+        }
+        let failed = try await storm.run(liveActivityJob(id: "storm", tokens: (0..<50).map { testDeviceToken($0) })) {
+            _ in
+        }
+        await storm.shutdown()
+        XCTAssertEqual(failed.counts.failed, 50, "\(failed.counts)")
+        XCTAssertEqual(everyAnswer.stats.snapshot()["connections"] as? Int, 1, "150 answers of 503 on one connection")
+
+        let someAnswers = try MockHarness {
+            $0.failures = [InjectedFailure(rate: 0.05, status: 503, reason: "ServiceUnavailable")]
+        }
+        defer { someAnswers.stop() }
+        let engine = try makeEngine(for: someAnswers, loops: 1, connections: 1, configure: retries)
+        let count = 3_000  // three times the answers before an overload reconnect (1,000)
+        let summary = try await engine.run(liveActivityJob(id: "some", tokens: (0..<count).map { testDeviceToken($0) }))
+        {
+            _ in
+        }
+        await engine.shutdown()
+        XCTAssertEqual(summary.counts.delivered, count, "\(summary.counts)")
+        let connections = try XCTUnwrap(someAnswers.stats.snapshot()["connections"] as? Int)
+        XCTAssertGreaterThan(connections, 1, "a 503 past the first 1,000 answers reconnects")
+        XCTAssertLessThanOrEqual(connections, 4, "at most one new connection per 1,000 answers")
+    }
+
     func testUnregisteredTokensGetTheirOwnOutcome() async throws {
         let unregistered = (0..<50).map { testDeviceToken(1_000_000 + $0) }
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("unregistered-\(UUID().uuidString)")

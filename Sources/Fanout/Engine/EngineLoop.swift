@@ -342,7 +342,9 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         } else if reasonClass.isRetryable {
             // `Shutdown`, `ServiceUnavailable` and `IdleTimeout` say this server is going or the connection is stale:
             // the retry goes to a new connection (apns-reference section 5: reconnect, then back off).
-            if response.reason?.requiresNewConnection == true { retire(connection) }
+            if response.reason?.requiresNewConnection == true && Self.warrantsReconnecting(response, on: connection) {
+                retire(connection)
+            }
             retryOrFail(pending)
         } else {
             finish(pending, outcome: .rejected, response: response)
@@ -482,6 +484,17 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             connectionEvent(event, slot: slot, connection: connection)
         }
     }
+
+    /// Whether an answer asking for a new connection gets one. `Shutdown` and `IdleTimeout` always do. An overloaded
+    /// service (`ServiceUnavailable`) does once the connection has answered `answersBeforeOverloadReconnect`: a new
+    /// connection opens one stream until its first answer, so one retired at its first 503 would carry one request
+    /// per TLS handshake, a reconnect storm while APNs is overloaded (Apple treats rapid reconnects as an attack),
+    /// while the notification's own retry backs off anyway.
+    private static func warrantsReconnecting(_ response: APNsResponse, on connection: HTTP2ClientConnection) -> Bool {
+        response.reason != .serviceUnavailable || connection.responsesReceived >= answersBeforeOverloadReconnect
+    }
+
+    private static let answersBeforeOverloadReconnect = 1_000
 
     /// Takes no more work to `connection`: its open streams finish there (it closes after them), and a new connection
     /// takes its slot at once, as after a GOAWAY. Once per connection: later answers on it find it retired already.
