@@ -402,11 +402,14 @@ enum RedisRegistryScripts {
           if redis.call('EXISTS', meta) == 0 then return {} end
           local fields = redis.call('HMGET', meta, 'state', 'dismissal')
           if fields[1] == 'ended' and fields[2] and tonumber(fields[2]) <= now then return {} end
-          if redis.call('ZCARD', order) < redis.call('ZCARD', tokens) then
+          if redis.call('ZCARD', order) ~= redis.call('ZCARD', tokens) then
             -- Written before the order set existed (or by such a Fanout since): each slot missing from it goes at
-            -- its own number, its creation order.
+            -- its own number, its creation order, and a slot removed meanwhile leaves it. Once: the two then agree.
             for _, slot in ipairs(redis.call('ZRANGE', tokens, 0, -1)) do
               redis.call('ZADD', order, 'NX', tonumber(slot), slot)
+            end
+            for _, slot in ipairs(redis.call('ZRANGE', order, 0, -1)) do
+              if not redis.call('ZSCORE', tokens, slot) then redis.call('ZREM', order, slot) end
             end
           end
           local low = '(' .. ARGV[3]

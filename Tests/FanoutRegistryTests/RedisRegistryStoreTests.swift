@@ -102,6 +102,11 @@ final class RedisRegistryStoreTests: XCTestCase {
             XCTAssertEqual(first.items.map(\.token), Array(tokens[0..<2]))
             let size = try await client.command(["ZCARD", RedisArgument(order)]).integer
             XCTAssertEqual(size, 4, "rebuilt")
+            // A slot an older Fanout removed stays in the order set: the next page takes it out.
+            _ = try await client.command(["ZADD", RedisArgument(order), "99", "99"])
+            _ = try await store.liveUpdateTokens(app: app, activityID: "match-7", after: nil, limit: 1, now: clock.now)
+            let mended = try await client.command(["ZCARD", RedisArgument(order)]).integer
+            XCTAssertEqual(mended, 4, "a slot that is gone left the order")
             clock.advance(milliseconds: 61_000)
             try await store.register(
                 .updateToken(.init(app: app, activityID: "match-7", deviceID: "d0", token: tokens[0])))
