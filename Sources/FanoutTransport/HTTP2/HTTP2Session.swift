@@ -242,6 +242,10 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// Open streams (including ones this side reset whose RST_STREAM has not gone out yet).
     package var openStreamCount: Int { streams.count }
 
+    /// Server role: whether the delegate hears `requestHeadDidEnd` (a connection with request deadlines). Off, the
+    /// per-request path makes no call for it (mock-apns answers hundreds of thousands a second).
+    package var reportsRequestHeadEnd = false
+
     /// The context of open stream `streamID` (nil when it is not open).
     package func context(ofStream streamID: Int32) -> AnyObject? {
         streams.context(of: streamID)?.takeUnretainedValue()
@@ -860,7 +864,7 @@ private func nghttp2FrameRecvCallback(
         case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
             if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
                 owner.didReceiveEndOfStream(streamID: header.stream_id)
-            } else if UInt32(header.type) == NGHTTP2_HEADERS.rawValue
+            } else if owner.reportsRequestHeadEnd && UInt32(header.type) == NGHTTP2_HEADERS.rawValue
                 && frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST
             {
                 owner.didReceiveRequestHead(streamID: header.stream_id)
