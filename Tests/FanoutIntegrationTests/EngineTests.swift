@@ -115,9 +115,9 @@ final class EngineTests: XCTestCase {
         }
     }
 
-    /// `ServiceUnavailable` (an overloaded APNs) gets a new connection only once the one it came on has answered
-    /// `answersBeforeOverloadReconnect`: a connection opens one stream until its first answer, so reconnecting at every
-    /// 503 would be a handshake per request, a storm while the service is overloaded.
+    /// `ServiceUnavailable` (an overloaded APNs) gets a new connection only once the one it came on has been up
+    /// `overloadReconnectInterval` (5 s; 0.2 s here): a connection opens one stream until its first answer, so
+    /// reconnecting at every 503 would be a handshake per request, a storm while the service is overloaded.
     func testAnOverloadedServiceIsNotReconnectedToAtEvery503() async throws {
         let retries: (inout FanoutEngineConfiguration) -> Void = {
             $0.retryBase = .milliseconds(1)
@@ -131,6 +131,7 @@ final class EngineTests: XCTestCase {
         let storm = try makeEngine(for: everyAnswer, loops: 1, connections: 1) {
             retries(&$0)
             $0.maxAttempts = 3
+            $0.overloadReconnectInterval = .seconds(60)
         }
         let failed = try await storm.run(liveActivityJob(id: "storm", tokens: (0..<50).map { testDeviceToken($0) })) {
             _ in
@@ -143,8 +144,12 @@ final class EngineTests: XCTestCase {
             $0.failures = [InjectedFailure(rate: 0.05, status: 503, reason: "ServiceUnavailable")]
         }
         defer { someAnswers.stop() }
-        let engine = try makeEngine(for: someAnswers, loops: 1, connections: 1, configure: retries)
-        let count = 3_000  // three times the answers before an overload reconnect (1,000)
+        let engine = try makeEngine(for: someAnswers, loops: 1, connections: 1) {
+            retries(&$0)
+            $0.overloadReconnectInterval = .milliseconds(200)
+        }
+        let count = 20_000
+        let started = ContinuousClock.now
         let summary = try await engine.run(liveActivityJob(id: "some", tokens: (0..<count).map { testDeviceToken($0) }))
         {
             _ in
@@ -152,8 +157,9 @@ final class EngineTests: XCTestCase {
         await engine.shutdown()
         XCTAssertEqual(summary.counts.delivered, count, "\(summary.counts)")
         let connections = try XCTUnwrap(someAnswers.stats.snapshot()["connections"] as? Int)
-        XCTAssertGreaterThan(connections, 1, "a 503 past the first 1,000 answers reconnects")
-        XCTAssertLessThanOrEqual(connections, 4, "at most one new connection per 1,000 answers")
+        XCTAssertGreaterThan(connections, 1, "a 503 on a connection up 0.2 s reconnects")
+        let seconds = Double((ContinuousClock.now - started).components.seconds) + 1
+        XCTAssertLessThanOrEqual(Double(connections), seconds / 0.2 + 1, "at most one new connection per 0.2 s")
     }
 
     func testUnregisteredTokensGetTheirOwnOutcome() async throws {

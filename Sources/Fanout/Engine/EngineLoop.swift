@@ -342,7 +342,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         } else if reasonClass.isRetryable {
             // `Shutdown`, `ServiceUnavailable` and `IdleTimeout` say this server is going or the connection is stale:
             // the retry goes to a new connection (apns-reference section 5: reconnect, then back off).
-            if response.reason?.requiresNewConnection == true && Self.warrantsReconnecting(response, on: connection) {
+            if response.reason?.requiresNewConnection == true && warrantsReconnecting(response, on: connection) {
                 retire(connection)
             }
             retryOrFail(pending)
@@ -486,15 +486,15 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     }
 
     /// Whether an answer asking for a new connection gets one. `Shutdown` and `IdleTimeout` always do. An overloaded
-    /// service (`ServiceUnavailable`) does once the connection has answered `answersBeforeOverloadReconnect`: a new
-    /// connection opens one stream until its first answer, so one retired at its first 503 would carry one request
-    /// per TLS handshake, a reconnect storm while APNs is overloaded (Apple treats rapid reconnects as an attack),
-    /// while the notification's own retry backs off anyway.
-    private static func warrantsReconnecting(_ response: APNsResponse, on connection: HTTP2ClientConnection) -> Bool {
-        response.reason != .serviceUnavailable || connection.responsesReceived >= answersBeforeOverloadReconnect
+    /// service (`ServiceUnavailable`) does once the connection has been up `overloadReconnectInterval`: at most one
+    /// new connection per slot that often while 503s go on. Retiring at every 503 would be a reconnect storm while
+    /// APNs is overloaded (a new connection carries one stream until its first answer, so a TLS handshake per request;
+    /// Apple treats rapid reconnects as an attack), and the notification's own retry backs off anyway.
+    private func warrantsReconnecting(_ response: APNsResponse, on connection: HTTP2ClientConnection) -> Bool {
+        guard response.reason == .serviceUnavailable else { return true }
+        let age = loop.nowMilliseconds &- connection.readyAtMilliseconds
+        return connection.readyAtMilliseconds > 0 && age >= configuration.overloadReconnectInterval.wholeMilliseconds
     }
-
-    private static let answersBeforeOverloadReconnect = 1_000
 
     /// Takes no more work to `connection`: its open streams finish there (it closes after them), and a new connection
     /// takes its slot at once, as after a GOAWAY. Once per connection: later answers on it find it retired already.

@@ -70,6 +70,9 @@ public struct FanoutEngineConfiguration: Sendable {
     /// Where the provider token comes from instead of a cache of the engine's own (`fanout worker` shares one token
     /// per team through Redis). Nil: the engine mints its own from `credentials`, refreshed after `tokenRefresh`.
     package var tokenSource: (any ProviderTokenSource)?
+    /// After `ServiceUnavailable`, a connection is replaced only once it has been up this long (at most one new
+    /// connection per slot that often while APNs is overloaded). Shorter only in tests.
+    package var overloadReconnectInterval: Duration = .seconds(5)
     /// The id of each connection's first stream: 1, but a test starts near HTTP/2's last (2^31 - 1) so that
     /// connections run out of stream ids after a few requests, drain, and are replaced.
     package var firstStreamID: Int32 = 1

@@ -101,6 +101,8 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     @exclusivity(unchecked) private var goawayErrorCode: UInt32 = 0
     /// Counts of what happened, for tests and stats.
     @exclusivity(unchecked) package private(set) var responsesReceived = 0
+    /// When the connection became ready, on the loop's clock (`LoopThread.nowMilliseconds`); 0 until then.
+    @exclusivity(unchecked) package private(set) var readyAtMilliseconds: UInt64 = 0
 
     /// Creates a connection and starts connecting. Call on the loop thread.
     package init(loop: LoopThread, configuration: HTTP2ClientConfiguration, tlsContext: TLSClientContext) {
@@ -350,6 +352,7 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     // MARK: HTTP2SessionDelegate
 
     package func sessionDidBecomeReady(_ session: HTTP2Session) {
+        readyAtMilliseconds = loop.nowMilliseconds
         onEvent?(.ready)
         fillStreams()
     }
