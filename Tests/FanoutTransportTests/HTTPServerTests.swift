@@ -323,6 +323,10 @@ final class HTTPServerTests: XCTestCase {
         XCTAssertEqual(head.status, "408")
         XCTAssertEqual(head.bodyText, "request timeout\n")
         XCTAssertLessThan(head.endedAt.timeIntervalSince(opened), 3 * testTimeScale)
+        // Nothing else can come on that connection: it is closed after the linger, not held for the idle time.
+        let closeBy = Date().addingTimeInterval(5 * testTimeScale)
+        while server.openConnections > 1 && Date() < closeBy { usleep(20_000) }
+        XCTAssertEqual(server.openConnections, 1, "the connection with the unfinished header block was closed")
     }
 
     func testSlowButCompleteHTTP2RequestsAreAnsweredWhileAStalledOneTimesOut() throws {

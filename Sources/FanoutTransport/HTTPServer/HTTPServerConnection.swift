@@ -219,6 +219,10 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
         handlersInFlight += 1  // `deliver` counts every answer out
         let message = headComplete ? "request timeout: the body did not arrive in time" : "request timeout"
         deliver(.plain(408, message), for: Int64(streamID))
+        // An unfinished header block stops the whole connection: only its CONTINUATION may come next. Closed once
+        // the stream is reset after the linger (GOAWAY, then close), as HTTP/1.1 closes after its 408, rather than
+        // holding a `max_connections` place for the idle timeout.
+        if !headComplete { connection.drain() }
     }
 
     func serverConnection(_ connection: HTTP2ServerConnection, requestDeadlineAt milliseconds: UInt64) {
