@@ -191,10 +191,7 @@ package final class MockStats: Sendable {
             [
                 "requests": tallies.requests,
                 "accepted": tallies.accepted,
-                "by_status": Dictionary(
-                    uniqueKeysWithValues: tallies.byStatus.enumerated().filter { $0.element > 0 }.map {
-                        (String($0.offset), $0.element)
-                    }),
+                "by_status": Self.nonZero(tallies.byStatus),
                 "by_reason": tallies.byReason,
                 "distinct_tokens": tallies.tokens.count,
                 "duplicate_apns_ids": tallies.duplicateApnsIDs,
@@ -204,19 +201,19 @@ package final class MockStats: Sendable {
                 "connections_dropped": tallies.connectionsDropped,
                 "streams_refused": tallies.streamsRefused,
                 "streams_blackholed": tallies.streamsBlackholed,
-                "accepted_by_priority": Dictionary(
-                    uniqueKeysWithValues: tallies.acceptedByPriority.enumerated().filter { $0.element > 0 }.map {
-                        (String($0.offset), $0.element)
-                    }),
+                "accepted_by_priority": Self.nonZero(tallies.acceptedByPriority),
                 "broadcasts": tallies.broadcasts,
                 "broadcasts_by_channel": tallies.broadcastsByChannel, "broadcasts_stored": tallies.broadcastsStored,
-                "broadcasts_by_priority": Dictionary(
-                    uniqueKeysWithValues: tallies.broadcastsByPriority.enumerated().filter { $0.element > 0 }.map {
-                        (String($0.offset), $0.element)
-                    }),
+                "broadcasts_by_priority": Self.nonZero(tallies.broadcastsByPriority),
                 "channels": tallies.channels,
             ]
         }
+    }
+
+    /// Counts indexed by a number (a status, a priority) as JSON: the non-zero ones, keyed by the number's text.
+    private static func nonZero(_ counts: [Int]) -> [String: Int] {
+        Dictionary(
+            uniqueKeysWithValues: counts.enumerated().filter { $0.element > 0 }.map { (String($0.offset), $0.element) })
     }
 
     package var accepted: Int { merged { $0.accepted } }

@@ -500,9 +500,15 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     /// takes its slot at once, as after a GOAWAY. Once per connection: later answers on it find it retired already.
     private func retire(_ connection: HTTP2ClientConnection) {
         guard let slot = slots.first(where: { $0.connection === connection }) else { return }
+        connection.close()
+        replace(connection, in: slot)
+    }
+
+    /// Moves `connection`, which takes no new work, out of `slot` to finish its streams among `draining`; new work
+    /// goes to a fresh connection in the slot.
+    private func replace(_ connection: HTTP2ClientConnection, in slot: ConnectionSlot) {
         draining[ObjectIdentifier(connection)] = connection
         slot.connection = nil
-        connection.close()
         if !waiting.isEmpty && !isStopping { connect(slot) }
     }
 
@@ -520,12 +526,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         case .capacityAvailable:
             break  // the stream completion already pumped
         case .goaway, .draining:
-            // Finish its streams there; new work goes to a fresh connection in the same slot.
-            if slot.connection === connection {
-                draining[ObjectIdentifier(connection)] = connection
-                slot.connection = nil
-                if !waiting.isEmpty { connect(slot) }
-            }
+            if slot.connection === connection { replace(connection, in: slot) }
         case .closed(let error):
             draining[ObjectIdentifier(connection)] = nil
             if readyConnections.remove(ObjectIdentifier(connection)) != nil {

@@ -334,7 +334,7 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
 
     package func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32) {
         let stream = unsafeDowncast(stream, to: ServerStream.self)
-        if stream.deadlineList != .none { untrack(stream) }
+        untrack(stream)
         guard !stream.delivered, !stream.timedOut else { return }
         stream.delivered = true
         if goawaySent && streamID > goawayLastStreamID {
@@ -352,7 +352,7 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
 
     package func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32) {
         let stream = unsafeDowncast(stream, to: ServerStream.self)
-        if stream.deadlineList != .none { untrack(stream) }
+        untrack(stream)
         handler.serverConnection(self, didCloseStream: streamID, errorCode: errorCode)
         if spareStreams.count < Self.maxSpareStreams {
             stream.reset()

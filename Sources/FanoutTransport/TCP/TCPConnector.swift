@@ -203,6 +203,8 @@ private func tcpResolveCallback(
 private func tcpConnectCallback(_ request: UnsafeMutablePointer<uv_connect_t>?, _ status: Int32) {
     guard let request, let data = request.pointee.data else { preconditionFailure("connect without owner") }
     let connector = Unmanaged<TCPConnector>.fromOpaque(data).takeRetainedValue()
+    // Which socket's attempt this was, compared by address only and never dereferenced: an abandoned attempt's handle
+    // is closing (its `TCPSocket` frees it in the close callback, which libuv runs after this one).
     let handle = request.pointee.handle.map { UnsafeMutableRawPointer($0) }
     request.deallocate()
     connector.didConnect(status: status, handle: handle)
