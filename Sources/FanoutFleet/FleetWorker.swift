@@ -364,17 +364,19 @@ package final class FleetWorker: Sendable {
         }
         let replies: [RedisValue]
         do {
-            // The tokens and the marks in one round trip, with the job's enqueue id: a line found in the cache may
-            // belong to an enqueue whose keys were deleted since, and these tokens to the next one.
+            // The tokens and the marks in one round trip, with the job's enqueue id (a line found in the cache may
+            // belong to an enqueue whose keys were deleted since, and these tokens to the next one) and the policy of
+            // the channel a broadcast shard goes to, as the enqueuer found it bound (absent: unknown).
             replies = try await writer.commands([
                 ["GET", keys.tokens(shard: shard)], ["GET", keys.marks(shard: shard)],
-                ["HGET", keys.meta, RedisArgument(FleetKeys.enqueueIDField)],
+                ["HMGET", keys.meta, RedisArgument(FleetKeys.enqueueIDField), "channel_policy"],
             ])
         } catch {
             throw FleetError(error.message)
         }
         for case .error(let message) in replies { throw FleetError(message) }
-        guard replies[2].string == enqueueID else {
+        let meta = replies[2].array ?? []
+        guard meta.first?.string == enqueueID else {
             await acknowledgeEarlierEnqueue(entry, keys: keys, shard: shard)
             return true
         }
@@ -398,7 +400,7 @@ package final class FleetWorker: Sendable {
             if broadcast, case .activity(let app, _) = job.recipients, let channel = tokens.first {
                 // With the policy the channel was bound with, so a channel that keeps the latest message gets an
                 // expiration that lets APNs keep it (`fanout send --registry` does the same).
-                let policy = try await channelPolicy(keys)
+                let policy = meta.dropFirst().first?.integer.flatMap { ChannelStoragePolicy(rawValue: Int($0)) }
                 job.recipients = .channel(app: app, id: channel, storagePolicy: policy)
             } else {
                 // A registry-addressed job's tokens were read at enqueue: the shard sends them as tokens.
@@ -485,17 +487,6 @@ package final class FleetWorker: Sendable {
                 log("acknowledging \(id): \(error.message); retrying")
                 try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
             }
-        }
-    }
-
-    /// The storage policy of the channel a job's broadcast shard goes to, as the enqueuer found it bound (nil:
-    /// unknown).
-    private func channelPolicy(_ keys: FleetKeys) async throws(FleetError) -> ChannelStoragePolicy? {
-        do {
-            let reply = try await writer.command(["HGET", keys.meta, "channel_policy"])
-            return reply.integer.flatMap { ChannelStoragePolicy(rawValue: Int($0)) }
-        } catch {
-            throw FleetError(error.message)
         }
     }
 

@@ -20,14 +20,7 @@ struct SendJournal: Codable, Equatable {
         /// tokens APNs invalidated are removed, others expire or are added), so a resumed run skips the tokens
         /// that have lines from here on instead. Nil for a job whose recipients keep their positions (inline
         /// tokens, a tokens file, a channel), and in a journal written before this field existed.
-        var tokensFrom: Int?
-
-        init(job: String, prefix: Int, beyond: [Int], tokensFrom: Int? = nil) {
-            self.job = job
-            self.prefix = prefix
-            self.beyond = beyond
-            self.tokensFrom = tokensFrom
-        }
+        var tokensFrom: Int? = nil
     }
 
     var version = 1

@@ -15,12 +15,6 @@ struct LiveActivityFields {
     var attributesType: String?
     var attributes: JSONValue?
 
-    /// The members `jobLineObject` may hold, as a job line spells them.
-    static let jobLineKeys = [
-        "event", "timestamp", "content_state", "stale_date", "dismissal_date", "relevance_score", "alert",
-        "attributes_type", "attributes",
-    ]
-
     var jobLineObject: JSONValue {
         var members: [JSONObject.Member] = [
             .init(key: "event", value: .string(event)), .init(key: "timestamp", value: .integer(timestamp)),

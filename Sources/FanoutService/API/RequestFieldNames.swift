@@ -40,19 +40,18 @@ struct RequestFieldNames: Sendable {
         ("push_to_start.devices", "audience.devices"), ("users", "audience.users"), ("devices", "audience.devices"),
     ]
 
-    /// The native API's Live Activity fields are the job line's `live_activity` members, at the top of the body.
-    static let nativeLiveActivity = RequestFieldNames(
-        LiveActivityFields.jobLineKeys.map { ("live_activity.\($0)", $0) } + [("live_activity", "")] + nativeAudience)
+    /// The native API's Live Activity fields are the job line's `live_activity` members, at the top of the body
+    /// (`live_activity.content_state` is `content_state`; the object itself, the request as a whole).
+    static let nativeLiveActivity = RequestFieldNames([("live_activity", "")] + nativeAudience)
 
     static let nativePush = RequestFieldNames(nativeAudience)
 
     /// Braze's `messages/live_activity/start` and `update` bodies.
     static let braze = RequestFieldNames([
-        ("live_activity.content_state", "content_state"), ("live_activity.stale_date", "stale_date"),
-        ("live_activity.dismissal_date", "dismissal_date"),
         ("live_activity.relevance_score", "notification.relevance_score"),
         ("live_activity.alert", "notification.alert"),
         ("live_activity.attributes_type", "activity_attributes_type"),
+        // The rest (`content_state`, `stale_date`, `dismissal_date`) are spelt as in the job line, at the top.
         ("live_activity.attributes", "activity_attributes"), ("live_activity", ""),
         ("push_to_start.users", "external_user_ids"), ("priority", "notification.apns_priority"),
     ])
