@@ -26,15 +26,25 @@ final class InteropTests: XCTestCase {
     // MARK: h2load → mock-apns
 
     func testH2LoadGetsTwoThousand200sFromMockAPNs() throws {
-        let h2load = try requireTool("h2load", package: "nghttp2-client")
         let scratch = try ProcessSupport.temporaryDirectory(for: self, "h2load")
+        try checkH2LoadGetsTwoThousand200s(
+            scratch: scratch, transport: ["--tls-dir", (scratch as NSString).appendingPathComponent("tls")],
+            scheme: "https")
+    }
+
+    /// `--h2c`: the same over cleartext HTTP/2 with prior knowledge (h2load sends the preface at once for http://).
+    func testH2LoadGetsTwoThousand200sFromMockAPNsOverH2C() throws {
+        let scratch = try ProcessSupport.temporaryDirectory(for: self, "h2load-h2c")
+        try checkH2LoadGetsTwoThousand200s(scratch: scratch, transport: ["--h2c"], scheme: "http")
+    }
+
+    private func checkH2LoadGetsTwoThousand200s(scratch: String, transport: [String], scheme: String) throws {
+        let h2load = try requireTool("h2load", package: "nghttp2-client")
         let statsPath = (scratch as NSString).appendingPathComponent("stats.json")
         let bodyPath = (scratch as NSString).appendingPathComponent("body.json")
         try write(Self.alertPayload, to: bodyPath)
-        let mock = try MockAPNsProcess(arguments: [
-            "--listen", "127.0.0.1:0", "--no-auth", "--tls-dir", (scratch as NSString).appendingPathComponent("tls"),
-            "--stats", statsPath,
-        ])
+        let mock = try MockAPNsProcess(
+            arguments: ["--listen", "127.0.0.1:0", "--no-auth", "--stats", statsPath] + transport)
         var running: MockAPNsProcess? = mock
         defer { _ = try? running?.stop() }
 
@@ -42,7 +52,7 @@ final class InteropTests: XCTestCase {
             h2load,
             [
                 "-n", "2000", "-c", "2", "-m", "50", "-d", bodyPath, "-H", "apns-topic: \(Self.topic)",
-                "https://127.0.0.1:\(mock.port)/3/device/\(testDeviceToken(7))",
+                "\(scheme)://127.0.0.1:\(mock.port)/3/device/\(testDeviceToken(7))",
             ], timeout: 45)
         XCTAssertEqual(result.exitCode, 0, result.summary)
         let requestsLine = result.stdoutLines.first { $0.hasPrefix("requests:") } ?? ""

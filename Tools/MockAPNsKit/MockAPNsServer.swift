@@ -3,7 +3,7 @@ import FanoutTestSupport
 import FanoutTransport
 import Foundation
 
-/// mock-apns as a library: an APNs look-alike over real HTTP/2 and TLS, started on any port (0 for
+/// mock-apns as a library: an APNs look-alike over real HTTP/2 and TLS (or cleartext HTTP/2 with `--h2c`), started on any port (0 for
 /// a free one), used by the `mock-apns` binary and in-process by tests.
 ///
 /// `@unchecked Sendable`: immutable after init; the stats timer is only cancelled.
@@ -28,8 +28,8 @@ package final class MockAPNsServer: @unchecked Sendable {
     /// Starts listening. Throws `MockStartError` with a message naming what is wrong.
     package init(options: MockOptions) throws {
         var material: TestTLSMaterial?
-        let certificate: String
-        let key: String
+        /// The certificate chain and key to serve; nil in cleartext.
+        let certificateAndKey: (certificate: String, key: String)?
         switch options.tls {
         case .directory(let directory):
             do {
@@ -37,13 +37,13 @@ package final class MockAPNsServer: @unchecked Sendable {
             } catch {
                 throw MockStartError("cannot create TLS material in \(directory): \(error)")
             }
-            certificate = material!.serverCertPath
-            key = material!.serverKeyPath
+            certificateAndKey = (material!.serverCertPath, material!.serverKeyPath)
         case .files(let certificateFile, let keyFile):
-            certificate = certificateFile
-            key = keyFile
+            certificateAndKey = (certificateFile, keyFile)
+        case .cleartext:
+            certificateAndKey = nil
         case nil:
-            throw MockStartError("mock-apns needs --tls-dir DIR or --cert PEM --key PEM")
+            throw MockStartError("mock-apns needs --tls-dir DIR, --cert PEM --key PEM or --h2c")
         }
         tlsMaterial = material
 
@@ -80,9 +80,12 @@ package final class MockAPNsServer: @unchecked Sendable {
         let shared = MockShared(
             options: options, verifier: verifier, unregistered: unregistered, stats: stats, record: record,
             channels: channels)
-        let tls: TLSServerContext
+        let tls: TLSServerContext?
         do {
-            tls = try TLSServerContext(TLSServerConfiguration(certificateFile: certificate, privateKeyFile: key))
+            tls = try certificateAndKey.map { files throws(TransportError) in
+                try TLSServerContext(
+                    TLSServerConfiguration(certificateFile: files.certificate, privateKeyFile: files.key))
+            }
         } catch {
             throw MockStartError(error.message)
         }

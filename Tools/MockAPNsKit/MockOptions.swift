@@ -44,6 +44,9 @@ package struct MockOptions: Sendable {
         case directory(String)
         /// Use this certificate chain and key.
         case files(certificate: String, key: String)
+        /// No TLS: HTTP/2 in cleartext with prior knowledge (`--h2c`), for clients and load generators that
+        /// should not pay for TLS (h2load `http://`, curl `--http2-prior-knowledge`).
+        case cleartext
     }
 
     package var host = "127.0.0.1"

@@ -5,7 +5,7 @@ import MockAPNsKit
 let usage = """
     mock-apns: an APNs look-alike over HTTP/2 and TLS, with fault injection, for tests and load tests.
 
-    usage: mock-apns --listen HOST:PORT [--tls-dir DIR | --cert PEM --key PEM]
+    usage: mock-apns --listen HOST:PORT [--tls-dir DIR | --cert PEM --key PEM | --h2c]
                      [--auth-key PEM_OR_P8 | --no-auth] [--key-id ID] [--team-id ID]
                      [--max-streams N] [--threads N] [--stats FILE] [--record FILE] [--unregistered FILE]
                      [--fail RATE:STATUS:REASON]... [--latency-ms N] [--goaway-every N] [--drop-every N]
@@ -16,6 +16,8 @@ let usage = """
       --tls-dir DIR             create or reuse ca.pem, server.pem, server-key.pem, auth-key.p8 and
                                 auth-key.pub.pem in DIR; tokens are verified against auth-key unless --no-auth
       --cert PEM --key PEM      serve this certificate chain and key instead
+      --h2c                     no TLS: cleartext HTTP/2 with prior knowledge (h2load http://, curl
+                                --http2-prior-knowledge); provider tokens need --auth-key or --no-auth
       --auth-key PEM_OR_P8      public key (or .p8 private key) that provider tokens must verify with
       --no-auth                 accept requests without checking provider tokens
       --key-id ID, --team-id ID reject tokens whose kid / iss differ (InvalidProviderToken)
@@ -46,6 +48,7 @@ func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
     var sawListen = false
     var certificate: String?
     var key: String?
+    var cleartext = false
     while let flag = try cursor.nextFlag() {
         switch flag {
         case "--help", "-h": return nil
@@ -57,7 +60,7 @@ func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
         case "--tls-dir": options.tls = .directory(try cursor.string())
         case "--cert": certificate = try cursor.string()
         case "--key": key = try cursor.string()
-        case "--h2c": throw UsageError("--h2c (cleartext HTTP/2) is not supported yet; use --tls-dir")
+        case "--h2c": cleartext = true
         case "--auth-key": options.authKeyPath = try cursor.string()
         case "--no-auth": options.noAuth = true
         case "--key-id": options.keyID = try cursor.string()
@@ -103,7 +106,17 @@ func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
         options.tls = .files(certificate: certificate, key: key)
     default: throw UsageError("--cert and --key go together")
     }
-    guard options.tls != nil else { throw UsageError("give --tls-dir DIR or --cert PEM --key PEM") }
+    if cleartext {
+        guard options.tls == nil else {
+            throw UsageError("--h2c is cleartext: give it without --tls-dir or --cert/--key")
+        }
+        guard options.noAuth || options.authKeyPath != nil else {
+            throw UsageError(
+                "--h2c has no TLS directory to take the token key from: give --auth-key PEM_OR_P8 or --no-auth")
+        }
+        options.tls = .cleartext
+    }
+    guard options.tls != nil else { throw UsageError("give --tls-dir DIR, --cert PEM --key PEM or --h2c") }
     let failureShare = options.failures.reduce(0) { $0 + $1.rate }
     guard failureShare <= 1 else { throw UsageError("--fail rates add up to \(failureShare), more than 1") }
     return options

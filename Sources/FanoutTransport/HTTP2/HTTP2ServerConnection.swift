@@ -122,12 +122,13 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     /// Streams answered for their timeout, to be reset once their answer has had time to go out.
     @exclusivity(unchecked) private var awaitingReset = ServerStreamDeadlines(kind: .reset)
 
-    /// Wraps an accepted socket. Starts the TLS handshake at once.
+    /// Wraps an accepted socket. Starts the TLS handshake at once; without a TLS context (`tlsContext` nil) the
+    /// connection is cleartext HTTP/2 with prior knowledge and nghttp2 reads the client preface first.
     package convenience init(
-        socket: TCPSocket, tlsContext: TLSServerContext, handler: HTTP2ServerHandler, initialMaxStreams: UInt32,
+        socket: TCPSocket, tlsContext: TLSServerContext?, handler: HTTP2ServerHandler, initialMaxStreams: UInt32,
         handshakeTimeoutMilliseconds: UInt64 = 10_000
     ) throws(TransportError) {
-        let tls = try TLSEngine(context: tlsContext.context)
+        let tls = try tlsContext.map { context throws(TransportError) in try TLSEngine(context: context.context) }
         self.init(loop: socket.loop, handler: handler, settings: .server(maxConcurrentStreams: initialMaxStreams))
         session.start(
             SecureChannel(socket: socket, tls: tls, handshakeTimeoutMilliseconds: handshakeTimeoutMilliseconds))

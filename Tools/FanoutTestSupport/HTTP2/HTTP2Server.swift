@@ -3,7 +3,7 @@ import FanoutTransport
 import Foundation
 import Synchronization
 
-/// An HTTP/2-over-TLS server on N loop threads (mock-apns, tests). Each loop listens on the same
+/// An HTTP/2 server, over TLS or in cleartext (h2c with prior knowledge), on N loop threads (mock-apns, tests). Each loop listens on the same
 /// port (SO_REUSEPORT), and accepted connections are dealt to the loops in turn, as nghttpd's acceptor does: the
 /// kernel's SO_REUSEPORT hash puts them on loops at random, so with a few connections one loop often got most of them
 /// and capped the rate at one core's while the other loop idled. A connection is moved by handing its descriptor
@@ -32,9 +32,10 @@ package final class HTTP2Server: @unchecked Sendable {
     }
 
     /// Binds `host:port` on `threads` loops and starts accepting.
+    /// - Parameter tls: nil serves HTTP/2 in cleartext (the client sends the preface at once: prior knowledge).
     /// - Parameter makeHandler: called once per loop, on that loop, to make the handler of its connections.
     package init(
-        host: String, port: Int, threads: Int, tls: TLSServerContext, initialMaxStreams: UInt32,
+        host: String, port: Int, threads: Int, tls: TLSServerContext?, initialMaxStreams: UInt32,
         makeHandler: @escaping @Sendable (LoopThread) -> HTTP2ServerHandler
     ) throws(TransportError) {
         precondition(threads >= 1)
@@ -106,7 +107,7 @@ package final class HTTP2Server: @unchecked Sendable {
 
     /// Serves an accepted socket on its loop (the one `state` belongs to).
     private static func serve(
-        _ socket: TCPSocket, state: LoopState, tls: TLSServerContext, initialMaxStreams: UInt32
+        _ socket: TCPSocket, state: LoopState, tls: TLSServerContext?, initialMaxStreams: UInt32
     ) {
         do {
             let connection = try HTTP2ServerConnection(
