@@ -72,6 +72,39 @@ final class EngineTests: XCTestCase {
         XCTAssertEqual(mock.stats.count(status: 200), 20_000)
     }
 
+    /// A server that raises its stream limit while it holds every open stream: the engine hears the SETTINGS and
+    /// fills the new room at once. Before, only a stream's completion woke its queue, so the requests waited for an
+    /// answer the server was never going to give first (here: until the request deadline).
+    func testARaisedStreamLimitIsFilledWithoutWaitingForAnAnswer() async throws {
+        let material = try TestTLSMaterial.createOrReuse(
+            in: FileManager.default.temporaryDirectory.appendingPathComponent("fanout-tls-\(UUID().uuidString)").path)
+        let handler = LimitRaisingHandler()
+        let server = try HTTP2Server(
+            host: "127.0.0.1", port: 0, threads: 1,
+            tls: TLSServerContext(
+                TLSServerConfiguration(certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath)
+            ),
+            initialMaxStreams: 2, makeHandler: { _ in handler })
+        defer { server.shutdown() }
+        var configuration = FanoutEngineConfiguration(
+            endpoint: APNsEndpoint(host: "localhost", port: server.port),
+            credentials: ProviderCredentials(
+                keyPath: material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+            caFile: material.caPEMPath)
+        configuration.loops = 1
+        configuration.connectionsPerLoop = 1
+        configuration.requestTimeout = .seconds(60)
+        let engine = try FanoutEngine(configuration: configuration)
+        let job = liveActivityJob(id: "raised", tokens: (0..<200).map { testDeviceToken($0) })
+        guard let finished = try await withDeadline(.seconds(30), { try await engine.run(job) { _ in } }) else {
+            return XCTFail("the job did not end within 30 s: held \(handler.peakHeld.load(ordering: .relaxed))")
+        }
+        await engine.shutdown()
+        XCTAssertEqual(finished.counts.delivered, 200, "\(finished.counts)")
+        XCTAssertGreaterThanOrEqual(handler.peakHeld.load(ordering: .relaxed), LimitRaisingHandler.heldToRelease)
+        XCTAssertEqual(handler.violations.load(ordering: .relaxed), 0)
+    }
+
     /// A connection whose stream ids run out (2^31 - 1 of them: an hour and a half at full speed) drains and another
     /// takes its place: the job goes on, each token delivered once. Before, the request nghttp2 refused was put back
     /// and offered to the same connection for ever, the loop thread spinning and the job never ending.
@@ -357,4 +390,42 @@ final class EngineTests: XCTestCase {
         await engine.shutdown()
         XCTAssertEqual(summary.counts.failed, 10)
     }
+}
+
+/// Answers the first request (the client's ramp), then holds the next two, the server's limit, and raises the limit
+/// to 100 while it holds them; once it holds `heldToRelease` (only a client that heard the raise sends them) it
+/// answers everything, then answers every later request at once. One loop thread: its state is the loop's.
+private final class LimitRaisingHandler: HTTP2ServerHandler, @unchecked Sendable {
+    static let heldToRelease = 10
+    let peakHeld = Atomic<Int>(0)
+    let violations = Atomic<Int>(0)
+    private var held: [Int32] = []
+    private var answered = 0
+    private var released = false
+
+    func serverConnection(_ connection: HTTP2ServerConnection, didReceive request: HTTP2ServerRequest) {
+        if answered == 0 || released {
+            answer(request.streamID, on: connection)
+            return
+        }
+        held.append(request.streamID)
+        peakHeld.store(max(peakHeld.load(ordering: .relaxed), held.count), ordering: .relaxed)
+        if held.count == 2 { connection.setMaxConcurrentStreams(100) }
+        if held.count == Self.heldToRelease {
+            released = true
+            for streamID in held { answer(streamID, on: connection) }
+            held.removeAll()
+        }
+    }
+
+    private func answer(_ streamID: Int32, on connection: HTTP2ServerConnection) {
+        answered += 1
+        connection.respond(streamID: streamID, status: 200)
+    }
+
+    func serverConnectionStreamLimitViolated(_ connection: HTTP2ServerConnection) {
+        violations.add(1, ordering: .relaxed)
+    }
+
+    func serverConnectionDidClose(_ connection: HTTP2ServerConnection, error: TransportError?) {}
 }

@@ -524,7 +524,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             consecutiveConnectFailures = 0
             pump()
         case .capacityAvailable:
-            break  // the stream completion already pumped
+            pump()  // the server raised its stream limit (a stream's completion pumps by itself)
         case .goaway, .draining:
             if slot.connection === connection { replace(connection, in: slot) }
         case .closed(let error):

@@ -43,7 +43,8 @@ package enum HTTP2ConnectionEvent: Sendable {
     /// This side opens no more streams here (its stream ids are used up, or nghttp2 refused a new one): the open
     /// ones finish, waiting requests failed `.notSent`, and new work needs another connection.
     case draining
-    /// More streams may be opened (a stream closed or the server raised its limit).
+    /// The server raised its stream limit (SETTINGS) and there is room for more streams than are outstanding. A
+    /// stream that closes says nothing here: its completion is the owner's signal, and costs no second call.
     case capacityAvailable
     /// The connection is closed; `error` is nil when we closed it.
     case closed(TransportError?)
@@ -391,11 +392,12 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
         guard !isClosed else { return }
         recycle(stream)
         fillStreams()
-        onEvent?(.capacityAvailable)
     }
 
     package func sessionDidReceiveSettings(_ session: HTTP2Session) {
         fillStreams()
+        // Room the owner's queue can use now: no stream may close to say so (all could be waiting on the server).
+        if isAcceptingRequests && outstanding < streamLimit { onEvent?(.capacityAvailable) }
     }
 
     package func session(
