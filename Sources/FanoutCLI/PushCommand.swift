@@ -30,7 +30,8 @@ enum PushCommand {
                                 how long to wait for APNs's answer (default 30); past it the stream is
                                 reset, and the notification may or may not have been delivered
           --attempts N          sends for an error that may be transient (5xx, 429, a lost connection,
-                                a timeout), default 1; refused or unprocessed streams are resent anyway
+                                a timeout), default 1; refused or unprocessed streams are resent up to
+                                8 times besides
 
         Exit status: 0 when APNs answered 200; 1 when it answered an error or did not answer in time;
         2 for bad arguments, an unusable key, or an endpoint that cannot be reached (nothing delivered).

@@ -72,6 +72,43 @@ final class EngineTests: XCTestCase {
         XCTAssertEqual(mock.stats.count(status: 200), 20_000)
     }
 
+    /// A server that refuses every stream: each notification is resent at once a few times, then each refusal
+    /// counts as an attempt, and the job ends with every token `failed` (RefusedStream). Before, a refused stream
+    /// was resent at once for ever, uncounted: 90,000 refusals in 15 s for one notification, the job never ending.
+    func testAServerRefusingEveryStreamEndsTheJobAsFailed() async throws {
+        let mock = try MockHarness { $0.refuseEvery = 1 }
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1) {
+            $0.maxAttempts = 3
+            $0.retryBase = .milliseconds(1)
+            $0.retryCap = .milliseconds(2)
+            $0.retryBudgetRatio = 1
+        }
+        let tokens = (0..<20).map { testDeviceToken($0) }
+        let reasons = Mutex<[String: Int]>([:])
+        let job = liveActivityJob(id: "refused", tokens: tokens)
+        guard
+            let finished = try await withDeadline(
+                .seconds(30),
+                {
+                    try await engine.run(job) { result in
+                        reasons.withLock { $0[result.reason ?? "none", default: 0] += 1 }
+                    }
+                })
+        else {
+            return XCTFail("the job did not end within 30 s (\(mock.stats.snapshot()["streams_refused"] ?? 0) refused)")
+        }
+        await engine.shutdown()
+        XCTAssertEqual(finished.counts.failed, 20, "\(finished.counts)")
+        // With no success the retry budget runs out too: "RetryBudgetExhausted: RefusedStream" for some.
+        let seen = reasons.withLock { $0 }
+        XCTAssertEqual(seen.values.reduce(0, +), 20)
+        XCTAssertTrue(seen.keys.allSatisfy { $0.hasSuffix("RefusedStream") }, "\(seen)")
+        // 8 free resends each (EngineLoop.maxFreeResends), then the first counted attempt and at most 2 retries.
+        let refused = try XCTUnwrap(mock.stats.snapshot()["streams_refused"] as? Int)
+        XCTAssertTrue((20 * (8 + 1))...(20 * (8 + 3)) ~= refused, "\(refused) refusals")
+    }
+
     /// A server that raises its stream limit while it holds every open stream: the engine hears the SETTINGS and
     /// fills the new room at once. Before, only a stream's completion woke its queue, so the requests waited for an
     /// answer the server was never going to give first (here: until the request deadline).

@@ -23,6 +23,9 @@ final class PendingNotification: @unchecked Sendable {
     /// Position of the recipient in its job.
     @exclusivity(unchecked) private(set) var position: Int
     @exclusivity(unchecked) var attempts = 0
+    /// Sends the server never acted on (refused, above a GOAWAY's last stream, failed before leaving), resent at
+    /// once without counting an attempt: up to `EngineLoop.maxFreeResends`, then each counts.
+    @exclusivity(unchecked) var freeResends = 0
     /// Loop clock (ms) of the first send, for latency.
     @exclusivity(unchecked) var firstSentAt: UInt64 = 0
     @exclusivity(unchecked) var lastStatus: Int?
@@ -62,6 +65,7 @@ final class PendingNotification: @unchecked Sendable {
         apnsID = PendingNotification.noID
         position = 0
         attempts = 0
+        freeResends = 0
         firstSentAt = 0
         lastStatus = nil
         lastReason = nil
@@ -103,6 +107,11 @@ final class EngineShared: Sendable {
 /// closed, the server raised its limit) it takes waiting notifications up to its limit.
 final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     // @unchecked Sendable: referenced from other threads only to `loop.execute` onto it.
+
+    /// How many times one notification is resent at once, uncounted, when the server did not act on it. A few
+    /// GOAWAYs or refusals in a row are bad luck; past that a server that refuses every stream would have it sent
+    /// for ever (a hot loop, the job never ending), so later ones count as attempts, with backoff, and end `failed`.
+    static let maxFreeResends = 8
 
     let loop: LoopThread
     private let shared: EngineShared
@@ -304,8 +313,9 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             // Only a cancelled job cancels its streams.
             finish(pending, outcome: .cancelled, reason: "Cancelled")
         case .failure(let failure):
-            if failure.isSafeToRetry {
+            if failure.isSafeToRetry && pending.freeResends < Self.maxFreeResends {
                 // The server did not act on it: send again at once, without counting an attempt.
+                pending.freeResends += 1
                 pending.attempts -= 1
                 if isStopping {
                     finish(pending, outcome: .failed, reason: "NotSent")
