@@ -213,11 +213,8 @@ enum SendCommand {
                     return fail("cannot write the summary file \(path)")
                 }
             }
-            if send.resultsPath == nil {
-                FileHandle.standardError.write(Data((line + "\n").utf8))
-            } else {
-                print(line)
-            }
+            // The last line of stdout in every case (product.md); without `--results` it follows the results lines.
+            print(line)
             return summary.allDelivered ? 0 : 1
         } catch {
             await engine.shutdown(gracePeriod: .zero)

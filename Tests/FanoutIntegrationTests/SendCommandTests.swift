@@ -101,6 +101,31 @@ final class SendCommandTests: XCTestCase {
         XCTAssertEqual(stats["duplicate_apns_ids"] as? Int, 0)
     }
 
+    /// Without `--results` the results lines go to stdout and the summary is still its last line (product.md), so
+    /// `fanout send ... | tail -1` is the summary either way. Before, it went to stderr.
+    func testWithoutAResultsFileTheSummaryFollowsTheResultsOnStdout() throws {
+        let setup = try start()
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        try writeLines(
+            [
+                #"{"id": "stdout", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(token(1))", "\#(token(2))", "\#(token(3))"]}"#
+            ], to: jobs)
+        var arguments = setup.sendArguments(jobs: jobs, results: "unused")
+        let resultsFlag = try XCTUnwrap(arguments.firstIndex(of: "--results"))
+        arguments.removeSubrange(resultsFlag...(resultsFlag + 1))
+        let run = try ProcessSupport.run(setup.fanout, arguments, timeout: 60)
+        XCTAssertEqual(run.exitCode, 0, run.summary)
+        XCTAssertEqual(run.stdoutLines.count, 4, run.summary)
+        let objects = try run.stdoutLines.map {
+            try XCTUnwrap(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any], $0)
+        }
+        XCTAssertEqual(
+            objects.prefix(3).compactMap { $0["outcome"] as? String }, ["delivered", "delivered", "delivered"])
+        XCTAssertEqual(objects.last?["jobs"] as? Int, 1, run.summary)
+        XCTAssertEqual(objects.last?["delivered"] as? Int, 3, run.summary)
+        XCTAssertFalse(run.stderrLines.contains { $0.contains("\"payload_encodings\"") }, "no second summary on stderr")
+    }
+
     /// Every 50th stream is accepted and never answered: the deadline resets it and the retry (same
     /// apns-id) delivers it, or after the last attempt it ends failed/Timeout. Every token still has
     /// exactly one result, and the run ends within a bound set by the deadline and the retry policy.
