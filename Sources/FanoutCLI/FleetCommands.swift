@@ -302,12 +302,8 @@ enum FleetCommands {
                 try handle.write(contentsOf: Data(bytes))
             }
             let summary = FleetReader.summary(status)
-            let line = Data((summary.jsonLine + "\n").utf8)
-            if out == nil {
-                FileHandle.standardError.write(line)
-            } else {
-                FileHandle.standardOutput.write(line)
-            }
+            // The last line of stdout either way, as `fanout send`'s: after the lines, or alone with `--out`.
+            FileHandle.standardOutput.write(Data((summary.jsonLine + "\n").utf8))
             if !status.isDone {
                 FileHandle.standardError.write(
                     Data(

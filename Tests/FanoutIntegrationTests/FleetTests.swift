@@ -143,6 +143,13 @@ final class FleetTests: XCTestCase {
             XCTAssertEqual(summary["notifications"] as? Int, scale.tokensPerJob, summaryLine)
             XCTAssertEqual(summary["delivered"] as? Int, scale.tokensPerJob, summaryLine)
             XCTAssertEqual(summary["jobs"] as? Int, 1, summaryLine)
+            if job == 0 {
+                // Without --out: the same lines on stdout, then the summary as its last line.
+                let plain = try fleet.run(["results", "--redis", fleet.redis.url, "--job", "fleet-0"])
+                XCTAssertEqual(plain.exitCode, 0, plain.summary)
+                XCTAssertEqual(plain.stdoutLines.dropLast(), lines.map(String.init)[...])
+                XCTAssertEqual(plain.stdoutLines.last, summaryLine)
+            }
         }
     }
 
