@@ -395,6 +395,29 @@ final class HTTPServerTests: XCTestCase {
         XCTAssertEqual(nghttp.components(separatedBy: ":status: 413").count - 1, 2, nghttp)
         XCTAssertFalse(nghttp.contains("recv GOAWAY"), nghttp)
     }
+
+    func testAnHTTP2StreamAnswered413IsResetAsSoonAsTheAnswerIsSent() throws {
+        var limits = HTTPServerLimits()
+        limits.maxBodyBytes = 16
+        limits.bodyTimeout = .seconds(60)  // the reset must not wait for the body's deadline
+        let server = try makeServer(limits: limits)
+        defer { server.shutdown() }
+        let client = try RawH2Client(port: server.port)
+        defer { client.close() }
+        try client.sendHeaders(stream: 1, method: "POST", path: "/big", endStream: false)
+        try client.sendData(stream: 1, String(repeating: "x", count: 100), endStream: false)
+        let answer = try client.waitForEnd(of: 1)
+        XCTAssertEqual(answer.status, "413")
+        // Then RST_STREAM(NO_ERROR), so the client stops sending the rest (RFC 9113 section 8.1). Each read waits at
+        // most 5 s: without the prompt reset it came only at the body deadline, a minute later.
+        let reset = try client.waitForReset(of: 1)
+        XCTAssertEqual(reset.code, 0)
+        // The connection goes on.
+        try client.sendHeaders(stream: 3, method: "GET", path: "/after", endStream: true)
+        XCTAssertEqual(try client.waitForEnd(of: 3).status, "200")
+        XCTAssertFalse(client.goawayReceived)
+        XCTAssertEqual(server.openConnections, 1)
+    }
 }
 
 // MARK: - Test helpers
