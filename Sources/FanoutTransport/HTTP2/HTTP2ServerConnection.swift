@@ -158,6 +158,9 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     /// Streams open now.
     package var openStreamCount: Int { session.openStreamCount }
 
+    /// Whether stream `streamID` is open (an answer to it has not all gone out, or its request has not all come).
+    package func isOpen(streamID: Int32) -> Bool { session.context(ofStream: streamID) != nil }
+
     /// Closes gracefully: GOAWAY once no stream is open, then the connection closes.
     package func drain() {
         session.drain()
