@@ -36,6 +36,9 @@ package struct TransportError: Error, Sendable, CustomStringConvertible, Equatab
         package static let tlsWriteFailed = Kind(name: "tls-write-failed")
         /// A request passed its deadline before the connection could open a stream for it.
         package static let timedOut = Kind(name: "timed-out")
+        /// Output waited a whole write timeout without any of it leaving (a peer that does not read): the connection
+        /// was closed.
+        package static let writeTimeout = Kind(name: "write-timeout")
         /// The connection was closed by our side (shutdown).
         package static let cancelled = Kind(name: "cancelled")
         /// The event loop has stopped (or is stopping) and refuses new work.

@@ -1,6 +1,7 @@
 import CNGHTTP2
 import FanoutTestSupport
 import Foundation
+import Synchronization
 import XCTest
 
 @testable import FanoutTransport
@@ -395,6 +396,216 @@ final class HTTPServerTests: XCTestCase {
         XCTAssertEqual(nghttp.components(separatedBy: ":status: 413").count - 1, 2, nghttp)
         XCTAssertFalse(nghttp.contains("recv GOAWAY"), nghttp)
     }
+
+    func testAnHTTP2StreamAnswered413IsResetAsSoonAsTheAnswerIsSent() throws {
+        var limits = HTTPServerLimits()
+        limits.maxBodyBytes = 16
+        limits.bodyTimeout = .seconds(60)  // the reset must not wait for the body's deadline
+        let server = try makeServer(limits: limits)
+        defer { server.shutdown() }
+        let client = try RawH2Client(port: server.port)
+        defer { client.close() }
+        try client.sendHeaders(stream: 1, method: "POST", path: "/big", endStream: false)
+        try client.sendData(stream: 1, String(repeating: "x", count: 100), endStream: false)
+        let answer = try client.waitForEnd(of: 1)
+        XCTAssertEqual(answer.status, "413")
+        // Then RST_STREAM(NO_ERROR), so the client stops sending the rest (RFC 9113 section 8.1). Each read waits at
+        // most 5 s: without the prompt reset it came only at the body deadline, a minute later.
+        let reset = try client.waitForReset(of: 1)
+        XCTAssertEqual(reset.code, 0)
+        // The connection goes on.
+        try client.sendHeaders(stream: 3, method: "GET", path: "/after", endStream: true)
+        XCTAssertEqual(try client.waitForEnd(of: 3).status, "200")
+        XCTAssertFalse(client.goawayReceived)
+        XCTAssertEqual(server.openConnections, 1)
+    }
+}
+
+// MARK: - Clients that do not read
+
+extension HTTPServerTests {
+    /// A handler answering every request with `bytes` bytes, counting the requests it saw.
+    private static func bigAnswers(_ bytes: Int, counting handled: HandledCount) -> HTTPServer.Handler {
+        let body = [UInt8](repeating: UInt8(ascii: "a"), count: bytes)
+        return { _, responder in
+            handled.value.add(1, ordering: .relaxed)
+            responder.respond(HTTPResponse(status: 200, headers: [("content-type", "text/plain")], body: body))
+        }
+    }
+
+    /// Where an HTTP/1.1 answer's body starts in `bytes`, once its head is all there.
+    private static func endOfHead(_ bytes: [UInt8]) -> Int? {
+        guard bytes.count >= 4 else { return nil }
+        return (0...(min(bytes.count, 4096) - 4)).first { bytes[$0..<$0 + 4].elementsEqual([13, 10, 13, 10]) }
+            .map { $0 + 4 }
+    }
+
+    /// Waits, at most `seconds` (scaled), for the handler to see a request and then for the server to have no
+    /// connection open.
+    private func waitForNoConnection(_ server: HTTPServer, handled: HandledCount, within seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds * testTimeScale)
+        while handled.value.load(ordering: .relaxed) == 0 && Date() < deadline { usleep(10_000) }
+        while server.openConnections > 0 && Date() < deadline { usleep(10_000) }
+        return handled.value.load(ordering: .relaxed) > 0 && server.openConnections == 0
+    }
+
+    func testAnHTTP1ClientThatPipelinesAndNeverReadsIsHeldBackThenClosedAtTheWriteTimeout() throws {
+        var limits = HTTPServerLimits()
+        limits.writeTimeout = .milliseconds(300)
+        let handled = HandledCount()
+        let server = try makeServer(limits: limits, handler: Self.bigAnswers(256 * 1024, counting: handled))
+        defer { server.shutdown() }
+        let client = try RawHTTPClient(port: server.port, receiveBufferBytes: 4096)
+        defer { client.close() }
+        // 100 pipelined requests in one write (3 KiB), whose answers (25 MiB) the client never reads: far more than the
+        // kernel's buffers hold.
+        try client.send(String(repeating: "GET /big HTTP/1.1\r\nHost: h\r\n\r\n", count: 100))
+        // Without a write timeout it stayed open until the idle timeout (75 s), its answers all made and queued.
+        XCTAssertTrue(
+            waitForNoConnection(server, handled: handled, within: 10), "closed once its output made no progress")
+        XCTAssertLessThan(
+            handled.value.load(ordering: .relaxed), 100,
+            "the requests behind a backlog of answers were never answered (nor buffered)")
+    }
+
+    func testAnHTTP2ClientThatNeverGrantsFlowControlCreditIsClosedAtTheWriteTimeout() throws {
+        var limits = HTTPServerLimits()
+        limits.writeTimeout = .milliseconds(300)
+        let handled = HandledCount()
+        let server = try makeServer(limits: limits, handler: Self.bigAnswers(64 * 1024, counting: handled))
+        defer { server.shutdown() }
+        // The default 65,535-byte window, never raised: the first answer's DATA uses it up, and the socket is left
+        // empty, so the rest wait in nghttp2, not in any write queue.
+        let client = try RawH2Client(port: server.port)
+        defer { client.close() }
+        for stream in stride(from: UInt32(1), through: 9, by: 2) {
+            try client.sendHeaders(stream: stream, method: "GET", path: "/big", endStream: true)
+        }
+        // Without a write timeout it stayed open for good: its streams never close, so it is never idle.
+        XCTAssertTrue(
+            waitForNoConnection(server, handled: handled, within: 10), "closed once its answers made no progress")
+        XCTAssertEqual(handled.value.load(ordering: .relaxed), 5)
+    }
+
+    func testAnHTTP2ClientThatNeverReadsStopsBeingReadThenIsClosedAtTheWriteTimeout() throws {
+        var limits = HTTPServerLimits()
+        limits.writeTimeout = .milliseconds(300)
+        let handled = HandledCount()
+        let server = try makeServer(limits: limits, handler: Self.bigAnswers(256 * 1024, counting: handled))
+        defer { server.shutdown() }
+        // Windows of 1 GiB, so its answers go straight to the socket, which it never reads.
+        let client = try RawH2Client(port: server.port, receiveBufferBytes: 4096, windowBytes: 1 << 30)
+        defer { client.close() }
+        // 100 requests (fewer than the 128 streams allowed) of a 16 KiB body each, 1.6 MiB in all, so the server reads
+        // them a few at a time. The answers of the first few fill the kernel's buffers; past the high-water mark the
+        // server reads no more, so the rest stay in the kernel until the client's writes block (and are given up).
+        let body = [UInt8](repeating: UInt8(ascii: "b"), count: 16 * 1024)
+        for stream in stride(from: UInt32(1), through: 199, by: 2) {
+            let request =
+                RawH2Client.frame(
+                    type: 1, flags: 0x4, stream: stream,
+                    payload: [0x83, 0x86, 0x04, 4] + Array("/big".utf8) + [0x01, 0x01, UInt8(ascii: "h")])
+                + RawH2Client.frame(type: 0, flags: 0x1, stream: stream, payload: body)
+            guard (try? client.sendBytes(request)) != nil else { break }
+        }
+        XCTAssertTrue(
+            waitForNoConnection(server, handled: handled, within: 10), "closed once its output made no progress")
+        XCTAssertLessThan(
+            handled.value.load(ordering: .relaxed), 100,
+            "the requests sent behind a backlog of answers were not read (nor answered)")
+    }
+
+    func testClientsOverTLSThatStopReadingAreClosedAtTheWriteTimeout() throws {
+        let material = try makeTLSMaterial()
+        let tls = try TLSServerContext(
+            TLSServerConfiguration(
+                certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath,
+                alpnProtocols: ["h2", "http/1.1"]))
+        var limits = HTTPServerLimits()
+        limits.writeTimeout = .milliseconds(300)
+        let handled = HandledCount()
+        // 16 MiB: more than the kernel's buffers and a pipe's hold, and than curl's HTTP/2 windows let it refuse.
+        let server = try makeServer(limits: limits, tls: tls, handler: Self.bigAnswers(16 << 20, counting: handled))
+        defer { server.shutdown() }
+        for flag in ["--http2", "--http1.1"] {
+            // curl writes the body to a pipe this test never reads: once the pipe is full, curl stops reading.
+            let curl = Process()
+            curl.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            curl.arguments = [
+                "curl", "-sS", flag, "--cacert", material.caPEMPath, "--resolve",
+                "localhost:\(server.port):127.0.0.1", "https://localhost:\(server.port)/big",
+            ]
+            let output = Pipe()
+            curl.standardOutput = output
+            curl.standardError = FileHandle.nullDevice
+            try curl.run()
+            defer {
+                curl.terminate()
+                curl.waitUntilExit()
+            }
+            // Without a write timeout: HTTP/2 kept the stream, and so the connection, open for good; HTTP/1.1 until
+            // the idle timeout (75 s).
+            XCTAssertTrue(
+                waitForNoConnection(server, handled: handled, within: 10),
+                "\(flag): closed once its output made no progress")
+            handled.value.store(0, ordering: .relaxed)
+        }
+    }
+
+    func testASlowReaderIsNotCutOffByTheWriteTimeoutNorTheIdleTimeoutNorTheLinger() throws {
+        var limits = HTTPServerLimits()
+        limits.writeTimeout = .milliseconds(300)
+        limits.idleTimeout = .milliseconds(300)
+        limits.headerTimeout = .milliseconds(300)  // and so the linger after a last answer
+        let handled = HandledCount()
+        let size = 8 << 20
+        let server = try makeServer(limits: limits, handler: Self.bigAnswers(size, counting: handled))
+        defer { server.shutdown() }
+        // A keep-alive answer, and on another connection a last one (`Connection: close`): each read slowly, for
+        // longer than all three timeouts. (Once the rest of an answer is in the kernel's buffers, the connection is
+        // idle: it may be closed then, after those bytes.)
+        let kept = try RawHTTPClient(port: server.port, receiveBufferBytes: 16 * 1024)
+        defer { kept.close() }
+        try kept.send("GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertEqual(try Self.readSlowly(kept, bodyBytes: size), .complete, "not cut off as idle")
+        let last = try RawHTTPClient(port: server.port, receiveBufferBytes: 16 * 1024)
+        defer { last.close() }
+        try last.send("GET /big HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        XCTAssertEqual(try Self.readSlowly(last, bodyBytes: size), .complete, "not cut off by the linger")
+        XCTAssertTrue(try last.readsEndOfStream())
+        XCTAssertEqual(handled.value.load(ordering: .relaxed), 2)
+    }
+
+    private enum SlowRead: Equatable {
+        case complete
+        case cutOff(received: Int)
+    }
+
+    /// Reads one HTTP/1.1 answer with a `bodyBytes` body 256 KiB at a time, 30 ms apart: about a second for 8 MiB,
+    /// more than the kernel's buffers hold, so most of it waits in the server's write queue meanwhile, with some
+    /// progress well within every timeout.
+    private static func readSlowly(_ client: RawHTTPClient, bodyBytes: Int) throws -> SlowRead {
+        var received: [UInt8] = []
+        var expected = Int.max
+        let deadline = Date().addingTimeInterval(30 * testTimeScale)
+        while received.count < expected && Date() < deadline {
+            var taken = 0
+            while taken < 256 * 1024 && received.count < expected {
+                let bytes = try client.readSome(upTo: min(256 * 1024 - taken, expected - received.count))
+                guard !bytes.isEmpty else { return .cutOff(received: received.count) }
+                taken += bytes.count
+                received += bytes
+                if expected == .max, let headEnd = endOfHead(received) { expected = headEnd + bodyBytes }
+            }
+            usleep(30_000)
+        }
+        return received.count == expected ? .complete : .cutOff(received: received.count)
+    }
+}
+
+/// How many requests a handler saw, across its loops.
+private final class HandledCount: Sendable {
+    let value = Atomic<Int>(0)
 }
 
 // MARK: - Test helpers
@@ -485,12 +696,17 @@ final class RawHTTPClient {
     private let fd: Int32
     private var buffer: [UInt8] = []
 
-    init(port: Int) throws {
+    /// `receiveBufferBytes`: a small socket receive buffer (set before connecting, so TCP's window is small too), so
+    /// that answers not read fill the kernel's buffers soon.
+    init(port: Int, receiveBufferBytes: Int32? = nil) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        if var size = receiveBufferBytes {
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = UInt16(port).bigEndian
@@ -535,6 +751,14 @@ final class RawHTTPClient {
         }
         if count == 0 || errno == ECONNRESET { return false }
         throw Failure(description: "recv: errno \(errno) (timed out?)")
+    }
+
+    /// Reads up to `count` bytes, what has come (at least one); empty at end of stream.
+    func readSome(upTo count: Int) throws -> [UInt8] {
+        if buffer.isEmpty { guard try fill() else { return [] } }
+        let bytes = Array(buffer.prefix(count))
+        buffer.removeFirst(bytes.count)
+        return bytes
     }
 
     /// Reads exactly `count` bytes.
@@ -611,13 +835,24 @@ private final class RawH2Client {
     private(set) var goawayReceived = false
     private var settingsReceived = false
 
-    init(port: Int) throws {
-        socket = try RawHTTPClient(port: port)
+    /// `windowBytes`: the stream and connection receive windows it announces (SETTINGS_INITIAL_WINDOW_SIZE and a
+    /// WINDOW_UPDATE), instead of the default 65,535 bytes.
+    init(port: Int, receiveBufferBytes: Int32? = nil, windowBytes: UInt32? = nil) throws {
+        socket = try RawHTTPClient(port: port, receiveBufferBytes: receiveBufferBytes)
         guard nghttp2_hd_inflate_new(&inflater) == 0 else {
             throw RawHTTPClient.Failure(description: "nghttp2_hd_inflate_new")
         }
-        try socket.send(
-            bytes: Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8) + Self.frame(type: 4, flags: 0, stream: 0))
+        func bigEndian(_ value: UInt32) -> [UInt8] {
+            [UInt8(value >> 24), UInt8((value >> 16) & 0xFF), UInt8((value >> 8) & 0xFF), UInt8(value & 0xFF)]
+        }
+        var opening = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+        if let window = windowBytes {
+            opening += Self.frame(type: 4, flags: 0, stream: 0, payload: [0, 4] + bigEndian(window))
+            opening += Self.frame(type: 8, flags: 0, stream: 0, payload: bigEndian(window - 65_535))
+        } else {
+            opening += Self.frame(type: 4, flags: 0, stream: 0)
+        }
+        try socket.send(bytes: opening)
     }
 
     deinit {
@@ -647,6 +882,10 @@ private final class RawH2Client {
         try socket.send(
             bytes: Self.frame(
                 type: 1, flags: (endHeaders ? 0x4 : 0) | (endStream ? 0x1 : 0), stream: stream, payload: block))
+    }
+
+    func sendBytes(_ bytes: [UInt8]) throws {
+        try socket.send(bytes: bytes)
     }
 
     func sendData(stream: UInt32, _ text: String, endStream: Bool) throws {

@@ -147,6 +147,7 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         session = HTTP2Session(role: .server, loop: loop, settings: settings)
         session.delegate = self
         session.reportsRequestHeadEnd = requestDeadlines != nil
+        session.reportsAnswerEnd = requestDeadlines != nil
     }
 
     /// Runs over `channel`, already ready (TLS with ALPN h2, or plaintext after the client preface was seen),
@@ -157,6 +158,9 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
 
     /// Streams open now.
     package var openStreamCount: Int { session.openStreamCount }
+
+    /// Whether stream `streamID` is open (an answer to it has not all gone out, or its request has not all come).
+    package func isOpen(streamID: Int32) -> Bool { session.context(ofStream: streamID) != nil }
 
     /// Closes gracefully: GOAWAY once no stream is open, then the connection closes.
     package func drain() {
@@ -206,10 +210,11 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     }
 
     /// Past its deadline, each incomplete request is answered by the handler (`requestTimedOut`), or, if it had an
-    /// answer already (a 413 as its body overflowed), reset with NO_ERROR: the client may stop sending (RFC 9113
-    /// section 8.1). A stream answered for its timeout is reset likewise `lingerMilliseconds` later unless the client
-    /// ended it meanwhile, so it frees its slot even if the client never reads. `now` is the loop's clock
-    /// (`LoopThread.nowMilliseconds`).
+    /// answer already (a 413 as its body overflowed) that has not all gone out, reset with NO_ERROR. A stream answered
+    /// before its request ended is reset with NO_ERROR as soon as its answer's last frame is sent (`answerDidEnd`:
+    /// the client may stop sending, RFC 9113 section 8.1); a stream answered for its timeout is also reset
+    /// `lingerMilliseconds` later, unless the client ended it or it was reset already, so it frees its slot even if
+    /// its answer cannot go out. `now` is the loop's clock (`LoopThread.nowMilliseconds`).
     package func expireRequests(now: UInt64) {
         guard let deadlines = requestDeadlines else { return }
         while let stream = awaitingHead.first, stream.deadline <= now {
@@ -349,6 +354,16 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
             didReceive: HTTP2ServerRequest(
                 streamID: streamID, head: stream.head.pointee, body: stream.body.pointee,
                 bodyTruncated: stream.overflow))
+    }
+
+    package func session(_ session: HTTP2Session, answerDidEnd stream: AnyObject, streamID: Int32) {
+        let stream = unsafeDowncast(stream, to: ServerStream.self)
+        // A stream still waiting for its request (a deadline list holds it) was answered early: a 413 as its body
+        // overflowed, or a 408. Its answer is complete now, so the client may stop sending (RFC 9113 section 8.1)
+        // rather than until the body deadline, which the reset also takes it off.
+        guard stream.deadlineList != .none, stream.answered || stream.timedOut else { return }
+        untrack(stream)
+        session.resetStream(streamID, errorCode: HTTP2ErrorCode.noError)
     }
 
     package func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32) {

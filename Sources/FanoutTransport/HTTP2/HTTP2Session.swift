@@ -75,6 +75,9 @@ package protocol HTTP2SessionDelegate: AnyObject {
     func session(_ session: HTTP2Session, requestHeadDidEnd stream: AnyObject, streamID: Int32)
     /// The peer ended its side of the stream (END_STREAM on HEADERS or DATA).
     func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32)
+    /// Server role, with `reportsAnswerEnd`: this side's last frame of stream `streamID` (END_STREAM on HEADERS or
+    /// DATA) was just sent; the stream stays open if the peer has not ended its side. Optional.
+    func session(_ session: HTTP2Session, answerDidEnd stream: AnyObject, streamID: Int32)
     /// The stream closed, normally (`errorCode` 0) or by RST_STREAM from either side. The session has
     /// released its context.
     func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32)
@@ -101,6 +104,7 @@ extension HTTP2SessionDelegate {
     }
     package func session(_ session: HTTP2Session, requestHeadDidEnd stream: AnyObject, streamID: Int32) {}
     package func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32) {}
+    package func session(_ session: HTTP2Session, answerDidEnd stream: AnyObject, streamID: Int32) {}
     package func sessionDidReceiveSettings(_ session: HTTP2Session) {}
     package func session(
         _ session: HTTP2Session, didReceiveGoaway lastStreamID: Int32, errorCode: UInt32,
@@ -245,6 +249,10 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// Server role: whether the delegate hears `requestHeadDidEnd` (a connection with request deadlines). Off, the
     /// per-request path makes no call for it (mock-apns answers hundreds of thousands a second).
     package var reportsRequestHeadEnd = false
+    /// Server role: whether the delegate hears `answerDidEnd` (a connection with request deadlines, which may answer a
+    /// request before it has all come). Set before the session starts: it makes nghttp2 call back for every frame
+    /// sent, which a session without it (mock-apns's) never pays for.
+    package var reportsAnswerEnd = false
 
     /// The context of open stream `streamID` (nil when it is not open).
     package func context(ofStream streamID: Int32) -> AnyObject? {
@@ -493,7 +501,7 @@ package final class HTTP2Session: SecureChannelDelegate {
         let userData = Unmanaged.passUnretained(self).toOpaque()
         let pool = HTTP2BlockPool()
         var allocator = pool.nghttp2Allocator()
-        let rc = Self.withCallbacks(role: role) { callbacks in
+        let rc = Self.withCallbacks(role: role, reportsFramesSent: reportsAnswerEnd) { callbacks in
             switch role {
             case .client: return nghttp2_session_client_new3(&session, callbacks, userData, nil, &allocator)
             case .server: return nghttp2_session_server_new3(&session, callbacks, userData, nil, &allocator)
@@ -605,6 +613,10 @@ package final class HTTP2Session: SecureChannelDelegate {
         withContext(ofStream: streamID) { $0.session(self, streamDidEnd: $1, streamID: streamID) }
     }
 
+    fileprivate func didSendEndOfStream(streamID: Int32) {
+        withContext(ofStream: streamID) { $0.session(self, answerDidEnd: $1, streamID: streamID) }
+    }
+
     fileprivate func didCloseStream(streamID: Int32, errorCode: UInt32) {
         guard let closed = streams.remove(streamID) else { return }
         delegate?.session(self, didClose: closed.context, streamID: streamID, errorCode: errorCode)
@@ -654,9 +666,11 @@ package final class HTTP2Session: SecureChannelDelegate {
 
     // MARK: Setup helpers
 
-    /// Lends `body` an nghttp2 callbacks object with every callback of `role` set: the one place the
-    /// thunks are wired up.
-    private static func withCallbacks<R>(role: HTTP2Role, _ body: (OpaquePointer?) -> R) -> R {
+    /// Lends `body` an nghttp2 callbacks object with every callback of `role` set (and the frame-sent one when
+    /// `reportsFramesSent`): the one place the thunks are wired up.
+    private static func withCallbacks<R>(
+        role: HTTP2Role, reportsFramesSent: Bool = false, _ body: (OpaquePointer?) -> R
+    ) -> R {
         var callbacks: OpaquePointer?
         nghttp2_session_callbacks_new(&callbacks)
         defer { nghttp2_session_callbacks_del(callbacks) }
@@ -667,6 +681,9 @@ package final class HTTP2Session: SecureChannelDelegate {
         if role == .server {
             nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, nghttp2BeginHeadersCallback)
             nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks, nghttp2InvalidFrameCallback)
+            if reportsFramesSent {
+                nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, nghttp2FrameSendCallback)
+            }
         }
         return body(callbacks)
     }
@@ -873,6 +890,20 @@ private func nghttp2FrameRecvCallback(
             break
         }
     }
+    return 0
+}
+
+/// Set only for a session that `reportsAnswerEnd`.
+private func nghttp2FrameSendCallback(
+    _ nghttp2: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ userData: UnsafeMutableRawPointer?
+) -> Int32 {
+    guard let frame else { return 0 }
+    let header = frame.pointee.hd
+    let type = UInt32(header.type)
+    guard type == NGHTTP2_DATA.rawValue || type == NGHTTP2_HEADERS.rawValue,
+        header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
+    else { return 0 }
+    withSession(userData) { $0.didSendEndOfStream(streamID: header.stream_id) }
     return 0
 }
 

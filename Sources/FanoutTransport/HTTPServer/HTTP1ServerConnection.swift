@@ -3,7 +3,9 @@ import Foundation
 
 /// HTTP/1.1 (and 1.0) over one channel of `HTTPServer`: keep-alive, bodies by Content-Length or chunked,
 /// `Expect: 100-continue`, one request at a time. Pipelined bytes wait in `input` until the previous answer is
-/// written, so answers go out in request order. Confined to its loop.
+/// written, so answers go out in request order. A pipelined request also waits while the channel cannot take more
+/// output (a client that sends and does not read): its answers are not made, the channel stops reading, and the
+/// write timeout, not the header timeout, decides when to give up. Confined to its loop.
 ///
 /// The connection's one timer (owned by `HTTPServerConnection`, re-armed, never one per request) bounds each
 /// phase: `headerTimeout` from the start of a head (or of the connection), `bodyTimeout` from the end of a head to the
@@ -48,6 +50,8 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
     private var processing = false
     /// `HTTPServer.stopAccepting`: close once the request in progress (if any) is answered.
     private var stopRequested = false
+    /// A pipelined request waits for the channel to take output again (`channelProduceOutput`).
+    private var waitingForOutput = false
 
     init(
         channel: SecureChannel, limits: HTTPServerLimits, handler: @escaping HTTPServer.Handler, timer: LoopTimer,
@@ -85,14 +89,16 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
             }
         case .idle:
             if case .head = phase, input.count == inputStart {
-                close()
+                // Not idle while the last answer is still going out (a slow reader): the write timeout bounds that.
+                if answerStillLeaving { arm(.idle) } else { close() }
             } else {
                 finish(with: .plain(408, "request timeout"))
             }
         case .body:
             finish(with: .plain(408, "request timeout: the body did not arrive in time"))
         case .linger:
-            close()
+            // Likewise: the last answer is not cut off while it still leaves; the write timeout bounds a stalled one.
+            if answerStillLeaving { arm(.linger) } else { close() }
         }
     }
 
@@ -133,8 +139,9 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
             inputStart = 0
         }
         input.append(contentsOf: plaintext)
-        // Pipelined input waits while a request is answered, but not without bound.
-        if case .responding = phase, input.count - inputStart > limits.maxHeadBytes + limits.maxBodyBytes {
+        // Pipelined input waits while a request is answered or its answer waits to be written, but not without bound
+        // (the channel stops reading meanwhile, so this holds at most what was read before it did).
+        if isResponding || waitingForOutput, input.count - inputStart > limits.maxHeadBytes + limits.maxBodyBytes {
             close()
             return
         }
@@ -150,10 +157,25 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
         onClose()
     }
 
-    func channelProduceOutput(_ channel: SecureChannel) {}
+    /// The channel takes output again: a pipelined request held back for it goes on.
+    func channelProduceOutput(_ channel: SecureChannel) {
+        guard waitingForOutput else { return }
+        waitingForOutput = false
+        guard case .head = phase else { return }
+        arm(.header)  // the head's time starts now: the wait was this side's
+        processInput()
+    }
 
     private var isClosed: Bool {
         if case .closed = phase { return true }
+        return false
+    }
+
+    /// Output is still waiting for the socket, and the write timeout will close the connection if it stalls.
+    private var answerStillLeaving: Bool { limits.writeTimeoutMilliseconds > 0 && channel.hasPendingOutput }
+
+    private var isResponding: Bool {
+        if case .responding = phase { return true }
         return false
     }
 
@@ -167,6 +189,13 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
         while true {
             switch phase {
             case .head:
+                if input.count > inputStart && !channel.canWrite {
+                    // A pipelined request, and the answers before it not yet taken: it waits, its answer unmade, so a
+                    // client that does not read cannot make this connection buffer without bound.
+                    waitingForOutput = true
+                    arm(.none)
+                    return
+                }
                 guard parseHead() else { return }
             case .body(let head, let remaining):
                 let take = min(remaining, input.count - inputStart)

@@ -122,12 +122,18 @@ package struct HTTPServerLimits: Sendable {
     package var maxConnections = 10_000
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS.
     package var maxConcurrentStreams: UInt32 = 128
+    /// A connection whose pending output (answers the client has not taken: queued on the socket, or HTTP/2 answers
+    /// waiting for its flow-control credit) sees none of it leave for this long is closed, as nginx's `send_timeout`
+    /// does; a slow reader that takes some of it now and then is not. Meanwhile, past `SecureChannel.highWaterMark`
+    /// bytes queued, the connection reads and answers no more requests. Zero: no timeout (the backpressure stays).
+    package var writeTimeout: Duration = .seconds(30)
 
     package init() {}
 
     var headerTimeoutMilliseconds: UInt64 { Self.milliseconds(headerTimeout) }
     var idleTimeoutMilliseconds: UInt64 { Self.milliseconds(idleTimeout) }
     var bodyTimeoutMilliseconds: UInt64 { Self.milliseconds(bodyTimeout) }
+    var writeTimeoutMilliseconds: UInt64 { Self.milliseconds(writeTimeout) }
     /// How long a connection that got its last answer may keep the socket before it is closed.
     var lingerMilliseconds: UInt64 { min(headerTimeoutMilliseconds, 2000) }
 

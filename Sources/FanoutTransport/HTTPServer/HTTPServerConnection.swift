@@ -37,6 +37,10 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
     private var headStreams: Set<Int32> = []
     /// HTTP/2 requests handed to the handler and not answered yet.
     private var handlersInFlight = 0
+    /// HTTP/2 streams answered and still open: their answers have not all gone out (a stream closes once its last
+    /// frame is sent), so the channel counts them as output it holds, for the write timeout (a client that never
+    /// reads grants no flow-control credit either, and its answers wait in nghttp2, not on the socket).
+    private var answeredStreams: Set<Int32> = []
 
     /// The HTTP/2 client connection preface (RFC 9113 section 3.4).
     static let http2Preface: [UInt8] = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
@@ -56,6 +60,7 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
         }
         channel = SecureChannel(
             socket: socket, tls: engine, handshakeTimeoutMilliseconds: limits.headerTimeoutMilliseconds)
+        channel.limitOutput(writeTimeoutMilliseconds: limits.writeTimeoutMilliseconds)
         timer = LoopTimer(loop: loop)
         channel.delegate = self
         // Strong capture: the cycle ends when the timer closes, with the connection.
@@ -233,6 +238,7 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
 
     func serverConnection(_ connection: HTTP2ServerConnection, didCloseStream streamID: Int32, errorCode: UInt32) {
         headStreams.remove(streamID)
+        if answeredStreams.remove(streamID) != nil && answeredStreams.isEmpty { channel.holdsOutput = false }
         if connection.openStreamCount == 0 {
             idleDue = loop.nowMilliseconds + limits.idleTimeoutMilliseconds
             armHTTP2(at: idleDue)
@@ -261,5 +267,9 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
         let omitBody = bodyless || headStreams.remove(streamID) != nil
         let status = (100...999).contains(response.status) ? response.status : 500
         connection.respond(streamID: streamID, status: status, headers: headers, body: omitBody ? [] : response.body)
+        if connection.isOpen(streamID: streamID) {  // not when the client reset it meanwhile
+            answeredStreams.insert(streamID)
+            channel.holdsOutput = true
+        }
     }
 }

@@ -24,6 +24,9 @@ package final class TCPSocket {
     @exclusivity(unchecked) package var delegate: TCPSocketDelegate?
     /// Ciphertext handed to `uv_write` and not yet written.
     @exclusivity(unchecked) private(set) var queuedWriteBytes = 0
+    /// Every byte given to `write` so far, written at once or queued (wrapping). With what libuv still holds, how much
+    /// has left: see `bytesWritten`.
+    @exclusivity(unchecked) private var bytesGiven = 0
     @exclusivity(unchecked) private(set) var isClosed = false
     @exclusivity(unchecked) private var reportedClose = false
     @exclusivity(unchecked) private var stopActionID = 0
@@ -63,12 +66,29 @@ package final class TCPSocket {
         if rc != 0 { fail(TransportError(.connectionClosed, "read failed: \(uvErrorName(rc))")) }
     }
 
+    /// Stops reading until `startReading` (backpressure: what the peer sends waits in the kernel, and TCP's window
+    /// holds it back). Nothing is delivered meanwhile, not even the peer's close.
+    package func stopReading() {
+        loop.assertInLoop()
+        guard !isClosed else { return }
+        uv_read_stop(streamHandle)
+    }
+
+    /// How many of the bytes given to `write` have left for the kernel so far (wrapping; only differences mean
+    /// anything): it moves whenever output makes progress, a queued write's partial progress included, which the
+    /// write callbacks do not show.
+    package var bytesWritten: Int {
+        guard !isClosed else { return bytesGiven }
+        return bytesGiven &- uv_stream_get_write_queue_size(streamHandle)
+    }
+
     /// Writes `bytes`, which are only lent: what the socket takes at once is written from them (most flushes fit in
     /// the socket buffer: no request, no epoll change), and only the rest (the socket buffer was full, or earlier
     /// writes are queued) is copied into a buffer of its own and queued.
     package func write(borrowing bytes: UnsafeRawBufferPointer) {
         loop.assertInLoop()
         guard !isClosed, bytes.count > 0 else { return }
+        bytesGiven &+= bytes.count
         var start = 0
         if queuedWriteBytes == 0 {
             var direct = uv_buf_t(

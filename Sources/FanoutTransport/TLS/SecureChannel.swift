@@ -18,8 +18,12 @@ package protocol SecureChannelDelegate: AnyObject {
 /// `HTTPServer`) bytes pass straight between the socket and the delegate, through the same staging.
 /// Output is coalesced: the delegate writes into a 16 KiB plaintext staging buffer (one TLS record
 /// per 16 KiB, not per frame), and the ciphertext of a loop turn leaves in one write, or in writes
-/// of `ciphertextWriteThreshold` when there is more. Past `highWaterMark` bytes queued on the socket
-/// it stops asking for output until the socket drains (h2load's back-off).
+/// of `ciphertextWriteThreshold` when there is more (plaintext mode likewise). Past `highWaterMark` bytes queued on
+/// the socket it stops asking for output until the socket drains (h2load's back-off).
+///
+/// A server's channel also bounds what a peer that does not read can cost (`limitOutput`): it stops reading while
+/// the socket's queue is past the high-water mark, and closes when its pending output has made no progress for a
+/// write timeout.
 package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     package let loop: LoopThread
     private let socket: TCPSocket
@@ -47,6 +51,20 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     @exclusivity(unchecked) private var backlog: [UInt8] = []
     /// Owned: freed in deinit. Plaintext read from TLS.
     private let plaintextBuffer: UnsafeMutableRawBufferPointer
+
+    /// `limitOutput` was called: reading pauses while the socket's queue is past the high-water mark.
+    @exclusivity(unchecked) private var outputLimited = false
+    @exclusivity(unchecked) private var readingPaused = false
+    /// `limitOutput`'s write timeout (0: none), and its timer, made when output first waits.
+    @exclusivity(unchecked) private var writeTimeoutMilliseconds: UInt64 = 0
+    @exclusivity(unchecked) private var writeTimer: LoopTimer?
+    /// The write timer runs: output is pending. `writtenAtLastLook` is the socket's `bytesWritten` when it was started
+    /// or last fired.
+    @exclusivity(unchecked) private var writeTimerRunning = false
+    @exclusivity(unchecked) private var writtenAtLastLook = 0
+    /// The protocol above holds output it cannot write yet (HTTP/2: answers waiting for the peer's flow-control
+    /// credit): pending output for the write timeout, as the socket's queue is. Looked at after each flush.
+    @exclusivity(unchecked) package var holdsOutput = false
 
     package static let stagingSize = 16 * 1024
     /// Bytes queued on the socket past which no more output is produced until it drains.
@@ -101,6 +119,21 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     /// Whether the channel runs TLS.
     package var isSecure: Bool { tls != nil }
 
+    /// Bounds what a peer that does not read can cost, as a server must (nginx's `send_timeout`; nghttpd's write
+    /// timeout): from here on, reading stops while `highWaterMark` bytes or more are queued on the socket, so the peer's
+    /// next requests wait in the kernel and TCP holds them back (the protocol above stops producing output too, as
+    /// `canWrite` is false), and resumes once the queue is under it again. With `writeTimeoutMilliseconds` above 0,
+    /// output pending (queued on the socket, held by TLS, or `holdsOutput`) that sees none of itself leave for that
+    /// long closes the channel with `.writeTimeout`. Progress is looked at when the timeout passes, so a stalled peer
+    /// is closed between one and two timeouts after the last byte it took. Call once, before `start`.
+    package func limitOutput(writeTimeoutMilliseconds: UInt64) {
+        outputLimited = true
+        self.writeTimeoutMilliseconds = writeTimeoutMilliseconds
+    }
+
+    /// Output waits for the socket (or, over TLS, for the peer's next bytes).
+    package var hasPendingOutput: Bool { socket.queuedWriteBytes > 0 || !backlog.isEmpty }
+
     /// The ALPN protocol the TLS handshake chose (nil in plaintext mode, before the handshake, or when the
     /// client offered none).
     package var negotiatedProtocol: String? { isReady ? tls?.negotiatedProtocol() : nil }
@@ -111,8 +144,10 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     package func write(_ bytes: UnsafeRawBufferPointer) {
         guard !isClosed else { return }
         guard tls != nil else {
-            // Plaintext: straight into the flush's output; staging only groups bytes into TLS records.
+            // Plaintext: straight into the flush's output; staging only groups bytes into TLS records. Past the
+            // threshold it leaves at once, as ciphertext does, so that `canWrite` sees what the socket does not take.
             plainOutput.append(contentsOf: bytes)
+            if plainOutput.count >= Self.ciphertextWriteThreshold { writePlainOutput() }
             return
         }
         var remaining = bytes
@@ -191,9 +226,8 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         if let tls {
             // From the TLS engine's reused buffer: a copy is made only of what the socket does not take now.
             tls.withCiphertext { socket.write(borrowing: $0) }
-        } else if !plainOutput.isEmpty {
-            plainOutput.withUnsafeBytes { socket.write(borrowing: $0) }
-            plainOutput.removeAll(keepingCapacity: true)
+        } else {
+            writePlainOutput()
         }
         if shutdownAfterFlush && !shutdownSent && !socket.isClosed {
             // libuv sends the FIN after the writes queued before it.
@@ -201,6 +235,66 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
             socket.shutdownWrites()
         }
         if closeAfterFlush && socket.queuedWriteBytes == 0 { close(error: nil) }
+        if outputLimited { watchOutput() }
+    }
+
+    /// Plaintext mode: hands the output gathered so far to the socket.
+    private func writePlainOutput() {
+        guard !plainOutput.isEmpty else { return }
+        plainOutput.withUnsafeBytes { socket.write(borrowing: $0) }
+        plainOutput.removeAll(keepingCapacity: true)
+    }
+
+    /// `limitOutput`: pauses or resumes reading as the socket's queue crosses the high-water mark, and starts or
+    /// stops the write timer as output begins or stops waiting. Called after each flush (where output starts to wait,
+    /// and `holdsOutput` changes with the protocol's frames) and each drained write (where it stops).
+    private func watchOutput() {
+        guard !isClosed else { return }
+        let backlogged = socket.queuedWriteBytes >= Self.highWaterMark
+        if backlogged != readingPaused {
+            readingPaused = backlogged
+            if backlogged {
+                socket.stopReading()
+            } else {
+                socket.startReading()  // may fail, and close the channel
+                if isClosed { return }
+            }
+        }
+        guard writeTimeoutMilliseconds > 0 else { return }
+        let pending = hasPendingOutput || holdsOutput
+        if pending && !writeTimerRunning {
+            writeTimerRunning = true
+            writtenAtLastLook = socket.bytesWritten
+            if let writeTimer {
+                writeTimer.restart(milliseconds: writeTimeoutMilliseconds)
+            } else {
+                let timer = LoopTimer(loop: loop)
+                writeTimer = timer
+                // Strong capture: the cycle ends when the timer closes, with the channel.
+                timer.schedule(milliseconds: writeTimeoutMilliseconds) { [self] in writeTimerFired() }
+            }
+        } else if !pending && writeTimerRunning {
+            writeTimerRunning = false
+            writeTimer?.stop()
+        }
+    }
+
+    /// A write timeout passed with output pending: closes the channel unless some of it left meanwhile.
+    private func writeTimerFired() {
+        guard !isClosed else { return }
+        guard hasPendingOutput || holdsOutput else {
+            writeTimerRunning = false
+            return
+        }
+        let written = socket.bytesWritten
+        guard written == writtenAtLastLook else {
+            writtenAtLastLook = written
+            writeTimer?.restart(milliseconds: writeTimeoutMilliseconds)
+            return
+        }
+        close(
+            error: TransportError(
+                .writeTimeout, "the peer took none of the pending output for \(writeTimeoutMilliseconds) ms"))
     }
 
     /// Sends what is pending, then closes (once the socket has written it all). Idempotent: a
@@ -226,6 +320,8 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         isClosed = true
         handshakeTimer?.close()
         handshakeTimer = nil
+        writeTimer?.close()
+        writeTimer = nil
         socket.close()
         let delegate = self.delegate
         self.delegate = nil
@@ -302,5 +398,7 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         } else if canWrite {
             scheduleFlush()
         }
+        // Reading resumes now, not at the flush: a TLS backlog that keeps `canWrite` false may need the peer's bytes.
+        if outputLimited { watchOutput() }
     }
 }
