@@ -28,8 +28,18 @@ struct ChildProcess {
     /// 5 seconds (a server draining its work), so no path waits forever.
     @discardableResult
     func wait(seconds: Double) -> Int32 {
+        waitSamplingPeakRSS(seconds: seconds, sample: false).status
+    }
+
+    /// `wait(seconds:)`, reading the process's peak RSS (`VmHWM`) at each poll while it runs: the last reading
+    /// before it exits, in MB (its own rusage is gone once Foundation has reaped it).
+    func waitSamplingPeakRSS(seconds: Double, sample: Bool = true) -> (status: Int32, peakRSSMegabytes: Double) {
         let deadline = Date().addingTimeInterval(seconds)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
+        var peak = 0.0
+        while process.isRunning && Date() < deadline {
+            if sample { peak = max(peak, peakRSSMegabytes(ofProcess: process.processIdentifier) ?? 0) }
+            usleep(10_000)
+        }
         if process.isRunning {
             process.terminate()
             let killAt = Date().addingTimeInterval(5)
@@ -37,7 +47,7 @@ struct ChildProcess {
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
             process.waitUntilExit()
         }
-        return process.terminationStatus
+        return (process.terminationStatus, peak)
     }
 
     func stop() {
@@ -95,15 +105,18 @@ func processUsage() -> (cpuSeconds: Double, peakRSSMegabytes: Double) {
     let cpu =
         Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
         + Double(usage.ru_stime.tv_usec) / 1e6
-    var peakKilobytes = Double(usage.ru_maxrss)
-    if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+    return (cpu, peakRSSMegabytes(ofProcess: nil) ?? Double(usage.ru_maxrss) / 1024)
+}
+
+/// `VmHWM` (peak resident set) of process `pid` (this one when nil) in MB, from /proc; nil once it has exited.
+func peakRSSMegabytes(ofProcess pid: Int32?) -> Double? {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid.map(String.init) ?? "self")/status", encoding: .utf8),
         let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-        let value = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap({ Double($0) }
-        )
-    {
-        peakKilobytes = value
-    }
-    return (cpu, peakKilobytes / 1024)
+        let kilobytes = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap({
+            Double($0)
+        })
+    else { return nil }
+    return kilobytes / 1024
 }
 
 /// User + system CPU seconds of a running process so far (/proc/PID/stat), 0 when it cannot be read.

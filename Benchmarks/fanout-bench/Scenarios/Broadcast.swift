@@ -128,6 +128,9 @@ func runBroadcast(_ bench: BenchContext) throws {
         "seconds_with_channel": wallWith.median, "seconds_with_channel_min": wallWith.min,
         "seconds_with_channel_max": wallWith.max, "job_seconds_without_channel": jobSeconds.median,
         "job_seconds_with_channel": jobSecondsWith.median, "cpu_seconds_with_channel": cpuWith.median,
+        // The fan-out's `fanout send` (without the channel), as `rate` and `seconds` are.
+        "peak_rss_mb": spread(without, "peak_rss_mb").median,
+        "peak_rss_mb_with_channel": spread(with, "peak_rss_mb").median,
         "channel_broadcasts": spread(with, "channel_broadcasts").median, "requests_ratio": requestRatio,
         "time_ratio": timeRatio, "time_ratio_min": pairRatios.min, "time_ratio_max": pairRatios.max,
         "key_figure": String(
@@ -187,12 +190,13 @@ private struct BroadcastSend {
         let before = stats
         let cpuBefore = childrenCPUSeconds()
         let start = DispatchTime.now()
-        try runTool(
+        let peakRSS = try runToolSamplingPeakRSS(
             fanout,
             [
                 "send", "--jobs", jobs, "--results", results, "--summary", summary, "--endpoint", endpoint,
                 "--loops", String(loops), "--connections", String(connections), "--progress", "never",
-            ] + credentials, in: work, timeout: timeout)
+            ] + credentials, in: work, timeout: timeout
+        ).peakRSSMegabytes
         let wall = seconds(since: start)
         let cpu = childrenCPUSeconds() - cpuBefore
         let after = try self.stats(after: Date())
@@ -208,7 +212,7 @@ private struct BroadcastSend {
                 - Int(number((before["broadcasts_by_channel"] as? [String: Any])?[channel]))
         }
         return [
-            "wall_seconds": wall, "job_seconds": number(object["seconds"]), "cpu_seconds": cpu,
+            "wall_seconds": wall, "job_seconds": number(object["seconds"]), "cpu_seconds": cpu, "peak_rss_mb": peakRSS,
             "delivered": number(object["delivered"]), "notifications": number(object["notifications"]),
             "summary_broadcasts": number(object["broadcasts"]), "requests": delta("requests"),
             "accepted": delta("accepted"), "broadcasts": delta("broadcasts"), "channel_broadcasts": channelBroadcasts,

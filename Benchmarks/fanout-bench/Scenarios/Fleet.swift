@@ -90,6 +90,7 @@ func runFleet(_ bench: BenchContext) throws {
         "scenario": "fleet", "notifications": setup.tokens, "jobs": setup.jobs, "shard_size": setup.shardSize,
         "cores": cores, "load_average_before": loadBefore, "load_average_after": loadAfter,
         "send_rate": sendRate.median, "send_rate_min": sendRate.min, "send_rate_max": sendRate.max,
+        "send_peak_rss_mb": spread(sends, "peak_rss_mb").median,
         "send_cpu_seconds": spread(sends, "cpu_seconds").median,
         "ratio_1_worker_vs_send": ratios.median, "ratio_1_worker_vs_send_min": ratios.min,
         "ratio_1_worker_vs_send_max": ratios.max, "commands_per_1000": commands.median,
@@ -126,7 +127,10 @@ func runFleet(_ bench: BenchContext) throws {
         entry[prefix + "enqueue_seconds"] = enqueueSeconds.median
         entry[prefix + "commands_per_1000"] = perThousand.median
         entry[prefix + "cpu_seconds"] = cpu.median
+        entry[prefix + "peak_rss_mb"] = spread(runs, "worker_peak_rss_mb").median
         if workers == 1 {
+            // The largest worker's, as a send's is its one process's.
+            entry["peak_rss_mb"] = spread(runs, "worker_peak_rss_mb").median
             entry["rate"] = rate.median
             entry["rate_min"] = rate.min
             entry["rate_max"] = rate.max
@@ -282,13 +286,15 @@ private struct FleetBenchRun {
         let summary = "\(work)/\(label)/summary.json"
         let cpuBefore = childrenCPUSeconds()
         let start = DispatchTime.now()
+        let peakRSS: Double
         do {
-            try runTool(
+            peakRSS = try runToolSamplingPeakRSS(
                 fanout,
                 [
                     "send", "--jobs", jobsPath, "--results", results, "--summary", summary, "--endpoint",
                     "localhost:\(mock.port)", "--loops", "1", "--connections", "2", "--progress", "never",
-                ] + credentials(mock), in: work, timeout: timeout)
+                ] + credentials(mock), in: work, timeout: timeout
+            ).peakRSSMegabytes
         } catch {
             mock.child.stop()
             throw error
@@ -302,6 +308,7 @@ private struct FleetBenchRun {
         try? FileManager.default.removeItem(atPath: "\(work)/\(label)")
         return [
             "seconds": wall, "rate": Double(setup.tokens) / wall, "cpu_seconds": cpu, "duplicates": duplicates,
+            "peak_rss_mb": peakRSS,
         ]
     }
 
@@ -373,6 +380,8 @@ private struct FleetBenchRun {
             .compactMap(\.integer).max() ?? 0
         let endToEnd = max(Double(finished) / 1000 - start.timeIntervalSince1970, 1e-6)
         let workersSeconds = max(Double(finished) / 1000 - workersStartDate.timeIntervalSince1970, 1e-6)
+        // Read while they run: a worker's high-water mark is gone once it has exited.
+        let workerPeakRSS = running.map { peakRSSMegabytes(ofProcess: $0.process.processIdentifier) ?? 0 }.max() ?? 0
         for worker in running {
             worker.stop()
             guard worker.process.terminationStatus == 0 else {
@@ -404,7 +413,7 @@ private struct FleetBenchRun {
             "notifications": setup.tokens, "seconds": endToEnd, "rate": Double(setup.tokens) / endToEnd,
             "enqueue_seconds": enqueueSeconds, "worker_seconds": workersSeconds,
             "worker_rate": Double(setup.tokens) / workersSeconds, "detected_seconds": detected,
-            "worker_cpu_seconds": workerCPU, "worker_commands": workerCommands,
+            "worker_cpu_seconds": workerCPU, "worker_peak_rss_mb": workerPeakRSS, "worker_commands": workerCommands,
             "worker_commands_per_1000": perThousand(workerCommands),
             "enqueue_commands_per_1000": perThousand(enqueueCommands),
             "results_commands_per_1000": perThousand(resultsCommands),

@@ -274,14 +274,21 @@ private struct ServeProcess {
 /// Runs a tool to the end; throws with its stderr unless it exits 0 within `timeout`. Returns its standard output.
 @discardableResult
 func runTool(_ tool: String, _ arguments: [String], in work: String, timeout: Double) throws -> String {
+    try runToolSamplingPeakRSS(tool, arguments, in: work, timeout: timeout, sample: false).output
+}
+
+/// `runTool`, with the tool's peak RSS in MB (`ChildProcess.waitSamplingPeakRSS`).
+func runToolSamplingPeakRSS(
+    _ tool: String, _ arguments: [String], in work: String, timeout: Double, sample: Bool = true
+) throws -> (output: String, peakRSSMegabytes: Double) {
     let child = try ChildProcess.start(tool, arguments, in: work)
-    let status = child.wait(seconds: timeout)
+    let (status, peak) = child.waitSamplingPeakRSS(seconds: timeout, sample: sample)
     guard status == 0 else {
         throw BenchError(
             "\((tool as NSString).lastPathComponent) \(arguments.prefix(4).joined(separator: " ")) failed "
                 + "(exit \(status)): \(child.errorOutput.suffix(1000))")
     }
-    return child.output
+    return (child.output, peak)
 }
 
 /// The update's content state: distinct per run, about 1 KiB of payload like the other scenarios.
