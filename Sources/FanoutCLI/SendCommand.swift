@@ -46,7 +46,9 @@ enum SendCommand {
 
         Credentials may also come from APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID.
         Exit status: 0 when every notification was delivered; 1 when some were not; 2 for bad
-        arguments, unreadable files or configuration errors (nothing sent).
+        arguments, unreadable files or configuration errors (nothing sent), or for a run cut short
+        by a job file, tokens file or registry that failed mid-read (what was sent is recorded;
+        --resume sends the rest).
         """
 
     struct Options {
