@@ -260,12 +260,15 @@ enum ValidateCommand {
             let reader = try JobFileReader(path: jobs)
             let parser = JobLineParser()
             let now = Int64(Date().timeIntervalSince1970)
+            var ids = JobFileIDs()
             var valid = 0
             var invalid = 0
             while let line = try reader.nextLine() {
-                switch parser.parse(
+                var parsed = parser.parse(
                     line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: now)
-                {
+                // fanout send refuses a line that repeats an earlier line's id (results are keyed by job id).
+                if let duplicate = ids.claim(parsed.jobID, line: line.number).duplicate { parsed = .failure(duplicate) }
+                switch parsed {
                 case .success: valid += 1
                 case .failure(let error):
                     invalid += 1

@@ -96,15 +96,15 @@ final class SendResumeTests: XCTestCase {
     /// What a kill leaves: the results file holding `lines` only, and a journal that covers the first
     /// `coveredLines` of them, with `partial` and `counts` as it would record them.
     private func leaveKilledRun(
-        lines: [String], coveredLines: Int = 0, partial: [String: SendJournal.PartialJob] = [:],
-        counts: SendCounts = SendCounts()
+        lines: [String], coveredLines: Int = 0, finishedLines: [[Int]] = [],
+        partial: [String: SendJournal.PartialJob] = [:], counts: SendCounts = SendCounts()
     ) throws {
         let text = lines.map { $0 + "\n" }.joined()
         try text.write(toFile: results, atomically: true, encoding: .utf8)
         let offset = lines.prefix(coveredLines).reduce(0) { $0 + $1.utf8.count + 1 }
         let size = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: jobs)[.size] as? Int)
         try SendJournal(
-            jobsFile: jobs, jobsFileSize: size, resultsOffset: offset, finishedLines: [], partial: partial,
+            jobsFile: jobs, jobsFileSize: size, resultsOffset: offset, finishedLines: finishedLines, partial: partial,
             counts: counts
         ).write(to: SendJournal.path(forResults: results))
     }
@@ -289,6 +289,87 @@ final class SendResumeTests: XCTestCase {
         XCTAssertEqual(again.counts.notifications, 5)
         XCTAssertEqual(again.counts.outcomes.retries, 2)
         XCTAssertEqual(mock.stats.accepted - sentBefore, 2, "and sends nothing")
+    }
+
+    // MARK: Job ids
+
+    /// Two lines with one id would share their results lines (keyed by job and token) and `--resume`'s view of them.
+    /// The second is refused: one `invalid` line, keyed `line-N` as for a line without an id, whose reason names the
+    /// line, the id and the line that has it; the first is sent whole, and the second's tokens are not sent.
+    func testALineThatRepeatsAnEarlierJobsIDIsInvalidAndTheFirstIsSent() async throws {
+        let mock = try MockHarness { $0.capturePayloads = true }
+        addTeardownBlock { mock.stop() }
+        let tokens = (1...3).map { testDeviceToken($0) }
+        try write(Self.duplicateIDJobs(tokens), to: jobs)
+
+        let summary = try await send(mock: mock, registry: nil, resume: false)
+        XCTAssertEqual(
+            try resultKeys().sorted(), ["dup/\(tokens[0])", "dup/\(tokens[1])", "line-2/-", "z/\(tokens[2])"])
+        let invalid = try resultLines().map { try Self.object($0) }.filter { $0["outcome"] as? String == "invalid" }
+        XCTAssertEqual(
+            invalid.first?["reason"] as? String,
+            #"line 2: id "dup" is already the id of line 1 (job ids must be unique in a job file)"#)
+        XCTAssertEqual(summary.counts.jobs, 3)
+        XCTAssertEqual(summary.counts.notifications, 4)
+        XCTAssertEqual(summary.counts.outcomes.invalid, 1)
+        XCTAssertEqual(mock.stats.accepted, 3, "the refused line's token is not sent")
+        XCTAssertEqual(mock.stats.payloadsByToken[tokens[2]]?.count, 1, "sent by z only")
+        XCTAssertEqual(
+            mock.stats.payloadsByToken[tokens[0]].map { $0.map { String(decoding: $0, as: UTF8.self) } },
+            [#"{"aps": {"alert": "first"}}"#], "the first line's payload, once")
+    }
+
+    /// A resumed run refuses the same line: whether the first line with the id is finished in the journal (so the
+    /// resumed run skips it without parsing it for sending) or still running with the duplicate's `invalid` line in
+    /// the tail. That line does not end the first job (it is keyed `line-2`), and the duplicate's tokens are never
+    /// sent under the first job's id.
+    func testAResumedRunRefusesTheSameDuplicateID() async throws {
+        let mock = try MockHarness { $0.capturePayloads = true }
+        addTeardownBlock { mock.stop() }
+        let tokens = (1...3).map { testDeviceToken($0) }
+        try write(Self.duplicateIDJobs(tokens), to: jobs)
+        func delivered(_ job: String, _ token: String, _ position: Int) -> String {
+            var result = NotificationResult(jobID: job, token: token, outcome: .delivered, reason: nil, attempts: 1)
+            result.position = position
+            return Self.line(result)
+        }
+        var counts = SendCounts()
+        counts.jobs = 1
+        counts.payloadEncodings = 1
+        counts.outcomes.delivered = 2
+
+        // Line 1 finished and journaled; killed before line 2 was recorded.
+        try leaveKilledRun(
+            lines: [delivered("dup", tokens[0], 0), delivered("dup", tokens[1], 1)], coveredLines: 2,
+            finishedLines: [[1, 1]], counts: counts)
+        let afterFinished = try await send(mock: mock, registry: nil, resume: true)
+        XCTAssertEqual(
+            try resultKeys().sorted(), ["dup/\(tokens[0])", "dup/\(tokens[1])", "line-2/-", "z/\(tokens[2])"])
+        XCTAssertEqual(afterFinished.counts.outcomes.invalid, 1)
+        XCTAssertEqual(afterFinished.counts.jobs, 3)
+        XCTAssertEqual(Set(mock.stats.payloadsByToken.keys), [tokens[2]], "only z's token; the duplicate's is not sent")
+
+        // Line 1 still running (one token answered), line 2's invalid line in the tail, the journal at the start.
+        let sentBefore = mock.stats.accepted
+        let refused = try resultLines().filter { try Self.object($0)["outcome"] as? String == "invalid" }
+        try leaveKilledRun(lines: [delivered("dup", tokens[0], 0)] + refused)
+        let afterRunning = try await send(mock: mock, registry: nil, resume: true)
+        XCTAssertEqual(
+            try resultKeys().sorted(), ["dup/\(tokens[0])", "dup/\(tokens[1])", "line-2/-", "z/\(tokens[2])"])
+        XCTAssertEqual(afterRunning.counts.notifications, 4)
+        XCTAssertEqual(afterRunning.counts.outcomes.invalid, 1, "the duplicate's line is not written again")
+        XCTAssertEqual(
+            mock.stats.accepted - sentBefore, 2, "dup's second token and z's: the refused line did not end dup")
+        XCTAssertEqual(mock.stats.payloadsByToken[tokens[0]]?.count, nil, "dup's first token had a line")
+    }
+
+    /// `dup` to tokens 0 and 1, `dup` again to token 2 (refused), then `z` to token 2.
+    private static func duplicateIDJobs(_ tokens: [String]) -> [String] {
+        [
+            #"{"id": "dup", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "first"}}, "tokens": ["\#(tokens[0])", "\#(tokens[1])"]}"#,
+            #"{"id": "dup", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "second"}}, "tokens": ["\#(tokens[2])"]}"#,
+            #"{"id": "z", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "z"}}, "tokens": ["\#(tokens[2])"]}"#,
+        ]
     }
 
     // MARK: Recipients or the job file failing mid-read

@@ -103,6 +103,7 @@ package final class JobFileRunner: Sendable {
         defer { counting.cancel() }
 
         var timestamps = JobFileTimestamps()
+        var ids = JobFileIDs()
         // Why the job file was not read to its end, if it was not: the jobs already started still run to the end
         // and are recorded (cancelled, their notifications in flight would have ended `cancelled`, a result that
         // `--resume` does not send again, and their answered results would have stayed in the writer's buffer).
@@ -119,17 +120,24 @@ package final class JobFileRunner: Sendable {
                     break reading
                 }
                 guard let line = next else { break }
-                if resume.isFinished(line: line.number) { continue }
+                if resume.isFinished(line: line.number) {
+                    // Its id stays taken: a later line that repeats it is refused, as it was in the earlier run.
+                    _ = ids.claim(JobLineParser.jobID(of: line.bytes), line: line.number)
+                    continue
+                }
                 let registry = engine.configuration.registry
-                switch await timestamps.parse(
+                var parsed = await timestamps.parse(
                     line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory,
                     now: Int64(Date().timeIntervalSince1970),
                     lastSent: { app, activityID in
                         try? await registry?.activity(app: app, activityID: activityID)?.lastContentTimestamp
                     }
-                ).result {
+                ).result
+                let claim = ids.claim(parsed.jobID, line: line.number)
+                if let duplicate = claim.duplicate { parsed = .failure(duplicate) }
+                switch parsed {
                 case .failure(let error):
-                    let id = error.jobID ?? "line-\(line.number)"
+                    let id = claim.key
                     // Its `invalid` line is in the tail (and counted): recorded as finished, not written again.
                     if resume.ended(jobID: id) {
                         writer.finishJob(line: line.number, payloadEncodings: 0, demoted: 0)
@@ -232,12 +240,14 @@ package final class JobFileRunner: Sendable {
         do {
             let reader = try JobFileReader(path: jobsPath)
             let parser = JobLineParser()
+            var ids = JobFileIDs()
             var total = 0
             while let line = try reader.nextLine() {
                 if Task.isCancelled { return nil }
-                switch parser.parse(
+                var parsed = parser.parse(
                     line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: 0)
-                {
+                if let duplicate = ids.claim(parsed.jobID, line: line.number).duplicate { parsed = .failure(duplicate) }
+                switch parsed {
                 case .failure: total += 1
                 case .success(let parsed):
                     switch parsed.job.recipients {
