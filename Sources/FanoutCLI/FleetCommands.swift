@@ -230,11 +230,11 @@ enum FleetCommands {
             stats = try await worker.run()
         } catch {
             await engine.shutdown(gracePeriod: .zero)
-            await fleetBudget?.returnLeases()
+            await fleetBudget?.returnLeases(timeout: .seconds(1))
             return fail("worker", error.message)
         }
         await engine.shutdown(gracePeriod: .seconds(1))
-        await fleetBudget?.returnLeases()
+        await fleetBudget?.returnLeases(timeout: .seconds(1))
         logger.info(
             "worker stopped",
             fields: [

@@ -46,7 +46,9 @@ enum SendCommand {
 
         Credentials may also come from APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID.
         Exit status: 0 when every notification was delivered; 1 when some were not; 2 for bad
-        arguments, unreadable files or configuration errors (nothing sent).
+        arguments, unreadable files or configuration errors (nothing sent), or for a run cut short
+        by a job file, tokens file or registry that failed mid-read (what was sent is recorded;
+        --resume sends the rest).
         """
 
     struct Options {
@@ -255,12 +257,15 @@ enum ValidateCommand {
             let reader = try JobFileReader(path: jobs)
             let parser = JobLineParser()
             let now = Int64(Date().timeIntervalSince1970)
+            var ids = JobFileIDs()
             var valid = 0
             var invalid = 0
             while let line = try reader.nextLine() {
-                switch parser.parse(
+                var parsed = parser.parse(
                     line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: now)
-                {
+                // fanout send refuses a line that repeats an earlier line's id (results are keyed by job id).
+                if let duplicate = ids.claim(parsed.jobID, line: line.number).duplicate { parsed = .failure(duplicate) }
+                switch parsed {
                 case .success: valid += 1
                 case .failure(let error):
                     invalid += 1

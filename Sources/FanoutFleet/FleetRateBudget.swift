@@ -175,8 +175,17 @@ package final class FleetRateBudget: SharedRateLimiter {
 
     /// Gives every unexpired, unspent unit back to the fleet's buckets (call on shutdown, after the engine has
     /// stopped). Units whose lease record has expired in Redis are not returned. Returns the units given back.
+    /// - Parameter timeout: how long the whole return may take (each Redis call gets what is left of it), so that a
+    ///   worker stopping while Redis hangs does not wait out a deadline per workspace. What is not given back by then
+    ///   expires with its lease (`leaseDuration`), as a dead worker's does.
     @discardableResult
-    package func returnLeases() async -> Int {
+    package func returnLeases(timeout: Duration = .seconds(10)) async -> Int {
+        let end = ContinuousClock.now + timeout
+        /// What is left of `timeout`; nil once it is over.
+        func remaining() -> Duration? {
+            let left = end - ContinuousClock.now
+            return left > .zero ? left : nil
+        }
         let now = options.clock.nanoseconds()
         let (held, workspaces) = local.withLock { local -> ([(LeaseKey, Int)], Set<String>) in
             defer {
@@ -188,19 +197,25 @@ package final class FleetRateBudget: SharedRateLimiter {
         }
         var returned = 0
         for (key, units) in held {
+            guard let left = remaining() else {
+                log("rate budget: \(units) unit(s) of \(key.workspace) not returned in \(timeout); they expire")
+                continue
+            }
             let budget = limits.budget(for: key.workspace)
             do throws(RedisError) {
                 let reply = try await client.evalScript(
                     Self.returnScript, keys: keys(key.workspace),
-                    arguments: budgetArguments(budget) + [RedisArgument(key.kind), RedisArgument(units)])
+                    arguments: budgetArguments(budget) + [RedisArgument(key.kind), RedisArgument(units)],
+                    timeout: left)
                 returned += Int(reply.integer ?? 0)
             } catch {
                 log("rate budget: could not return \(units) unit(s) of \(key.workspace): \(error.message)")
             }
         }
-        // The records of spent leases too: nothing of this holder is left in Redis.
+        // The records of spent leases too: nothing of this holder is left in Redis (a record left expires).
         for workspace in workspaces {
-            _ = try? await client.command(["DEL", keys(workspace)[1]])
+            guard let left = remaining() else { break }
+            _ = try? await client.command(["DEL", keys(workspace)[1]], timeout: left)
         }
         return returned
     }

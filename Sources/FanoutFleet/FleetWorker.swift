@@ -23,6 +23,10 @@ package struct FleetWorkerOptions: Sendable {
     /// After `stop()`, shards still sending get this long to finish; then they are cancelled, what they finished is
     /// written, and they are left pending (unacknowledged) for another worker.
     package var stopGrace: Duration = .seconds(10)
+    /// After the grace period, how long the cancelled shards get to write what they finished. A Redis call still
+    /// waiting then (Redis hung) is no longer waited for, so a stop ends by `stopGrace` plus this, whatever Redis
+    /// does; what was not written is sent again by the worker that claims the shard.
+    package var stopWriteWindow: Duration = .seconds(1)
 
     package init(name: String) { self.name = name }
 
@@ -75,6 +79,12 @@ package final class FleetWorker: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Fired by `stop()`: the reading loop's Redis calls and backoffs are raced against it, so that a stop does not
+    /// wait for a call in progress (with Redis hung, up to its deadline: 11 s for the blocked read).
+    private let stopping = StopSignal()
+    /// Fired when the grace period and `stopWriteWindow` after it are over: the shards' Redis calls are raced
+    /// against it, so a shard still waiting on Redis then is left pending instead of holding up the stop.
+    private let cutOff = StopSignal()
     /// Yields once on `stop()`: a child task of `run()`'s group waits on it, so that a loop waiting for a slot (every
     /// shard still sending) wakes at the stop instead of when a shard ends, which with a hung APNs was only after the
     /// request timeouts and retries, long past the grace period.
@@ -97,7 +107,9 @@ package final class FleetWorker: Sendable {
         self.log = log
     }
 
-    /// Stop reading; shards being sent get `stopGrace` from now to finish. `run()` then returns.
+    /// Stop reading; shards being sent get `stopGrace` from now to finish, then `stopWriteWindow` to write what they
+    /// finished. `run()` then returns, at once when nothing is being sent: it never waits for a Redis call in
+    /// progress (see `StopSignal`), so a hung Redis does not hold a stop up.
     package func stop() {
         let first = state.withLock { state in
             guard state.stoppedAt == nil else { return false }
@@ -105,6 +117,7 @@ package final class FleetWorker: Sendable {
             return true
         }
         if first {
+            stopping.fire()
             stopRequests.continuation.yield()
             stopRequests.continuation.finish()
         }
@@ -159,7 +172,10 @@ package final class FleetWorker: Sendable {
                 do throws(RedisError) {
                     var claimed: [ShardEntry] = []
                     if lastClaim.map({ ContinuousClock.now - $0 >= claimCheck }) ?? true {
-                        claimed = try await claim(count: free, cursor: &claimCursor)
+                        let cursor = claimCursor
+                        (claimed, claimCursor) = try await stopping.call { () async throws(RedisError) in
+                            try await self.claim(count: free, cursor: cursor)
+                        }
                         // Found some: look again on the next turn (more may be waiting).
                         lastClaim = claimed.isEmpty ? ContinuousClock.now : nil
                     }
@@ -169,7 +185,10 @@ package final class FleetWorker: Sendable {
                     } else {
                         // Reading "0" returns the held shards first: ask for enough to see past them.
                         let held = readID == "0" ? state.withLock { $0.held.count } : 0
-                        claimed = try await read(count: free + held, id: readID)
+                        let id = readID
+                        claimed = try await stopping.call { () async throws(RedisError) in
+                            try await self.read(count: free + held, id: id)
+                        }
                         // "0" reads this consumer's own pending entries (a restart under the same name) without
                         // blocking; once it offers nothing new, only new entries ('>').
                         if readID == "0"
@@ -181,6 +200,7 @@ package final class FleetWorker: Sendable {
                     entries = claimed
                     failures = 0
                 } catch {
+                    if isStopping { break }
                     failures += 1
                     log("Redis: \(error.message); retrying")
                     // A read whose reply was lost (the connection dropped, a restart) may still have given us shards:
@@ -188,9 +208,12 @@ package final class FleetWorker: Sendable {
                     readID = "0"
                     if error.kind == .server && error.message.hasPrefix("NOGROUP") {
                         // The group is gone (a restart without AOF, a flush): make it again, from the stream's start.
-                        try? await FleetConnection.ensureGroup(writer)
+                        let writer = self.writer
+                        _ = try? await stopping.call { () async throws(RedisError) in
+                            try await FleetConnection.ensureGroup(writer)
+                        }
                     }
-                    try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
+                    await stopping.sleep(for: .milliseconds(min(2000, 100 * failures)))
                     continue
                 }
                 var started = 0
@@ -212,9 +235,15 @@ package final class FleetWorker: Sendable {
             log("stopping: \(sending) shard(s) still sending get \(options.stopGrace)")
             // From the stop, not from here: the loop may have finished a blocked read first.
             let deadline = stoppedAt + options.stopGrace
+            let writeWindow = options.stopWriteWindow
             group.addTask {
                 try? await Task.sleep(until: deadline, clock: .continuous)
-                if !Task.isCancelled { self.abandon() }
+                guard !Task.isCancelled else { return .graceOver }
+                self.abandon()
+                try? await Task.sleep(until: deadline + writeWindow, clock: .continuous)
+                guard !Task.isCancelled else { return .graceOver }
+                self.log("write window over: shards still waiting on Redis are left pending for another worker")
+                self.cutOff.fire()
                 return .graceOver
             }
             while running > 0 {
@@ -257,7 +286,8 @@ package final class FleetWorker: Sendable {
         return entries.compactMap(Self.entry)
     }
 
-    private func claim(count: Int, cursor: inout String) async throws(RedisError) -> [ShardEntry] {
+    /// The entries claimed, and the cursor for the next claim.
+    private func claim(count: Int, cursor: String) async throws(RedisError) -> ([ShardEntry], String) {
         let reply = try await writer.command([
             "XAUTOCLAIM", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group), RedisArgument(options.name),
             RedisArgument(Int(milliseconds(options.claimIdle))), RedisArgument(cursor), "COUNT",
@@ -265,10 +295,9 @@ package final class FleetWorker: Sendable {
         ])
         // [next cursor, [entries], [deleted ids]] (Redis 7; 6.2 has no third element).
         guard let parts = reply.array, parts.count >= 2, let next = parts[0].string, let entries = parts[1].array else {
-            return []
+            return ([], cursor)
         }
-        cursor = next
-        return entries.compactMap(Self.entry)
+        return (entries.compactMap(Self.entry), next)
     }
 
     private static func entry(_ value: RedisValue) -> ShardEntry? {
@@ -328,9 +357,13 @@ package final class FleetWorker: Sendable {
                     broadcast: fields["broadcast"] == "1")
                 if !done { return }  // abandoned: left pending
             } catch {
+                if cutOff.hasFired {
+                    log("shard \(shard) of \(jobID): \(error.message); left pending for another worker")
+                    return
+                }
                 failures += 1
                 log("shard \(shard) of \(jobID): \(error.message); retrying")
-                try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
+                await cutOff.sleep(for: .milliseconds(min(2000, 100 * failures)))
             }
         }
     }
@@ -354,7 +387,8 @@ package final class FleetWorker: Sendable {
             return true
         case .parsed(.failure(let error)):
             // Validated at enqueue; a line this version cannot parse gets the job's one `invalid` result.
-            let sink = ResultSink(keys: keys, shard: shard, start: start, count: count, positions: [], writer: writer)
+            let sink = ResultSink(
+                keys: keys, shard: shard, start: start, count: count, positions: [], writer: writer, cutOff: cutOff)
             sink.add(NotificationResult(jobID: keys.job, token: nil, outcome: .invalid, reason: error.message))
             try await sink.flushAll(giveUp: { false })
             try await complete(entry: entry, keys: keys, shard: shard, summary: nil)
@@ -367,10 +401,13 @@ package final class FleetWorker: Sendable {
             // The tokens and the marks in one round trip, with the job's enqueue id (a line found in the cache may
             // belong to an enqueue whose keys were deleted since, and these tokens to the next one) and the policy of
             // the channel a broadcast shard goes to, as the enqueuer found it bound (absent: unknown).
-            replies = try await writer.commands([
-                ["GET", keys.tokens(shard: shard)], ["GET", keys.marks(shard: shard)],
-                ["HMGET", keys.meta, RedisArgument(FleetKeys.enqueueIDField), "channel_policy"],
-            ])
+            let writer = self.writer
+            replies = try await cutOff.call { () async throws(RedisError) in
+                try await writer.commands([
+                    ["GET", keys.tokens(shard: shard)], ["GET", keys.marks(shard: shard)],
+                    ["HMGET", keys.meta, RedisArgument(FleetKeys.enqueueIDField), "channel_policy"],
+                ])
+            }
         } catch {
             throw FleetError(error.message)
         }
@@ -407,7 +444,8 @@ package final class FleetWorker: Sendable {
                 job.recipients = .tokens(missing.map { tokens[$0 - start] })
             }
             let sink = ResultSink(
-                keys: keys, shard: shard, start: start, count: count, positions: missing, writer: writer)
+                keys: keys, shard: shard, start: start, count: count, positions: missing, writer: writer,
+                cutOff: cutOff)
             let interval = options.flushInterval
             let batch = options.flushBatch
             let flusher = Task {
@@ -432,10 +470,14 @@ package final class FleetWorker: Sendable {
             }) {
                 run.cancel()
             }
-            summary = await run.value
+            // Raced: an engine run cancelled at the grace period's end can still be waiting on Redis (the fleet's
+            // rate budget leases there).
+            let ended = await cutOff.race { await run.value }
             state.withLock { _ = $0.runs.removeValue(forKey: entry.id) }
             flusher.cancel()
             _ = await flusher.value
+            guard let ended else { return false }
+            summary = ended
             let abandoning = { self.state.withLock { $0.abandoning } }
             try await sink.flushAll(giveUp: abandoning)
             state.withLock { $0.stats.resultsWritten += sink.written }
@@ -449,19 +491,24 @@ package final class FleetWorker: Sendable {
     private func complete(
         entry: ShardEntry, keys: FleetKeys, shard: Int, summary: JobSummary?, broadcast: Bool = false
     ) async throws(FleetError) {
+        let writer = self.writer
         do throws(RedisError) {
-            _ = try await writer.evalScript(
-                FleetScripts.completeShard, keys: [keys.done, keys.counts, keys.meta, keys.tokens(shard: shard)],
-                arguments: [
-                    RedisArgument(shard), RedisArgument(summary?.payloadEncodings ?? 0),
-                    RedisArgument(summary?.demoted ?? 0), RedisArgument(broadcast ? 1 : 0),
-                ])
+            _ = try await cutOff.call { () async throws(RedisError) in
+                try await writer.evalScript(
+                    FleetScripts.completeShard, keys: [keys.done, keys.counts, keys.meta, keys.tokens(shard: shard)],
+                    arguments: [
+                        RedisArgument(shard), RedisArgument(summary?.payloadEncodings ?? 0),
+                        RedisArgument(summary?.demoted ?? 0), RedisArgument(broadcast ? 1 : 0),
+                    ])
+            }
             // Acknowledged, then deleted: the stream keeps only shards not done.
             let stream = RedisArgument(FleetKeys.stream)
-            let replies = try await writer.commands([
-                ["XACK", stream, RedisArgument(FleetKeys.group), RedisArgument(entry.id)],
-                ["XDEL", stream, RedisArgument(entry.id)],
-            ])
+            let replies = try await cutOff.call { () async throws(RedisError) in
+                try await writer.commands([
+                    ["XACK", stream, RedisArgument(FleetKeys.group), RedisArgument(entry.id)],
+                    ["XDEL", stream, RedisArgument(entry.id)],
+                ])
+            }
             if case .error(let message) = replies[0] { throw RedisError.server(message) }
         } catch {
             throw FleetError(error.message)
@@ -473,19 +520,22 @@ package final class FleetWorker: Sendable {
     /// or the stop's grace period is over: one dropped here would stay pending until claimed, and on the stream.
     private func acknowledge(_ id: String) async {
         let stream = RedisArgument(FleetKeys.stream)
+        let writer = self.writer
         var failures = 0
         while !state.withLock({ $0.abandoning }) {
             do throws(RedisError) {
-                let replies = try await writer.commands([
-                    ["XACK", stream, RedisArgument(FleetKeys.group), RedisArgument(id)],
-                    ["XDEL", stream, RedisArgument(id)],
-                ])
+                let replies = try await cutOff.call { () async throws(RedisError) in
+                    try await writer.commands([
+                        ["XACK", stream, RedisArgument(FleetKeys.group), RedisArgument(id)],
+                        ["XDEL", stream, RedisArgument(id)],
+                    ])
+                }
                 if case .error(let message) = replies[0] { throw RedisError.server(message) }
                 return
             } catch {
                 failures += 1
                 log("acknowledging \(id): \(error.message); retrying")
-                try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
+                await cutOff.sleep(for: .milliseconds(min(2000, 100 * failures)))
             }
         }
     }
@@ -517,9 +567,10 @@ package final class FleetWorker: Sendable {
         }
         let reply: RedisValue
         do {
-            reply = try await writer.command([
-                "HMGET", keys.meta, "line", "now", RedisArgument(FleetKeys.enqueueIDField),
-            ])
+            let writer = self.writer
+            reply = try await cutOff.call { () async throws(RedisError) in
+                try await writer.command(["HMGET", keys.meta, "line", "now", RedisArgument(FleetKeys.enqueueIDField)])
+            }
         } catch {
             throw FleetError(error.message)
         }
@@ -561,18 +612,24 @@ final class ResultSink: Sendable {
     /// Job positions by the engine's position (an index into the tokens it was given).
     private let positions: [Int]
     private let writer: RedisClient
+    /// The worker's: a write still waiting on Redis when it fires is no longer waited for (see `StopSignal`).
+    private let cutOff: StopSignal
     private let buffer = Mutex<[Pending]>([])
     private let writtenCount = Mutex(0)
 
     /// - Parameters: shard, start, count: the shard (its number, first position and size), whose marks and results
     ///   the results go to.
-    init(keys: FleetKeys, shard: Int, start: Int, count: Int, positions: [Int], writer: RedisClient) {
+    init(
+        keys: FleetKeys, shard: Int, start: Int, count: Int, positions: [Int], writer: RedisClient,
+        cutOff: StopSignal = StopSignal()
+    ) {
         self.keys = keys
         self.shard = shard
         self.start = start
         self.count = count
         self.positions = positions
         self.writer = writer
+        self.cutOff = cutOff
     }
 
     var written: Int { writtenCount.withLock { $0 } }
@@ -609,21 +666,27 @@ final class ResultSink: Sendable {
             do {
                 var written = 0
                 // The job-level result (a job line this version cannot parse): once per job, in the results hash.
+                let (writer, keys, shard) = (self.writer, self.keys, self.shard)
                 for pending in batch where pending.field == jobLevelField {
-                    let reply = try await writer.evalScript(
-                        FleetScripts.recordJobResult, keys: [keys.results, keys.counts],
-                        arguments: [
-                            RedisArgument(bytes: pending.line), RedisArgument(pending.outcome),
-                            RedisArgument(pending.retries),
-                        ])
+                    let reply = try await cutOff.call { () async throws(RedisError) in
+                        try await writer.evalScript(
+                            FleetScripts.recordJobResult, keys: [keys.results, keys.counts],
+                            arguments: [
+                                RedisArgument(bytes: pending.line), RedisArgument(pending.outcome),
+                                RedisArgument(pending.retries),
+                            ])
+                    }
                     written += Int(reply.integer ?? 0)
                 }
                 let shardResults = batch.filter { $0.field != jobLevelField }
                 if !shardResults.isEmpty {
-                    let reply = try await writer.evalScript(
-                        FleetScripts.recordResults,
-                        keys: [keys.marks(shard: shard), keys.results(shard: shard), keys.counts],
-                        arguments: Self.recordArguments(shardResults, start: start, count: count))
+                    let arguments = Self.recordArguments(shardResults, start: start, count: count)
+                    let reply = try await cutOff.call { () async throws(RedisError) in
+                        try await writer.evalScript(
+                            FleetScripts.recordResults,
+                            keys: [keys.marks(shard: shard), keys.results(shard: shard), keys.counts],
+                            arguments: arguments)
+                    }
                     written += Int(reply.integer ?? 0)
                 }
                 writtenCount.withLock { $0 += written }
@@ -673,7 +736,7 @@ final class ResultSink: Sendable {
             } catch {
                 failures += 1
                 if giveUp() { throw FleetError("results not written: \(error.message)") }
-                try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
+                await cutOff.sleep(for: .milliseconds(min(2000, 100 * failures)))
             }
         }
     }

@@ -66,6 +66,16 @@ package struct JobLineParser: Sendable {
         }
     }
 
+    /// The id that `parse` reports for `line` (the job's, or the error's `jobID`), without the rest of the parse: a
+    /// resumed `fanout send` skips the lines it finished, and still needs their ids (`JobFileIDs`).
+    package static func jobID(of line: some Collection<UInt8>) -> String? {
+        guard let root = try? RawJSON(validating: line), root.kind == .object else { return nil }
+        // The parser refuses repeated keys, so `id` is here at most once. Null means absent.
+        guard let id = root.members().first(where: { $0.key == "id" && $0.value.kind != .null }) else { return nil }
+        guard let text = id.value.value.stringValue, !text.isEmpty else { return nil }
+        return text
+    }
+
     /// `path` resolved against the job file's directory: unchanged when absolute, or when the directory is `.` or
     /// empty (the current directory).
     package static func resolve(tokensFile path: String, jobFileDirectory: String) -> String {

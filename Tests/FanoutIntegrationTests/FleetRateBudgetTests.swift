@@ -146,6 +146,24 @@ final class FleetRateBudgetTests: XCTestCase {
         XCTAssertEqual(record, 0)
     }
 
+    /// A worker stopping while Redis hangs (SIGSTOP) does not wait a command deadline (5 s here, 10 s in `fanout
+    /// worker`) per lease and per workspace to give its units back: the whole return ends by its timeout, and what
+    /// was not given back expires with the lease.
+    func testReturningLeasesToAHungRedisEndsByItsTimeout() async throws {
+        let clock = FakeClock()
+        let worker = try makeWorkers(1, budget: flat, clock: clock, chunk: 20)[0]
+        guard case .admit = await worker.decide(workspace: "ws", priority: 5, cost: 1, now: clock.nanoseconds()) else {
+            return XCTFail("the first request is admitted")
+        }
+        redis.stopAnswering()
+        let started = ContinuousClock.now
+        let returned = await worker.returnLeases(timeout: .milliseconds(500))
+        let elapsed = ContinuousClock.now - started
+        redis.resumeAnswering()
+        XCTAssertEqual(returned, 0)
+        XCTAssertLessThan(elapsed, .seconds(2) * testTimeScale, "returnLeases waited \(elapsed) on a hung Redis")
+    }
+
     func testADeadWorkersLeaseExpiresAndTheBucketRefills() async throws {
         let clock = FakeClock()
         let workers = try makeWorkers(2, budget: flat, clock: clock, leaseDuration: .milliseconds(300), chunk: 100)

@@ -170,6 +170,85 @@ final class FleetWorkerTests: XCTestCase {
         await client.shutdown()
     }
 
+    /// README: on SIGTERM the worker reads no more shards and exits. With Redis hung (SIGSTOP) and no shard being sent,
+    /// the stop must not wait for the Redis call in progress, whose deadline is 10 s away (11 s for the blocked
+    /// read): `run()` returns within a second or two.
+    func testAStopWhileRedisHangsReturnsPromptlyWhenNoShardIsBeingSent() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let worker = try await startWorker("idle", mock: mock, redis: redis)
+        // Reading: the consumer exists once its first XREADGROUP ran.
+        let reading = await eventuallyAsync {
+            let consumers = try? await client.command(
+                ["XINFO", "CONSUMERS", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group)])
+            return consumers?.array?.isEmpty == false
+        }
+        XCTAssertTrue(reading, "the worker never read from the stream")
+        await client.shutdown()
+
+        redis.stopAnswering()
+        let stoppedAt = ContinuousClock.now
+        worker.worker.stop()
+        let returned = await eventually(timeout: .seconds(2) * testTimeScale) { worker.hasReturned }
+        let elapsed = ContinuousClock.now - stoppedAt
+        redis.resumeAnswering()
+        await worker.shutdown()
+        XCTAssertTrue(returned, "run() had not returned \(elapsed) after stop() with Redis hung")
+    }
+
+    /// With Redis hung while a shard is being sent, its finished results still buffered (the first two tokens
+    /// answered, the third held by the mock), a stop must end within the grace period and a moment to write them,
+    /// not at the end of the write's Redis deadline (10 s). The shard is left pending, not acknowledged: once Redis
+    /// answers again, another worker claims it, and each token ends with one result line, delivered.
+    func testAStopWhileRedisHangsEndsAfterTheGraceAndLeavesTheShardToAnotherWorker() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let holding = try MockHarness { $0.blackholeAfter = 2 }
+        defer { holding.stop() }
+        let answering = try MockHarness()
+        defer { answering.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let tokens = (0..<5).map { testDeviceToken($0) }
+        try await enqueue([Self.jobLine(id: "held", priority: 10, alert: "hi", tokens: tokens)], redis: redis)
+
+        let grace = Duration.seconds(1)
+        let first = try await startWorker("first", mock: holding, redis: redis) {
+            $0.concurrentShards = 1
+            $0.stopGrace = grace
+            // Nothing is written before the stop: the two results wait in the shard's buffer.
+            $0.flushInterval = .seconds(60)
+        }
+        let busy = await eventually {
+            holding.stats.accepted >= 2 && holding.stats.snapshot()["streams_blackholed"] as? Int ?? 0 >= 1
+        }
+        XCTAssertTrue(busy, "the shard never reached the mock")
+
+        redis.stopAnswering()
+        let stoppedAt = ContinuousClock.now
+        first.worker.stop()
+        let returned = await eventually(timeout: grace + .seconds(2) * testTimeScale) { first.hasReturned }
+        let elapsed = ContinuousClock.now - stoppedAt
+        redis.resumeAnswering()
+        await first.shutdown()
+        XCTAssertTrue(
+            returned, "run() had not returned \(elapsed) after stop() with a grace of \(grace) and Redis hung")
+        XCTAssertGreaterThanOrEqual(elapsed, grace, "the shard being sent got its grace period")
+
+        let pending = try await client.command(["XPENDING", RedisArgument(FleetKeys.stream), "fanout-workers"])
+        XCTAssertEqual(pending.array?.first, .integer(1), "the shard is still pending: \(pending)")
+        let second = try await startWorker("second", mock: answering, redis: redis)
+        let done = try await waitUntilDone("held", client: client)
+        await second.shutdown()
+        XCTAssertNotNil(done, "the second worker did not finish the shard")
+        XCTAssertEqual(done?.counts.outcomes.delivered, tokens.count, "each token counted once")
+        XCTAssertEqual(done?.counts.outcomes.failed, 0)
+        let lines = try await results("held", client: client)
+        XCTAssertEqual(lines.compactMap { $0["token"] as? String }, tokens, "one result per token, in job order")
+        XCTAssertEqual(Set(lines.compactMap { $0["outcome"] as? String }), ["delivered"])
+        await client.shutdown()
+    }
+
     /// Deletes every key of `job` and its id from the job list, as a user who is done with a job does (README: a job's
     /// results stay in Redis until you delete its keys).
     private func deleteJob(_ job: String, client: RedisClient) async throws {

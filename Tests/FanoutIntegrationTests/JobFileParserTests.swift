@@ -476,4 +476,38 @@ final class JobFileParserTests: XCTestCase {
             XCTAssertTrue("\(error)".contains("line 2 is longer than 2048 bytes"), "\(error)")
         }
     }
+
+    /// `JobLineParser.jobID(of:)`, which a resumed run reads from the lines it skips, is the id a parse reports, so
+    /// that `JobFileIDs` takes the same keys in both runs.
+    func testTheJobIDOfALineIsTheOneItsParseReports() {
+        let lines = [
+            Self.alertLine(["id": #""a""#]),
+            Self.alertLine(["id": #""b""#, "push_type": #""carrier-pigeon""#]),
+            Self.alertLine(["id": #""c""#, "colour": #""red""#]),
+            Self.alertLine(["id": "null"]), Self.alertLine(["id": #""""#]), Self.alertLine(["id": "5"]),
+            Self.alertLine(["id": nil]), #"{"id": "d", "#, "[1, 2]", #"{"id": "e", "id": "f"}"#,
+        ]
+        for line in lines {
+            XCTAssertEqual(JobLineParser.jobID(of: Array(line.utf8)), parse(line).jobID, line)
+        }
+        XCTAssertEqual(lines.map { JobLineParser.jobID(of: Array($0.utf8)) }.compactMap { $0 }, ["a", "b", "c"])
+    }
+
+    /// The first line with an id takes it; a later one is refused naming both lines, and is keyed `line-N`, as is a
+    /// line without an id, whose key a later line cannot take either.
+    func testJobFileIDsRefuseARepeatedID() {
+        var ids = JobFileIDs()
+        XCTAssertEqual(ids.claim("a", line: 1), .init(key: "a"))
+        XCTAssertEqual(ids.claim(nil, line: 2), .init(key: "line-2"))
+        let repeated = ids.claim("a", line: 3)
+        XCTAssertEqual(repeated.key, "line-3")
+        XCTAssertEqual(repeated.duplicate?.field, "id")
+        XCTAssertEqual(
+            repeated.duplicate?.description,
+            #"line 3: id "a" is already the id of line 1 (job ids must be unique in a job file)"#)
+        XCTAssertEqual(
+            ids.claim("line-2", line: 4).duplicate?.message.hasPrefix(#"id "line-2" is already the id of line 2"#), true
+        )
+        XCTAssertEqual(ids.claim("b", line: 5), .init(key: "b"))
+    }
 }

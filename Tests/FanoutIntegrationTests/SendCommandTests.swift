@@ -212,6 +212,24 @@ final class SendCommandTests: XCTestCase {
         XCTAssertEqual(summary["delivered"] as? Int, 2)
     }
 
+    /// `fanout validate` reports a line that repeats an earlier line's id, as `fanout send` refuses it.
+    func testValidateReportsARepeatedJobID() throws {
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "validate")
+        let jobs = "\(directory)/jobs.jsonl"
+        let line =
+            #"{"id": "same", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(token(1))"]}"#
+        try writeLines([line, line.replacingOccurrences(of: "\"same\"", with: "\"other\""), line], to: jobs)
+        let run = try ProcessSupport.run(
+            try ProcessSupport.builtExecutable("fanout"), ["validate", "--jobs", jobs], timeout: 30)
+        XCTAssertEqual(run.exitCode, 1, run.summary)
+        XCTAssertEqual(
+            run.stdoutLines,
+            [
+                #"line 3: id "same" is already the id of line 1 (job ids must be unique in a job file)"#,
+                "2 valid, 1 invalid",
+            ])
+    }
+
     func testUnreadableKeyExitsTwoAndSendsNothing() throws {
         let setup = try start()
         let jobs = "\(setup.directory)/jobs.jsonl"

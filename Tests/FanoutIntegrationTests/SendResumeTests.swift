@@ -6,6 +6,7 @@ import Fanout
 import FanoutRegistry
 import Foundation
 import MockAPNsKit
+import Synchronization
 import XCTest
 
 @testable import FanoutJobFile
@@ -42,13 +43,36 @@ final class SendResumeTests: XCTestCase {
     }
 
     /// One `fanout send` of `jobs` into `results` (a fresh engine each time: a run shuts its engine down).
-    private func send(mock: MockHarness, registry: SQLiteRegistryStore?, resume: Bool) async throws -> SendSummary {
+    private func send(
+        mock: MockHarness, registry: (any RegistryStore)?, resume: Bool,
+        configure: (inout SendOptions) -> Void = { _ in }
+    ) async throws -> SendSummary {
         let engine = try makeEngine(for: mock) { $0.registry = registry }
         var options = SendOptions(jobsPath: jobs)
         options.resultsPath = results
         options.resume = resume
         options.progress = .never
+        configure(&options)
         return try await JobFileRunner(engine: engine, options: options).run()
+    }
+
+    /// The `SendError` a run ends with; fails the test (and returns nil) when it returned a summary instead.
+    private func sendError(
+        mock: MockHarness, registry: (any RegistryStore)?, resume: Bool,
+        configure: (inout SendOptions) -> Void = { _ in }, line: UInt = #line
+    ) async throws -> String? {
+        do {
+            let summary = try await send(mock: mock, registry: registry, resume: resume, configure: configure)
+            XCTFail("the run ended with a summary, not an error: \(summary.jsonLine)", line: line)
+            return nil
+        } catch let error as SendError {
+            return error.description
+        }
+    }
+
+    /// The results file's journal.
+    private func journal() throws -> SendJournal {
+        try XCTUnwrap(try SendJournal.load(from: SendJournal.path(forResults: results)))
     }
 
     /// The results file's lines, as text.
@@ -72,15 +96,15 @@ final class SendResumeTests: XCTestCase {
     /// What a kill leaves: the results file holding `lines` only, and a journal that covers the first
     /// `coveredLines` of them, with `partial` and `counts` as it would record them.
     private func leaveKilledRun(
-        lines: [String], coveredLines: Int = 0, partial: [String: SendJournal.PartialJob] = [:],
-        counts: SendCounts = SendCounts()
+        lines: [String], coveredLines: Int = 0, finishedLines: [[Int]] = [],
+        partial: [String: SendJournal.PartialJob] = [:], counts: SendCounts = SendCounts()
     ) throws {
         let text = lines.map { $0 + "\n" }.joined()
         try text.write(toFile: results, atomically: true, encoding: .utf8)
         let offset = lines.prefix(coveredLines).reduce(0) { $0 + $1.utf8.count + 1 }
         let size = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: jobs)[.size] as? Int)
         try SendJournal(
-            jobsFile: jobs, jobsFileSize: size, resultsOffset: offset, finishedLines: [], partial: partial,
+            jobsFile: jobs, jobsFileSize: size, resultsOffset: offset, finishedLines: finishedLines, partial: partial,
             counts: counts
         ).write(to: SendJournal.path(forResults: results))
     }
@@ -266,4 +290,276 @@ final class SendResumeTests: XCTestCase {
         XCTAssertEqual(again.counts.outcomes.retries, 2)
         XCTAssertEqual(mock.stats.accepted - sentBefore, 2, "and sends nothing")
     }
+
+    // MARK: Job ids
+
+    /// Two lines with one id would share their results lines (keyed by job and token) and `--resume`'s view of them.
+    /// The second is refused: one `invalid` line, keyed `line-N` as for a line without an id, whose reason names the
+    /// line, the id and the line that has it; the first is sent whole, and the second's tokens are not sent.
+    func testALineThatRepeatsAnEarlierJobsIDIsInvalidAndTheFirstIsSent() async throws {
+        let mock = try MockHarness { $0.capturePayloads = true }
+        addTeardownBlock { mock.stop() }
+        let tokens = (1...3).map { testDeviceToken($0) }
+        try write(Self.duplicateIDJobs(tokens), to: jobs)
+
+        let summary = try await send(mock: mock, registry: nil, resume: false)
+        XCTAssertEqual(
+            try resultKeys().sorted(), ["dup/\(tokens[0])", "dup/\(tokens[1])", "line-2/-", "z/\(tokens[2])"])
+        let invalid = try resultLines().map { try Self.object($0) }.filter { $0["outcome"] as? String == "invalid" }
+        XCTAssertEqual(
+            invalid.first?["reason"] as? String,
+            #"line 2: id "dup" is already the id of line 1 (job ids must be unique in a job file)"#)
+        XCTAssertEqual(summary.counts.jobs, 3)
+        XCTAssertEqual(summary.counts.notifications, 4)
+        XCTAssertEqual(summary.counts.outcomes.invalid, 1)
+        XCTAssertEqual(mock.stats.accepted, 3, "the refused line's token is not sent")
+        XCTAssertEqual(mock.stats.payloadsByToken[tokens[2]]?.count, 1, "sent by z only")
+        XCTAssertEqual(
+            mock.stats.payloadsByToken[tokens[0]].map { $0.map { String(decoding: $0, as: UTF8.self) } },
+            [#"{"aps": {"alert": "first"}}"#], "the first line's payload, once")
+    }
+
+    /// A resumed run refuses the same line: whether the first line with the id is finished in the journal (so the
+    /// resumed run skips it without parsing it for sending) or still running with the duplicate's `invalid` line in
+    /// the tail. That line does not end the first job (it is keyed `line-2`), and the duplicate's tokens are never
+    /// sent under the first job's id.
+    func testAResumedRunRefusesTheSameDuplicateID() async throws {
+        let mock = try MockHarness { $0.capturePayloads = true }
+        addTeardownBlock { mock.stop() }
+        let tokens = (1...3).map { testDeviceToken($0) }
+        try write(Self.duplicateIDJobs(tokens), to: jobs)
+        func delivered(_ job: String, _ token: String, _ position: Int) -> String {
+            var result = NotificationResult(jobID: job, token: token, outcome: .delivered, reason: nil, attempts: 1)
+            result.position = position
+            return Self.line(result)
+        }
+        var counts = SendCounts()
+        counts.jobs = 1
+        counts.payloadEncodings = 1
+        counts.outcomes.delivered = 2
+
+        // Line 1 finished and journaled; killed before line 2 was recorded.
+        try leaveKilledRun(
+            lines: [delivered("dup", tokens[0], 0), delivered("dup", tokens[1], 1)], coveredLines: 2,
+            finishedLines: [[1, 1]], counts: counts)
+        let afterFinished = try await send(mock: mock, registry: nil, resume: true)
+        XCTAssertEqual(
+            try resultKeys().sorted(), ["dup/\(tokens[0])", "dup/\(tokens[1])", "line-2/-", "z/\(tokens[2])"])
+        XCTAssertEqual(afterFinished.counts.outcomes.invalid, 1)
+        XCTAssertEqual(afterFinished.counts.jobs, 3)
+        XCTAssertEqual(Set(mock.stats.payloadsByToken.keys), [tokens[2]], "only z's token; the duplicate's is not sent")
+
+        // Line 1 still running (one token answered), line 2's invalid line in the tail, the journal at the start.
+        let sentBefore = mock.stats.accepted
+        let refused = try resultLines().filter { try Self.object($0)["outcome"] as? String == "invalid" }
+        try leaveKilledRun(lines: [delivered("dup", tokens[0], 0)] + refused)
+        let afterRunning = try await send(mock: mock, registry: nil, resume: true)
+        XCTAssertEqual(
+            try resultKeys().sorted(), ["dup/\(tokens[0])", "dup/\(tokens[1])", "line-2/-", "z/\(tokens[2])"])
+        XCTAssertEqual(afterRunning.counts.notifications, 4)
+        XCTAssertEqual(afterRunning.counts.outcomes.invalid, 1, "the duplicate's line is not written again")
+        XCTAssertEqual(
+            mock.stats.accepted - sentBefore, 2, "dup's second token and z's: the refused line did not end dup")
+        XCTAssertEqual(mock.stats.payloadsByToken[tokens[0]]?.count, nil, "dup's first token had a line")
+    }
+
+    /// `dup` to tokens 0 and 1, `dup` again to token 2 (refused), then `z` to token 2.
+    private static func duplicateIDJobs(_ tokens: [String]) -> [String] {
+        [
+            #"{"id": "dup", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "first"}}, "tokens": ["\#(tokens[0])", "\#(tokens[1])"]}"#,
+            #"{"id": "dup", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "second"}}, "tokens": ["\#(tokens[2])"]}"#,
+            #"{"id": "z", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "z"}}, "tokens": ["\#(tokens[2])"]}"#,
+        ]
+    }
+
+    // MARK: Recipients or the job file failing mid-read
+
+    /// The registry failing partway through a job (here its second page of tokens; a SQLite or Redis error takes the
+    /// same path) while the first page's 4,096 notifications are in flight. Every one of those gets its line, the
+    /// job is not recorded as finished (no `invalid` line that would end it for `--resume`), and the run ends with an
+    /// error naming the job and `--resume`. Resumed once the registry answers again, it sends only the tokens without
+    /// a line, so each token is sent and recorded once; a second `--resume` adds nothing.
+    func testARegistryThatFailsPartwayLeavesTheJobToResume() async throws {
+        let tokens = (0..<(RegistryPager.pageSize + 500)).map { testDeviceToken($0) }
+        let registry = PageFailingRegistry(try await makeRegistry(activity: "match-9", tokens: tokens))
+        let mock = try MockHarness {
+            $0.capturePayloads = true
+            $0.latencyMilliseconds = 20
+        }
+        addTeardownBlock { mock.stop() }
+        try write(
+            [
+                #"{"id": "v", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", \#(Self.updateContent), "activity_id": "match-9"}"#
+            ], to: jobs)
+
+        registry.failsAfterFirstPage = true
+        let message = try await sendError(mock: mock, registry: registry, resume: false)
+        XCTAssertTrue(message?.contains(#"job "v" (line 1)"#) == true, message ?? "")
+        XCTAssertTrue(message?.contains("registry") == true, message ?? "")
+        XCTAssertTrue(message?.contains("--resume") == true, message ?? "")
+        let firstKeys = try resultKeys()
+        XCTAssertEqual(firstKeys.count, RegistryPager.pageSize, "a line for each notification of the first page")
+        XCTAssertEqual(Set(firstKeys).count, firstKeys.count, "each once")
+        XCTAssertFalse(firstKeys.contains("v/-"), "no job-level line: it would end the job for --resume")
+        XCTAssertEqual(mock.stats.accepted, RegistryPager.pageSize)
+        let stopped = try journal()
+        XCTAssertFalse(stopped.isFinished(line: 1), "the job is not finished")
+        XCTAssertEqual(stopped.counts.jobs, 0)
+        XCTAssertEqual(stopped.counts.outcomes.delivered, RegistryPager.pageSize)
+        XCTAssertEqual(stopped.resultsOffset, try FileManager.default.attributesOfItem(atPath: results)[.size] as? Int)
+
+        registry.failsAfterFirstPage = false
+        let resumed = try await send(mock: mock, registry: registry, resume: true)
+        let keys = try resultKeys()
+        XCTAssertEqual(keys.count, tokens.count, "one line per token")
+        XCTAssertEqual(Set(tokens.map { "v/\($0)" }).subtracting(keys).count, 0, "every token has its line")
+        XCTAssertEqual(resumed.counts.notifications, tokens.count)
+        XCTAssertEqual(resumed.counts.outcomes.delivered, tokens.count)
+        XCTAssertEqual(resumed.counts.outcomes.invalid, 0)
+        XCTAssertEqual(resumed.counts.jobs, 1)
+        XCTAssertEqual(mock.stats.accepted, tokens.count, "nothing sent twice")
+        XCTAssertEqual(mock.stats.payloadsByToken.count, tokens.count, "nothing left out")
+
+        let again = try await send(mock: mock, registry: registry, resume: true)
+        XCTAssertEqual(try resultKeys().count, tokens.count, "a second --resume adds no line")
+        XCTAssertEqual(again.counts.notifications, tokens.count)
+        XCTAssertEqual(mock.stats.accepted, tokens.count, "and sends nothing")
+    }
+
+    /// A tokens file that opens but fails at read (an I/O error: here a symlink to /proc/self/mem, whose first read
+    /// is EIO) ends its job with no line and unfinished, and the run with an error naming the job; the job after it
+    /// runs to the end. Once the file reads, `--resume` sends its tokens (a malformed line in it is one recipient's
+    /// `rejected` result, not a failed read), and the job that finished is not sent again.
+    func testATokensFileThatFailsMidReadLeavesItsJobToResume() async throws {
+        let mock = try MockHarness { $0.capturePayloads = true }
+        addTeardownBlock { mock.stop() }
+        let tokens = (1...3).map { testDeviceToken($0) }
+        let other = testDeviceToken(9)
+        let tokensFile = "\(directory)/tokens.txt"
+        try FileManager.default.createSymbolicLink(atPath: tokensFile, withDestinationPath: "/proc/self/mem")
+        try write(
+            [
+                #"{"id": "f", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "f"}}, "tokens_file": "tokens.txt"}"#,
+                #"{"id": "after", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "a"}}, "tokens": ["\#(other)"]}"#,
+            ], to: jobs)
+
+        let message = try await sendError(mock: mock, registry: nil, resume: false)
+        XCTAssertTrue(message?.contains(#"job "f" (line 1)"#) == true, message ?? "")
+        XCTAssertTrue(message?.contains("Input/output error") == true, message ?? "")
+        XCTAssertTrue(message?.contains("--resume") == true, message ?? "")
+        XCTAssertEqual(try resultKeys(), ["after/\(other)"], "the other job ran; no line for the failed read")
+        let stopped = try journal()
+        XCTAssertFalse(stopped.isFinished(line: 1))
+        XCTAssertTrue(stopped.isFinished(line: 2))
+
+        try FileManager.default.removeItem(atPath: tokensFile)
+        try write([tokens[0], "not-a-token", tokens[1], tokens[2]], to: tokensFile)
+        let resumed = try await send(mock: mock, registry: nil, resume: true)
+        XCTAssertEqual(
+            try resultKeys().sorted(), (["after/\(other)", "f/not-a-token"] + tokens.map { "f/\($0)" }).sorted())
+        XCTAssertEqual(resumed.counts.jobs, 2)
+        XCTAssertEqual(resumed.counts.notifications, 5)
+        XCTAssertEqual(resumed.counts.outcomes.delivered, 4)
+        XCTAssertEqual(resumed.counts.outcomes.rejected, 1)
+        XCTAssertEqual(resumed.counts.outcomes.invalid, 0)
+        XCTAssertEqual(
+            mock.stats.payloadsByToken.mapValues(\.count),
+            Dictionary(uniqueKeysWithValues: (tokens + [other]).map { ($0, 1) }))
+
+        _ = try await send(mock: mock, registry: nil, resume: true)
+        XCTAssertEqual(try resultKeys().count, 5, "a second --resume adds no line")
+        XCTAssertEqual(mock.stats.accepted, 4, "and sends nothing")
+    }
+
+    /// The job file itself failing mid-read (a line over the reader's limit, lowered here, and longer than one
+    /// 256 KiB chunk, so the reader sees it; an I/O error takes the same path) stops the run, but only once the job already started has run to the end: its notifications, in
+    /// flight at the failure, are neither cancelled nor left without a line, and it is finished in the journal, so a
+    /// `--resume` (which stops at the same line) does not send it again.
+    func testAJobFileThatFailsMidReadFinishesTheJobsAlreadyStarted() async throws {
+        let mock = try MockHarness { $0.latencyMilliseconds = 100 }
+        addTeardownBlock { mock.stop() }
+        let tokens = (0..<50).map { testDeviceToken($0) }
+        let list = tokens.map { "\"\($0)\"" }.joined(separator: ", ")
+        try write(
+            [
+                #"{"id": "a", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "a"}}, "tokens": [\#(list)]}"#,
+                #"{"id": "long", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "\#(String(repeating: "x", count: 300_000))"}}, "tokens": ["\#(tokens[0])"]}"#,
+            ], to: jobs)
+        let limit: (inout SendOptions) -> Void = { $0.maximumJobLineLength = 64 << 10 }
+
+        let message = try await sendError(mock: mock, registry: nil, resume: false, configure: limit)
+        XCTAssertTrue(message?.contains("line 2 is longer than 65536 bytes") == true, message ?? "")
+        let lines = try resultLines().map { try Self.object($0) }
+        XCTAssertEqual(lines.compactMap { $0["token"] as? String }.sorted(), tokens.sorted(), "one line per token")
+        XCTAssertEqual(Set(lines.compactMap { $0["outcome"] as? String }), ["delivered"], "none cancelled")
+        let stopped = try journal()
+        XCTAssertTrue(stopped.isFinished(line: 1), "the started job is finished in the journal")
+        XCTAssertEqual(stopped.counts.outcomes.delivered, tokens.count)
+        XCTAssertEqual(mock.stats.accepted, tokens.count)
+
+        let again = try await sendError(mock: mock, registry: nil, resume: true, configure: limit)
+        XCTAssertTrue(again?.contains("line 2 is longer than 65536 bytes") == true, again ?? "")
+        XCTAssertEqual(try resultLines().count, tokens.count, "the resumed run adds no line")
+        XCTAssertEqual(mock.stats.accepted, tokens.count, "and sends nothing again")
+    }
+}
+
+/// A registry whose paged reads of an activity's tokens fail after the first page while `failsAfterFirstPage` is
+/// set, as a registry that breaks partway through a job does; everything else goes to `store`.
+private final class PageFailingRegistry: RegistryStore {
+    private let store: SQLiteRegistryStore
+    private let failing = Mutex(false)
+
+    init(_ store: SQLiteRegistryStore) { self.store = store }
+
+    var failsAfterFirstPage: Bool {
+        get { failing.withLock { $0 } }
+        set { failing.withLock { $0 = newValue } }
+    }
+
+    var clock: RegistryClock { store.clock }
+    func defineApps(_ apps: [RegistryApp]) async throws(RegistryError) { try await store.defineApps(apps) }
+    func apps() async throws(RegistryError) -> [RegistryApp] { try await store.apps() }
+    func apply(_ changes: [RegistryChange]) async throws(RegistryError) -> RegistryApplyResult {
+        try await store.apply(changes)
+    }
+    func sweep(now: Int64, batchSize: Int) async throws(RegistryError) -> RegistrySweepResult {
+        try await store.sweep(now: now, batchSize: batchSize)
+    }
+    func liveUpdateTokens(app: String, activityID: String, after: RegistryCursor?, limit: Int, now: Int64)
+        async throws(RegistryError) -> RegistryPage<UpdateTokenRecord>
+    {
+        if after != nil && failsAfterFirstPage { throw RegistryError(.storage, "disk I/O error (injected)") }
+        return try await store.liveUpdateTokens(app: app, activityID: activityID, after: after, limit: limit, now: now)
+    }
+    func endedChannels(now: Int64, limit: Int, skipping: Int) async throws(RegistryError) -> [EndedChannel] {
+        try await store.endedChannels(now: now, limit: limit, skipping: skipping)
+    }
+    func liveUpdateTokenCount(app: String, activityID: String, now: Int64) async throws(RegistryError) -> Int {
+        try await store.liveUpdateTokenCount(app: app, activityID: activityID, now: now)
+    }
+    func updateTokens(app: String, deviceID: String, after: RegistryCursor?, limit: Int, now: Int64)
+        async throws(RegistryError) -> RegistryPage<UpdateTokenRecord>
+    {
+        try await store.updateTokens(app: app, deviceID: deviceID, after: after, limit: limit, now: now)
+    }
+    func pushToStartTokens(
+        app: String, attributesType: String?, selection: RecipientSelection, after: RegistryCursor?, limit: Int
+    ) async throws(RegistryError) -> RegistryPage<PushToStartRecord> {
+        try await store.pushToStartTokens(
+            app: app, attributesType: attributesType, selection: selection, after: after, limit: limit)
+    }
+    func devices(app: String, selection: RecipientSelection, after: RegistryCursor?, limit: Int)
+        async throws(RegistryError) -> RegistryPage<DeviceRecord>
+    {
+        try await store.devices(app: app, selection: selection, after: after, limit: limit)
+    }
+    func activity(app: String, activityID: String) async throws(RegistryError) -> ActivityRecord? {
+        try await store.activity(app: app, activityID: activityID)
+    }
+    func events(after: RegistryCursor?, limit: Int) async throws(RegistryError) -> RegistryPage<RegistryEvent> {
+        try await store.events(after: after, limit: limit)
+    }
+    func stats(now: Int64) async throws(RegistryError) -> RegistryStats { try await store.stats(now: now) }
+    func subscribe() -> AsyncStream<RegistryEvent> { store.subscribe() }
 }

@@ -15,6 +15,8 @@ package struct SendOptions: Sendable {
     /// Jobs sent at the same time (each is spread over all loops and connections anyway).
     package var concurrentJobs = 16
     package var progress: ProgressReporter.Mode = .auto
+    /// The longest job line read (`JobFileReader`'s limit): a longer one stops the run. Tests lower it.
+    package var maximumJobLineLength = JobFileReader.defaultMaximumLineLength
 
     package init(jobsPath: String) {
         self.jobsPath = jobsPath
@@ -67,13 +69,16 @@ package final class JobFileRunner: Sendable {
     }
 
     /// Runs every job of the file. Throws `SendError` (nothing sent) when the job file or results
-    /// file cannot be used, or the journal does not match.
+    /// file cannot be used, or the journal does not match; and, once everything sent is recorded and the
+    /// journal written, when the run was cut short: the job file could not be read to its end (the jobs
+    /// before the failure still run to theirs), or a job's recipients could not all be read (that job is
+    /// left unfinished for `--resume`, the others run to the end).
     package func run() async throws -> SendSummary {
         let started = DispatchTime.now()
         let jobsSize = try fileSize(options.jobsPath)
         var reader: JobFileReader
         do {
-            reader = try JobFileReader(path: options.jobsPath)
+            reader = try JobFileReader(path: options.jobsPath, maximumLineLength: options.maximumJobLineLength)
         } catch {
             throw SendError(error.description)
         }
@@ -98,27 +103,41 @@ package final class JobFileRunner: Sendable {
         defer { counting.cancel() }
 
         var timestamps = JobFileTimestamps()
-        try await withThrowingTaskGroup(of: Void.self) { group in
+        var ids = JobFileIDs()
+        // Why the job file was not read to its end, if it was not: the jobs already started still run to the end
+        // and are recorded (cancelled, their notifications in flight would have ended `cancelled`, a result that
+        // `--resume` does not send again, and their answered results would have stayed in the writer's buffer).
+        var stoppedReading: SendError?
+        let unfinished = UnfinishedJobs()
+        await withTaskGroup(of: Void.self) { group in
             var running = 0
-            while true {
+            reading: while true {
                 let next: JobFileReader.Line?
                 do {
                     next = try reader.nextLine()
                 } catch {
-                    throw SendError("\(error)")
+                    stoppedReading = SendError("\(error)")
+                    break reading
                 }
                 guard let line = next else { break }
-                if resume.isFinished(line: line.number) { continue }
+                if resume.isFinished(line: line.number) {
+                    // Its id stays taken: a later line that repeats it is refused, as it was in the earlier run.
+                    _ = ids.claim(JobLineParser.jobID(of: line.bytes), line: line.number)
+                    continue
+                }
                 let registry = engine.configuration.registry
-                switch await timestamps.parse(
+                var parsed = await timestamps.parse(
                     line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory,
                     now: Int64(Date().timeIntervalSince1970),
                     lastSent: { app, activityID in
                         try? await registry?.activity(app: app, activityID: activityID)?.lastContentTimestamp
                     }
-                ).result {
+                ).result
+                let claim = ids.claim(parsed.jobID, line: line.number)
+                if let duplicate = claim.duplicate { parsed = .failure(duplicate) }
+                switch parsed {
                 case .failure(let error):
-                    let id = error.jobID ?? "line-\(line.number)"
+                    let id = claim.key
                     // Its `invalid` line is in the tail (and counted): recorded as finished, not written again.
                     if resume.ended(jobID: id) {
                         writer.finishJob(line: line.number, payloadEncodings: 0, demoted: 0)
@@ -136,11 +155,16 @@ package final class JobFileRunner: Sendable {
                         writer.finishJob(line: number, payloadEncodings: 0, demoted: 0)
                         continue
                     }
-                    job.alreadyDone = try resume.resumePoint(for: job, line: number) {
-                        writer.markDone(positions: [$0], line: number, job: id)
+                    do {
+                        job.alreadyDone = try resume.resumePoint(for: job, line: number) {
+                            writer.markDone(positions: [$0], line: number, job: id)
+                        }
+                    } catch {
+                        stoppedReading = error as? SendError ?? SendError("\(error)")
+                        break reading
                     }
                     if running >= options.concurrentJobs {
-                        try await group.next()
+                        await group.next()
                         running -= 1
                     }
                     running += 1
@@ -152,27 +176,60 @@ package final class JobFileRunner: Sendable {
                     }
                     let engine = self.engine
                     group.addTask {
-                        do {
-                            let summary = try await engine.run(job) { result in writer.record(result, line: number) }
-                            writer.finishJob(
-                                line: number, payloadEncodings: summary.payloadEncodings, demoted: summary.demoted)
-                        } catch {
-                            // The engine recorded the job's one `invalid` result through onResult.
-                            writer.finishJob(line: number, payloadEncodings: 0, demoted: 0)
-                        }
+                        await Self.send(job, line: number, engine: engine, writer: writer, unfinished: unfinished)
                     }
                 }
             }
-            try await group.waitForAll()
+            await group.waitForAll()
         }
         flusher.cancel()
         try writer.flush()
         await engine.shutdown()
         await invalidTokens?.value
+        // Everything sent has its line and the journal covers it: a later `--resume` takes over from here.
+        if let stoppedReading {
+            throw SendError(
+                "\(stoppedReading.description); the jobs before it ran to the end and are recorded"
+                    + (options.resultsPath == nil ? "" : " (fanout send --resume goes on from there)"))
+        }
+        if let stopped = unfinished.message(resumable: options.resultsPath != nil) { throw SendError(stopped) }
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
         let counts = writer.counts
         return SendSummary(
             counts: counts, seconds: seconds, rate: Double(counts.notifications - countsAtStart) / max(seconds, 1e-9))
+    }
+
+    /// Runs one job, its results into `writer`. A job that fails validation gets its one `invalid` line and is
+    /// finished. One whose recipients could not all be read (a tokens file or the registry failing mid-read, or the
+    /// registry unreachable when the job starts) is not: what was sent has its lines, the rest has none, and the job
+    /// stays unfinished in the journal, so that `--resume` sends the rest; it goes into `unfinished` for the run's
+    /// error. (The engine reports that failure as a job-level `invalid` result too, from a run that returns: as a
+    /// line it would end the job for `--resume`, and the rest would never be sent.)
+    private static func send(
+        _ job: FanoutJob, line: Int, engine: FanoutEngine, writer: ResultsWriter, unfinished: UnfinishedJobs
+    ) async {
+        let jobLevel = Mutex<NotificationResult?>(nil)
+        do {
+            let summary = try await engine.run(job) { result in
+                if result.tokenValue == nil && result.channel == nil {
+                    jobLevel.withLock { $0 = result }
+                } else {
+                    writer.record(result, line: line)
+                }
+            }
+            if let failure = jobLevel.withLock({ $0 }) {
+                unfinished.add(job: job.id, line: line, reason: failure.reason ?? "its recipients could not be read")
+                return
+            }
+            writer.finishJob(line: line, payloadEncodings: summary.payloadEncodings, demoted: summary.demoted)
+        } catch {
+            guard error.kind == .invalidNotification else {
+                // Not a verdict on the job (the registry could not be asked, the engine shut down): left to resume.
+                return unfinished.add(job: job.id, line: line, reason: error.message)
+            }
+            if let invalid = jobLevel.withLock({ $0 }) { writer.record(invalid, line: line) }
+            writer.finishJob(line: line, payloadEncodings: 0, demoted: 0)
+        }
     }
 
     /// How many notifications the job file names (inline tokens, lines of token files, one per
@@ -183,12 +240,14 @@ package final class JobFileRunner: Sendable {
         do {
             let reader = try JobFileReader(path: jobsPath)
             let parser = JobLineParser()
+            var ids = JobFileIDs()
             var total = 0
             while let line = try reader.nextLine() {
                 if Task.isCancelled { return nil }
-                switch parser.parse(
+                var parsed = parser.parse(
                     line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory, now: 0)
-                {
+                if let duplicate = ids.claim(parsed.jobID, line: line.number).duplicate { parsed = .failure(duplicate) }
+                switch parsed {
                 case .failure: total += 1
                 case .success(let parsed):
                     switch parsed.job.recipients {
@@ -253,5 +312,31 @@ package final class JobFileRunner: Sendable {
             let size = attributes[.size] as? NSNumber
         else { throw SendError("job file \(path) cannot be read") }
         return size.intValue
+    }
+}
+
+/// The jobs of a run that stopped before their last recipient (see `JobFileRunner.send`), for the run's error.
+private final class UnfinishedJobs: Sendable {
+    private let jobs = Mutex<[(job: String, line: Int, reason: String)]>([])
+
+    func add(job: String, line: Int, reason: String) {
+        jobs.withLock { $0.append((job, line, reason)) }
+    }
+
+    /// `job "v" (line 3) stopped before its last recipient: …`, naming the first by line and counting the others;
+    /// nil when every job ran to the end.
+    /// - Parameter resumable: the run has a results file (and so a journal) for `--resume`.
+    func message(resumable: Bool) -> String? {
+        let stopped = jobs.withLock { $0 }.sorted { $0.line < $1.line }
+        guard let first = stopped.first else { return nil }
+        var message =
+            "job \(JSONValue.string(first.job).description) (line \(first.line)) stopped before its last recipient: "
+            + first.reason
+        if stopped.count > 1 { message += " (and \(stopped.count - 1) more job(s) stopped the same way)" }
+        message +=
+            resumable
+            ? ". What was sent is recorded; fanout send --resume sends the rest"
+            : ". What was sent has its results lines"
+        return message
     }
 }

@@ -95,8 +95,9 @@ package enum ResultLine {
         /// 1 when the line gives none (a line of an older format).
         package var attempts: Int
 
-        /// The job's own line (a job that failed validation, or the unread rest of one whose recipients broke
-        /// mid-read), not a recipient's: it ends the job.
+        /// The job's own line (a job that failed validation), not a recipient's: it ends the job. A job whose
+        /// recipients broke mid-read gets none (`JobFileRunner.send`): it stays unfinished for `--resume`. (An older
+        /// Fanout wrote one for the unread rest, and it still ends that job.)
         package var isJobLine: Bool { token == nil && channel == nil }
     }
 

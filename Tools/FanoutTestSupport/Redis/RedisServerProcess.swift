@@ -66,6 +66,19 @@ package final class RedisServerProcess {
         self.process = nil
     }
 
+    /// SIGSTOP: the server keeps its sockets and accepts connections (the kernel does), but answers nothing until
+    /// `resumeAnswering()`, as a server that hangs does.
+    package func stopAnswering() {
+        guard let process else { return }
+        Glibc.kill(process.processIdentifier, SIGSTOP)
+    }
+
+    /// SIGCONT after `stopAnswering()`: the server reads what waited on its sockets and answers.
+    package func resumeAnswering() {
+        guard let process else { return }
+        Glibc.kill(process.processIdentifier, SIGCONT)
+    }
+
     /// Starts the server again on the same port and directory (it reloads its AOF or RDB file), with `extra`
     /// options for this run, and waits for PING. Returns the first answer to PING (`-LOADING ...` while the dataset
     /// is still loading).
