@@ -125,6 +125,12 @@ package final class JobFileRunner: Sendable {
                     _ = ids.claim(JobLineParser.jobID(of: line.bytes), line: line.number)
                     continue
                 }
+                // A slot first, then the parse: a job's default timestamp is the moment it starts sending
+                // (product.md), not the moment its line was read, which behind long jobs can be minutes earlier.
+                if running >= options.concurrentJobs {
+                    await group.next()
+                    running -= 1
+                }
                 let registry = engine.configuration.registry
                 var parsed = await timestamps.parse(
                     line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory,
@@ -162,10 +168,6 @@ package final class JobFileRunner: Sendable {
                     } catch {
                         stoppedReading = error as? SendError ?? SendError("\(error)")
                         break reading
-                    }
-                    if running >= options.concurrentJobs {
-                        await group.next()
-                        running -= 1
                     }
                     running += 1
                     if SendResume.isRegistryAddressed(job.recipients) {
