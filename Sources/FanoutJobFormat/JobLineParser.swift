@@ -354,7 +354,8 @@ private struct LineReader {
         return result
     }
 
-    /// The inline tokens, validated and in lowercase hex; empty when absent.
+    /// The inline tokens, validated, in lowercase hex and each once (a repeat, in either case, is dropped: a job
+    /// has one result per token); empty when absent.
     private func readTokens() throws(LineFailure) -> [String] {
         guard let raw = members["tokens"] else { return [] }
         guard case .array(let elements) = raw.value else {
@@ -362,6 +363,7 @@ private struct LineReader {
         }
         var tokens: [String] = []
         tokens.reserveCapacity(elements.count)
+        var seen = Set<String>(minimumCapacity: elements.count)
         for (index, element) in elements.enumerated() {
             let field = "tokens[\(index)]"
             guard case .string(let text) = element else {
@@ -371,7 +373,7 @@ private struct LineReader {
                 throw LineFailure(
                     field, "\(field): \(Self.quoted(text, limit: 80)) is not a device token (64 to 200 hex digits)")
             }
-            tokens.append(token.hex)
+            if seen.insert(token.hex).inserted { tokens.append(token.hex) }
         }
         return tokens
     }

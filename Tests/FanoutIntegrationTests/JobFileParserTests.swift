@@ -162,6 +162,15 @@ final class JobFileParserTests: XCTestCase {
         XCTAssertEqual(tokens, [Self.token1])
     }
 
+    /// A job has one result per (job, token): a token given twice, in either case, is sent once, in its first place.
+    func testARepeatedInlineTokenIsSentOnce() throws {
+        let token2 = testDeviceToken(2)
+        let list = [Self.token1, token2, Self.token1.uppercased(), token2, Self.token1]
+        let job = try parsed(Self.jobLine(["tokens": "[" + list.map { "\"\($0)\"" }.joined(separator: ", ") + "]"]))
+        guard case .tokens(let tokens) = job.recipients else { return XCTFail("recipients \(job.recipients)") }
+        XCTAssertEqual(tokens, [Self.token1, token2])
+    }
+
     func testTokensFileIsResolvedRelativeToTheJobFileDirectory() throws {
         let directory = try ProcessSupport.temporaryDirectory(for: self, "jobfile")
         try FileManager.default.createDirectory(atPath: directory + "/lists", withIntermediateDirectories: true)
