@@ -183,6 +183,8 @@ final class SendCommandTests: XCTestCase {
             #"{"id": "huge", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "\#(big)"}}, "tokens": ["\#(token(4))"]}"#,
             #"{"id": "not-hex", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["zz-not-a-token"]}"#,
             #"{"id": "no-file", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "missing.txt"}"#,
+            // Refused by the engine, not the parser: no --registry to find the activity in.
+            #"{"id": "no-registry", "app": "com.example.app", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", "live_activity": {"event": "update", "content_state": {}}, "activity_id": "match-7"}"#,
             good.replacingOccurrences(of: "\"good\"", with: "\"good-too\"").replacingOccurrences(
                 of: token(1), with: token(9)),
         ]
@@ -192,10 +194,10 @@ final class SendCommandTests: XCTestCase {
         XCTAssertEqual(run.exitCode, 1, "some notifications did not end delivered: \(run.summary)")
         let recorded = try readResults(results)
         let invalid = recorded.filter { $0.outcome == "invalid" }
-        XCTAssertEqual(invalid.count, 7, "\(invalid)")
+        XCTAssertEqual(invalid.count, 8, "\(invalid)")
         let expectations: [(line: Int, mention: String)] = [
             (2, "JSON"), (3, "push_type"), (4, "recipients"), (5, "payload"), (6, "4096"), (7, "tokens[0]"),
-            (8, "missing.txt"),
+            (8, "missing.txt"), (9, "needs a registry"),
         ]
         for expectation in expectations {
             XCTAssertTrue(
@@ -208,7 +210,7 @@ final class SendCommandTests: XCTestCase {
         }
         XCTAssertEqual(recorded.filter { $0.outcome == "delivered" }.map(\.job).sorted(), ["good", "good-too"])
         let summary = try summary(run)
-        XCTAssertEqual(summary["invalid"] as? Int, 7)
+        XCTAssertEqual(summary["invalid"] as? Int, 8)
         XCTAssertEqual(summary["delivered"] as? Int, 2)
     }
 

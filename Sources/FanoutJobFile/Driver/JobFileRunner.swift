@@ -229,7 +229,11 @@ package final class JobFileRunner: Sendable {
                 // Not a verdict on the job (the registry could not be asked, the engine shut down): left to resume.
                 return unfinished.add(job: job.id, line: line, reason: error.message)
             }
-            if let invalid = jobLevel.withLock({ $0 }) { writer.record(invalid, line: line) }
+            if var invalid = jobLevel.withLock({ $0 }) {
+                // Every `invalid` line names its line, the parser's and the engine's refusals alike.
+                invalid.reason = "line \(line): " + (invalid.reason ?? error.message)
+                writer.record(invalid, line: line)
+            }
             writer.finishJob(line: line, payloadEncodings: 0, demoted: 0)
         }
     }
