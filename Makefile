@@ -7,7 +7,7 @@ TEST_TOOLS := nghttp2-client nghttp2-server curl openssl python3 chromium redis-
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR := .demo
 
-.PHONY: deps deps-build deps-test build release test demo soak fuzz sanitize lint format clean
+.PHONY: deps deps-build deps-test deps-demo build release test demo soak fuzz sanitize lint format clean
 
 ## deps: install the C libraries and the test tools (h2load, nghttpd, curl, python3 for the Pushwoosh SDK
 ## script, chromium for the status page in a headless browser, redis-server for the Redis client's tests) when
@@ -34,6 +34,13 @@ deps-test:
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+## deps-demo: what `make demo` runs besides the build (curl, for its part against `fanout serve`).
+deps-demo:
+	@if ! command -v curl >/dev/null; then \
+		echo "installing curl"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq curl >/dev/null; \
+	fi
+
 build: deps-build
 	$(SWIFT) build
 
@@ -48,7 +55,7 @@ test: deps
 	"$$($(SWIFT) build --show-bin-path)/fanout-bench" --quick
 
 ## demo: mock-apns with fresh TLS material on a free port, examples/jobs.jsonl through `fanout send`.
-demo: release
+demo: deps-demo release
 	@bash scripts/demo.sh
 
 ## soak: the long fault matrix (1,000,000+ notifications under mixed faults), with its reliability table.
