@@ -43,11 +43,12 @@ enum ChannelsCommand {
     static func run(_ arguments: [String]) async -> Int32 {
         var arguments = arguments
         guard let action = arguments.first, !action.hasPrefix("-") else {
-            if arguments.contains(where: { $0 == "--help" || $0 == "-h" }) || arguments.isEmpty {
+            if arguments.contains(where: { $0 == "--help" || $0 == "-h" }) {
                 print(usage)
-                return arguments.isEmpty ? 2 : 0
+                return 0
             }
-            return fail("the first argument is the action: create, read, delete or list (see fanout channels --help)")
+            return fail(
+                "the first argument is the action: create, read, delete, list or prune (see fanout channels --help)")
         }
         arguments.removeFirst()
         guard ["create", "read", "delete", "list", "prune"].contains(action) else {

@@ -350,6 +350,22 @@ final class PushCommandTests: XCTestCase {
         }
     }
 
+    /// product.md: bad arguments give a one-line error. Every command given nothing says what is missing on one
+    /// line of stderr and exits 2 (`fanout channels` printed its 32-line usage on stdout).
+    func testEveryCommandGivenNoArgumentsExitsTwoWithOneLine() throws {
+        let fanout = try ProcessSupport.builtExecutable("fanout")
+        let commands = [
+            "send", "validate", "push", "registry", "channels", "serve", "enqueue", "worker", "results", "status",
+        ]
+        for command in commands {
+            let result = try ProcessSupport.run(fanout, [command], environment: ProcessSupport.cleanEnvironment())
+            XCTAssertEqual(result.exitCode, 2, "\(command): \(result.summary)")
+            XCTAssertEqual(result.stdout, "", "\(command): \(result.summary)")
+            XCTAssertEqual(result.stderrLines.count, 1, "\(command): \(result.summary)")
+            XCTAssertTrue(result.stderr.hasPrefix("fanout \(command): "), "\(command): \(result.summary)")
+        }
+    }
+
     func testMockAPNsWithoutListenExitsTwoWithOneLine() throws {
         let mockAPNs = try ProcessSupport.builtExecutable("mock-apns")
         let unusedDirectory = (scratch as NSString).appendingPathComponent("unused-tls")
