@@ -26,7 +26,8 @@ package struct FleetReader: Sendable {
             return counts.notifications == 0 ? "waiting" : "running"
         }
 
-        /// `{"job": ID, "state": ..., "shards_done": D, "shards": N, "notifications": T, "results": R, "delivered": ...}`.
+        /// `{"job": ID, "state": ..., "shards_done": D, "shards": N, "notifications": T, "results": R, "delivered": ...}`,
+        /// every outcome's count.
         package var jsonLine: String {
             var line: [UInt8] = Array("{\"job\": ".utf8)
             JSONStringEscaping.appendString(job, to: &line)
@@ -37,7 +38,8 @@ package struct FleetReader: Sendable {
                 ("delivered", "\(outcomes.delivered)"), ("rejected", "\(outcomes.rejected)"),
                 ("unregistered", "\(outcomes.unregistered)"), ("failed", "\(outcomes.failed)"),
                 ("expired", "\(outcomes.expired)"), ("rate_limited", "\(outcomes.rateLimited)"),
-                ("invalid", "\(outcomes.invalid)"), ("retries", "\(outcomes.retries)"),
+                ("invalid", "\(outcomes.invalid)"), ("cancelled", "\(outcomes.cancelled)"),
+                ("superseded", "\(outcomes.superseded)"), ("retries", "\(outcomes.retries)"),
             ]
             for (key, value) in fields { line += Array(", \"\(key)\": \(value)".utf8) }
             line += Array("}".utf8)

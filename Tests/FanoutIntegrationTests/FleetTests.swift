@@ -198,6 +198,12 @@ final class FleetTests: XCTestCase {
         let status = try status(fleet)
         XCTAssertEqual(status["fleet-0"]?["shards_done"] as? Int, scale.shardsPerJob, "\(status)")
         XCTAssertEqual(status["fleet-0"]?["delivered"] as? Int, scale.tokensPerJob, "\(status)")
+        // Every outcome's count, the new ones (product.md) too.
+        for outcome in [
+            "rejected", "unregistered", "failed", "expired", "rate_limited", "invalid", "cancelled", "superseded",
+        ] {
+            XCTAssertEqual(status["fleet-0"]?[outcome] as? Int, 0, "\(outcome): \(status)")
+        }
 
         XCTAssertTrue(fleet.mock.stop())
         let counts = try fleet.mock.acceptedPerToken(count: scale.total)
