@@ -57,5 +57,7 @@ final class ServeBroadcastTests: XCTestCase {
         XCTAssertEqual(deleted.status, 200, deleted.text)
         XCTAssertFalse(mock.server.channels.exists(app: ServeHarness.acmeApp, channel: channel))
         XCTAssertNil(try serve.curl("GET", "/v1/activities/match-3", key: server).object()["channel_id"])
+        // The channel client and the engine of the team send one provider token, not one each.
+        XCTAssertEqual(mock.stats.distinctProviderTokens, 1)
     }
 }
