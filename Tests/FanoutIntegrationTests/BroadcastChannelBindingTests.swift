@@ -214,6 +214,63 @@ final class BroadcastChannelBindingTests: XCTestCase {
         XCTAssertTrue(mock.server.channels.exists(app: Self.app, channel: channel))
     }
 
+    /// An activity keeps its channel: a start naming another channel than the one bound is refused before anything
+    /// is sent, naming both, and the binding stays (rebinding lost the bound channel's id while it still counted
+    /// against the app's 10,000, and cut the activity's updates off from its subscribers). An ended activity is not
+    /// made live again by the refused start.
+    func testAStartNamingAnotherChannelThanTheBoundOneIsRefused() async throws {
+        let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db")
+        defer { registry.close() }
+        try await defineAppWithOnePushToStartToken(in: registry)
+        let client = try makeChannelClient()
+        defer { client.shutdown() }
+        let bound = try await client.createChannel(
+            forActivity: "derby", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
+        let other = try XCTUnwrap(mock.server.channels.create(app: Self.app))
+        func start(_ id: String, activityID: String, channel: String) throws -> FanoutJob {
+            var job = try startJob(id: id, title: "Derby", activityID: activityID)
+            if case .liveActivity(var content) = job.payload {
+                content.inputPushChannel = channel
+                job.payload = .liveActivity(content)
+            }
+            return job
+        }
+        let engine = try makeEngine(for: mock) { $0.registry = registry }
+        func refusal(_ job: FanoutJob) async -> String {
+            do {
+                let summary = try await engine.run(job) { _ in }
+                return "sent: \(summary.counts)"
+            } catch {
+                return error.message
+            }
+        }
+        let refused = await refusal(try start("s1", activityID: "derby", channel: other))
+        XCTAssertTrue(refused.contains("live_activity.input_push_channel"), refused)
+        XCTAssertTrue(refused.contains(bound) && refused.contains(other), "both channels named: \(refused)")
+        XCTAssertEqual(mock.stats.accepted, 0, "nothing sent")
+        var activity = try await registry.activity(app: Self.app, activityID: "derby")
+        XCTAssertEqual(activity?.channelID, bound)
+        XCTAssertEqual(activity?.channelStoragePolicy, 1)
+
+        // Ended: the refused start leaves it ended, and its channel bound for the prune after its dismissal.
+        try await registry.apply([.endActivity(app: Self.app, activityID: "derby", dismissalDate: nil)])
+        let refusedEnded = await refusal(try start("s2", activityID: "derby", channel: other))
+        XCTAssertTrue(refusedEnded.contains(bound), refusedEnded)
+        activity = try await registry.activity(app: Self.app, activityID: "derby")
+        XCTAssertEqual(activity?.state, .ended)
+        XCTAssertEqual(activity?.channelID, bound)
+
+        // Naming the bound channel starts it; an activity with no channel binds the one named.
+        let same = try await engine.run(try start("s3", activityID: "derby", channel: bound)) { _ in }
+        XCTAssertEqual(same.counts.delivered, 1)
+        let fresh = try await engine.run(try start("s4", activityID: "cup", channel: other)) { _ in }
+        XCTAssertEqual(fresh.counts.delivered, 1)
+        await engine.shutdown()
+        let cup = try await registry.activity(app: Self.app, activityID: "cup")
+        XCTAssertEqual(cup?.channelID, other)
+        XCTAssertEqual(mock.stats.accepted, 2)
+    }
+
     /// An activity's broadcast goes at the priority its token pushes go at: past the priority-10 guard both are sent
     /// at 5 (before, the broadcast stayed at 10 and reached every subscribed device past the guard).
     func testAnActivitysBroadcastIsDemotedWithItsTokenPushes() async throws {
