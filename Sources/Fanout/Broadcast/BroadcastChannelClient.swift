@@ -15,6 +15,11 @@ public final class BroadcastChannelClient: Sendable {
     /// `api-manage-broadcast.sandbox.push.apple.com:2195`.
     public static let sandbox = APNsEndpoint(host: "api-manage-broadcast.sandbox.push.apple.com", port: 2195)
 
+    /// The APNs environment this client manages channels in: `production`, `development` (Apple's sandbox host), or
+    /// the management host's `HOST:PORT` for any other (a mock). A channel exists in one environment only, so the
+    /// registry records this with each channel bound through the client, and a prune leaves alone the channels
+    /// created elsewhere instead of taking APNs's `ChannelNotRegistered` here for their being gone.
+    public let environment: String
     private let endpoint: APNsEndpoint
     private let loop: LoopThread
     private let tls: TLSClientContext
@@ -42,6 +47,7 @@ public final class BroadcastChannelClient: Sendable {
         requestTimeout: Duration = .seconds(30)
     ) throws(FanoutError) {
         self.endpoint = endpoint
+        environment = endpoint.apnsEnvironment ?? endpoint.authority
         self.requestTimeout = requestTimeout
         tokens = tokenSource
         do {

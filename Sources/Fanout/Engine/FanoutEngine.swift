@@ -669,11 +669,14 @@ public final class FanoutEngine: Sendable {
         }
         if let channel = content.inputPushChannel {
             // The channel already bound is left as it is (its storage policy with it). An unbound activity gets
-            // this one, its policy unknown, unless another binding came first: that one stays and this start is
-            // refused like any other naming a channel not bound.
+            // this one, its policy unknown, in the environment of Apple's host this engine sends to (unknown for
+            // another host), unless another binding came first: that one stays and this start is refused like any
+            // other naming a channel not bound.
             if record?.channelID == nil {
                 _ = try? await registry.apply([
-                    .channel(app: app, activityID: activityID, channelID: channel, onlyIfUnbound: true)
+                    .channel(
+                        app: app, activityID: activityID, channelID: channel, onlyIfUnbound: true,
+                        environment: configuration.endpoint.apnsEnvironment)
                 ])
                 if let bound = try? await registry.activity(app: app, activityID: activityID)?.channelID,
                     bound != channel

@@ -58,14 +58,27 @@ package final class TeamChannelClients: Sendable {
     package func client(forApp bundleID: String) -> BroadcastChannelClient? { byApp[bundleID] }
 
     /// Deletes the channels of ended, dismissed activities (every `interval`, until cancelled). A refusal is passed
-    /// to `warn` (the channel stays bound and is tried again next time), so a stuck one is seen.
+    /// to `warn` (the channel stays bound and is tried again next time), so a stuck one is seen, and so are channels
+    /// left bound because they were created in another environment than the app's management host (an app moved
+    /// from the sandbox to production), each time their number changes.
     package func pruneEndedChannels(
         registry: any RegistryStore, every interval: Duration, warn: @Sendable (String) -> Void = { _ in }
     ) async {
+        var otherEnvironment = [Int](repeating: 0, count: clients.count)
         while !Task.isCancelled {
-            for (client, apps) in clients {
+            for (index, (client, apps)) in clients.enumerated() {
                 do {
-                    _ = try await client.deleteEndedChannels(registry: registry, apps: apps)
+                    let prune = try await client.pruneEndedChannels(registry: registry, apps: apps)
+                    let elsewhere = prune.otherEnvironment
+                    if elsewhere.count != otherEnvironment[index] {
+                        otherEnvironment[index] = elsewhere.count
+                        let environments = Set(elsewhere.compactMap(\.environment)).sorted().joined(separator: ", ")
+                        if !elsewhere.isEmpty {
+                            warn(
+                                "\(elsewhere.count) ended broadcast channels were created in \(environments), not "
+                                    + "\(client.environment): left bound, delete them there")
+                        }
+                    }
                 } catch {
                     warn("ended broadcast channels not all deleted: \(error.message)")
                 }
