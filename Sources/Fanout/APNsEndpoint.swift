@@ -20,4 +20,14 @@ public struct APNsEndpoint: Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String { authority }
+
+    /// The APNs environment of Apple's hosts, push and channel management alike: `production` or `development`
+    /// (the sandbox); nil for any other host.
+    package var apnsEnvironment: String? {
+        switch host {
+        case "api.push.apple.com", "api-manage-broadcast.push.apple.com": "production"
+        case "api.sandbox.push.apple.com", "api-manage-broadcast.sandbox.push.apple.com": "development"
+        default: nil
+        }
+    }
 }

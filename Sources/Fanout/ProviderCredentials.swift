@@ -32,12 +32,15 @@ public struct ProviderCredentials: Sendable {
         }
     }
 
-    /// Loads the key and makes the shared token cache. Errors name the file, never its contents.
+    /// Loads the key and returns the process's token cache for it (`ProviderTokenCache.shared`): every engine and
+    /// channel client of this process that signs with this key shares one token, so the team's token is refreshed
+    /// once per schedule, not once per client. The first cache made for the key sets the schedule. Errors name the
+    /// file, never its contents.
     func makeTokenCache(refreshAfter: Duration, minimumInterval: Duration) throws(FanoutError) -> ProviderTokenCache {
         do {
             let key = try ES256PrivateKey(pemFilePath: keyPath)
             let signer = try ProviderTokenSigner(key: key, keyID: keyID, teamID: teamID)
-            let cache = try ProviderTokenCache(
+            let cache = try ProviderTokenCache.shared(
                 signer: signer, refreshAfter: refreshAfter.components.seconds,
                 minimumInterval: minimumInterval.components.seconds)
             _ = try cache.currentToken()  // fail now, not at the first send

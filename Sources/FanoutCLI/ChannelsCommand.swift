@@ -10,7 +10,7 @@ enum ChannelsCommand {
 
         usage: fanout channels create --app BUNDLE [--policy 0|1] [--db FILE --activity ID] [connection flags]
                fanout channels read   --app BUNDLE --channel ID     [connection flags]
-               fanout channels delete --app BUNDLE --channel ID     [connection flags]
+               fanout channels delete --app BUNDLE (--channel ID | --db FILE --activity ID) [connection flags]
                fanout channels list   --app BUNDLE                  [connection flags]
                fanout channels prune  --db FILE                     [connection flags]
 
@@ -20,9 +20,11 @@ enum ChannelsCommand {
           --channel ID          the base64 channel id that create printed
           --db FILE --activity ID
                                 create: bind the new channel to this activity in the token registry, so jobs by
-                                its activity_id also broadcast to it and start jobs subscribe to it
+                                its activity_id also broadcast to it and start jobs subscribe to it;
+                                delete: delete the activity's channel and unbind it (before binding another)
           prune                 delete at APNs the channels of activities that have ended and whose dismissal
-                                date has passed, and unbind them (the registry's next sweep drops the activity)
+                                date has passed, and unbind them (the registry's next sweep drops the activity);
+                                channels created in another environment are left bound for a prune there
           --production          api-manage-broadcast.push.apple.com:2196 (default)
           --sandbox             api-manage-broadcast.sandbox.push.apple.com:2195 (channels of development builds)
           --manage-endpoint HOST:PORT
@@ -35,7 +37,7 @@ enum ChannelsCommand {
                                 how long to wait for APNs's answer (default 30)
 
         Prints one JSON line: create {"channel": ID, "policy": N}; read {"channel": ID, "policy": N};
-        delete {"deleted": ID}; list {"channels": [...]}; prune {"deleted": N}.
+        delete {"deleted": ID}; list {"channels": [...]}; prune {"deleted": N, "other_environment": N}.
         Exit status: 0 done; 1 APNs refused (the reason is printed, e.g. ChannelNotRegistered,
         CannotCreateChannelConfig); 2 bad arguments or an unusable key.
         """
@@ -84,11 +86,15 @@ enum ChannelsCommand {
             }
             guard app != nil || action == "prune" else { throw UsageError("--app BUNDLE is required") }
             if action == "prune" && database == nil { throw UsageError("prune needs --db FILE") }
-            if (database == nil) != (activity == nil) && action == "create" {
-                throw UsageError("--db and --activity go together (bind the new channel to that activity)")
+            if (database == nil) != (activity == nil) && (action == "create" || action == "delete") {
+                throw UsageError("--db and --activity go together (the activity's channel in the registry)")
             }
-            if action == "read" || action == "delete" {
-                guard channel != nil else { throw UsageError("--channel ID is required to \(action)") }
+            if action == "delete" && channel != nil && activity != nil {
+                throw UsageError("delete takes --channel ID or --db FILE --activity ID, not both")
+            }
+            if action == "read" && channel == nil { throw UsageError("--channel ID is required to read") }
+            if action == "delete" && channel == nil && activity == nil {
+                throw UsageError("delete needs --channel ID, or --db FILE --activity ID")
             }
             if let database, !FileManager.default.fileExists(atPath: database) {
                 throw UsageError("registry \(database) does not exist")
@@ -132,14 +138,29 @@ enum ChannelsCommand {
             case "prune":
                 let registry = try openRegistry(database!)
                 defer { registry.close() }
-                let deleted = try await client.deleteEndedChannels(registry: registry)
-                print(#"{"deleted": \#(deleted.count)}"#)
+                let prune = try await client.pruneEndedChannels(registry: registry)
+                print(#"{"deleted": \#(prune.deleted.count), "other_environment": \#(prune.otherEnvironment.count)}"#)
+                if !prune.otherEnvironment.isEmpty {
+                    let elsewhere = Set(prune.otherEnvironment.compactMap(\.environment)).sorted()
+                    let note =
+                        "\(prune.otherEnvironment.count) ended channels were created in "
+                        + "\(elsewhere.joined(separator: ", ")), not \(client.environment): left bound; prune them with "
+                        + elsewhere.map(flag(forEnvironment:)).joined(separator: " or ")
+                    FileHandle.standardError.write(Data("fanout channels: \(note)\n".utf8))
+                }
             case "read":
                 let stored = try await client.read(app: app!, channelID: channel!)
                 print(#"{"channel": \#(JSONValue.string(channel!)), "policy": \#(stored.rawValue)}"#)
             case "delete":
-                try await client.delete(app: app!, channelID: channel!)
-                print(#"{"deleted": \#(JSONValue.string(channel!))}"#)
+                if let database, let activity {
+                    let registry = try openRegistry(database)
+                    defer { registry.close() }
+                    let deleted = try await client.deleteChannel(forActivity: activity, app: app!, registry: registry)
+                    print(#"{"deleted": \#(JSONValue.string(deleted))}"#)
+                } else {
+                    try await client.delete(app: app!, channelID: channel!)
+                    print(#"{"deleted": \#(JSONValue.string(channel!))}"#)
+                }
             default:
                 let channels = try await client.list(app: app!)
                 print(#"{"channels": \#(JSONValue.array(channels.map(JSONValue.string)))}"#)
@@ -159,6 +180,15 @@ enum ChannelsCommand {
             return try SQLiteRegistryStore(path: path)
         } catch {
             throw BroadcastChannelError(status: nil, reason: nil, message: "registry \(path): \(error.description)")
+        }
+    }
+
+    /// The flag that manages channels in `environment` (`BroadcastChannelClient.environment`).
+    private static func flag(forEnvironment environment: String) -> String {
+        switch environment {
+        case "production": "--production"
+        case "development": "--sandbox"
+        default: "--manage-endpoint \(environment)"
         }
     }
 

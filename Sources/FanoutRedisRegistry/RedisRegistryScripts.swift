@@ -308,6 +308,12 @@ enum RedisRegistryScripts {
           else
             redis.call('HSET', meta, 'channelpolicy', ARGV[4])
           end
+          -- ARGV[6]: where the channel was created ('' unknown).
+          if ARGV[3] == '' or ARGV[6] == nil or ARGV[6] == '' then
+            redis.call('HDEL', meta, 'channelenv')
+          else
+            redis.call('HSET', meta, 'channelenv', ARGV[6])
+          end
           redis.call('HSET', meta, 'updated', ARGV[2])
           return finish()
 
@@ -442,9 +448,10 @@ enum RedisRegistryScripts {
         elseif op == 'get' then
           if redis.call('EXISTS', meta) == 0 then return {} end
           local fields = redis.call(
-            'HMGET', meta, 'attributes', 'state', 'content', 'ended', 'dismissal', 'channel', 'channelpolicy')
-          for i = 1, 7 do if not fields[i] then fields[i] = '' end end
-          fields[8] = 'exists'
+            'HMGET', meta, 'attributes', 'state', 'content', 'ended', 'dismissal', 'channel', 'channelpolicy',
+            'channelenv')
+          for i = 1, 8 do if not fields[i] then fields[i] = '' end end
+          fields[9] = 'exists'
           return fields
 
         elseif op == 'stat' then

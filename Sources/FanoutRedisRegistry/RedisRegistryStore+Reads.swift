@@ -84,7 +84,10 @@ extension RedisRegistryStore {
                     toSkip -= 1
                     continue
                 }
-                channels.append(EndedChannel(app: reference.app, activityID: reference.activityID, channelID: channel))
+                channels.append(
+                    EndedChannel(
+                        app: reference.app, activityID: reference.activityID, channelID: channel,
+                        environment: record.channelEnvironment))
                 if channels.count == limit { break }
             }
         }
@@ -298,13 +301,13 @@ extension RedisRegistryStore {
     // MARK: Helpers
 
     static func activityRecord(_ activityID: String, _ reply: RedisValue) -> ActivityRecord? {
-        guard let values = reply.array?.map({ $0.string ?? "" }), values.count == 8 else { return nil }
+        guard let values = reply.array?.map({ $0.string ?? "" }), values.count == 9 else { return nil }
         func optional(_ index: Int) -> String? { values[index].isEmpty ? nil : values[index] }
         return ActivityRecord(
             activityID: activityID, attributesType: optional(0), state: values[1] == "ended" ? .ended : .active,
             lastContentTimestamp: optional(2).flatMap { Int64($0) }, endedAt: optional(3).flatMap { Int64($0) },
             dismissalDate: optional(4).flatMap { Int64($0) }, channelID: optional(5),
-            channelStoragePolicy: optional(6).flatMap { Int($0) })
+            channelStoragePolicy: optional(6).flatMap { Int($0) }, channelEnvironment: optional(7))
     }
 
     /// A number sent back as a bulk string (a record's field, a score).

@@ -285,7 +285,7 @@ extension RedisRegistryStore {
                     + [activity(appID, activityID, ["content", RedisArgument(String(timestamp))])],
                 updateContext(appID, activityID)
             )
-        case .channel(let appID, let activityID, let channelID, let storagePolicy, let onlyIfUnbound):
+        case .channel(let appID, let activityID, let channelID, let storagePolicy, let onlyIfUnbound, let environment):
             // Unbinding lets the next sweep remove a dismissed activity: visit it then.
             return (
                 schedule(appID, activityID, at: channelID == nil ? now : now &+ lifetime)
@@ -295,7 +295,7 @@ extension RedisRegistryStore {
                             [
                                 "channel", RedisArgument(channelID ?? ""),
                                 RedisArgument(storagePolicy.map(String.init) ?? ""),
-                                RedisArgument(onlyIfUnbound ? "1" : ""),
+                                RedisArgument(onlyIfUnbound ? "1" : ""), RedisArgument(environment ?? ""),
                             ])
                     ],
                 updateContext(appID, activityID)

@@ -20,9 +20,13 @@ public enum RegistryChange: Sendable, Hashable {
     /// channel's `message-storage-policy` (0 or 1) when the binder knows it: a broadcast to a channel that keeps the
     /// latest message is sent with an expiration that lets APNs keep it (0 would make it a single attempt). With
     /// `onlyIfUnbound`, an activity that has a channel already keeps it (two creations at once: the first to bind
-    /// wins, and the other finds it bound on reading it back).
+    /// wins, and the other finds it bound on reading it back). `environment` is where the channel was created
+    /// (`BroadcastChannelClient.environment`: `production`, `development`, or another management host's
+    /// `HOST:PORT`), nil when the binder does not know: a channel exists in one APNs environment only, and a prune
+    /// against another must not take its "not found" for the channel being gone.
     case channel(
-        app: String, activityID: String, channelID: String?, storagePolicy: Int? = nil, onlyIfUnbound: Bool = false)
+        app: String, activityID: String, channelID: String?, storagePolicy: Int? = nil, onlyIfUnbound: Bool = false,
+        environment: String? = nil)
     /// APNs answered 410 for `token`: remove it wherever it was registered before `timestamp` (the 410 body's Unix
     /// milliseconds); a later registration means the device registered it again and it stays. Nil removes it at once
     /// (410 `ExpiredToken` carries no timestamp).

@@ -68,11 +68,11 @@ extension RegistryConnection {
 
     /// Ended activities past their dismissal date that are still bound to a broadcast channel.
     func endedChannels(now: Int64, limit: Int, skipping: Int) throws(SQLiteError) -> [(
-        app: Int64, activityID: String, channelID: String
+        app: Int64, activityID: String, channelID: String, environment: String?
     )] {
         try database.withStatement(
             """
-            SELECT app, activity_id, channel_id FROM activities INDEXED BY activities_by_dismissal
+            SELECT app, activity_id, channel_id, channel_environment FROM activities INDEXED BY activities_by_dismissal
             WHERE state = 1 AND dismissal_at <= ?1 AND channel_id IS NOT NULL ORDER BY dismissal_at, id
             LIMIT ?2 OFFSET ?3
             """
@@ -80,9 +80,13 @@ extension RegistryConnection {
             try statement.bind(now, at: 1)
             try statement.bind(Int64(limit), at: 2)
             try statement.bind(Int64(skipping), at: 3)
-            var rows: [(app: Int64, activityID: String, channelID: String)] = []
+            var rows: [(app: Int64, activityID: String, channelID: String, environment: String?)] = []
             while try statement.step() {
-                rows.append((statement.int64(at: 0), statement.string(at: 1), statement.string(at: 2)))
+                rows.append(
+                    (
+                        statement.int64(at: 0), statement.string(at: 1), statement.string(at: 2),
+                        statement.optionalString(at: 3)
+                    ))
             }
             return rows
         }
@@ -230,7 +234,7 @@ extension RegistryConnection {
         try database.withStatement(
             """
             SELECT attributes_type, state, last_content_timestamp, ended_at, dismissal_at, channel_id,
-                channel_storage_policy
+                channel_storage_policy, channel_environment
             FROM activities WHERE app = ?1 AND activity_id = ?2
             """
         ) { statement throws(SQLiteError) in
@@ -242,7 +246,8 @@ extension RegistryConnection {
                 state: statement.int64(at: 1) == 1 ? .ended : .active,
                 lastContentTimestamp: statement.optionalInt64(at: 2), endedAt: statement.optionalInt64(at: 3),
                 dismissalDate: statement.optionalInt64(at: 4), channelID: statement.optionalString(at: 5),
-                channelStoragePolicy: statement.optionalInt64(at: 6).map { Int($0) })
+                channelStoragePolicy: statement.optionalInt64(at: 6).map { Int($0) },
+                channelEnvironment: statement.optionalString(at: 7))
         }
     }
 

@@ -130,20 +130,26 @@ extension RegistryConnection {
                 try statement.bind(context.now, at: 3)
                 try statement.run()
             }
-        case .channel(let app, let activityID, let channelID, let storagePolicy, let onlyIfUnbound):
+        case .channel(let app, let activityID, let channelID, let storagePolicy, let onlyIfUnbound, let environment):
             let row = try activityRow(app: app, activityID: activityID, create: true, in: &context)!
             try database.withStatement(
                 onlyIfUnbound
                     ? """
-                    UPDATE activities SET channel_id = ?2, channel_storage_policy = ?3, updated_at = ?4
+                    UPDATE activities SET channel_id = ?2, channel_storage_policy = ?3, channel_environment = ?5,
+                        updated_at = ?4
                     WHERE id = ?1 AND channel_id IS NULL
                     """
-                    : "UPDATE activities SET channel_id = ?2, channel_storage_policy = ?3, updated_at = ?4 WHERE id = ?1"
+                    : """
+                    UPDATE activities SET channel_id = ?2, channel_storage_policy = ?3, channel_environment = ?5,
+                        updated_at = ?4
+                    WHERE id = ?1
+                    """
             ) { statement throws(SQLiteError) in
                 try statement.bind(row, at: 1)
                 try statement.bind(channelID, at: 2)
                 try statement.bind(storagePolicy.map(Int64.init), at: 3)
                 try statement.bind(context.now, at: 4)
+                try statement.bind(environment, at: 5)
                 try statement.run()
             }
         case .removeToken(let token, let before):

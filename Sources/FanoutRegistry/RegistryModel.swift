@@ -193,12 +193,17 @@ public struct ActivityRecord: Sendable, Hashable {
     /// The channel's `message-storage-policy` (0: no message stored, 1: the most recent one), when it was bound with
     /// it; nil when unknown.
     public var channelStoragePolicy: Int?
+    /// The APNs environment the channel was created in (`production`, `development`, or a management host's
+    /// `HOST:PORT`), when it was bound with it; nil when unknown.
+    public var channelEnvironment: String?
 
     public init(
         activityID: String, attributesType: String?, state: ActivityState, lastContentTimestamp: Int64?,
-        endedAt: Int64?, dismissalDate: Int64?, channelID: String?, channelStoragePolicy: Int? = nil
+        endedAt: Int64?, dismissalDate: Int64?, channelID: String?, channelStoragePolicy: Int? = nil,
+        channelEnvironment: String? = nil
     ) {
         self.channelStoragePolicy = channelStoragePolicy
+        self.channelEnvironment = channelEnvironment
         self.activityID = activityID
         self.attributesType = attributesType
         self.state = state

@@ -1,5 +1,5 @@
-/// The SQLite registry's schema: version 3 (version 2 had no `update_tokens_in_order`, version 1 no
-/// `activities.channel_storage_policy` either). docs/REGISTRY.md describes each table and why each index exists.
+/// The SQLite registry's schema: version 4 (version 3 had no `activities.channel_environment`, version 2 no
+/// `update_tokens_in_order` either, version 1 no `activities.channel_storage_policy`). docs/REGISTRY.md describes each table and why each index exists.
 ///
 /// All times are Unix milliseconds except `last_content_timestamp` (the `aps` timestamp, Unix seconds). Tables are
 /// STRICT, so a value of the wrong type is refused instead of silently stored. Apps and activities are interned as
@@ -11,7 +11,7 @@ enum RegistrySchema {
     /// `PRAGMA application_id`: "FnRg". A file with another id is not a Fanout registry and is never written to.
     static let applicationID: Int32 = 0x466E_5267
     /// `PRAGMA user_version`: the schema version this code reads and writes.
-    static let version: Int32 = 3
+    static let version: Int32 = 4
 
     /// What brings a registry of version 1 up to version 2: version 1 had no channel storage policy (its bound
     /// channels read as policy unknown).
@@ -22,6 +22,11 @@ enum RegistrySchema {
     /// paged by (expiry, row id), so a token registered again (a later expiry) moved behind a send's cursor and was
     /// read twice. Building it reads the table once, at the first open by this version.
     static let upgradeFromVersion2 = "CREATE INDEX update_tokens_in_order ON update_tokens (activity, id)"
+
+    /// What brings a registry of version 3 up to version 4: where each bound channel was created. Version 3's
+    /// bindings read as environment unknown, so a prune deletes them where it runs but never takes a "not found"
+    /// there for the channel being gone (it may live in the other environment).
+    static let upgradeFromVersion3 = "ALTER TABLE activities ADD COLUMN channel_environment TEXT"
 
     /// 16 KiB pages instead of SQLite's 4 KiB. Tokens are random, so a batch of new ones lands all over the token
     /// index and each commit writes most of its pages to the WAL; measured on a million-row import (10,000 rows per
@@ -61,6 +66,7 @@ enum RegistrySchema {
             dismissal_at INTEGER,
             channel_id TEXT,
             channel_storage_policy INTEGER CHECK (channel_storage_policy IN (0, 1)),
+            channel_environment TEXT,
             created_at INTEGER NOT NULL,
             updated_at INTEGER NOT NULL
         ) STRICT;

@@ -218,10 +218,13 @@ public struct EndedChannel: Sendable, Hashable {
     public var app: String
     public var activityID: String
     public var channelID: String
+    /// Where the channel was created (`ActivityRecord.channelEnvironment`); nil when unknown.
+    public var environment: String?
 
-    public init(app: String, activityID: String, channelID: String) {
+    public init(app: String, activityID: String, channelID: String, environment: String? = nil) {
         self.app = app
         self.activityID = activityID
         self.channelID = channelID
+        self.environment = environment
     }
 }

@@ -90,11 +90,12 @@ public final class SQLiteRegistryStore: RegistryStore {
     /// version re-read there, in case another process upgraded it meanwhile).
     private static func upgrade(_ database: SQLiteDatabase, path: String) throws {
         try database.transaction { () throws(SQLiteError) in
-            guard case .database(_, let version) = try database.identify(), version == 1 || version == 2 else {
+            guard case .database(_, let version) = try database.identify(), (1...3).contains(version) else {
                 return
             }
             if version <= 1 { try database.execute(RegistrySchema.upgradeFromVersion1) }
             if version <= 2 { try database.execute(RegistrySchema.upgradeFromVersion2) }
+            if version <= 3 { try database.execute(RegistrySchema.upgradeFromVersion3) }
             try database.setUserVersion(RegistrySchema.version)
         }
     }
@@ -250,7 +251,9 @@ public final class SQLiteRegistryStore: RegistryStore {
             var channels: [EndedChannel] = []
             for row in rows {
                 let app = try storage { () throws(SQLiteError) in try connection.bundleID(row.app) }
-                channels.append(EndedChannel(app: app, activityID: row.activityID, channelID: row.channelID))
+                channels.append(
+                    EndedChannel(
+                        app: app, activityID: row.activityID, channelID: row.channelID, environment: row.environment))
             }
             return channels
         }

@@ -11,7 +11,9 @@ package enum ValidatedChange<App> {
     case startActivity(app: App, activityID: String, attributesType: String?)
     case endActivity(app: App, activityID: String, dismissalDate: Int64?)
     case contentSent(app: App, activityID: String, timestamp: Int64)
-    case channel(app: App, activityID: String, channelID: String?, storagePolicy: Int?, onlyIfUnbound: Bool)
+    case channel(
+        app: App, activityID: String, channelID: String?, storagePolicy: Int?, onlyIfUnbound: Bool,
+        environment: String?)
     /// Remove `token` wherever it was registered strictly before `before` (nil: everywhere).
     case removeToken(token: String, before: Int64?)
 
@@ -20,7 +22,7 @@ package enum ValidatedChange<App> {
         switch self {
         case .updateToken(let app, _, _, _, _, _), .stopUpdateTokens(let app, _, _),
             .pushToStart(let app, _, _, _, _, _), .device(let app, _, _, _, _), .startActivity(let app, _, _),
-            .endActivity(let app, _, _), .contentSent(let app, _, _), .channel(let app, _, _, _, _):
+            .endActivity(let app, _, _), .contentSent(let app, _, _), .channel(let app, _, _, _, _, _):
             return app
         case .removeToken: return nil
         }
@@ -51,10 +53,10 @@ package enum ValidatedChange<App> {
             return .endActivity(app: try resolve(app), activityID: activityID, dismissalDate: dismissalDate)
         case .contentSent(let app, let activityID, let timestamp):
             return .contentSent(app: try resolve(app), activityID: activityID, timestamp: timestamp)
-        case .channel(let app, let activityID, let channelID, let storagePolicy, let onlyIfUnbound):
+        case .channel(let app, let activityID, let channelID, let storagePolicy, let onlyIfUnbound, let environment):
             return .channel(
                 app: try resolve(app), activityID: activityID, channelID: channelID, storagePolicy: storagePolicy,
-                onlyIfUnbound: onlyIfUnbound)
+                onlyIfUnbound: onlyIfUnbound, environment: environment)
         case .removeToken(let token, let before):
             return .removeToken(token: token, before: before)
         }
@@ -104,7 +106,7 @@ extension RegistryValidation {
         case .contentSent(let app, let activityID, let timestamp):
             return .contentSent(
                 app: app, activityID: try V.identifier(activityID, field: "activity_id"), timestamp: timestamp)
-        case .channel(let app, let activityID, let channelID, let storagePolicy, let onlyIfUnbound):
+        case .channel(let app, let activityID, let channelID, let storagePolicy, let onlyIfUnbound, let environment):
             if let storagePolicy, storagePolicy != 0 && storagePolicy != 1 {
                 throw RegistryError(
                     .invalidInput, field: "storage_policy", "storage_policy must be 0 or 1, not \(storagePolicy)")
@@ -112,7 +114,9 @@ extension RegistryValidation {
             return .channel(
                 app: app, activityID: try V.identifier(activityID, field: "activity_id"),
                 channelID: try V.optionalIdentifier(channelID, field: "channel_id"),
-                storagePolicy: channelID == nil ? nil : storagePolicy, onlyIfUnbound: onlyIfUnbound)
+                storagePolicy: channelID == nil ? nil : storagePolicy, onlyIfUnbound: onlyIfUnbound,
+                environment: channelID == nil
+                    ? nil : try V.optionalIdentifier(environment, field: "channel_environment"))
         case .unregistered(let token, let timestamp):
             return .removeToken(
                 token: try V.token(token, field: "token", allowEmpty: false),

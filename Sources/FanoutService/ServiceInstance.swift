@@ -52,7 +52,7 @@ package final class ServiceInstance: Sendable {
             engines = try TeamEngines(
                 configuration: configuration, registry: stores.engineRegistry, metrics: metrics,
                 tokenSources: tokens.byTeam)
-            channels = try TeamChannelClients(configuration: configuration)
+            channels = try TeamChannelClients(configuration: configuration, tokenSources: tokens.byTeam)
         } catch {
             tokens.stop()
             await stores.close()

@@ -34,9 +34,10 @@ final class BroadcastChannelBindingTests: XCTestCase {
             ], environment: ProcessSupport.cleanEnvironment())
     }
 
-    private func makeChannelClient() throws -> BroadcastChannelClient {
+    /// - Parameter host: `localhost`, or `127.0.0.1` for the same mock under another name: another environment.
+    private func makeChannelClient(host: String = "localhost") throws -> BroadcastChannelClient {
         try BroadcastChannelClient(
-            endpoint: APNsEndpoint(host: "localhost", port: XCTUnwrap(mock.server.managePort)),
+            endpoint: APNsEndpoint(host: host, port: XCTUnwrap(mock.server.managePort)),
             credentials: ProviderCredentials(
                 keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
             caFile: mock.material.caPEMPath)
@@ -212,6 +213,218 @@ final class BroadcastChannelBindingTests: XCTestCase {
         let deleted = try await client.deleteEndedChannels(registry: registry)
         XCTAssertEqual(deleted, [], "the new session's channel is kept")
         XCTAssertTrue(mock.server.channels.exists(app: Self.app, channel: channel))
+    }
+
+    /// A channel lives in one APNs environment, and the registry records which. A prune against another leaves it
+    /// bound and does not ask (there it would be "not found"); a prune in its own deletes it, and one APNs no longer
+    /// has there counts as gone. A channel bound without its environment (a version 3 registry) that APNs does not
+    /// know is left bound too, reported, and unbound by deleting it by its activity. Before, every "not found" was
+    /// taken for gone: a prune pointed at the wrong environment dropped every binding, and the channels' ids with
+    /// them while they still counted against the app's 10,000.
+    func testAPruneInAnotherEnvironmentLeavesTheChannelsBound() async throws {
+        let clock = TestClock(Int64(Date().timeIntervalSince1970 * 1000))
+        var configuration = RegistryConfiguration()
+        configuration.clock = clock.registryClock
+        let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db", configuration: configuration)
+        defer { registry.close() }
+        try await registry.defineApps([RegistryApp(bundleID: Self.app)])
+        let client = try makeChannelClient()
+        defer { client.shutdown() }
+        let elsewhere = try makeChannelClient(host: "127.0.0.1")
+        defer { elsewhere.shutdown() }
+        XCTAssertEqual(client.environment, "localhost:\(try XCTUnwrap(mock.server.managePort))")
+        XCTAssertNotEqual(elsewhere.environment, client.environment)
+        let here = try await client.createChannel(
+            forActivity: "here", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
+        let recorded = try await registry.activity(app: Self.app, activityID: "here")
+        XCTAssertEqual(recorded?.channelEnvironment, client.environment, "recorded where it was created")
+        let gone = try await client.createChannel(
+            forActivity: "gone", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
+        XCTAssertTrue(mock.server.channels.delete(app: Self.app, channel: gone), "deleted behind the registry's back")
+        let now = clock.registryClock.now() / 1000
+        try await registry.apply([
+            // Created in production: this mock has never heard of it.
+            .channel(app: Self.app, activityID: "prod", channelID: "cHJvZC0x", environment: "production"),
+            // Bound without its environment (a version 3 registry), and unknown here.
+            .channel(app: Self.app, activityID: "legacy", channelID: "bGVnYWN5"),
+            .endActivity(app: Self.app, activityID: "here", dismissalDate: now - 40),
+            .endActivity(app: Self.app, activityID: "gone", dismissalDate: now - 30),
+            .endActivity(app: Self.app, activityID: "prod", dismissalDate: now - 20),
+            .endActivity(app: Self.app, activityID: "legacy", dismissalDate: now - 10),
+        ])
+        func channel(_ activity: String) async throws -> String? {
+            try await registry.activity(app: Self.app, activityID: activity)?.channelID
+        }
+
+        // From another environment: none of them is asked about, all stay bound (the legacy one, unknown there, is
+        // reported), and nothing is deleted at the mock.
+        do {
+            let prune = try await elsewhere.pruneEndedChannels(registry: registry)
+            XCTFail("the legacy channel, unknown here, is reported: \(prune)")
+        } catch {
+            XCTAssertEqual(error.reason, "ChannelNotRegistered", error.message)
+            XCTAssertTrue(error.message.contains("bGVnYWN5"), error.message)
+            XCTAssertTrue(error.message.contains("deleted 0"), error.message)
+        }
+        for activity in ["here", "gone", "prod", "legacy"] {
+            let bound = try await channel(activity)
+            XCTAssertNotNil(bound, "\(activity) stays bound")
+        }
+        XCTAssertTrue(mock.server.channels.exists(app: Self.app, channel: here))
+
+        // In its own environment: the channel is deleted, the one gone there unbound; production's is left bound
+        // for a prune there; the legacy one, unknown here, stays bound and is reported.
+        do {
+            _ = try await client.pruneEndedChannels(registry: registry)
+            XCTFail("the legacy channel is reported")
+        } catch {
+            XCTAssertEqual(error.reason, "ChannelNotRegistered", error.message)
+            XCTAssertTrue(error.message.contains("deleted 2"), error.message)
+            XCTAssertTrue(error.message.contains("bGVnYWN5"), error.message)
+        }
+        XCTAssertFalse(mock.server.channels.exists(app: Self.app, channel: here))
+        let unboundHere = try await channel("here")
+        let unboundGone = try await channel("gone")
+        let keptProd = try await channel("prod")
+        let keptLegacy = try await channel("legacy")
+        XCTAssertNil(unboundHere)
+        XCTAssertNil(unboundGone)
+        XCTAssertEqual(keptProd, "cHJvZC0x")
+        XCTAssertEqual(keptLegacy, "bGVnYWN5")
+
+        // Deleting the legacy one by its activity unbinds it (the caller says it is gone); production's is refused
+        // here, naming where it was created, and left bound.
+        let deleted = try await client.deleteChannel(forActivity: "legacy", app: Self.app, registry: registry)
+        XCTAssertEqual(deleted, "bGVnYWN5")
+        let unboundLegacy = try await channel("legacy")
+        XCTAssertNil(unboundLegacy)
+        do {
+            _ = try await client.deleteChannel(forActivity: "prod", app: Self.app, registry: registry)
+            XCTFail("a channel of another environment is not deleted here")
+        } catch {
+            XCTAssertEqual(error.reason, BroadcastChannelClient.otherEnvironment)
+            XCTAssertTrue(error.message.contains("production"), error.message)
+        }
+        let prune = try await client.pruneEndedChannels(registry: registry)
+        XCTAssertEqual(prune.deleted, [])
+        XCTAssertEqual(prune.otherEnvironment.map(\.channelID), ["cHJvZC0x"])
+        XCTAssertEqual(prune.otherEnvironment.first?.environment, "production")
+        let stillProd = try await channel("prod")
+        XCTAssertEqual(stillProd, "cHJvZC0x")
+    }
+
+    /// `fanout channels prune` against another environment says so and drops nothing; `delete --db --activity`
+    /// deletes an activity's channel and unbinds it.
+    func testTheChannelsCommandPrunesOnlyTheEnvironmentItIsPointedAt() async throws {
+        let database = "\(directory)/registry.db"
+        do {
+            let registry = try SQLiteRegistryStore(path: database)
+            try await registry.defineApps([RegistryApp(bundleID: Self.app)])
+            registry.close()
+        }
+        let managePort = try XCTUnwrap(mock.server.managePort)
+        for activity in ["m1", "m2"] {
+            let made = try channels(["create", "--app", Self.app, "--db", database, "--activity", activity])
+            XCTAssertEqual(made.exitCode, 0, made.summary)
+        }
+        let m1: String
+        do {
+            let registry = try SQLiteRegistryStore(path: database)
+            let bound = try await registry.activity(app: Self.app, activityID: "m1")?.channelID
+            m1 = try XCTUnwrap(bound)
+            let now = registry.clock.now() / 1000
+            try await registry.apply([.endActivity(app: Self.app, activityID: "m1", dismissalDate: now - 1)])
+            registry.close()
+        }
+        // The same mock under another name is another environment: left bound, and the way to prune it is named.
+        func prune(_ host: String) throws -> ProcessResult {
+            try ProcessSupport.run(
+                try ProcessSupport.builtExecutable("fanout"),
+                [
+                    "channels", "prune", "--db", database, "--manage-endpoint", "\(host):\(managePort)", "--ca-file",
+                    mock.material.caPEMPath, "--key", mock.material.authKeyP8Path, "--key-id", "KEYID12345",
+                    "--team-id", "TEAMID1234",
+                ], environment: ProcessSupport.cleanEnvironment())
+        }
+        let wrong = try prune("127.0.0.1")
+        XCTAssertEqual(wrong.exitCode, 0, wrong.summary)
+        XCTAssertEqual(try Self.object(wrong)["deleted"] as? Int, 0, wrong.summary)
+        XCTAssertEqual(try Self.object(wrong)["other_environment"] as? Int, 1, wrong.summary)
+        XCTAssertTrue(wrong.stderr.contains("--manage-endpoint localhost:\(managePort)"), wrong.summary)
+        XCTAssertEqual(mock.server.channels.list(app: Self.app).count, 2, "nothing deleted")
+        let right = try prune("localhost")
+        XCTAssertEqual(try Self.object(right)["deleted"] as? Int, 1, right.summary)
+        XCTAssertEqual(try Self.object(right)["other_environment"] as? Int, 0, right.summary)
+        XCTAssertEqual(mock.server.channels.list(app: Self.app).count, 1)
+        XCTAssertFalse(mock.server.channels.exists(app: Self.app, channel: m1))
+
+        // Deleting by activity: the channel goes at APNs and in the registry.
+        let usage = try channels(["delete", "--app", Self.app, "--db", database])
+        XCTAssertEqual(usage.exitCode, 2, usage.summary)
+        let deleted = try channels(["delete", "--app", Self.app, "--db", database, "--activity", "m2"])
+        XCTAssertEqual(deleted.exitCode, 0, deleted.summary)
+        XCTAssertEqual(mock.server.channels.list(app: Self.app), [])
+        let registry = try SQLiteRegistryStore(path: database)
+        defer { registry.close() }
+        let m2 = try await registry.activity(app: Self.app, activityID: "m2")
+        XCTAssertNil(m2?.channelID)
+    }
+
+    /// An activity keeps its channel: a start naming another channel than the one bound is refused before anything
+    /// is sent, naming both, and the binding stays (rebinding lost the bound channel's id while it still counted
+    /// against the app's 10,000, and cut the activity's updates off from its subscribers). An ended activity is not
+    /// made live again by the refused start.
+    func testAStartNamingAnotherChannelThanTheBoundOneIsRefused() async throws {
+        let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db")
+        defer { registry.close() }
+        try await defineAppWithOnePushToStartToken(in: registry)
+        let client = try makeChannelClient()
+        defer { client.shutdown() }
+        let bound = try await client.createChannel(
+            forActivity: "derby", app: Self.app, storagePolicy: .mostRecentMessageStored, registry: registry)
+        let other = try XCTUnwrap(mock.server.channels.create(app: Self.app))
+        func start(_ id: String, activityID: String, channel: String) throws -> FanoutJob {
+            var job = try startJob(id: id, title: "Derby", activityID: activityID)
+            if case .liveActivity(var content) = job.payload {
+                content.inputPushChannel = channel
+                job.payload = .liveActivity(content)
+            }
+            return job
+        }
+        let engine = try makeEngine(for: mock) { $0.registry = registry }
+        func refusal(_ job: FanoutJob) async -> String {
+            do {
+                let summary = try await engine.run(job) { _ in }
+                return "sent: \(summary.counts)"
+            } catch {
+                return error.message
+            }
+        }
+        let refused = await refusal(try start("s1", activityID: "derby", channel: other))
+        XCTAssertTrue(refused.contains("live_activity.input_push_channel"), refused)
+        XCTAssertTrue(refused.contains(bound) && refused.contains(other), "both channels named: \(refused)")
+        XCTAssertEqual(mock.stats.accepted, 0, "nothing sent")
+        var activity = try await registry.activity(app: Self.app, activityID: "derby")
+        XCTAssertEqual(activity?.channelID, bound)
+        XCTAssertEqual(activity?.channelStoragePolicy, 1)
+
+        // Ended: the refused start leaves it ended, and its channel bound for the prune after its dismissal.
+        try await registry.apply([.endActivity(app: Self.app, activityID: "derby", dismissalDate: nil)])
+        let refusedEnded = await refusal(try start("s2", activityID: "derby", channel: other))
+        XCTAssertTrue(refusedEnded.contains(bound), refusedEnded)
+        activity = try await registry.activity(app: Self.app, activityID: "derby")
+        XCTAssertEqual(activity?.state, .ended)
+        XCTAssertEqual(activity?.channelID, bound)
+
+        // Naming the bound channel starts it; an activity with no channel binds the one named.
+        let same = try await engine.run(try start("s3", activityID: "derby", channel: bound)) { _ in }
+        XCTAssertEqual(same.counts.delivered, 1)
+        let fresh = try await engine.run(try start("s4", activityID: "cup", channel: other)) { _ in }
+        XCTAssertEqual(fresh.counts.delivered, 1)
+        await engine.shutdown()
+        let cup = try await registry.activity(app: Self.app, activityID: "cup")
+        XCTAssertEqual(cup?.channelID, other)
+        XCTAssertEqual(mock.stats.accepted, 2)
     }
 
     /// An activity's broadcast goes at the priority its token pushes go at: past the priority-10 guard both are sent

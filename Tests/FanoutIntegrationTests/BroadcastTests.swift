@@ -59,6 +59,23 @@ final class BroadcastTests: XCTestCase {
         XCTAssertEqual(remaining, [unstored])
     }
 
+    /// A channel created and pushes sent from one process with one key: one provider token, not the channel client's
+    /// beside the engine's (APNs counts two tokens minted apart as refreshes, TooManyProviderTokenUpdates).
+    func testTheChannelClientAndTheEngineSendOneProviderToken() async throws {
+        let client = try makeChannelClient()
+        defer { client.shutdown() }
+        let engine = try makeEngine(for: mock)
+        let channel = try await client.create(app: Self.app, storagePolicy: .mostRecentMessageStored)
+        let pushes = try await engine.run(scoreUpdateJob(id: "u", tokens: (0..<20).map { testDeviceToken($0) })) { _ in
+        }
+        let broadcast = try await engine.run(update("b", recipients: .channel(app: Self.app, id: channel))) { _ in }
+        _ = try await client.list(app: Self.app)
+        await engine.shutdown()
+        XCTAssertEqual(pushes.counts.delivered, 20)
+        XCTAssertEqual(broadcast.counts.delivered, 1)
+        XCTAssertEqual(mock.stats.distinctProviderTokens, 1, "one token for the key in this process")
+    }
+
     func testTheTenThousandAndFirstChannelIsRefused() async throws {
         // 9,999 made directly in the mock, then the 10,000th and the 10,001st through the client.
         for _ in 0..<9_999 { XCTAssertNotNil(mock.server.channels.create(app: Self.app)) }

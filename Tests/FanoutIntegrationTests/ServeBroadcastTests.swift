@@ -1,5 +1,6 @@
 // Broadcast channels through `fanout serve`'s native API: a channel created for an activity, an update by
 // activity id that sends one broadcast plus the token pushes, and the dispatch that says so.
+import FanoutRegistry
 import Foundation
 import MockAPNsKit
 import XCTest
@@ -57,5 +58,29 @@ final class ServeBroadcastTests: XCTestCase {
         XCTAssertEqual(deleted.status, 200, deleted.text)
         XCTAssertFalse(mock.server.channels.exists(app: ServeHarness.acmeApp, channel: channel))
         XCTAssertNil(try serve.curl("GET", "/v1/activities/match-3", key: server).object()["channel_id"])
+        // The channel client and the engine of the team send one provider token, not one each.
+        XCTAssertEqual(mock.stats.distinctProviderTokens, 1)
+    }
+
+    /// A channel created in another environment than the app's management host (the app moved from the sandbox) is
+    /// not deleted there, where APNs would only say it does not exist: 409, and it stays bound.
+    func testAChannelOfAnotherEnvironmentIsNotDeletedHere() async throws {
+        let mock = try MockHarness { $0.manageListen = MockListenAddress(host: "127.0.0.1", port: 0) }
+        defer { mock.stop() }
+        let serve = try ServeHarness(testCase: self, mock: mock)
+        try serve.start()
+        defer { serve.stop() }
+        let registry = try SQLiteRegistryStore(path: serve.database)
+        defer { registry.close() }
+        try await registry.apply([
+            .channel(
+                app: ServeHarness.acmeApp, activityID: "final", channelID: "ZGV2LTE=", storagePolicy: 1,
+                environment: "development")
+        ])
+        let refused = try serve.curl("DELETE", "/v1/activities/final/channel", key: ServeKeys.acmeServer)
+        XCTAssertEqual(refused.status, 409, refused.text)
+        XCTAssertTrue(refused.text.contains("development"), refused.text)
+        let activity = try serve.curl("GET", "/v1/activities/final", key: ServeKeys.acmeServer).object()
+        XCTAssertEqual(activity["channel_id"] as? String, "ZGV2LTE=", "still bound")
     }
 }

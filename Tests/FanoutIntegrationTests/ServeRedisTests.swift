@@ -6,6 +6,7 @@ import FanoutRedisRegistry
 import FanoutRegistry
 import FanoutTestSupport
 import Foundation
+import MockAPNsKit
 import Synchronization
 import XCTest
 
@@ -21,14 +22,16 @@ final class ServeRedisTests: XCTestCase {
     /// Two instances on one Redis.
     /// - Parameter mockLatency: mock-apns's answer delay, in milliseconds.
     /// - Parameter acmeRateLimit: acme's API budget in both instances' configs.
-    private func startTwo(mockLatency: UInt64 = 0, acmeRateLimit: (perHour: Int, burst: Int)? = nil) throws -> (
-        ServeHarness, ServeHarness
-    ) {
+    /// - Parameter manageListen: give the mock its channel management listener (and the apps its `manage_endpoint`).
+    private func startTwo(
+        mockLatency: UInt64 = 0, acmeRateLimit: (perHour: Int, burst: Int)? = nil, manageListen: Bool = false
+    ) throws -> (ServeHarness, ServeHarness) {
         let redis = try RedisServerProcess(for: self)
         redisURL = redis.url
         mock = try MockHarness {
             $0.capturePayloads = true
             $0.latencyMilliseconds = mockLatency
+            if manageListen { $0.manageListen = MockListenAddress(host: "127.0.0.1", port: 0) }
         }
         for _ in 0..<2 {
             let instance = try ServeHarness(testCase: self, mock: mock, acmeRateLimit: acmeRateLimit)
@@ -131,6 +134,27 @@ final class ServeRedisTests: XCTestCase {
         XCTAssertEqual(foreign.status, 404, foreign.text)
         // One provider token for the team across both instances (they share it through Redis).
         XCTAssertEqual(mock.stats.distinctProviderTokens, 1)
+    }
+
+    /// With the registry on Redis, the channel client sends the team's shared token too: a channel created through one
+    /// instance and pushes and broadcasts sent by both are one provider token (the channel client minted its own).
+    func testChannelManagementSendsTheTeamsSharedProviderToken() throws {
+        let (first, second) = try startTwo(manageListen: true)
+        let created = try first.curl(
+            "POST", "/v1/activities/match-9/channel", key: ServeKeys.acmeServer, json: #"{"storage_policy": 1}"#)
+        XCTAssertEqual(created.status, 201, created.text)
+        let channel = try XCTUnwrap(try created.object()["channel_id"] as? String)
+        try register(0..<3, activity: "match-9", through: second)
+        for instance in [first, second] {
+            let update = try instance.curl(
+                "POST", "/v1/activities/match-9/update", key: ServeKeys.acmeServer,
+                json: #"{"content_state": {"home": 1}}"#)
+            XCTAssertEqual(update.status, 202, update.text)
+            let done = try instance.waitForDispatch(try XCTUnwrap(try update.object()["dispatch_id"] as? String))
+            XCTAssertEqual(done["delivered"] as? Int, 4, "three tokens and the broadcast: \(done)")
+        }
+        XCTAssertEqual(mock.stats.broadcasts(channel: channel), 2)
+        XCTAssertEqual(mock.stats.distinctProviderTokens, 1, "one token for the team: channels, pushes, both instances")
     }
 
     func testUpdatesAcceptedAtOnceByBothInstancesNeverShareATimestamp() throws {

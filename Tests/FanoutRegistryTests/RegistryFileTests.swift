@@ -78,9 +78,11 @@ final class RegistryFileTests: XCTestCase {
         let store = try await makeStore(in: directory, clock: clock)
         try await store.apply([.channel(app: "com.acme.app", activityID: "match-7", channelID: "dHN0LTE=")])
         store.close()
-        // What version 1 wrote: no channel_storage_policy column (nor version 3's update_tokens_in_order).
+        // What version 1 wrote: no channel_storage_policy column (nor version 3's update_tokens_in_order, nor
+        // version 4's channel_environment).
         let database = try SQLiteDatabase(path: path)
         try database.execute("ALTER TABLE activities DROP COLUMN channel_storage_policy")
+        try database.execute("ALTER TABLE activities DROP COLUMN channel_environment")
         try database.execute("DROP INDEX update_tokens_in_order")
         try database.setUserVersion(1)
         database.close()
@@ -98,7 +100,7 @@ final class RegistryFileTests: XCTestCase {
         XCTAssertEqual(bound?.channelStoragePolicy, 0)
         upgraded.close()
         let reopened = try SQLiteDatabase(path: path)
-        XCTAssertEqual(try reopened.identify(), .database(applicationID: 0x466E_5267, userVersion: 3))
+        XCTAssertEqual(try reopened.identify(), .database(applicationID: 0x466E_5267, userVersion: 4))
         reopened.close()
     }
 
@@ -115,9 +117,11 @@ final class RegistryFileTests: XCTestCase {
         let first = try await store.liveUpdateTokens(
             app: "com.acme.app", activityID: "match-7", after: nil, limit: 1, now: clock.now)
         store.close()
-        // What version 2 wrote: no update_tokens_in_order; and its cursors were `expiry:row`.
+        // What version 2 wrote: no update_tokens_in_order (nor version 4's channel_environment); and its cursors
+        // were `expiry:row`.
         let database = try SQLiteDatabase(path: path)
         try database.execute("DROP INDEX update_tokens_in_order")
+        try database.execute("ALTER TABLE activities DROP COLUMN channel_environment")
         try database.setUserVersion(2)
         database.close()
         let row = try XCTUnwrap(first.next?.rawValue)
@@ -141,10 +145,43 @@ final class RegistryFileTests: XCTestCase {
         XCTAssertEqual(rest, Array(tokens[1...]), "a version 2 cursor goes on after its row, each token once")
         upgraded.close()
         let reopened = try SQLiteDatabase(path: path)
-        XCTAssertEqual(try reopened.identify(), .database(applicationID: 0x466E_5267, userVersion: 3))
+        XCTAssertEqual(try reopened.identify(), .database(applicationID: 0x466E_5267, userVersion: 4))
         XCTAssertEqual(
             try reopened.scalarInt64(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'update_tokens_in_order'"), 1)
+        reopened.close()
+    }
+
+    func testARegistryOfSchemaVersion3IsUpgradedWhenOpened() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let path = directory.file("registry.db")
+        let store = try await makeStore(in: directory, clock: clock)
+        try await store.apply([
+            .channel(app: "com.acme.app", activityID: "match-7", channelID: "dHN0LTE=", storagePolicy: 1)
+        ])
+        store.close()
+        // What version 3 wrote: no channel_environment column.
+        let database = try SQLiteDatabase(path: path)
+        try database.execute("ALTER TABLE activities DROP COLUMN channel_environment")
+        try database.setUserVersion(3)
+        database.close()
+
+        var configuration = RegistryConfiguration()
+        configuration.clock = clock.registryClock
+        let upgraded = try SQLiteRegistryStore(path: path, configuration: configuration)
+        let kept = try await upgraded.activity(app: "com.acme.app", activityID: "match-7")
+        XCTAssertEqual(kept?.channelID, "dHN0LTE=", "what version 3 held is kept")
+        XCTAssertEqual(kept?.channelStoragePolicy, 1)
+        XCTAssertNil(kept?.channelEnvironment, "bound before environments were recorded: unknown")
+        try await upgraded.apply([
+            .channel(app: "com.acme.app", activityID: "match-8", channelID: "dHN0LTI=", environment: "development")
+        ])
+        let bound = try await upgraded.activity(app: "com.acme.app", activityID: "match-8")
+        XCTAssertEqual(bound?.channelEnvironment, "development")
+        upgraded.close()
+        let reopened = try SQLiteDatabase(path: path)
+        XCTAssertEqual(try reopened.identify(), .database(applicationID: 0x466E_5267, userVersion: 4))
         reopened.close()
     }
 

@@ -338,14 +338,19 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         XCTAssertEqual(activity?.channelID, "dHN0LTE=")
         XCTAssertEqual(activity?.state, .active)
         XCTAssertNil(activity?.channelStoragePolicy, "bound without its policy: unknown")
+        XCTAssertNil(activity?.channelEnvironment, "bound without its environment: unknown")
         let stats = try await store.stats()
         XCTAssertEqual(stats.liveActivities, 1, "a channel makes an activity live without tokens")
 
         // Bound with its policy, it reads back; unbinding forgets it; a policy other than 0 or 1 is refused.
-        try await store.apply([.channel(app: app, activityID: "match-7", channelID: "dHN0LTI=", storagePolicy: 1)])
+        try await store.apply([
+            .channel(
+                app: app, activityID: "match-7", channelID: "dHN0LTI=", storagePolicy: 1, environment: "production")
+        ])
         var rebound = try await store.activity(app: app, activityID: "match-7")
         XCTAssertEqual(rebound?.channelID, "dHN0LTI=")
         XCTAssertEqual(rebound?.channelStoragePolicy, 1)
+        XCTAssertEqual(rebound?.channelEnvironment, "production", "where it was created")
         // Only if unbound: a bound activity keeps its channel and policy.
         try await store.apply([
             .channel(app: app, activityID: "match-7", channelID: "dHN0LTk=", storagePolicy: 0, onlyIfUnbound: true)
@@ -353,10 +358,15 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         rebound = try await store.activity(app: app, activityID: "match-7")
         XCTAssertEqual(rebound?.channelID, "dHN0LTI=")
         XCTAssertEqual(rebound?.channelStoragePolicy, 1)
-        try await store.apply([.channel(app: app, activityID: "match-7", channelID: nil, storagePolicy: 1)])
+        XCTAssertEqual(rebound?.channelEnvironment, "production")
+        try await store.apply([
+            .channel(
+                app: app, activityID: "match-7", channelID: nil, storagePolicy: 1, environment: "development")
+        ])
         rebound = try await store.activity(app: app, activityID: "match-7")
         XCTAssertNil(rebound?.channelID)
         XCTAssertNil(rebound?.channelStoragePolicy)
+        XCTAssertNil(rebound?.channelEnvironment, "unbinding forgets the environment")
         try await store.apply([
             .channel(app: app, activityID: "match-7", channelID: "dHN0LTk=", storagePolicy: 0, onlyIfUnbound: true)
         ])
@@ -442,7 +452,7 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         let store = try await makeStore(in: directory, clock: clock)
         try await store.apply([
             .startActivity(app: app, activityID: "match-7", attributesType: nil),
-            .channel(app: app, activityID: "match-7", channelID: "Y2gtMQ=="),
+            .channel(app: app, activityID: "match-7", channelID: "Y2gtMQ==", environment: "development"),
             .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: TestTokens.token(1))),
             .updateToken(.init(app: app, activityID: "match-8", token: TestTokens.token(2))),
         ])
@@ -453,7 +463,10 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         XCTAssertEqual(channels, [], "not before the dismissal date")
         clock.advance(milliseconds: 600_000)
         channels = try await store.endedChannels(now: clock.now, limit: 10)
-        XCTAssertEqual(channels, [EndedChannel(app: app, activityID: "match-7", channelID: "Y2gtMQ==")])
+        XCTAssertEqual(
+            channels,
+            [EndedChannel(app: app, activityID: "match-7", channelID: "Y2gtMQ==", environment: "development")],
+            "with the environment it was created in")
         count = try await store.liveUpdateTokenCount(app: app, activityID: "match-7", now: clock.now)
         XCTAssertEqual(count, 0, "a dismissed activity has no live tokens, swept or not")
 

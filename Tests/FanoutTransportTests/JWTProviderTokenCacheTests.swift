@@ -108,6 +108,39 @@ final class JWTProviderTokenCacheTests: XCTestCase {
         XCTAssertEqual(cache.mintCount, 1)
     }
 
+    /// One cache per key in a process: every client signing with the key sends its one token. Another key under the
+    /// same ids gets its own (its tokens verify only with it), and a key no client holds any more is forgotten.
+    func testClientsOfOneKeyShareOneCache() throws {
+        let key = try ES256PrivateKey.generate()
+        let first = try ProviderTokenCache.shared(signer: ProviderTokenSigner(key: key, keyID: keyID, teamID: teamID))
+        let token = try first.currentToken(now: start)
+        // The same key loaded again (a second engine, the channel client), with another schedule asked for.
+        let reloaded = try ES256PrivateKey(pem: key.pemPKCS8())
+        let second = try ProviderTokenCache.shared(
+            signer: ProviderTokenSigner(key: reloaded, keyID: keyID, teamID: teamID), refreshAfter: 100,
+            minimumInterval: 10)
+        XCTAssertTrue(first === second)
+        XCTAssertEqual(second.refreshAfter, 3000, "the first cache's schedule")
+        XCTAssertEqual(try second.currentToken(now: start + 1), token)
+        XCTAssertEqual(first.mintCount, 1)
+
+        let otherKey = try ProviderTokenCache.shared(
+            signer: ProviderTokenSigner(key: try ES256PrivateKey.generate(), keyID: keyID, teamID: teamID))
+        XCTAssertFalse(otherKey === first)
+        let otherTeam = try ProviderTokenCache.shared(
+            signer: ProviderTokenSigner(key: key, keyID: keyID, teamID: "ZZZ123ZZZZ"))
+        XCTAssertFalse(otherTeam === first)
+
+        weak var released: ProviderTokenCache?
+        do {
+            let alone = try ProviderTokenCache.shared(
+                signer: ProviderTokenSigner(key: try ES256PrivateKey.generate(), keyID: keyID, teamID: teamID))
+            _ = try alone.currentToken(now: start)
+            released = alone
+        }
+        XCTAssertNil(released, "the registry keeps no cache alive")
+    }
+
     func testWallClockConvenience() throws {
         let key = try ES256PrivateKey.generate()
         let cache = try ProviderTokenCache(key: key, keyID: keyID, teamID: teamID)

@@ -23,7 +23,7 @@ extension BroadcastChannelClient {
             _ = try await registry.apply([
                 .channel(
                     app: app, activityID: activityID, channelID: channel, storagePolicy: storagePolicy.rawValue,
-                    onlyIfUnbound: true)
+                    onlyIfUnbound: true, environment: environment)
             ])
         } catch {
             // Not bound: delete it again so it does not count against the app's 10,000 unseen.
@@ -52,19 +52,78 @@ extension BroadcastChannelClient {
         }
     }
 
-    /// Deletes the channels of activities that have ended and whose dismissal date has passed, and unbinds them
-    /// (a channel APNs no longer knows counts as deleted). Returns the channels deleted. A channel APNs refuses to
-    /// delete stays bound for the next call and the others are still deleted (one stuck channel first in line
-    /// stopped every later one, for every team); the first refusal is then thrown, saying how many were deleted.
-    /// - Parameter apps: only these apps' channels (the apps of this client's team); nil: every app. Other apps'
-    ///   channels are paged past, so a team's come up however many of another team's are ahead of them.
+    /// Deletes an activity's channel at APNs and unbinds it: what comes before giving the activity another (it keeps
+    /// its channel until then). A channel APNs does not know counts as deleted, since the caller named it; but one
+    /// created in another environment than this client's is left as it is (deleting it here would only be told it
+    /// does not exist) and refused with `reason` `OtherEnvironment`, naming where it was created.
+    /// - Returns: the channel deleted.
+    public func deleteChannel(forActivity activityID: String, app: String, registry: any RegistryStore)
+        async throws(BroadcastChannelError) -> String
+    {
+        let record: ActivityRecord?
+        do {
+            record = try await registry.activity(app: app, activityID: activityID)
+        } catch {
+            throw BroadcastChannelError(status: nil, reason: nil, message: "registry: \(error.description)")
+        }
+        guard let channel = record?.channelID else {
+            throw BroadcastChannelError(
+                status: nil, reason: nil, message: "activity \(activityID) of \(app) has no channel")
+        }
+        if let created = record?.channelEnvironment, created != environment {
+            throw BroadcastChannelError(
+                status: nil, reason: Self.otherEnvironment,
+                message: "channel \(channel) of activity \(activityID) was created in \(created), not \(environment); "
+                    + "delete it there")
+        }
+        do {
+            try await delete(app: app, channelID: channel)
+        } catch  where error.reason == "ChannelNotRegistered" {
+            // Already gone at APNs: unbind it all the same.
+        }
+        do {
+            _ = try await registry.apply([.channel(app: app, activityID: activityID, channelID: nil)])
+        } catch {
+            throw BroadcastChannelError(status: nil, reason: nil, message: "registry: \(error.description)")
+        }
+        return channel
+    }
+
+    /// The `reason` of a deletion refused because the channel was created in another environment than the client's.
+    public static let otherEnvironment = "OtherEnvironment"
+
+    /// `pruneEndedChannels(registry:apps:)`'s channels deleted.
     public func deleteEndedChannels(registry: any RegistryStore, apps: Set<String>? = nil)
         async throws(BroadcastChannelError) -> [EndedChannel]
     {
-        var deleted: [EndedChannel] = []
+        try await pruneEndedChannels(registry: registry, apps: apps).deleted
+    }
+
+    /// Deletes the channels of activities that have ended and whose dismissal date has passed, and unbinds them.
+    ///
+    /// A channel lives in one APNs environment, and the registry records which (`ActivityRecord.channelEnvironment`):
+    /// - one created in this client's environment is deleted, and one APNs no longer knows there counts as deleted;
+    /// - one created in another is left bound, not asked about (`otherEnvironment` in the answer): APNs here would
+    ///   say it does not exist, and taking that for its being gone dropped the binding of every channel of a prune
+    ///   pointed at the wrong environment, losing their ids while they still counted against the app's 10,000;
+    /// - one bound without its environment (before the registry recorded it, or by a start job to another host) is
+    ///   deleted if this environment has it; if APNs says it does not, it stays bound and is reported like a refusal
+    ///   (it may live in the other environment). `deleteChannel(forActivity:app:registry:)` where it was created
+    ///   unbinds it.
+    ///
+    /// A channel APNs refuses to delete stays bound for the next call and the others are still deleted (one stuck
+    /// channel first in line stopped every later one, for every team); the first refusal is then thrown, saying how
+    /// many were deleted.
+    /// - Parameter apps: only these apps' channels (the apps of this client's team); nil: every app. Other apps'
+    ///   channels are paged past, so a team's come up however many of another team's are ahead of them.
+    public func pruneEndedChannels(registry: any RegistryStore, apps: Set<String>? = nil)
+        async throws(BroadcastChannelError) -> EndedChannelsPrune
+    {
+        var prune = EndedChannelsPrune()
         var firstRefusal: (channel: EndedChannel, error: BroadcastChannelError)?
         var refused = 0
-        // Ended channels left bound in this call (another team's, or refused), which sort first in every page.
+        // Ended channels left bound in this call (another team's, another environment's, or refused), which sort
+        // first in every page.
         var leftBound = 0
         while true {
             let ended: [EndedChannel]
@@ -79,11 +138,23 @@ extension BroadcastChannelClient {
                     leftBound += 1
                     continue
                 }
+                if let created = channel.environment, created != environment {
+                    prune.otherEnvironment.append(channel)
+                    leftBound += 1
+                    continue
+                }
                 do {
                     try await delete(app: channel.app, channelID: channel.channelID)
-                } catch  where error.reason == "ChannelNotRegistered" {
-                    // Already gone at APNs.
+                } catch  where error.reason == "ChannelNotRegistered" && channel.environment == environment {
+                    // Already gone at APNs, in the environment it was created in.
                 } catch {
+                    var error = error
+                    if error.reason == "ChannelNotRegistered" {
+                        error.message +=
+                            " (bound without the environment it was created in, so it may live in "
+                            + "another than \(environment): left bound; delete it by its activity where it was "
+                            + "created to unbind it)"
+                    }
                     if firstRefusal == nil { firstRefusal = (channel, error) }
                     refused += 1
                     leftBound += 1
@@ -96,15 +167,28 @@ extension BroadcastChannelClient {
                 } catch {
                     throw BroadcastChannelError(status: nil, reason: nil, message: "registry: \(error.description)")
                 }
-                deleted.append(channel)
+                prune.deleted.append(channel)
             }
         }
         if let (channel, error) = firstRefusal {
             throw BroadcastChannelError(
                 status: error.status, reason: error.reason,
-                message: "deleted \(deleted.count) ended channels; \(refused) refused, left bound for the next "
+                message: "deleted \(prune.deleted.count) ended channels; \(refused) refused, left bound for the next "
                     + "prune, the first \(channel.channelID) of \(channel.app): \(error.message)")
         }
-        return deleted
+        return prune
+    }
+}
+
+/// What `BroadcastChannelClient.pruneEndedChannels` did.
+public struct EndedChannelsPrune: Sendable, Equatable {
+    /// Deleted at APNs (or already gone there) and unbound.
+    public var deleted: [EndedChannel] = []
+    /// Created in another environment than the client's: left bound, for a prune there.
+    public var otherEnvironment: [EndedChannel] = []
+
+    public init(deleted: [EndedChannel] = [], otherEnvironment: [EndedChannel] = []) {
+        self.deleted = deleted
+        self.otherEnvironment = otherEnvironment
     }
 }

@@ -3,7 +3,9 @@ import FanoutTransport
 import Foundation
 
 /// The APNs channel management API (iOS 18 broadcast push, apns-broadcast.md section 1): create, read, delete and
-/// list an app's broadcast channels, over HTTP/2 to the management host with the same provider token as pushes.
+/// list an app's broadcast channels, over HTTP/2 to the management host with the same provider token as pushes: the
+/// process's one token for the key, which every `FanoutEngine` of the process signing with that key also sends
+/// (`ProviderTokenCache.shared`), so creating a channel never mints a second token for the team.
 ///
 /// One connection on its own loop thread, opened at the first call and again after it closes. Every call has a
 /// deadline (`requestTimeout`). Apple's refusals come back as `BroadcastChannelError` with the reason.
@@ -13,23 +15,41 @@ public final class BroadcastChannelClient: Sendable {
     /// `api-manage-broadcast.sandbox.push.apple.com:2195`.
     public static let sandbox = APNsEndpoint(host: "api-manage-broadcast.sandbox.push.apple.com", port: 2195)
 
+    /// The APNs environment this client manages channels in: `production`, `development` (Apple's sandbox host), or
+    /// the management host's `HOST:PORT` for any other (a mock). A channel exists in one environment only, so the
+    /// registry records this with each channel bound through the client, and a prune leaves alone the channels
+    /// created elsewhere instead of taking APNs's `ChannelNotRegistered` here for their being gone.
+    public let environment: String
     private let endpoint: APNsEndpoint
     private let loop: LoopThread
     private let tls: TLSClientContext
-    private let tokens: ProviderTokenCache
+    private let tokens: any ProviderTokenSource
     private let requestTimeout: Duration
     private let connection = ConnectionSlot()
 
     /// - Parameters:
     ///   - endpoint: the management host (`production`, `sandbox`, or a mock's `HOST:PORT`).
     ///   - caFile: a CA to trust instead of the system's (a mock's test CA).
-    public init(
+    public convenience init(
         endpoint: APNsEndpoint, credentials: ProviderCredentials, caFile: String? = nil,
         requestTimeout: Duration = .seconds(30)
     ) throws(FanoutError) {
+        try self.init(
+            endpoint: endpoint,
+            tokenSource: credentials.makeTokenCache(refreshAfter: .seconds(3000), minimumInterval: .seconds(1200)),
+            caFile: caFile, requestTimeout: requestTimeout)
+    }
+
+    /// A client that takes its provider token from `tokenSource`: the one the team's engines send (`fanout serve
+    /// --redis` gives both its team's `FleetProviderToken`, one token for every process on that Redis).
+    package init(
+        endpoint: APNsEndpoint, tokenSource: any ProviderTokenSource, caFile: String? = nil,
+        requestTimeout: Duration = .seconds(30)
+    ) throws(FanoutError) {
         self.endpoint = endpoint
+        environment = endpoint.apnsEnvironment ?? endpoint.authority
         self.requestTimeout = requestTimeout
-        tokens = try credentials.makeTokenCache(refreshAfter: .seconds(3000), minimumInterval: .seconds(1200))
+        tokens = tokenSource
         do {
             tls = try TLSClientContext(TLSClientConfiguration(caFile: caFile))
         } catch {

@@ -495,7 +495,7 @@ public final class FanoutEngine: Sendable {
             return try encode(job, run: run)
         case .activity(let app, _), .pushToStart(let app, _, _, _), .devices(let app, _):
             try await checkRegistry(knows: app, jobID: job.id)
-            return try encode(await withChannelBinding(job), run: run)
+            return try encode(try await withChannelBinding(job), run: run)
         }
     }
 
@@ -639,24 +639,50 @@ public final class FanoutEngine: Sendable {
     /// activity in the registry, so later jobs by that activity id broadcast to it; one that names its activity but
     /// no channel (and no `input_push_token`) subscribes the new activity to the channel already bound, if any.
     ///
+    /// An activity keeps its channel, as `BroadcastChannelClient.createChannel(forActivity:)` has it: a start naming
+    /// another channel than the one bound is refused before anything is sent or changed, naming both. Rebinding
+    /// lost the bound channel's id while it still counted against the app's 10,000 (nothing would delete it), and
+    /// cut the activity's updates off from the devices subscribed to it.
+    ///
     /// A start by the id of an activity that has ended begins a new session under that id: the activity is live
     /// again (as a token registered after the end makes it), so its channel is not deleted at the old dismissal
     /// date while the new session is subscribed to it.
-    private func withChannelBinding(_ job: FanoutJob) async -> FanoutJob {
+    private func withChannelBinding(_ job: FanoutJob) async throws(FanoutError) -> FanoutJob {
         guard case .pushToStart(let app, _, _, let activityID?) = job.recipients, let registry = configuration.registry,
             case .liveActivity(var content) = job.payload, content.event == .start
         else { return job }
         let record = try? await registry.activity(app: app, activityID: activityID)
+        func refuse(bound: String, named: String) -> FanoutError {
+            FanoutError(
+                .invalidNotification,
+                "job \(job.id): live_activity.input_push_channel: activity \"\(activityID)\" is bound to channel "
+                    + "\(bound), not \(named); nothing was sent (an activity keeps its channel: delete \(bound) "
+                    + "first, or leave input_push_channel out to subscribe to it)")
+        }
+        if let channel = content.inputPushChannel, let bound = record?.channelID, bound != channel {
+            throw refuse(bound: bound, named: channel)
+        }
         if record?.state == .ended {
             _ = try? await registry.apply([
                 .startActivity(app: app, activityID: activityID, attributesType: content.attributesType)
             ])
         }
         if let channel = content.inputPushChannel {
-            // The channel already bound is left as it is (its storage policy with it); another one is bound
-            // instead, its policy unknown.
-            if record?.channelID != channel {
-                _ = try? await registry.apply([.channel(app: app, activityID: activityID, channelID: channel)])
+            // The channel already bound is left as it is (its storage policy with it). An unbound activity gets
+            // this one, its policy unknown, in the environment of Apple's host this engine sends to (unknown for
+            // another host), unless another binding came first: that one stays and this start is refused like any
+            // other naming a channel not bound.
+            if record?.channelID == nil {
+                _ = try? await registry.apply([
+                    .channel(
+                        app: app, activityID: activityID, channelID: channel, onlyIfUnbound: true,
+                        environment: configuration.endpoint.apnsEnvironment)
+                ])
+                if let bound = try? await registry.activity(app: app, activityID: activityID)?.channelID,
+                    bound != channel
+                {
+                    throw refuse(bound: bound, named: channel)
+                }
             }
             return job
         }

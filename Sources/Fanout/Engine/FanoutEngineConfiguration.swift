@@ -64,7 +64,9 @@ public struct FanoutEngineConfiguration: Sendable {
     public var connectTimeout: Duration
     /// PING a connection after this long without hearing from the server.
     public var pingInterval: Duration
-    /// Provider-token refresh age and minimum minting interval (APNs: 20 to 60 minutes).
+    /// Provider-token refresh age and minimum minting interval (APNs: 20 to 60 minutes). Every engine and channel
+    /// client of a process that signs with one key shares one token (`ProviderCredentials.makeTokenCache`): the first
+    /// made for the key sets these for all of them.
     public var tokenRefresh: Duration
     public var tokenMinimumInterval: Duration
     /// Where the provider token comes from instead of a cache of the engine's own (`fanout worker` shares one token

@@ -366,17 +366,22 @@ struct NativeAPI {
     {
         let app = try core.app(request.query["app"], of: caller)
         guard let client = core.channels.client(forApp: app.bundleID),
-            let bound = try? await core.registry.activity(app: app.bundleID, activityID: activity)?.channelID
+            (try? await core.registry.activity(app: app.bundleID, activityID: activity)?.channelID) != nil
         else { throw APIError.notFound }
+        // Gone at APNs already counts as deleted; one created in another environment than the app's management
+        // host is left bound (this host would only say it does not exist).
+        let deleted: String
         do {
-            try await client.delete(app: app.bundleID, channelID: bound)
-        } catch  where error.reason == "ChannelNotRegistered" {
-            // Already gone at APNs: unbind it all the same.
+            deleted = try await client.deleteChannel(forActivity: activity, app: app.bundleID, registry: core.registry)
+        } catch  where error.reason == BroadcastChannelClient.otherEnvironment {
+            throw APIError(409, "\(error.message)")
+        } catch  where error.status == nil && error.reason == nil {
+            core.logger.error("channel not deleted", fields: ["error": error.message])
+            throw APIError(503, "the channel cannot be deleted now; retry later")
         } catch {
             throw APIError(502, "APNs refused: \(error.message)")
         }
-        _ = try await core.register([.channel(app: app.bundleID, activityID: activity, channelID: nil)])
-        return .json(200, ["activity_id": .string(activity), "deleted": .string(bound)])
+        return .json(200, ["activity_id": .string(activity), "deleted": .string(deleted)])
     }
 
     private func activity(_ id: String, app bundleID: String?, _ caller: Caller) async throws(APIError) -> APIResponse {

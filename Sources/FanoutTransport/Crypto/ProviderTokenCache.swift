@@ -93,3 +93,41 @@ package final class ProviderTokenCache: Sendable {
         return token
     }
 }
+
+extension ProviderTokenCache {
+    /// The one cache of this process for `signer`'s key (its Key ID, Team ID and key material): every APNs client
+    /// that signs with that key (the engine's loops, the broadcast channel client, a second engine) takes its
+    /// token from it, so one token is in use per key at a time and the team's refreshes are one schedule's. Two
+    /// caches minted apart, minutes or seconds from each other, are two tokens refreshed twice, which APNs counts as
+    /// `TooManyProviderTokenUpdates` within 20 minutes.
+    ///
+    /// The first cache made for a key sets its schedule; a later caller asking for another `refreshAfter` or
+    /// `minimumInterval` gets it as it is (one token per key matters more than whose schedule it follows). Kept only
+    /// while a client holds it: a key no client uses any more is forgotten, its signing key with it.
+    package static func shared(signer: ProviderTokenSigner, refreshAfter: Int64 = 3000, minimumInterval: Int64 = 1200)
+        throws -> ProviderTokenCache
+    {
+        let key = SharedKey(keyID: signer.keyID, teamID: signer.teamID, publicKey: signer.key.publicKey.pem())
+        return try sharedCaches.withLock { caches in
+            if let cache = caches[key]?.cache { return cache }
+            let cache = try ProviderTokenCache(
+                signer: signer, refreshAfter: refreshAfter, minimumInterval: minimumInterval)
+            caches = caches.filter { $0.value.cache != nil }
+            caches[key] = WeakCache(cache: cache)
+            return cache
+        }
+    }
+
+    /// A key's identity: two keys with one Key ID (a test's, a mistake) sign tokens that verify only with their own.
+    private struct SharedKey: Hashable {
+        var keyID: String
+        var teamID: String
+        var publicKey: String
+    }
+
+    private struct WeakCache {
+        weak var cache: ProviderTokenCache?
+    }
+
+    private static let sharedCaches = Mutex<[SharedKey: WeakCache]>([:])
+}
