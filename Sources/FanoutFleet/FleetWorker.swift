@@ -390,7 +390,7 @@ package final class FleetWorker: Sendable {
             let sink = ResultSink(
                 keys: keys, shard: shard, start: start, count: count, positions: [], writer: writer, cutOff: cutOff)
             sink.add(NotificationResult(jobID: keys.job, token: nil, outcome: .invalid, reason: error.message))
-            try await sink.flushAll(giveUp: { false })
+            try await sink.flushAll(giveUp: { self.state.withLock { $0.abandoning } })
             try await complete(entry: entry, keys: keys, shard: shard, summary: nil)
             return true
         case .parsed(.success(let job)):
@@ -726,7 +726,8 @@ final class ResultSink: Sendable {
         return arguments
     }
 
-    /// Writes everything, retrying Redis failures with backoff until written or `giveUp()` says so.
+    /// Writes everything, retrying Redis failures with backoff until written, `giveUp()` says so, or the stop's
+    /// write window is over (`cutOff`: from then every call and backoff ends at once, so retrying would spin).
     func flushAll(giveUp: () -> Bool) async throws(FleetError) {
         var failures = 0
         while true {
@@ -735,7 +736,7 @@ final class ResultSink: Sendable {
                 return
             } catch {
                 failures += 1
-                if giveUp() { throw FleetError("results not written: \(error.message)") }
+                if giveUp() || cutOff.hasFired { throw FleetError("results not written: \(error.message)") }
                 await cutOff.sleep(for: .milliseconds(min(2000, 100 * failures)))
             }
         }

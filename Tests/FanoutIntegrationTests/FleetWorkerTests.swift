@@ -249,6 +249,41 @@ final class FleetWorkerTests: XCTestCase {
         await client.shutdown()
     }
 
+    /// A shard whose job line this version cannot parse gets the job's one `invalid` result; when that cannot be
+    /// written (here the results key holds a string, so the script fails with WRONGTYPE every time), a stop still
+    /// ends the worker after the grace period, leaving the shard pending. Before, that write was retried for ever
+    /// (`giveUp` never said yes): the worker never exited, and once the stop's write window was over it spun at once.
+    func testAStopEndsAWorkerThatCannotWriteAnUnparsableLinesResult() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        try await enqueue(
+            [Self.jobLine(id: "garbled", priority: 10, alert: "hi", tokens: [testDeviceToken(1)])], redis: redis)
+        _ = try await client.command(["HSET", "fanout:job:{garbled}", "line", "{not a job line"])
+        _ = try await client.command(["SET", "fanout:job:{garbled}:results", "not a hash"])
+
+        let grace = Duration.seconds(1)
+        let worker = try await startWorker("garbled", mock: mock, redis: redis) { $0.stopGrace = grace }
+        let deadline = ContinuousClock.now + .seconds(10) * testTimeScale
+        var claimed = false
+        while !claimed && ContinuousClock.now < deadline {
+            let pending = try await client.command(["XPENDING", RedisArgument(FleetKeys.stream), "fanout-workers"])
+            claimed = pending.array?.first == .integer(1)
+            if !claimed { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        XCTAssertTrue(claimed, "the worker never took the shard")
+        worker.worker.stop()
+        let returned = await eventually(timeout: grace + .seconds(3) * testTimeScale) { worker.hasReturned }
+        // Left running if not: its shutdown would wait for ever.
+        guard returned else { return XCTFail("run() had not returned after the grace period, the result unwritable") }
+        await worker.shutdown()
+        XCTAssertEqual(mock.stats.requests, 0, "nothing of an unparsable line is sent")
+        let pending = try await client.command(["XPENDING", RedisArgument(FleetKeys.stream), "fanout-workers"])
+        XCTAssertEqual(pending.array?.first, .integer(1), "the shard is left pending: \(pending)")
+        await client.shutdown()
+    }
+
     /// Deletes every key of `job` and its id from the job list, as a user who is done with a job does (README: a job's
     /// results stay in Redis until you delete its keys).
     private func deleteJob(_ job: String, client: RedisClient) async throws {
