@@ -380,14 +380,13 @@ final class PushCommandTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: unusedDirectory), "nothing is created on a usage error")
     }
 
-    /// `--h2c` is one of the three transports, and has no TLS directory to take the token key from.
-    func testMockAPNsH2CRefusesTLSBesideItAndAMissingTokenKey() throws {
+    /// `--h2c` is one of the three transports: TLS flags beside it are refused.
+    func testMockAPNsH2CRefusesTLSBesideIt() throws {
         let mockAPNs = try ProcessSupport.builtExecutable("mock-apns")
         let unusedDirectory = (scratch as NSString).appendingPathComponent("unused-tls")
         let cases: [([String], [String])] = [
             (["--h2c", "--tls-dir", unusedDirectory, "--no-auth"], ["--h2c", "--tls-dir"]),
             (["--h2c", "--cert", "c.pem", "--key", "k.pem", "--no-auth"], ["--h2c", "--cert"]),
-            (["--h2c"], ["--auth-key", "--no-auth"]),
         ]
         for (arguments, mentions) in cases {
             let result = try ProcessSupport.run(

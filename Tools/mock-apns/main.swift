@@ -17,7 +17,7 @@ let usage = """
                                 auth-key.pub.pem in DIR; tokens are verified against auth-key unless --no-auth
       --cert PEM --key PEM      serve this certificate chain and key instead
       --h2c                     no TLS: cleartext HTTP/2 with prior knowledge (h2load http://, curl
-                                --http2-prior-knowledge); provider tokens need --auth-key or --no-auth
+                                --http2-prior-knowledge); provider tokens are checked only with --auth-key
       --auth-key PEM_OR_P8      public key (or .p8 private key) that provider tokens must verify with
       --no-auth                 accept requests without checking provider tokens
       --key-id ID, --team-id ID reject tokens whose kid / iss differ (InvalidProviderToken)
@@ -110,9 +110,11 @@ func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
         guard options.tls == nil else {
             throw UsageError("--h2c is cleartext: give it without --tls-dir or --cert/--key")
         }
-        guard options.noAuth || options.authKeyPath != nil else {
-            throw UsageError(
-                "--h2c has no TLS directory to take the token key from: give --auth-key PEM_OR_P8 or --no-auth")
+        if !options.noAuth && options.authKeyPath == nil {
+            // No TLS directory to take a signing key from: a cleartext mock is for load tests (h2load http://).
+            options.noAuth = true
+            FileHandle.standardError.write(
+                Data("mock-apns: --h2c without --auth-key: provider tokens are not checked\n".utf8))
         }
         options.tls = .cleartext
     }
