@@ -106,10 +106,11 @@ extension BroadcastChannelClient {
     /// - one created in another is left bound, not asked about (`otherEnvironment` in the answer): APNs here would
     ///   say it does not exist, and taking that for its being gone dropped the binding of every channel of a prune
     ///   pointed at the wrong environment, losing their ids while they still counted against the app's 10,000;
-    /// - one bound without its environment (before the registry recorded it, or by a start job to another host) is
-    ///   deleted if this environment has it; if APNs says it does not, it stays bound and is reported like a refusal
-    ///   (it may live in the other environment). `deleteChannel(forActivity:app:registry:)` where it was created
-    ///   unbinds it.
+    /// - one bound without its environment (before the registry recorded it, or by a start job sent to a host not
+    ///   Apple's, whose management host the engine does not know) is taken to be this one's, as before the
+    ///   environment was recorded: deleted, or counted as deleted when APNs does not know it. Kept bound instead, it
+    ///   would stay so for ever (every prune refused, `fanout serve` warning each minute), and every start job to a
+    ///   mock binds one.
     ///
     /// A channel APNs refuses to delete stays bound for the next call and the others are still deleted (one stuck
     /// channel first in line stopped every later one, for every team); the first refusal is then thrown, saying how
@@ -145,16 +146,9 @@ extension BroadcastChannelClient {
                 }
                 do {
                     try await delete(app: channel.app, channelID: channel.channelID)
-                } catch  where error.reason == "ChannelNotRegistered" && channel.environment == environment {
-                    // Already gone at APNs, in the environment it was created in.
+                } catch  where error.reason == "ChannelNotRegistered" {
+                    // Already gone at APNs, in the environment it was created in (or, not recorded, taken to be).
                 } catch {
-                    var error = error
-                    if error.reason == "ChannelNotRegistered" {
-                        error.message +=
-                            " (bound without the environment it was created in, so it may live in "
-                            + "another than \(environment): left bound; delete it by its activity where it was "
-                            + "created to unbind it)"
-                    }
                     if firstRefusal == nil { firstRefusal = (channel, error) }
                     refused += 1
                     leftBound += 1
