@@ -45,10 +45,10 @@ enum SendCommand {
                                 always, never
 
         Credentials may also come from APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID.
-        Exit status: 0 when every notification was delivered; 1 when some were not; 2 for bad
-        arguments, unreadable files or configuration errors (nothing sent), or for a run cut short
-        by a job file, tokens file or registry that failed mid-read (what was sent is recorded;
-        --resume sends the rest).
+        Exit status: 0 when every notification was delivered; 1 when some were not, or the run was cut
+        short by a job file, tokens file or registry that failed mid-read (a line on stderr says why;
+        what was sent is recorded, and --resume sends the rest); 2 for bad arguments, unreadable files
+        or configuration errors (nothing sent).
         """
 
     struct Options {
@@ -214,6 +214,9 @@ enum SendCommand {
                 guard FileManager.default.createFile(atPath: path, contents: Data((line + "\n").utf8)) else {
                     return fail("cannot write the summary file \(path)")
                 }
+            }
+            if let cutShort = summary.cutShort {
+                FileHandle.standardError.write(Data("fanout send: \(cutShort)\n".utf8))
             }
             // The last line of stdout in every case (product.md); without `--results` it follows the results lines.
             print(line)

@@ -56,18 +56,18 @@ final class SendResumeTests: XCTestCase {
         return try await JobFileRunner(engine: engine, options: options).run()
     }
 
-    /// The `SendError` a run ends with; fails the test (and returns nil) when it returned a summary instead.
+    /// Why a run was cut short (`SendSummary.cutShort`); fails the test (and returns nil) when it ran whole.
     private func sendError(
         mock: MockHarness, registry: (any RegistryStore)?, resume: Bool,
         configure: (inout SendOptions) -> Void = { _ in }, line: UInt = #line
     ) async throws -> String? {
-        do {
-            let summary = try await send(mock: mock, registry: registry, resume: resume, configure: configure)
-            XCTFail("the run ended with a summary, not an error: \(summary.jsonLine)", line: line)
+        let summary = try await send(mock: mock, registry: registry, resume: resume, configure: configure)
+        XCTAssertFalse(summary.allDelivered, "a run cut short is not all delivered", line: line)
+        guard let cutShort = summary.cutShort else {
+            XCTFail("the run was not cut short: \(summary.jsonLine)", line: line)
             return nil
-        } catch let error as SendError {
-            return error.description
         }
+        return cutShort
     }
 
     /// The results file's journal.
@@ -254,6 +254,32 @@ final class SendResumeTests: XCTestCase {
     /// The reviewer's case: two valid jobs, a bad push_type and a line that is not JSON, killed with only the two
     /// `invalid` lines written (and one delivered line that took three attempts) and the journal at offset 0. The
     /// resumed run's summary counts all four jobs and the tail's retries, and a second --resume writes nothing.
+    /// A journal of another version (an older fanout's, whose inline tokens kept their repeats and so their
+    /// positions) is refused, naming both versions, and nothing is sent.
+    func testAJournalOfAnotherVersionIsRefused() async throws {
+        let mock = try MockHarness()
+        addTeardownBlock { mock.stop() }
+        try write(
+            [
+                #"{"id": "a", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "a"}}, "tokens": ["\#(testDeviceToken(1))"]}"#
+            ], to: jobs)
+        _ = try await send(mock: mock, registry: nil, resume: false)
+        let path = SendJournal.path(forResults: results)
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        XCTAssertTrue(text.hasPrefix(#"{"version":2,"#), text)
+        try text.replacingOccurrences(of: #"{"version":2,"#, with: #"{"version":1,"#).write(
+            toFile: path, atomically: true, encoding: .utf8)
+        let sentBefore = mock.stats.requests
+        do {
+            let summary = try await send(mock: mock, registry: nil, resume: true)
+            XCTFail("resumed from a version 1 journal: \(summary.jsonLine)")
+        } catch let error as SendError {
+            XCTAssertTrue(error.description.contains("version 1"), error.description)
+            XCTAssertTrue(error.description.contains("version 2"), error.description)
+        }
+        XCTAssertEqual(mock.stats.requests, sentBefore, "nothing sent")
+    }
+
     func testJobsEndedInTheTailAreCountedAndNotWrittenAgain() async throws {
         let mock = try MockHarness { $0.capturePayloads = true }
         addTeardownBlock { mock.stop() }

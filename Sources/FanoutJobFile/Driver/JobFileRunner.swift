@@ -29,11 +29,15 @@ package struct SendSummary: Sendable {
     package var seconds: Double
     /// Notifications finished by this process per second.
     package var rate: Double
+    /// Why the run was cut short after sending (the job file could not be read to its end, or a job's recipients
+    /// could not all be read): everything sent is recorded, and `--resume` sends the rest. Nil for a whole run.
+    package var cutShort: String?
 
-    package init(counts: SendCounts, seconds: Double, rate: Double) {
+    package init(counts: SendCounts, seconds: Double, rate: Double, cutShort: String? = nil) {
         self.counts = counts
         self.seconds = seconds
         self.rate = rate
+        self.cutShort = cutShort
     }
 
     /// `{"jobs": 3, "notifications": 250000, "delivered": …, "rate": 85910.0}` on one line.
@@ -53,8 +57,8 @@ package struct SendSummary: Sendable {
         return "{" + fields.map { "\"\($0.0)\": \($0.1)" }.joined(separator: ", ") + "}"
     }
 
-    /// Whether every notification ended `delivered`.
-    package var allDelivered: Bool { counts.outcomes.delivered == counts.notifications }
+    /// Whether every notification ended `delivered` (and the run was not cut short).
+    package var allDelivered: Bool { cutShort == nil && counts.outcomes.delivered == counts.notifications }
 }
 
 /// Drives the engine from a job file: one job line at a time (several in flight), one results line
@@ -69,10 +73,10 @@ package final class JobFileRunner: Sendable {
     }
 
     /// Runs every job of the file. Throws `SendError` (nothing sent) when the job file or results
-    /// file cannot be used, or the journal does not match; and, once everything sent is recorded and the
-    /// journal written, when the run was cut short: the job file could not be read to its end (the jobs
-    /// before the failure still run to theirs), or a job's recipients could not all be read (that job is
-    /// left unfinished for `--resume`, the others run to the end).
+    /// file cannot be used, or the journal does not match. A run cut short after sending, once everything sent is
+    /// recorded and the journal written, returns its summary with `cutShort` saying why: the job file could not be
+    /// read to its end (the jobs before the failure still run to theirs), or a job's recipients could not all be
+    /// read (that job is left unfinished for `--resume`, the others run to the end).
     package func run() async throws -> SendSummary {
         let started = DispatchTime.now()
         let jobsSize = try fileSize(options.jobsPath)
@@ -189,16 +193,16 @@ package final class JobFileRunner: Sendable {
         await engine.shutdown()
         await invalidTokens?.value
         // Everything sent has its line and the journal covers it: a later `--resume` takes over from here.
-        if let stoppedReading {
-            throw SendError(
-                "\(stoppedReading.description); the jobs before it ran to the end and are recorded"
-                    + (options.resultsPath == nil ? "" : " (fanout send --resume goes on from there)"))
-        }
-        if let stopped = unfinished.message(resumable: options.resultsPath != nil) { throw SendError(stopped) }
+        let cutShort =
+            stoppedReading.map {
+                "\($0.description); the jobs before it ran to the end and are recorded"
+                    + (options.resultsPath == nil ? "" : " (fanout send --resume goes on from there)")
+            } ?? unfinished.message(resumable: options.resultsPath != nil)
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
         let counts = writer.counts
         return SendSummary(
-            counts: counts, seconds: seconds, rate: Double(counts.notifications - countsAtStart) / max(seconds, 1e-9))
+            counts: counts, seconds: seconds, rate: Double(counts.notifications - countsAtStart) / max(seconds, 1e-9),
+            cutShort: cutShort)
     }
 
     /// Runs one job, its results into `writer`. A job that fails validation gets its one `invalid` line and is

@@ -23,7 +23,10 @@ struct SendJournal: Codable, Equatable {
         var tokensFrom: Int? = nil
     }
 
-    var version = 1
+    /// 2 since inline tokens are de-duplicated and repeated job ids refused: a version 1 journal's positions and
+    /// job keys may not match what this version reads from the same file, so `--resume` refuses it.
+    static let currentVersion = 2
+    var version = SendJournal.currentVersion
     /// Identity of the job file this journal belongs to (resuming another file is refused).
     var jobsFile: String
     var jobsFileSize: Int

@@ -56,6 +56,12 @@ struct SendResume {
                 "--resume: no usable journal at \(SendJournal.path(forResults: results)); run without --resume to start over"
             )
         }
+        guard journal.version == SendJournal.currentVersion else {
+            throw SendError(
+                "--resume: the journal is version \(journal.version), written by another fanout (this one reads "
+                    + "version \(SendJournal.currentVersion)); resume with that one, or run without --resume to start over"
+            )
+        }
         guard journal.jobsFile == options.jobsPath, journal.jobsFileSize == jobsSize else {
             throw SendError(
                 "--resume: the journal belongs to \(journal.jobsFile) (\(journal.jobsFileSize) bytes), not this job file"
