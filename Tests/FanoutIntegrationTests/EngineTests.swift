@@ -123,15 +123,9 @@ final class EngineTests: XCTestCase {
             ),
             initialMaxStreams: 2, makeHandler: { _ in handler })
         defer { server.shutdown() }
-        var configuration = FanoutEngineConfiguration(
-            endpoint: APNsEndpoint(host: "localhost", port: server.port),
-            credentials: ProviderCredentials(
-                keyPath: material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
-            caFile: material.caPEMPath)
-        configuration.loops = 1
-        configuration.connectionsPerLoop = 1
-        configuration.requestTimeout = .seconds(60)
-        let engine = try FanoutEngine(configuration: configuration)
+        let engine = try makeEngine(port: server.port, material: material, loops: 1, connections: 1) {
+            $0.requestTimeout = .seconds(60)
+        }
         let job = liveActivityJob(id: "raised", tokens: (0..<200).map { testDeviceToken($0) })
         guard let finished = try await withDeadline(.seconds(30), { try await engine.run(job) { _ in } }) else {
             return XCTFail("the job did not end within 30 s: held \(handler.peakHeld.load(ordering: .relaxed))")
@@ -411,15 +405,10 @@ final class EngineTests: XCTestCase {
         let port = mock.port
         let material = mock.material
         mock.stop()
-        var configuration = FanoutEngineConfiguration(
-            endpoint: APNsEndpoint(host: "127.0.0.1", port: port),
-            credentials: ProviderCredentials(
-                keyPath: material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
-            caFile: material.caPEMPath)
-        configuration.loops = 1
-        configuration.maxConnectAttempts = 2
-        configuration.retryBase = .milliseconds(5)
-        let engine = try FanoutEngine(configuration: configuration)
+        let engine = try makeEngine(host: "127.0.0.1", port: port, material: material, loops: 1, connections: 1) {
+            $0.maxConnectAttempts = 2
+            $0.retryBase = .milliseconds(5)
+        }
         let summary = try await engine.run(liveActivityJob(id: "nowhere", tokens: (0..<10).map { testDeviceToken($0) }))
         { result in
             XCTAssertTrue(result.reason?.contains("ECONNREFUSED") ?? false, result.reason ?? "no reason")

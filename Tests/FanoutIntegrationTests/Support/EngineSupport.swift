@@ -1,4 +1,5 @@
 import Fanout
+import FanoutTestSupport
 import Foundation
 import Synchronization
 import XCTest
@@ -8,11 +9,19 @@ func makeEngine(
     for mock: MockHarness, loops: Int = 2, connections: Int = 2,
     configure: (inout FanoutEngineConfiguration) -> Void = { _ in }
 ) throws -> FanoutEngine {
+    try makeEngine(
+        port: mock.port, material: mock.material, loops: loops, connections: connections, configure: configure)
+}
+
+/// An engine pointed at any server on `host:port` whose CA and signing key are `material`'s.
+func makeEngine(
+    host: String = "localhost", port: Int, material: TestTLSMaterial, loops: Int = 2, connections: Int = 2,
+    configure: (inout FanoutEngineConfiguration) -> Void = { _ in }
+) throws -> FanoutEngine {
     var configuration = FanoutEngineConfiguration(
-        endpoint: APNsEndpoint(host: "localhost", port: mock.port),
-        credentials: ProviderCredentials(
-            keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
-        caFile: mock.material.caPEMPath)
+        endpoint: APNsEndpoint(host: host, port: port),
+        credentials: ProviderCredentials(keyPath: material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234"),
+        caFile: material.caPEMPath)
     configuration.loops = loops
     configuration.connectionsPerLoop = connections
     configure(&configuration)
