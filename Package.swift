@@ -87,7 +87,9 @@ let package = Package(
         // scripts/fuzz.sh can build it as a module without the transport.
         .target(name: "FanoutJobFormat", dependencies: ["FanoutCore"]),
         // `fanout send`'s driver (results, journal, progress), turning `ParsedJob`s into the engine's `FanoutJob`s.
-        .target(name: "FanoutJobFile", dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFormat"]),
+        .target(
+            name: "FanoutJobFile",
+            dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFormat", "CommandLineSupport"]),
         // Running a Fanout process: structured logs with redaction, the Prometheus endpoint.
         .target(name: "FanoutObservability", dependencies: ["Fanout", "FanoutTransport"]),
         // `fanout serve`: the HTTP service (native, Pushwoosh- and Braze-shaped APIs), its configuration, keys, rate

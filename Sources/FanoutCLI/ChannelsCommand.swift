@@ -146,7 +146,7 @@ enum ChannelsCommand {
                         "\(prune.otherEnvironment.count) ended channels were created in "
                         + "\(elsewhere.joined(separator: ", ")), not \(client.environment): left bound; prune them with "
                         + elsewhere.map(flag(forEnvironment:)).joined(separator: " or ")
-                    FileHandle.standardError.write(Data("fanout channels: \(note)\n".utf8))
+                    StandardStream.error.write("fanout channels: \(note)\n")
                 }
             case "read":
                 let stored = try await client.read(app: app!, channelID: channel!)
@@ -167,7 +167,7 @@ enum ChannelsCommand {
             }
             return 0
         } catch {
-            FileHandle.standardError.write(Data("fanout channels: \(error.message)\n".utf8))
+            StandardStream.error.write("fanout channels: \(error.message)\n")
             return 1
         }
     }
@@ -193,7 +193,7 @@ enum ChannelsCommand {
     }
 
     private static func fail(_ message: String) -> Int32 {
-        FileHandle.standardError.write(Data("fanout channels: \(message)\n".utf8))
+        StandardStream.error.write("fanout channels: \(message)\n")
         return 2
     }
 }

@@ -78,10 +78,10 @@ enum FleetCommands {
                     var line: [UInt8] = Array("{\"job\": ".utf8)
                     JSONStringEscaping.appendString(job, to: &line)
                     line += Array(", \"shards\": \(shards)}\n".utf8)
-                    FileHandle.standardOutput.write(Data(line))
+                    StandardStream.output.write(line)
                 case .refused(_, _, let reason):
                     refused += 1
-                    FileHandle.standardError.write(Data("fanout enqueue: \(reason) (not enqueued)\n".utf8))
+                    StandardStream.error.write("fanout enqueue: \(reason) (not enqueued)\n")
                 }
             }
         } catch {
@@ -303,12 +303,11 @@ enum FleetCommands {
             }
             let summary = FleetReader.summary(status)
             // The last line of stdout either way, as `fanout send`'s: after the lines, or alone with `--out`.
-            FileHandle.standardOutput.write(Data((summary.jsonLine + "\n").utf8))
+            StandardStream.output.write(summary.jsonLine + "\n")
             if !status.isDone {
-                FileHandle.standardError.write(
-                    Data(
-                        "fanout results: job \(job!) is not done: \(status.shardsDone) of \(status.shards) shards, \(lines) of \(status.notifications) results\n"
-                            .utf8))
+                StandardStream.error.write(
+                    "fanout results: job \(job!) is not done: \(status.shardsDone) of \(status.shards) shards, \(lines) of \(status.notifications) results\n"
+                )
                 return 1
             }
             return summary.allDelivered ? 0 : 1
@@ -353,7 +352,7 @@ enum FleetCommands {
         }
         do {
             for status in try await FleetReader(client: client).statuses() {
-                FileHandle.standardOutput.write(Data((status.jsonLine + "\n").utf8))
+                StandardStream.output.write(status.jsonLine + "\n")
             }
         } catch {
             return fail("status", error.message)
@@ -362,7 +361,7 @@ enum FleetCommands {
     }
 
     static func fail(_ command: String, _ message: String) -> Int32 {
-        FileHandle.standardError.write(Data("fanout \(command): \(message)\n".utf8))
+        StandardStream.error.write("fanout \(command): \(message)\n")
         return 2
     }
 }

@@ -143,7 +143,7 @@ enum PushCommand {
         }
         // Only once the key has loaded: an unusable key gets its one error line, nothing else.
         if let warning = configuration.credentials?.permissionWarning() {
-            FileHandle.standardError.write(Data("fanout push: warning: \(warning)\n".utf8))
+            StandardStream.error.write("fanout push: warning: \(warning)\n")
         }
         let result: NotificationResult
         do {
@@ -164,10 +164,9 @@ enum PushCommand {
         guard let status = result.status else {
             let reason = result.reason ?? "NotSent"
             if reason == "Timeout", let requestTimeout {
-                FileHandle.standardError.write(
-                    Data(
-                        ("fanout push: \(endpoint): no answer within \(requestTimeout) (Timeout); the notification "
-                            + "may or may not have been delivered\n").utf8))
+                StandardStream.error.write(
+                    "fanout push: \(endpoint): no answer within \(requestTimeout) (Timeout); the notification "
+                        + "may or may not have been delivered\n")
                 return 1
             }
             let connectionFailed = "ConnectionFailed: "
@@ -184,7 +183,7 @@ enum PushCommand {
     }
 
     private static func fail(_ message: String) -> Int32 {
-        FileHandle.standardError.write(Data("fanout push: \(message)\n".utf8))
+        StandardStream.error.write("fanout push: \(message)\n")
         return 2
     }
 }

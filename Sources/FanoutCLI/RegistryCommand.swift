@@ -118,13 +118,13 @@ enum RegistryCommand {
     static func fail(_ subcommand: String?, _ message: String, status: Int32 = 2) -> Int32 {
         let prefix = subcommand.map { "fanout registry \($0)" } ?? "fanout registry"
         let oneLine = message.split(whereSeparator: \.isNewline).joined(separator: " ")
-        FileHandle.standardError.write(Data("\(prefix): \(oneLine)\n".utf8))
+        StandardStream.error.write("\(prefix): \(oneLine)\n")
         return status
     }
 
     /// A note on stderr (progress, skipped import lines, apps defined).
     static func note(_ subcommand: String, _ message: String, terminator: String = "\n") {
-        FileHandle.standardError.write(Data("fanout registry \(subcommand): \(message)\(terminator)".utf8))
+        StandardStream.error.write("fanout registry \(subcommand): \(message)\(terminator)")
     }
 }
 

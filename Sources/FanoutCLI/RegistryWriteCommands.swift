@@ -1,3 +1,4 @@
+import CommandLineSupport
 import Fanout
 import FanoutCore
 import Foundation
@@ -351,7 +352,7 @@ enum ImportCommand {
                     onInvalidLine: { error in
                         reported += 1
                         guard reported <= reportedInvalidLines else { return }
-                        if interactive { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+                        if interactive { StandardStream.error.write("\r\u{1B}[K") }
                         RegistryCommand.note("import", "skipped \(error)")
                     },
                     onBatch: { progress in
@@ -362,10 +363,10 @@ enum ImportCommand {
                             terminator: interactive ? "\r" : "\n")
                     })
             } catch {
-                if interactive { FileHandle.standardError.write(Data("\n".utf8)) }
+                if interactive { StandardStream.error.write("\n") }
                 throw RegistryCommandError(error)
             }
-            if interactive { FileHandle.standardError.write(Data("\n".utf8)) }
+            if interactive { StandardStream.error.write("\n") }
             if summary.invalid > reportedInvalidLines {
                 RegistryCommand.note(
                     "import", "skipped \(summary.invalid - reportedInvalidLines) more bad lines (not shown)")

@@ -216,7 +216,7 @@ enum SendCommand {
                 }
             }
             if let cutShort = summary.cutShort {
-                FileHandle.standardError.write(Data("fanout send: \(cutShort)\n".utf8))
+                StandardStream.error.write("fanout send: \(cutShort)\n")
             }
             // The last line of stdout in every case (product.md); without `--results` it follows the results lines.
             print(line)
@@ -228,7 +228,7 @@ enum SendCommand {
     }
 
     static func fail(_ message: String) -> Int32 {
-        FileHandle.standardError.write(Data("fanout send: \(message)\n".utf8))
+        StandardStream.error.write("fanout send: \(message)\n")
         return 2
     }
 }
@@ -278,10 +278,10 @@ enum ValidateCommand {
             print("\(valid) valid, \(invalid) invalid")
             return invalid == 0 ? 0 : 1
         } catch let error as UsageError {
-            FileHandle.standardError.write(Data("fanout validate: \(error.message)\n".utf8))
+            StandardStream.error.write("fanout validate: \(error.message)\n")
             return 2
         } catch {
-            FileHandle.standardError.write(Data("fanout validate: \(error)\n".utf8))
+            StandardStream.error.write("fanout validate: \(error)\n")
             return 2
         }
     }

@@ -91,7 +91,7 @@ enum ServeCommand {
         }
         let host = configuration.listenHost.contains(":") ? "[\(configuration.listenHost)]" : configuration.listenHost
         // Unbuffered, so a script waiting for this line sees it at once.
-        FileHandle.standardOutput.write(Data("listening on \(host):\(service.port)\n".utf8))
+        StandardStream.output.write("listening on \(host):\(service.port)\n")
         await signals.wait()
         logger.info("stopping: no new connections; running dispatches get the grace period")
         await service.stop(gracePeriod: configuration.gracePeriod)
@@ -99,7 +99,7 @@ enum ServeCommand {
     }
 
     private static func fail(_ message: String) -> Int32 {
-        FileHandle.standardError.write(Data("fanout serve: \(message)\n".utf8))
+        StandardStream.error.write("fanout serve: \(message)\n")
         return 2
     }
 }

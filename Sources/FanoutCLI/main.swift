@@ -1,3 +1,4 @@
+import CommandLineSupport
 import Foundation
 
 let usage = """
@@ -47,7 +48,7 @@ case "--help", "-h", "help":
     print(usage)
     status = 0
 default:
-    FileHandle.standardError.write(Data("fanout: unknown command '\(command)' (see fanout --help)\n".utf8))
+    StandardStream.error.write("fanout: unknown command '\(command)' (see fanout --help)\n")
     status = 2
 }
 exit(status)

@@ -126,6 +126,36 @@ final class SendCommandTests: XCTestCase {
         XCTAssertFalse(run.stderrLines.contains { $0.contains("\"payload_encodings\"") }, "no second summary on stderr")
     }
 
+    /// A reader of stderr that has gone (`fanout send ... 2>&1 | head`) does not stop the send: its progress lines are
+    /// dropped. Before, Foundation's FileHandle.write trapped on EPIPE at the first progress line, mid-run.
+    func testASendWhoseStderrReaderIsGoneRunsToTheEnd() throws {
+        let setup = try start()
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        try writeLines(
+            [
+                #"{"id": "piped", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(token(1))", "\#(token(2))"]}"#
+            ], to: jobs)
+        let results = "\(setup.directory)/results.jsonl"
+        var arguments = setup.sendArguments(jobs: jobs, results: results)
+        arguments[arguments.count - 1] = "always"  // --progress always: lines on stderr whatever it is
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: setup.fanout)
+        process.arguments = arguments
+        process.environment = ProcessSupport.cleanEnvironment()
+        let stderr = Pipe()
+        process.standardError = stderr
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        try process.run()
+        try stderr.fileHandleForReading.close()  // the reader is gone before the first line
+        let deadline = Date().addingTimeInterval(60)
+        while process.isRunning && Date() < deadline { usleep(20_000) }
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationReason, .exit, "not killed by a signal")
+        XCTAssertEqual(process.terminationStatus, 0)
+        XCTAssertEqual(try readResults(results).filter { $0.outcome == "delivered" }.count, 2)
+    }
+
     /// Every 50th stream is accepted and never answered: the deadline resets it and the retry (same
     /// apns-id) delivers it, or after the last attempt it ends failed/Timeout. Every token still has
     /// exactly one result, and the run ends within a bound set by the deadline and the retry policy.

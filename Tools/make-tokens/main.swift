@@ -33,7 +33,7 @@ do {
     }
     guard count != nil else { throw UsageError("--count N is required") }
 } catch let error as UsageError {
-    FileHandle.standardError.write(Data("make-tokens: \(error.message)\n".utf8))
+    StandardStream.error.write("make-tokens: \(error.message)\n")
     exit(2)
 }
 
@@ -41,7 +41,7 @@ let handle: FileHandle
 if let output {
     guard FileManager.default.createFile(atPath: output, contents: nil), let file = FileHandle(forWritingAtPath: output)
     else {
-        FileHandle.standardError.write(Data("make-tokens: cannot write \(output)\n".utf8))
+        StandardStream.error.write("make-tokens: cannot write \(output)\n")
         exit(2)
     }
     handle = file

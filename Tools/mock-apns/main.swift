@@ -113,8 +113,7 @@ func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
         if !options.noAuth && options.authKeyPath == nil {
             // No TLS directory to take a signing key from: a cleartext mock is for load tests (h2load http://).
             options.noAuth = true
-            FileHandle.standardError.write(
-                Data("mock-apns: --h2c without --auth-key: provider tokens are not checked\n".utf8))
+            StandardStream.error.write("mock-apns: --h2c without --auth-key: provider tokens are not checked\n")
         }
         options.tls = .cleartext
     }
@@ -132,7 +131,7 @@ do {
     }
     options = parsed
 } catch {
-    FileHandle.standardError.write(Data("mock-apns: \(error.message)\n".utf8))
+    StandardStream.error.write("mock-apns: \(error.message)\n")
     exit(2)
 }
 
@@ -144,7 +143,7 @@ let server: MockAPNsServer
 do {
     server = try MockAPNsServer(options: options)
 } catch {
-    FileHandle.standardError.write(Data("mock-apns: \(error)\n".utf8))
+    StandardStream.error.write("mock-apns: \(error)\n")
     exit(2)
 }
 /// HOST as the listening lines show it: an IPv6 address in brackets.

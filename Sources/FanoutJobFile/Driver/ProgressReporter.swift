@@ -1,3 +1,4 @@
+import CommandLineSupport
 import Fanout
 import Foundation
 import Synchronization
@@ -75,6 +76,6 @@ package final class ProgressReporter: @unchecked Sendable {
             format: "%d jobs, %@ notifications (%.0f/s): %@, %d retries, %.0f s", counts.jobs, done, rate, outcomes,
             counts.outcomes.retries, seconds)
         let line = interactive ? "\r\u{1B}[2K" + text + (final ? "\n" : "") : "fanout: " + text + "\n"
-        FileHandle.standardError.write(Data(line.utf8))
+        StandardStream.error.write(line)
     }
 }

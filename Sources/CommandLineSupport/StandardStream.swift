@@ -1,0 +1,35 @@
+import Glibc
+
+/// Standard output and standard error for a binary's own lines, written with write(2). Foundation's
+/// `FileHandle.write(_:)` traps when the reader has gone (EPIPE: the binaries ignore SIGPIPE, for their sockets), so
+/// `fanout enqueue ... | head -1` crashed halfway through the enqueue, and `fanout send ... 2>&1 | head` at its next
+/// progress line. A line the reader can no longer take is dropped, as `print` drops it, and the command goes on with
+/// its work and its exit status. Unbuffered, as `FileHandle` was: it keeps its order with other raw writes to the
+/// descriptor (a results file on stdout); `print`'s buffered lines go out at exit.
+package enum StandardStream: Sendable {
+    case output, error
+
+    package func write(_ text: String) {
+        var text = text
+        text.withUTF8 { write(UnsafeRawBufferPointer($0)) }
+    }
+
+    package func write(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { write($0) }
+    }
+
+    package func write(_ bytes: UnsafeRawBufferPointer) {
+        let descriptor = self == .output ? STDOUT_FILENO : STDERR_FILENO
+        var offset = 0
+        while offset < bytes.count {
+            let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+            if written > 0 {
+                offset += written
+            } else if written < 0 && errno == EINTR {
+                continue
+            } else {
+                return  // the reader is gone (EPIPE) or the stream is closed: dropped
+            }
+        }
+    }
+}
