@@ -2,6 +2,7 @@
 // broadcast per channel, activities bound to channels, and the refusals that happen before anything is sent.
 import Fanout
 import FanoutRegistry
+import FanoutTransport
 import Foundation
 import MockAPNsKit
 import Synchronization
@@ -57,6 +58,34 @@ final class BroadcastTests: XCTestCase {
         }
         let remaining = try await client.list(app: Self.app)
         XCTAssertEqual(remaining, [unstored])
+    }
+
+    /// A provider token APNs calls expired (here: older than the mock's 1 s) is refreshed and the request sent again,
+    /// as the engine does. Before, the channel client failed every request until its token's own refresh, 50
+    /// minutes on.
+    func testAnExpiredProviderTokenIsRefreshedAndTheRequestSentAgain() async throws {
+        let strict = try MockHarness {
+            $0.manageListen = MockListenAddress(host: "127.0.0.1", port: 0)
+            $0.tokenMaxAge = 1
+        }
+        defer { strict.stop() }
+        let signer = try ProviderTokenSigner(
+            key: ES256PrivateKey(pemFilePath: strict.material.authKeyP8Path), keyID: "KEYID12345",
+            teamID: "TEAMID1234")
+        // A source that may mint again at once (APNs's 20 minutes would make the test wait).
+        let tokens = try ProviderTokenCache(signer: signer, refreshAfter: 3000, minimumInterval: 0)
+        let client = try BroadcastChannelClient(
+            endpoint: APNsEndpoint(host: "localhost", port: XCTUnwrap(strict.server.managePort)), tokenSource: tokens,
+            caFile: strict.material.caPEMPath, requestTimeout: .seconds(10))
+        defer { client.shutdown() }
+        let channel = try await client.create(app: Self.app, storagePolicy: .mostRecentMessageStored)
+        let first = try tokens.currentToken()
+        // Past the mock's age limit: whole seconds of the token's iat, so a little over 2 s.
+        try await Task.sleep(for: .milliseconds(2_200))
+        let policy = try await client.read(app: Self.app, channelID: channel)
+        XCTAssertEqual(policy, .mostRecentMessageStored)
+        // Only a refusal mints within refreshAfter (3000 s): the read was refused once, then sent with this one.
+        XCTAssertNotEqual(try tokens.currentToken(), first, "a new token was minted")
     }
 
     /// A channel created and pushes sent from one process with one key: one provider token, not the channel client's

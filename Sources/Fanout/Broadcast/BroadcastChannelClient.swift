@@ -120,35 +120,46 @@ public final class BroadcastChannelClient: Sendable {
         if let channelID, !BroadcastRequest.isValidChannelID(channelID) {
             throw BroadcastChannelError(status: nil, reason: "BadChannelId", message: "not a base64 channel id")
         }
-        let bearer: String
-        do {
-            bearer = try tokens.currentToken()
-        } catch {
-            throw BroadcastChannelError(status: nil, reason: nil, message: "provider token: \(error)")
-        }
-        var fields: [(name: String, value: String, neverIndex: Bool)] = [
-            (":method", method, false), (":scheme", "https", false), (":authority", endpoint.authority, false),
-            ("authorization", "bearer " + bearer, true), ("apns-request-id", UUID().uuidString.lowercased(), false),
-        ]
-        if let channelID { fields.append(("apns-channel-id", channelID, false)) }
-        if !body.isEmpty { fields.append(("content-type", "application/json", false)) }
-        let request = HTTP2Request(head: HeaderBlock(fields), path: path, body: SharedBody(body))
-        let result = await submit(request)
-        switch result {
-        case .failure(let failure):
-            throw BroadcastChannelError(status: nil, reason: nil, message: "\(method) \(path): \(failure)")
-        case .success(let response):
-            guard (200..<300).contains(response.status) else {
+        // A token APNs calls expired or invalid is refreshed (as the source allows: one per 20 minutes) and the
+        // request sent once more on a new connection, as the engine does; a second refusal is the caller's.
+        for attempt in 1...2 {
+            let bearer: String
+            do {
+                bearer = try tokens.currentToken()
+            } catch {
+                throw BroadcastChannelError(status: nil, reason: nil, message: "provider token: \(error)")
+            }
+            var fields: [(name: String, value: String, neverIndex: Bool)] = [
+                (":method", method, false), (":scheme", "https", false), (":authority", endpoint.authority, false),
+                ("authorization", "bearer " + bearer, true),
+                ("apns-request-id", UUID().uuidString.lowercased(), false),
+            ]
+            if let channelID { fields.append(("apns-channel-id", channelID, false)) }
+            if !body.isEmpty { fields.append(("content-type", "application/json", false)) }
+            let request = HTTP2Request(head: HeaderBlock(fields), path: path, body: SharedBody(body))
+            switch await submit(request, newConnection: attempt > 1) {
+            case .failure(let failure):
+                throw BroadcastChannelError(status: nil, reason: nil, message: "\(method) \(path): \(failure)")
+            case .success(let response) where (200..<300).contains(response.status):
+                return response
+            case .success(let response):
                 let reason = (try? JSONValue.parse(response.body))?["reason"]?.stringValue
+                if attempt == 1 && (reason == "ExpiredProviderToken" || reason == "InvalidProviderToken") {
+                    tokens.refreshAfterRejection()
+                    continue
+                }
                 throw BroadcastChannelError(
                     status: response.status, reason: reason,
                     message: "\(method) \(path): \(response.status) \(reason ?? "")")
             }
-            return response
         }
+        preconditionFailure("the second attempt returns or throws")
     }
 
-    private func submit(_ request: HTTP2Request) async -> Result<HTTP2Response, HTTP2StreamFailure> {
+    /// - Parameter newConnection: close the current connection (gracefully) and open another for this request.
+    private func submit(_ request: HTTP2Request, newConnection: Bool = false) async
+        -> Result<HTTP2Response, HTTP2StreamFailure>
+    {
         let loop = self.loop
         let connection = self.connection
         let configuration = HTTP2ClientConfiguration(
@@ -159,6 +170,10 @@ public final class BroadcastChannelClient: Sendable {
             do {
                 try loop.execute {
                     let open: HTTP2ClientConnection
+                    if newConnection, let current = connection.current {
+                        current.close()
+                        connection.current = nil
+                    }
                     if let current = connection.current, current.isAcceptingRequests {
                         open = current
                     } else {
