@@ -287,19 +287,21 @@ enum FleetCommands {
         } catch {
             return fail("results", error.message)
         }
-        let handle: FileHandle
+        // Nil: stdout, through StandardStream (a reader that has gone, `| head`, drops the rest, and the command
+        // still ends with its summary and status).
+        let handle: FileHandle?
         if let out {
             guard FileManager.default.createFile(atPath: out, contents: nil),
                 let file = FileHandle(forWritingAtPath: out)
             else { return fail("results", "cannot write \(out)") }
             handle = file
         } else {
-            handle = FileHandle.standardOutput
+            handle = nil
         }
-        defer { if out != nil { try? handle.close() } }
+        defer { try? handle?.close() }
         do {
             let (status, lines) = try await FleetReader(client: client).writeResults(job: job!) { bytes in
-                try handle.write(contentsOf: Data(bytes))
+                if let handle { try handle.write(contentsOf: Data(bytes)) } else { StandardStream.output.write(bytes) }
             }
             let summary = FleetReader.summary(status)
             // The last line of stdout either way, as `fanout send`'s: after the lines, or alone with `--out`.

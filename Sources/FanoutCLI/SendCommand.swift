@@ -46,9 +46,10 @@ enum SendCommand {
 
         Credentials may also come from APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID.
         Exit status: 0 when every notification was delivered; 1 when some were not, or the run was cut
-        short by a job file, tokens file or registry that failed mid-read (a line on stderr says why;
-        what was sent is recorded, and --resume sends the rest); 2 for bad arguments, unreadable files
-        or configuration errors (nothing sent).
+        short after sending by a job file, tokens file or registry that failed mid-read, or results that
+        could not be written (a line on stderr says why, the summary has "cut_short": true; what was
+        recorded stays, and --resume sends the rest); 2 for bad arguments, unreadable files or
+        configuration errors (nothing sent).
         """
 
     struct Options {
@@ -220,6 +221,8 @@ enum SendCommand {
             }
             // The last line of stdout in every case (product.md); without `--results` it follows the results lines.
             print(line)
+            // Cut short before this run recorded anything: nothing was sent, which product.md's 2 is for.
+            if summary.cutShort != nil && summary.notificationsThisRun == 0 { return 2 }
             return summary.allDelivered ? 0 : 1
         } catch {
             await engine.shutdown(gracePeriod: .zero)

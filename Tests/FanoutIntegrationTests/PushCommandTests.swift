@@ -380,13 +380,16 @@ final class PushCommandTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: unusedDirectory), "nothing is created on a usage error")
     }
 
-    /// `--h2c` is one of the three transports: TLS flags beside it are refused.
+    /// `--h2c` is one of the three transports: TLS flags beside it are refused, and so are token checks it could not
+    /// make.
     func testMockAPNsH2CRefusesTLSBesideIt() throws {
         let mockAPNs = try ProcessSupport.builtExecutable("mock-apns")
         let unusedDirectory = (scratch as NSString).appendingPathComponent("unused-tls")
         let cases: [([String], [String])] = [
             (["--h2c", "--tls-dir", unusedDirectory, "--no-auth"], ["--h2c", "--tls-dir"]),
             (["--h2c", "--cert", "c.pem", "--key", "k.pem", "--no-auth"], ["--h2c", "--cert"]),
+            // Without a key it checks no token, so it cannot check these either.
+            (["--h2c", "--key-id", "KEYID12345"], ["--key-id", "--auth-key"]),
         ]
         for (arguments, mentions) in cases {
             let result = try ProcessSupport.run(

@@ -156,6 +156,58 @@ final class SendCommandTests: XCTestCase {
         XCTAssertEqual(try readResults(results).filter { $0.outcome == "delivered" }.count, 2)
     }
 
+    /// Without `--results`, a stdout whose reader has gone (`fanout send ... | head`) cuts the run short once it is
+    /// seen: exit 1 (notifications were sent), the reason on stderr. Before, the run sent every job, then exited 2
+    /// ("nothing sent") at the last flush.
+    func testASendWhoseResultsCannotBeWrittenExitsOneSayingSo() throws {
+        let setup = try start()
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        try writeLines(
+            [
+                #"{"id": "piped", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(token(1))", "\#(token(2))"]}"#
+            ], to: jobs)
+        var arguments = setup.sendArguments(jobs: jobs, results: "unused")
+        let resultsFlag = try XCTUnwrap(arguments.firstIndex(of: "--results"))
+        arguments.removeSubrange(resultsFlag...(resultsFlag + 1))
+        let errors = "\(setup.directory)/stderr.txt"
+        _ = FileManager.default.createFile(atPath: errors, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: setup.fanout)
+        process.arguments = arguments
+        process.environment = ProcessSupport.cleanEnvironment()
+        let stdout = Pipe()
+        process.standardOutput = stdout
+        process.standardError = FileHandle(forWritingAtPath: errors)
+        try process.run()
+        try stdout.fileHandleForReading.close()
+        let deadline = Date().addingTimeInterval(60)
+        while process.isRunning && Date() < deadline { usleep(20_000) }
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+        let stderr = try String(contentsOfFile: errors, encoding: .utf8)
+        XCTAssertEqual(process.terminationReason, .exit, stderr)
+        XCTAssertEqual(process.terminationStatus, 1, stderr)
+        XCTAssertTrue(stderr.contains("cannot write the results file"), stderr)
+    }
+
+    /// Cut short before anything was recorded (the only job's tokens file fails at its first read): nothing was sent,
+    /// so the exit status is 2, as for an unreadable file; the summary still says `cut_short`.
+    func testACutShortRunThatSentNothingExitsTwo() throws {
+        let setup = try start()
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        try FileManager.default.createSymbolicLink(
+            atPath: "\(setup.directory)/tokens.txt", withDestinationPath: "/proc/self/mem")
+        try writeLines(
+            [
+                #"{"id": "eio", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "tokens.txt"}"#
+            ], to: jobs)
+        let results = "\(setup.directory)/results.jsonl"
+        let run = try ProcessSupport.run(setup.fanout, setup.sendArguments(jobs: jobs, results: results), timeout: 60)
+        XCTAssertEqual(run.exitCode, 2, run.summary)
+        XCTAssertTrue(run.stderr.contains(#"job "eio" (line 1)"#), run.summary)
+        XCTAssertTrue(run.stdoutLines.last?.contains(#""cut_short": true"#) == true, run.summary)
+    }
+
     /// Every 50th stream is accepted and never answered: the deadline resets it and the retry (same
     /// apns-id) delivers it, or after the last attempt it ends failed/Timeout. Every token still has
     /// exactly one result, and the run ends within a bound set by the deadline and the retry policy.

@@ -251,9 +251,6 @@ final class SendResumeTests: XCTestCase {
         XCTAssertEqual(resumed.counts.jobs, 2)
     }
 
-    /// The reviewer's case: two valid jobs, a bad push_type and a line that is not JSON, killed with only the two
-    /// `invalid` lines written (and one delivered line that took three attempts) and the journal at offset 0. The
-    /// resumed run's summary counts all four jobs and the tail's retries, and a second --resume writes nothing.
     /// A journal of another version (an older fanout's, whose inline tokens kept their repeats and so their
     /// positions) is refused, naming both versions, and nothing is sent.
     func testAJournalOfAnotherVersionIsRefused() async throws {
@@ -280,6 +277,9 @@ final class SendResumeTests: XCTestCase {
         XCTAssertEqual(mock.stats.requests, sentBefore, "nothing sent")
     }
 
+    /// The reviewer's case: two valid jobs, a bad push_type and a line that is not JSON, killed with only the two
+    /// `invalid` lines written (and one delivered line that took three attempts) and the journal at offset 0. The
+    /// resumed run's summary counts all four jobs and the tail's retries, and a second --resume writes nothing.
     func testJobsEndedInTheTailAreCountedAndNotWrittenAgain() async throws {
         let mock = try MockHarness { $0.capturePayloads = true }
         addTeardownBlock { mock.stop() }

@@ -19,7 +19,7 @@ final class MockRecord: Sendable {
         guard let handle = FileHandle(forWritingAtPath: path) else {
             throw MockStartError("cannot open --record file \(path) for writing")
         }
-        handle.seekToEndOfFile()
+        _ = try? handle.seekToEnd()  // throwing, not trapping: a pipe (`--record /dev/stdout`) cannot seek
         state = Mutex(State(handle: handle))
     }
 
@@ -37,7 +37,8 @@ final class MockRecord: Sendable {
     func flush() {
         state.withLock { state in
             guard !state.buffer.isEmpty else { return }
-            state.handle?.write(Data(state.buffer))
+            // Throwing, not trapping as write(_:) does (a full disk, a reader gone): the lines are dropped.
+            _ = try? state.handle?.write(contentsOf: state.buffer)
             state.buffer.removeAll(keepingCapacity: true)
         }
     }

@@ -111,6 +111,10 @@ func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
             throw UsageError("--h2c is cleartext: give it without --tls-dir or --cert/--key")
         }
         if !options.noAuth && options.authKeyPath == nil {
+            guard options.keyID == nil && options.teamID == nil else {
+                throw UsageError(
+                    "--key-id and --team-id are checked with the token's signature: with --h2c give --auth-key")
+            }
             // No TLS directory to take a signing key from: a cleartext mock is for load tests (h2load http://).
             options.noAuth = true
             StandardStream.error.write("mock-apns: --h2c without --auth-key: provider tokens are not checked\n")

@@ -1,3 +1,4 @@
+import CommandLineSupport
 import Fanout
 import FanoutCore
 import Foundation
@@ -32,12 +33,17 @@ package struct SendSummary: Sendable {
     /// Why the run was cut short after sending (the job file could not be read to its end, or a job's recipients
     /// could not all be read): everything sent is recorded, and `--resume` sends the rest. Nil for a whole run.
     package var cutShort: String?
+    /// Results this process recorded (`counts` adds those of the runs it resumes).
+    package var notificationsThisRun: Int
 
-    package init(counts: SendCounts, seconds: Double, rate: Double, cutShort: String? = nil) {
+    package init(
+        counts: SendCounts, seconds: Double, rate: Double, cutShort: String? = nil, notificationsThisRun: Int? = nil
+    ) {
         self.counts = counts
         self.seconds = seconds
         self.rate = rate
         self.cutShort = cutShort
+        self.notificationsThisRun = notificationsThisRun ?? counts.notifications
     }
 
     /// `{"jobs": 3, "notifications": 250000, "delivered": …, "rate": 85910.0}` on one line.
@@ -54,7 +60,9 @@ package struct SendSummary: Sendable {
             ("retries", "\(counts.outcomes.retries)"), ("payload_encodings", "\(counts.payloadEncodings)"),
             ("seconds", String(format: "%.2f", seconds)), ("rate", String(format: "%.1f", rate)),
         ]
-        return "{" + fields.map { "\"\($0.0)\": \($0.1)" }.joined(separator: ", ") + "}"
+        // Only when it applies: a run cut short says so in its summary too (its exit status is 1).
+        let cut = cutShort == nil ? [] : [("cut_short", "true")]
+        return "{" + (fields + cut).map { "\"\($0.0)\": \($0.1)" }.joined(separator: ", ") + "}"
     }
 
     /// Whether every notification ended `delivered` (and the run was not cut short).
@@ -124,6 +132,11 @@ package final class JobFileRunner: Sendable {
                     break reading
                 }
                 guard let line = next else { break }
+                // Results that cannot be written (a full disk, stdout's reader gone): no new job is started.
+                if let failure = writer.failure {
+                    stoppedReading = failure
+                    break reading
+                }
                 if resume.isFinished(line: line.number) {
                     // Its id stays taken: a later line that repeats it is refused, as it was in the earlier run.
                     _ = ids.claim(JobLineParser.jobID(of: line.bytes), line: line.number)
@@ -189,12 +202,15 @@ package final class JobFileRunner: Sendable {
             await group.waitForAll()
         }
         flusher.cancel()
-        try writer.flush()
+        // After sending, a results write that fails cuts the run short (exit 1), as a failed read does.
+        var flushFailure: SendError?
+        do { try writer.flush() } catch { flushFailure = error as? SendError ?? SendError("\(error)") }
         await engine.shutdown()
         await invalidTokens?.value
         // Everything sent has its line and the journal covers it: a later `--resume` takes over from here.
         let cutShort =
-            stoppedReading.map {
+            flushFailure.map { "\($0.description); the results after the last written line are lost" }
+            ?? stoppedReading.map {
                 "\($0.description); the jobs before it ran to the end and are recorded"
                     + (options.resultsPath == nil ? "" : " (fanout send --resume goes on from there)")
             } ?? unfinished.message(resumable: options.resultsPath != nil)
@@ -202,7 +218,7 @@ package final class JobFileRunner: Sendable {
         let counts = writer.counts
         return SendSummary(
             counts: counts, seconds: seconds, rate: Double(counts.notifications - countsAtStart) / max(seconds, 1e-9),
-            cutShort: cutShort)
+            cutShort: cutShort, notificationsThisRun: counts.notifications - countsAtStart)
     }
 
     /// Runs one job, its results into `writer`. A job that fails validation gets its one `invalid` line and is
@@ -312,7 +328,13 @@ package final class JobFileRunner: Sendable {
                 line += Array(",\"timestamp\":\(token.timestamp.map(String.init) ?? "null"),\"job\":".utf8)
                 JSONStringEscaping.appendString(token.jobID, to: &line)
                 line += Array("}\n".utf8)
-                handle.write(Data(line))
+                // Throwing, not trapping as write(_:) does on a full disk or a reader gone; later lines are dropped.
+                guard (try? handle.write(contentsOf: line)) != nil else {
+                    StandardStream.error.write(
+                        "fanout send: cannot write the invalid-tokens file; its later lines are lost\n")
+                    for await _ in stream {}
+                    return
+                }
             }
         }
     }

@@ -144,6 +144,9 @@ final class ResultsWriter: Sendable {
 
     /// Writes what is buffered, syncs it, then records the journal describing it (or, with `syncAndJournal`
     /// false, only writes it).
+    /// The first failure to write the results or the journal, if one happened (the run stops reading new jobs).
+    var failure: SendError? { writeFailure.withLock { $0 } }
+
     /// - Throws: the first failure to write the results or the journal, now and on every later call.
     func flush(syncAndJournal: Bool = true) throws {
         if let failure = writeFailure.withLock({ $0 }) { throw failure }

@@ -100,8 +100,8 @@ struct SendResume {
     }
 
     /// Where in the results file an earlier run's lines of the registry-addressed job on `line` can start: its
-    /// journal entry's `tokensFrom`; the start of the file for an entry without one (a journal of an older
-    /// version); the tail for a job the journal does not know (begun after the checkpoint, or not at all). Nil when
+    /// journal entry's `tokensFrom`; the start of the file for an entry without one (written before
+    /// the field existed; such a journal is version 1, which `load` now refuses); the tail for a job the journal does not know (begun after the checkpoint, or not at all). Nil when
     /// not resuming.
     func registryLinesStart(line: Int) -> Int? {
         guard let journal else { return nil }
