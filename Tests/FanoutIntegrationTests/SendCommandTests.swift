@@ -126,33 +126,54 @@ final class SendCommandTests: XCTestCase {
         XCTAssertFalse(run.stderrLines.contains { $0.contains("\"payload_encodings\"") }, "no second summary on stderr")
     }
 
-    /// A reader of stderr that has gone (`fanout send ... 2>&1 | head`) does not stop the send: its progress lines are
-    /// dropped. Before, Foundation's FileHandle.write trapped on EPIPE at the first progress line, mid-run.
-    func testASendWhoseStderrReaderIsGoneRunsToTheEnd() throws {
-        let setup = try start()
+    /// The one-job file both pipe tests send: two alert tokens.
+    private func writePipedJob(_ setup: Setup) throws -> String {
         let jobs = "\(setup.directory)/jobs.jsonl"
         try writeLines(
             [
                 #"{"id": "piped", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(token(1))", "\#(token(2))"]}"#
             ], to: jobs)
-        let results = "\(setup.directory)/results.jsonl"
-        var arguments = setup.sendArguments(jobs: jobs, results: results)
-        arguments[arguments.count - 1] = "always"  // --progress always: lines on stderr whatever it is
+        return jobs
+    }
+
+    /// Runs `fanout` with `gone` (stdout or stderr) a pipe whose reader is closed before the first line; the other
+    /// stream goes to a file. Returns how it ended and what it wrote to that file.
+    private enum StandardStream { case output, error }
+
+    private func runWithReaderGone(_ setup: Setup, _ arguments: [String], gone: StandardStream) throws -> (
+        reason: Process.TerminationReason, status: Int32, other: String
+    ) {
+        let other = "\(setup.directory)/other-stream.txt"
+        _ = FileManager.default.createFile(atPath: other, contents: nil)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: setup.fanout)
         process.arguments = arguments
         process.environment = ProcessSupport.cleanEnvironment()
-        let stderr = Pipe()
-        process.standardError = stderr
-        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        let pipe = Pipe()
+        let stdoutGone = gone == .output
+        process.standardOutput = stdoutGone ? pipe : FileHandle(forWritingAtPath: other)
+        process.standardError = stdoutGone ? FileHandle(forWritingAtPath: other) : pipe
         try process.run()
-        try stderr.fileHandleForReading.close()  // the reader is gone before the first line
+        try pipe.fileHandleForReading.close()
         let deadline = Date().addingTimeInterval(60)
         while process.isRunning && Date() < deadline { usleep(20_000) }
         if process.isRunning { process.terminate() }
         process.waitUntilExit()
-        XCTAssertEqual(process.terminationReason, .exit, "not killed by a signal")
-        XCTAssertEqual(process.terminationStatus, 0)
+        return (
+            process.terminationReason, process.terminationStatus, try String(contentsOfFile: other, encoding: .utf8)
+        )
+    }
+
+    /// A reader of stderr that has gone (`fanout send ... 2>&1 | head`) does not stop the send: its progress lines are
+    /// dropped. Before, Foundation's FileHandle.write trapped on EPIPE at the first progress line, mid-run.
+    func testASendWhoseStderrReaderIsGoneRunsToTheEnd() throws {
+        let setup = try start()
+        let results = "\(setup.directory)/results.jsonl"
+        var arguments = setup.sendArguments(jobs: try writePipedJob(setup), results: results)
+        arguments[arguments.count - 1] = "always"  // --progress always: lines on stderr whatever it is
+        let run = try runWithReaderGone(setup, arguments, gone: .error)
+        XCTAssertEqual(run.reason, .exit, "not killed by a signal")
+        XCTAssertEqual(run.status, 0)
         XCTAssertEqual(try readResults(results).filter { $0.outcome == "delivered" }.count, 2)
     }
 
@@ -161,33 +182,13 @@ final class SendCommandTests: XCTestCase {
     /// ("nothing sent") at the last flush.
     func testASendWhoseResultsCannotBeWrittenExitsOneSayingSo() throws {
         let setup = try start()
-        let jobs = "\(setup.directory)/jobs.jsonl"
-        try writeLines(
-            [
-                #"{"id": "piped", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(token(1))", "\#(token(2))"]}"#
-            ], to: jobs)
-        var arguments = setup.sendArguments(jobs: jobs, results: "unused")
+        var arguments = setup.sendArguments(jobs: try writePipedJob(setup), results: "unused")
         let resultsFlag = try XCTUnwrap(arguments.firstIndex(of: "--results"))
         arguments.removeSubrange(resultsFlag...(resultsFlag + 1))
-        let errors = "\(setup.directory)/stderr.txt"
-        _ = FileManager.default.createFile(atPath: errors, contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: setup.fanout)
-        process.arguments = arguments
-        process.environment = ProcessSupport.cleanEnvironment()
-        let stdout = Pipe()
-        process.standardOutput = stdout
-        process.standardError = FileHandle(forWritingAtPath: errors)
-        try process.run()
-        try stdout.fileHandleForReading.close()
-        let deadline = Date().addingTimeInterval(60)
-        while process.isRunning && Date() < deadline { usleep(20_000) }
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
-        let stderr = try String(contentsOfFile: errors, encoding: .utf8)
-        XCTAssertEqual(process.terminationReason, .exit, stderr)
-        XCTAssertEqual(process.terminationStatus, 1, stderr)
-        XCTAssertTrue(stderr.contains("cannot write the results file"), stderr)
+        let run = try runWithReaderGone(setup, arguments, gone: .output)
+        XCTAssertEqual(run.reason, .exit, run.other)
+        XCTAssertEqual(run.status, 1, run.other)
+        XCTAssertTrue(run.other.contains("cannot write the results file"), run.other)
     }
 
     /// Cut short before anything was recorded (the only job's tokens file fails at its first read): nothing was sent,
