@@ -132,24 +132,20 @@ extension RegistryConnection {
             }
         case .channel(let app, let activityID, let channelID, let storagePolicy, let onlyIfUnbound, let environment):
             let row = try activityRow(app: app, activityID: activityID, create: true, in: &context)!
+            // `?6` 1: bind only an activity that has no channel yet (the first binding wins).
             try database.withStatement(
-                onlyIfUnbound
-                    ? """
-                    UPDATE activities SET channel_id = ?2, channel_storage_policy = ?3, channel_environment = ?5,
-                        updated_at = ?4
-                    WHERE id = ?1 AND channel_id IS NULL
-                    """
-                    : """
-                    UPDATE activities SET channel_id = ?2, channel_storage_policy = ?3, channel_environment = ?5,
-                        updated_at = ?4
-                    WHERE id = ?1
-                    """
+                """
+                UPDATE activities SET channel_id = ?2, channel_storage_policy = ?3, channel_environment = ?5,
+                    updated_at = ?4
+                WHERE id = ?1 AND (?6 = 0 OR channel_id IS NULL)
+                """
             ) { statement throws(SQLiteError) in
                 try statement.bind(row, at: 1)
                 try statement.bind(channelID, at: 2)
                 try statement.bind(storagePolicy.map(Int64.init), at: 3)
                 try statement.bind(context.now, at: 4)
                 try statement.bind(environment, at: 5)
+                try statement.bind(Int64(onlyIfUnbound ? 1 : 0), at: 6)
                 try statement.run()
             }
         case .removeToken(let token, let before):
@@ -308,14 +304,7 @@ extension RegistryConnection {
         // keeps its row, so a send that read it does not read it again; a new token for the slot (a rotation, or a
         // dead slot filled) gets a new row id, the activity's last, so a send still paging reaches it.
         if token == existing.token {
-            try database.withStatement(HotSQL.updateUpdateToken) { statement throws(SQLiteError) in
-                try statement.bind(existing.id, at: 1)
-                try statement.bind(token, at: 2)
-                try statement.bind(key, at: 3)
-                try statement.bind(registeredAt, at: 4)
-                try statement.bind(expiresAt, at: 5)
-                try statement.run()
-            }
+            try rewriteUpdateToken(existing.id, at: existing.id, token: token, key: key, registeredAt, expiresAt)
         } else if deviceID != nil {
             // A rotation to a token the activity holds without a device takes that row over (its place too: a send
             // that read that token does not read it again).
@@ -327,15 +316,7 @@ extension RegistryConnection {
             }
         } else {
             let moved = try nextUpdateTokenRow(in: &context)
-            try database.withStatement(HotSQL.moveUpdateToken) { statement throws(SQLiteError) in
-                try statement.bind(existing.id, at: 1)
-                try statement.bind(token, at: 2)
-                try statement.bind(key, at: 3)
-                try statement.bind(registeredAt, at: 4)
-                try statement.bind(expiresAt, at: 5)
-                try statement.bind(moved, at: 6)
-                try statement.run()
-            }
+            try rewriteUpdateToken(existing.id, at: moved, token: token, key: key, registeredAt, expiresAt)
         }
         if token != slotToken { try reopenIfEnded(row, registeredAt: registeredAt, in: &context) }
         if token == existing.token {
@@ -406,6 +387,22 @@ extension RegistryConnection {
             try statement.bind(registration.deviceID, at: 2)
             try statement.bind(registration.registeredAt, at: 3)
             try statement.bind(registration.expiresAt, at: 4)
+            try statement.run()
+        }
+    }
+
+    /// Writes a slot's token and times into row `id`, which becomes row `newID`: the same id keeps the row's place in
+    /// the activity's paging order, a new one (the activity's last) moves it to the end.
+    private func rewriteUpdateToken(
+        _ id: Int64, at newID: Int64, token: String, key: Int64, _ registeredAt: Int64, _ expiresAt: Int64
+    ) throws(SQLiteError) {
+        try database.withStatement(HotSQL.rewriteUpdateToken) { statement throws(SQLiteError) in
+            try statement.bind(id, at: 1)
+            try statement.bind(token, at: 2)
+            try statement.bind(key, at: 3)
+            try statement.bind(registeredAt, at: 4)
+            try statement.bind(expiresAt, at: 5)
+            try statement.bind(newID, at: 6)
             try statement.run()
         }
     }
@@ -822,10 +819,9 @@ enum HotSQL {
         INSERT INTO update_tokens (id, activity, device_id, token, token_key, registered_at, expires_at)
         VALUES (?7, ?1, ?2, ?3, ?4, ?5, ?6)
         """)
-    static let updateUpdateToken = SQLiteSQL(
-        "UPDATE update_tokens SET token = ?2, token_key = ?3, registered_at = ?4, expires_at = ?5 WHERE id = ?1")
-    /// A new token in the row's slot, at a new row id `?6` (the end of the activity's paging order).
-    static let moveUpdateToken = SQLiteSQL(
+    /// A slot's token and times, at row id `?6`: `?1` to keep its place in the activity's paging order, a new one
+    /// for the end.
+    static let rewriteUpdateToken = SQLiteSQL(
         """
         UPDATE update_tokens SET id = ?6, token = ?2, token_key = ?3, registered_at = ?4, expires_at = ?5
         WHERE id = ?1
