@@ -4,6 +4,21 @@ import XCTest
 /// Paged reads: each live token exactly once, nothing expired, nothing of another activity; selections by user,
 /// device and attributes type.
 class RegistryReadTests: RegistryStoreTestCase {
+    /// match-7's live update tokens from `cursor` on, read page by page as a send reads them.
+    private func laterPages(of store: any RegistryStore, after cursor: RegistryCursor?, limit: Int, now: Int64)
+        async throws -> [UpdateTokenRecord]
+    {
+        var tokens: [UpdateTokenRecord] = []
+        var cursor = cursor
+        while let after = cursor {
+            let page = try await store.liveUpdateTokens(
+                app: app, activityID: "match-7", after: after, limit: limit, now: now)
+            tokens += page.items
+            cursor = page.next
+        }
+        return tokens
+    }
+
     let app = "com.acme.app"
 
     /// The live tokens of the paging test: 100,000 (101 pages of 997). The Redis subclass pages 25,000: writing
@@ -224,14 +239,7 @@ class RegistryReadTests: RegistryStoreTestCase {
             .stopUpdateTokens(app: app, activityID: "match-7", deviceID: cursorDevice),
             .updateToken(.init(app: app, activityID: "match-7", deviceID: returnedDevice, token: TestTokens.token(50))),
         ])
-        var rest: [UpdateTokenRecord] = []
-        var cursor = first.next
-        while let after = cursor {
-            let page = try await store.liveUpdateTokens(
-                app: app, activityID: "match-7", after: after, limit: 5, now: clock.now)
-            rest += page.items
-            cursor = page.next
-        }
+        let rest = try await laterPages(of: store, after: first.next, limit: 5, now: clock.now)
         let returned = Set(first.items.compactMap(\.deviceID))
         let expected = (0..<12).map { "d\($0)" }.filter { !returned.contains($0) }
         XCTAssertEqual(Set(rest.dropLast().compactMap(\.deviceID)), Set(expected), "each not yet returned, once")
@@ -261,14 +269,7 @@ class RegistryReadTests: RegistryStoreTestCase {
                 .updateToken(
                     .init(app: app, activityID: "match-7", deviceID: returned.deviceID, token: returned.token)))
         }
-        var rest: [UpdateTokenRecord] = []
-        var cursor = first.next
-        while let after = cursor {
-            let page = try await store.liveUpdateTokens(
-                app: app, activityID: "match-7", after: after, limit: 2, now: clock.now)
-            rest += page.items
-            cursor = page.next
-        }
+        let rest = try await laterPages(of: store, after: first.next, limit: 2, now: clock.now)
         let returned = Set(first.items.map(\.token))
         XCTAssertEqual(rest.map(\.token), tokens.filter { !returned.contains($0) }, "each token once")
     }
@@ -294,14 +295,7 @@ class RegistryReadTests: RegistryStoreTestCase {
             .updateToken(.init(app: app, activityID: "match-7", deviceID: "dC", token: tokens[2])),
         ])
         XCTAssertEqual(changes.events.map(\.change), [.rotated], "dB's token rotated; the others were live all along")
-        var rest: [UpdateTokenRecord] = []
-        var cursor = first.next
-        while let after = cursor {
-            let page = try await store.liveUpdateTokens(
-                app: app, activityID: "match-7", after: after, limit: 2, now: clock.now)
-            rest += page.items
-            cursor = page.next
-        }
+        let rest = try await laterPages(of: store, after: first.next, limit: 2, now: clock.now)
         XCTAssertEqual(rest.map(\.token), [tokens[2], tokens[3]], "each token once, and dB's old one is gone")
         XCTAssertEqual(rest.map(\.deviceID), ["dC", nil])
         let all = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
