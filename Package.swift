@@ -91,7 +91,7 @@ let package = Package(
             name: "FanoutJobFile",
             dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFormat", "CommandLineSupport"]),
         // Running a Fanout process: structured logs with redaction, the Prometheus endpoint.
-        .target(name: "FanoutObservability", dependencies: ["Fanout", "FanoutTransport"]),
+        .target(name: "FanoutObservability", dependencies: ["Fanout", "FanoutTransport", "CommandLineSupport"]),
         // `fanout serve`: the HTTP service (native, Pushwoosh- and Braze-shaped APIs), its configuration, keys, rate
         // limits, the durable dispatch queue and the status page.
         .target(

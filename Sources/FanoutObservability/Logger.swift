@@ -1,3 +1,4 @@
+import CommandLineSupport
 import Fanout
 import Foundation
 
@@ -71,20 +72,9 @@ package struct FanoutLogger: Sendable {
             self.write = write
         }
 
-        /// Standard error, one `write(2)` per line so that lines from several threads do not interleave.
-        package static let standardError = Sink { bytes in
-            bytes.withUnsafeBytes { raw in
-                var offset = 0
-                while offset < raw.count {
-                    let written = Foundation.write(2, raw.baseAddress! + offset, raw.count - offset)
-                    if written < 0 {
-                        if errno == EINTR { continue }
-                        return
-                    }
-                    offset += written
-                }
-            }
-        }
+        /// Standard error, one `write(2)` per line so that lines from several threads do not interleave (a reader
+        /// that has gone drops them: `StandardStream`).
+        package static let standardError = Sink { StandardStream.error.write($0) }
     }
 
     package var format: Format

@@ -57,7 +57,7 @@ final class SendResumeTests: XCTestCase {
     }
 
     /// Why a run was cut short (`SendSummary.cutShort`); fails the test (and returns nil) when it ran whole.
-    private func sendError(
+    private func cutShortReason(
         mock: MockHarness, registry: (any RegistryStore)?, resume: Bool,
         configure: (inout SendOptions) -> Void = { _ in }, line: UInt = #line
     ) async throws -> String? {
@@ -419,7 +419,7 @@ final class SendResumeTests: XCTestCase {
             ], to: jobs)
 
         registry.failsAfterFirstPage = true
-        let message = try await sendError(mock: mock, registry: registry, resume: false)
+        let message = try await cutShortReason(mock: mock, registry: registry, resume: false)
         XCTAssertTrue(message?.contains(#"job "v" (line 1)"#) == true, message ?? "")
         XCTAssertTrue(message?.contains("registry") == true, message ?? "")
         XCTAssertTrue(message?.contains("--resume") == true, message ?? "")
@@ -469,7 +469,7 @@ final class SendResumeTests: XCTestCase {
                 #"{"id": "after", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "a"}}, "tokens": ["\#(other)"]}"#,
             ], to: jobs)
 
-        let message = try await sendError(mock: mock, registry: nil, resume: false)
+        let message = try await cutShortReason(mock: mock, registry: nil, resume: false)
         XCTAssertTrue(message?.contains(#"job "f" (line 1)"#) == true, message ?? "")
         XCTAssertTrue(message?.contains("Input/output error") == true, message ?? "")
         XCTAssertTrue(message?.contains("--resume") == true, message ?? "")
@@ -513,7 +513,7 @@ final class SendResumeTests: XCTestCase {
             ], to: jobs)
         let limit: (inout SendOptions) -> Void = { $0.maximumJobLineLength = 64 << 10 }
 
-        let message = try await sendError(mock: mock, registry: nil, resume: false, configure: limit)
+        let message = try await cutShortReason(mock: mock, registry: nil, resume: false, configure: limit)
         XCTAssertTrue(message?.contains("line 2 is longer than 65536 bytes") == true, message ?? "")
         let lines = try resultLines().map { try Self.object($0) }
         XCTAssertEqual(lines.compactMap { $0["token"] as? String }.sorted(), tokens.sorted(), "one line per token")
@@ -523,7 +523,7 @@ final class SendResumeTests: XCTestCase {
         XCTAssertEqual(stopped.counts.outcomes.delivered, tokens.count)
         XCTAssertEqual(mock.stats.accepted, tokens.count)
 
-        let again = try await sendError(mock: mock, registry: nil, resume: true, configure: limit)
+        let again = try await cutShortReason(mock: mock, registry: nil, resume: true, configure: limit)
         XCTAssertTrue(again?.contains("line 2 is longer than 65536 bytes") == true, again ?? "")
         XCTAssertEqual(try resultLines().count, tokens.count, "the resumed run adds no line")
         XCTAssertEqual(mock.stats.accepted, tokens.count, "and sends nothing again")
