@@ -552,6 +552,79 @@ extension HTTPServerTests {
         }
     }
 
+    /// A big answer on `/big`, a two-byte one on anything else.
+    private static let bigAndSmallAnswers: HTTPServer.Handler = { request, responder in
+        let size = request.target == "/big" ? 256 * 1024 : 2
+        responder.respond(HTTPResponse(status: 200, body: [UInt8](repeating: UInt8(ascii: "a"), count: size)))
+    }
+
+    /// WINDOW_UPDATE for `stream` (0: the connection).
+    private static func windowUpdate(stream: UInt32, _ increment: UInt32) -> [UInt8] {
+        RawH2Client.frame(
+            type: 8, flags: 0, stream: stream,
+            payload: [
+                UInt8(increment >> 24), UInt8((increment >> 16) & 0xFF), UInt8((increment >> 8) & 0xFF),
+                UInt8(increment & 0xFF),
+            ])
+    }
+
+    func testAnHTTP2StreamStarvedOfCreditWhileItsConnectionMovesIsResetAtTheWriteTimeout() throws {
+        var limits = HTTPServerLimits()
+        limits.writeTimeout = .milliseconds(300)
+        let server = try makeServer(limits: limits, handler: Self.bigAndSmallAnswers)
+        defer { server.shutdown() }
+        // The default 65,535-byte stream windows; the connection's raised, so every other stream's answer can move.
+        let client = try RawH2Client(port: server.port)
+        defer { client.close() }
+        try client.sendBytes(Self.windowUpdate(stream: 0, 1 << 30))
+        let start = Date()
+        try client.sendHeaders(stream: 1, method: "GET", path: "/big", endStream: true)
+        // Stream 1 gets its 65,535 bytes and no more credit; the client keeps the connection busy on other streams,
+        // so the connection's own write timeout never sees it stuck.
+        var stream: UInt32 = 3
+        let deadline = Date().addingTimeInterval(5 * testTimeScale)
+        while client.responses[1]?.resetCode == nil && Date() < deadline {
+            try client.sendHeaders(stream: stream, method: "GET", path: "/small", endStream: true)
+            XCTAssertEqual(try client.waitForEnd(of: stream).status, "200")
+            stream += 2
+            usleep(50_000)
+        }
+        // Before: stream 1 stayed open for as long as the connection, holding its answer.
+        let starved = try XCTUnwrap(client.responses[1])
+        XCTAssertEqual(starved.resetCode, 8, "CANCEL")
+        XCTAssertEqual(starved.body.count, 65_535, "what its window allowed, and nothing after")
+        XCTAssertGreaterThanOrEqual(try XCTUnwrap(starved.resetAt).timeIntervalSince(start), 0.3, "not before its time")
+        // The connection stays: a stream after it is answered.
+        try client.sendHeaders(stream: stream, method: "GET", path: "/small", endStream: true)
+        XCTAssertEqual(try client.waitForEnd(of: stream).status, "200")
+        XCTAssertEqual(server.openConnections, 1)
+    }
+
+    func testAnHTTP2StreamThatMovesSlowlyBesideFasterOnesIsNotReset() throws {
+        var limits = HTTPServerLimits()
+        limits.writeTimeout = .milliseconds(300)
+        let server = try makeServer(limits: limits, handler: Self.bigAndSmallAnswers)
+        defer { server.shutdown() }
+        let client = try RawH2Client(port: server.port)
+        defer { client.close() }
+        try client.sendBytes(Self.windowUpdate(stream: 0, 1 << 30))
+        try client.sendHeaders(stream: 1, method: "GET", path: "/big", endStream: true)
+        // 32 KiB more credit for stream 1 every 100 ms (about 1.5 s for its 256 KiB, five write timeouts), and a
+        // quick stream beside it each time.
+        var stream: UInt32 = 3
+        let deadline = Date().addingTimeInterval(10 * testTimeScale)
+        while client.responses[1]?.endedAt == nil && client.responses[1]?.resetCode == nil && Date() < deadline {
+            try client.sendBytes(Self.windowUpdate(stream: 1, 32 * 1024))
+            try client.sendHeaders(stream: stream, method: "GET", path: "/small", endStream: true)
+            XCTAssertEqual(try client.waitForEnd(of: stream).status, "200")
+            stream += 2
+            usleep(100_000)
+        }
+        let slow = try client.waitForEnd(of: 1)
+        XCTAssertEqual(slow.status, "200")
+        XCTAssertEqual(slow.bodyText.utf8.count, 256 * 1024)
+    }
+
     func testASlowReaderIsNotCutOffByTheWriteTimeoutNorTheIdleTimeoutNorTheLinger() throws {
         var limits = HTTPServerLimits()
         limits.writeTimeout = .milliseconds(300)

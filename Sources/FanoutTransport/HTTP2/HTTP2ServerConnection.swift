@@ -38,6 +38,9 @@ package protocol HTTP2ServerHandler: AnyObject {
     /// With `requestDeadlines`: an incomplete request is due at `milliseconds` (the loop's clock), which may be
     /// before any deadline reported so far; call `expireRequests(now:)` then. Optional.
     func serverConnection(_ connection: HTTP2ServerConnection, requestDeadlineAt milliseconds: UInt64)
+    /// With `requestDeadlines`: a DATA frame of the answer on stream `streamID` just went out (the client's
+    /// flow-control credit let it). Optional.
+    func serverConnection(_ connection: HTTP2ServerConnection, answerMovedOn streamID: Int32)
 }
 
 extension HTTP2ServerHandler {
@@ -51,6 +54,7 @@ extension HTTP2ServerHandler {
         connection.respond(streamID: streamID, status: 408)
     }
     package func serverConnection(_ connection: HTTP2ServerConnection, requestDeadlineAt milliseconds: UInt64) {}
+    package func serverConnection(_ connection: HTTP2ServerConnection, answerMovedOn streamID: Int32) {}
 }
 
 /// How long a request may take to arrive on a server connection, from its first HEADERS frame to its END_STREAM
@@ -195,6 +199,12 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     package func refuse(streamID: Int32) {
         noteAnswered(streamID)
         session.resetStream(streamID, errorCode: HTTP2ErrorCode.refusedStream)
+    }
+
+    /// Resets an answered stream with CANCEL: its answer is given up (the client granted it no flow-control credit
+    /// for too long).
+    package func abandonAnswer(streamID: Int32) {
+        session.resetStream(streamID, errorCode: HTTP2ErrorCode.cancel)
     }
 
     /// Sends GOAWAY naming the last stream processed so far, with a JSON reason as debug data as
@@ -364,6 +374,10 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
         guard stream.deadlineList != .none, stream.answered || stream.timedOut else { return }
         untrack(stream)
         session.resetStream(streamID, errorCode: HTTP2ErrorCode.noError)
+    }
+
+    package func session(_ session: HTTP2Session, didSendAnswerData stream: AnyObject, streamID: Int32) {
+        handler.serverConnection(self, answerMovedOn: streamID)
     }
 
     package func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32) {

@@ -78,6 +78,9 @@ package protocol HTTP2SessionDelegate: AnyObject {
     /// Server role, with `reportsAnswerEnd`: this side's last frame of stream `streamID` (END_STREAM on HEADERS or
     /// DATA) was just sent; the stream stays open if the peer has not ended its side. Optional.
     func session(_ session: HTTP2Session, answerDidEnd stream: AnyObject, streamID: Int32)
+    /// Server role, with `reportsAnswerEnd`: a DATA frame of this side's answer on stream `streamID` was just sent
+    /// (its flow-control window let it go). Optional.
+    func session(_ session: HTTP2Session, didSendAnswerData stream: AnyObject, streamID: Int32)
     /// The stream closed, normally (`errorCode` 0) or by RST_STREAM from either side. The session has
     /// released its context.
     func session(_ session: HTTP2Session, didClose stream: AnyObject, streamID: Int32, errorCode: UInt32)
@@ -105,6 +108,7 @@ extension HTTP2SessionDelegate {
     package func session(_ session: HTTP2Session, requestHeadDidEnd stream: AnyObject, streamID: Int32) {}
     package func session(_ session: HTTP2Session, streamDidEnd stream: AnyObject, streamID: Int32) {}
     package func session(_ session: HTTP2Session, answerDidEnd stream: AnyObject, streamID: Int32) {}
+    package func session(_ session: HTTP2Session, didSendAnswerData stream: AnyObject, streamID: Int32) {}
     package func sessionDidReceiveSettings(_ session: HTTP2Session) {}
     package func session(
         _ session: HTTP2Session, didReceiveGoaway lastStreamID: Int32, errorCode: UInt32,
@@ -249,8 +253,8 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// Server role: whether the delegate hears `requestHeadDidEnd` (a connection with request deadlines). Off, the
     /// per-request path makes no call for it (mock-apns answers hundreds of thousands a second).
     package var reportsRequestHeadEnd = false
-    /// Server role: whether the delegate hears `answerDidEnd` (a connection with request deadlines, which may answer a
-    /// request before it has all come). Set before the session starts: it makes nghttp2 call back for every frame
+    /// Server role: whether the delegate hears `answerDidEnd` and `didSendAnswerData` (a connection with request
+    /// deadlines, which may answer a request before it has all come, and times out an answer that stops moving). Set before the session starts: it makes nghttp2 call back for every frame
     /// sent, which a session without it (mock-apns's) never pays for.
     package var reportsAnswerEnd = false
 
@@ -613,6 +617,10 @@ package final class HTTP2Session: SecureChannelDelegate {
         withContext(ofStream: streamID) { $0.session(self, streamDidEnd: $1, streamID: streamID) }
     }
 
+    fileprivate func didSendData(streamID: Int32) {
+        withContext(ofStream: streamID) { $0.session(self, didSendAnswerData: $1, streamID: streamID) }
+    }
+
     fileprivate func didSendEndOfStream(streamID: Int32) {
         withContext(ofStream: streamID) { $0.session(self, answerDidEnd: $1, streamID: streamID) }
     }
@@ -900,6 +908,7 @@ private func nghttp2FrameSendCallback(
     guard let frame else { return 0 }
     let header = frame.pointee.hd
     let type = UInt32(header.type)
+    if type == NGHTTP2_DATA.rawValue { withSession(userData) { $0.didSendData(streamID: header.stream_id) } }
     guard type == NGHTTP2_DATA.rawValue || type == NGHTTP2_HEADERS.rawValue,
         header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
     else { return 0 }

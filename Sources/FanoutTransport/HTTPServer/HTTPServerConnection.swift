@@ -37,10 +37,17 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
     private var headStreams: Set<Int32> = []
     /// HTTP/2 requests handed to the handler and not answered yet.
     private var handlersInFlight = 0
-    /// HTTP/2 streams answered and still open: their answers have not all gone out (a stream closes once its last
-    /// frame is sent), so the channel counts them as output it holds, for the write timeout (a client that never
-    /// reads grants no flow-control credit either, and its answers wait in nghttp2, not on the socket).
-    private var answeredStreams: Set<Int32> = []
+    /// HTTP/2 streams answered and still open, with when each last sent a DATA frame (or was answered; the loop's
+    /// clock): their answers have not all gone out (a stream closes once its last frame is sent), so the channel
+    /// counts them as output it holds, for the write timeout (a client that never reads grants no flow-control
+    /// credit either, and its answers wait in nghttp2, not on the socket).
+    private var answeredStreams: [Int32: UInt64] = [:]
+    /// When an answer of this connection last sent a DATA frame. One stream whose answer has
+    /// not moved for the write timeout while this moved since (the client grants credit to its other streams only)
+    /// is reset, as nghttpd times out a stream's write: the channel's own timeout sees only the connection moving.
+    private var lastAnswerMoved: UInt64 = 0
+    /// Some answer is past the write timeout but was left, since no other answer had moved after it.
+    private var stalledAnswersWaiting = false
 
     /// The HTTP/2 client connection preface (RFC 9113 section 3.4).
     static let http2Preface: [UInt8] = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
@@ -106,9 +113,14 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
         case .http2(let connection):
             let now = loop.nowMilliseconds
             connection.expireRequests(now: now)
+            abandonStalledAnswers(of: connection, now: now)
             if connection.openStreamCount > 0 {
-                // Requests in progress: looked at again at the oldest incomplete one's deadline, or an idle time on.
-                armHTTP2(at: min(connection.nextRequestDeadline ?? .max, now + limits.idleTimeoutMilliseconds))
+                // Requests in progress: looked at again at the oldest incomplete one's deadline (or stalled answer's),
+                // or an idle time on.
+                armHTTP2(
+                    at: min(
+                        connection.nextRequestDeadline ?? .max, nextStalledAnswerDeadline(now: now) ?? .max,
+                        now + limits.idleTimeoutMilliseconds))
             } else if now >= idleDue {
                 connection.drain()
             } else {
@@ -180,6 +192,38 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
         if stopRequested { connection.drain() }
     }
 
+    /// HTTP/2: resets each answered stream whose answer has not moved for the write timeout while another answer of
+    /// the connection did. When none moved, the connection as a whole made no progress, and the channel's write
+    /// timeout closes it.
+    /// One left past its time because nothing moved since sets `stalledAnswersWaiting`, and the next answer to move
+    /// looks again.
+    private func abandonStalledAnswers(of connection: HTTP2ServerConnection, now: UInt64) {
+        let timeout = limits.writeTimeoutMilliseconds
+        stalledAnswersWaiting = false
+        guard timeout > 0 else { return }
+        for (streamID, moved) in answeredStreams where moved + timeout <= now {
+            if lastAnswerMoved > moved {
+                answeredStreams.removeValue(forKey: streamID)
+                connection.abandonAnswer(streamID: streamID)
+            } else {
+                stalledAnswersWaiting = true
+            }
+        }
+        if answeredStreams.isEmpty { channel.holdsOutput = false }
+    }
+
+    /// When the next answer still in its time is due to be looked at (nil without a write timeout or such an answer).
+    /// Those past it wait for the connection to move (`stalledAnswersWaiting`), not for the timer.
+    private func nextStalledAnswerDeadline(now: UInt64) -> UInt64? {
+        let timeout = limits.writeTimeoutMilliseconds
+        guard timeout > 0 else { return nil }
+        var earliest: UInt64?
+        for moved in answeredStreams.values where moved + timeout > now && moved + timeout < earliest ?? .max {
+            earliest = moved + timeout
+        }
+        return earliest
+    }
+
     /// HTTP/2: the timer fires at `due` (the loop's clock).
     private func armHTTP2(at due: UInt64) {
         let now = loop.nowMilliseconds
@@ -238,11 +282,21 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
 
     func serverConnection(_ connection: HTTP2ServerConnection, didCloseStream streamID: Int32, errorCode: UInt32) {
         headStreams.remove(streamID)
-        if answeredStreams.remove(streamID) != nil && answeredStreams.isEmpty { channel.holdsOutput = false }
+        if answeredStreams.removeValue(forKey: streamID) != nil && answeredStreams.isEmpty {
+            channel.holdsOutput = false
+        }
         if connection.openStreamCount == 0 {
             idleDue = loop.nowMilliseconds + limits.idleTimeoutMilliseconds
             armHTTP2(at: idleDue)
         }
+    }
+
+    func serverConnection(_ connection: HTTP2ServerConnection, answerMovedOn streamID: Int32) {
+        guard answeredStreams[streamID] != nil else { return }
+        let now = loop.nowMilliseconds
+        answeredStreams[streamID] = now
+        lastAnswerMoved = now
+        if stalledAnswersWaiting { abandonStalledAnswers(of: connection, now: now) }
     }
 
     func serverConnectionDidClose(_ connection: HTTP2ServerConnection, error: TransportError?) {
@@ -268,8 +322,11 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
         let status = (100...999).contains(response.status) ? response.status : 500
         connection.respond(streamID: streamID, status: status, headers: headers, body: omitBody ? [] : response.body)
         if connection.isOpen(streamID: streamID) {  // not when the client reset it meanwhile
-            answeredStreams.insert(streamID)
+            let now = loop.nowMilliseconds
+            answeredStreams[streamID] = now
             channel.holdsOutput = true
+            let timeout = limits.writeTimeoutMilliseconds
+            if timeout > 0 && now + timeout < timerDue { armHTTP2(at: now + timeout) }
         }
     }
 }
