@@ -19,6 +19,34 @@ package enum StandardStream: Sendable {
     }
 
     package func write(_ bytes: UnsafeRawBufferPointer) {
+        // The reader is gone (EPIPE), the stream is closed or full: dropped.
+        try? writeAll(bytes)
+    }
+
+    /// Why `writeAll` stopped.
+    package enum WriteFailure: Error, Sendable {
+        /// The reader has gone (EPIPE: `| head` took what it wanted).
+        case readerGone
+        /// Anything else (a full disk behind `> file`), with the system's reason.
+        case failed(String)
+    }
+
+    /// `writeAll` of an array.
+    package func writeAll(_ bytes: [UInt8]) throws(WriteFailure) {
+        let failure = bytes.withUnsafeBytes { bytes -> WriteFailure? in
+            do throws(WriteFailure) {
+                try writeAll(bytes)
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Writes all of `bytes`, or says why not: for output that is the command's product (`fanout results`' lines),
+    /// where a full disk must not pass for success.
+    package func writeAll(_ bytes: UnsafeRawBufferPointer) throws(WriteFailure) {
         let descriptor = self == .output ? STDOUT_FILENO : STDERR_FILENO
         var offset = 0
         while offset < bytes.count {
@@ -28,7 +56,9 @@ package enum StandardStream: Sendable {
             } else if written < 0 && errno == EINTR {
                 continue
             } else {
-                return  // the reader is gone (EPIPE) or the stream is closed: dropped
+                let code = written < 0 ? errno : ENOSPC
+                if code == EPIPE { throw .readerGone }
+                throw .failed(OutputFile.reason(code))
             }
         }
     }

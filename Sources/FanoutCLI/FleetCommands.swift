@@ -254,11 +254,11 @@ enum FleetCommands {
             \(redisHelp)
               --job ID              the job's id
               --out FILE            write the results lines there (default: standard output); the summary line
-                                    goes to standard output (to stderr when the results do)
+                                    is the last line of standard output either way
 
             Exit status: 0 the job is done and every notification delivered; 1 it is not done yet, or some
             notifications were not delivered (the lines so far are written); 2 bad arguments, unknown job,
-            Redis unreachable.
+            Redis unreachable, or the results could not be written (a full disk: one line on stderr says so).
             """
         var redis: String?
         var job: String?
@@ -288,21 +288,29 @@ enum FleetCommands {
             return fail("results", error.message)
         }
         // Nil: stdout, through StandardStream (a reader that has gone, `| head`, drops the rest, and the command
-        // still ends with its summary and status).
-        let handle: FileHandle?
-        if let out {
-            guard FileManager.default.createFile(atPath: out, contents: nil),
-                let file = FileHandle(forWritingAtPath: out)
-            else { return fail("results", "cannot write \(out)") }
-            handle = file
-        } else {
-            handle = nil
+        // still ends with its summary and status; a full disk behind `>` is an error, as with `--out`).
+        let file: OutputFile?
+        do throws(OutputFile.Failure) {
+            file = try out.map { path throws(OutputFile.Failure) in try OutputFile(path: path) }
+        } catch {
+            return fail("results", error.message)
         }
-        defer { try? handle?.close() }
+        var readerGone = false
         do {
             let (status, lines) = try await FleetReader(client: client).writeResults(job: job!) { bytes in
-                if let handle { try handle.write(contentsOf: Data(bytes)) } else { StandardStream.output.write(bytes) }
+                if let file {
+                    try file.write(copy bytes)
+                } else if !readerGone {
+                    do throws(StandardStream.WriteFailure) {
+                        try StandardStream.output.writeAll(copy bytes)
+                    } catch .readerGone {
+                        readerGone = true
+                    } catch .failed(let reason) {
+                        throw OutputFile.Failure(message: "cannot write the results to standard output: \(reason)")
+                    }
+                }
             }
+            try file?.close()
             let summary = FleetReader.summary(status)
             // The last line of stdout either way, as `fanout send`'s: after the lines, or alone with `--out`.
             StandardStream.output.write(summary.jsonLine + "\n")
@@ -314,6 +322,8 @@ enum FleetCommands {
             }
             return summary.allDelivered ? 0 : 1
         } catch let error as FleetError {
+            return fail("results", error.message)
+        } catch let error as OutputFile.Failure {
             return fail("results", error.message)
         } catch {
             return fail("results", "\(error)")

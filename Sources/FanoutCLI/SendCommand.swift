@@ -212,8 +212,12 @@ enum SendCommand {
                     "seconds": String(format: "%.2f", summary.seconds),
                 ])
             if let path = send.summaryPath {
-                guard FileManager.default.createFile(atPath: path, contents: Data((line + "\n").utf8)) else {
-                    return fail("cannot write the summary file \(path)")
+                do throws(OutputFile.Failure) {
+                    let file = try OutputFile(path: path)
+                    try file.write(line + "\n")
+                    try file.close()
+                } catch {
+                    return fail("--summary: \(error.message)")
                 }
             }
             if let cutShort = summary.cutShort {

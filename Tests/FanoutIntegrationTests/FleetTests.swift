@@ -149,8 +149,38 @@ final class FleetTests: XCTestCase {
                 XCTAssertEqual(plain.exitCode, 0, plain.summary)
                 XCTAssertEqual(plain.stdoutLines.dropLast(), lines.map(String.init)[...])
                 XCTAssertEqual(plain.stdoutLines.last, summaryLine)
+                try checkResultsAreWrittenThrough(fleet, lines: lines.count)
             }
         }
+    }
+
+    /// `--out` writes through what its path names (a symbolic link stays a link; Foundation's createFile renamed a
+    /// new file over the path, so `--out /dev/full` replaced the device node), and results that cannot be written,
+    /// to `--out` or to stdout, are an error (exit 2, one line), not a success with nothing written.
+    private func checkResultsAreWrittenThrough(_ fleet: Fleet, lines: Int) throws {
+        let files = FileManager.default
+        let link = "\(fleet.directory)/results-link.jsonl"
+        try files.createSymbolicLink(atPath: link, withDestinationPath: "results-target.jsonl")
+        let linked = try fleet.run(["results", "--redis", fleet.redis.url, "--job", "fleet-0", "--out", link])
+        XCTAssertEqual(linked.exitCode, 0, linked.summary)
+        XCTAssertEqual(try files.destinationOfSymbolicLink(atPath: link), "results-target.jsonl", "still a link")
+        let target = try String(contentsOfFile: "\(fleet.directory)/results-target.jsonl", encoding: .utf8)
+        XCTAssertEqual(target.split(separator: "\n").count, lines)
+        // A link to /dev/full stands for a full disk (the device itself is never at stake).
+        let full = "\(fleet.directory)/full"
+        try files.createSymbolicLink(atPath: full, withDestinationPath: "/dev/full")
+        let toFull = try fleet.run(["results", "--redis", fleet.redis.url, "--job", "fleet-0", "--out", full])
+        XCTAssertEqual(toFull.exitCode, 2, toFull.summary)
+        XCTAssertEqual(toFull.stderrLines, ["fanout results: cannot write \(full): No space left on device"])
+        XCTAssertEqual(try files.destinationOfSymbolicLink(atPath: full), "/dev/full")
+        let stdoutFull = try ProcessSupport.run(
+            "/bin/sh",
+            ["-c", "exec \"$0\" results --redis \"$1\" --job fleet-0 > /dev/full", fleet.fanout, fleet.redis.url],
+            environment: ProcessSupport.cleanEnvironment())
+        XCTAssertEqual(stdoutFull.exitCode, 2, stdoutFull.summary)
+        XCTAssertEqual(
+            stdoutFull.stderrLines,
+            ["fanout results: cannot write the results to standard output: No space left on device"])
     }
 
     private func startWorkers(_ fleet: Fleet, count: Int, claimIdle: Int = 1) throws -> [RunningProcess] {

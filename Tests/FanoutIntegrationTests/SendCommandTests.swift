@@ -430,6 +430,53 @@ final class SendCommandTests: XCTestCase {
         XCTAssertTrue(refused.stderr.contains("--invalid-tokens"), refused.summary)
     }
 
+    /// `--summary` and `--invalid-tokens` are written through what their paths name: a symbolic link stays a link and
+    /// its target gets the lines (Foundation's createFile wrote a new file and renamed it over the path, so
+    /// `--summary /dev/null` replaced the device node with a regular file), and a full device is an error.
+    func testTheSummaryAndInvalidTokensFilesAreWrittenThroughLinks() throws {
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "send-links")
+        let unregistered = "\(directory)/unregistered.txt"
+        try writeLines([token(2)], to: unregistered)
+        let setup = try start(["--unregistered", unregistered])
+        let jobs = "\(setup.directory)/jobs.jsonl"
+        let tokens = (0..<3).map { "\"\(token($0))\"" }.joined(separator: ", ")
+        try writeLines(
+            [
+                #"{"id": "a", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "a"}}, "tokens": [\#(tokens)]}"#
+            ], to: jobs)
+        let files = FileManager.default
+        for name in ["summary", "invalid"] {
+            try files.createSymbolicLink(atPath: "\(directory)/\(name)-link", withDestinationPath: "\(name)-target")
+        }
+        let run = try ProcessSupport.run(
+            setup.fanout,
+            setup.sendArguments(
+                jobs: jobs, results: "\(setup.directory)/results.jsonl",
+                extra: ["--summary", "\(directory)/summary-link", "--invalid-tokens", "\(directory)/invalid-link"]),
+            timeout: 60)
+        XCTAssertEqual(run.exitCode, 1, "one token unregistered: \(run.summary)")
+        for name in ["summary", "invalid"] {
+            XCTAssertEqual(
+                try files.destinationOfSymbolicLink(atPath: "\(directory)/\(name)-link"), "\(name)-target",
+                "\(name): still a link")
+        }
+        let summary = try String(contentsOfFile: "\(directory)/summary-target", encoding: .utf8)
+        XCTAssertEqual(summary.trimmingCharacters(in: .newlines), run.stdoutLines.last)
+        let invalid = try String(contentsOfFile: "\(directory)/invalid-target", encoding: .utf8)
+        XCTAssertTrue(invalid.contains(token(2)), invalid)
+
+        // A summary that cannot be written (a link to /dev/full: the device itself is never at stake) says so.
+        try files.createSymbolicLink(atPath: "\(directory)/full", withDestinationPath: "/dev/full")
+        let full = try ProcessSupport.run(
+            setup.fanout,
+            setup.sendArguments(
+                jobs: jobs, results: "\(setup.directory)/results-2.jsonl", extra: ["--summary", "\(directory)/full"]),
+            timeout: 60)
+        XCTAssertEqual(full.exitCode, 2, full.summary)
+        XCTAssertTrue(full.stderr.contains("No space left on device"), full.summary)
+        XCTAssertEqual(try files.destinationOfSymbolicLink(atPath: "\(directory)/full"), "/dev/full")
+    }
+
     /// A misspelt or mistyped rate limit in `--config` is refused naming it, not run at the default budget.
     func testAMisspeltRateLimitInTheConfigIsRefused() throws {
         let directory = try ProcessSupport.temporaryDirectory(for: self, "send-config")

@@ -301,24 +301,20 @@ package final class JobFileRunner: Sendable {
     /// The `--invalid-tokens` file, opened before anything is sent: emptied for a new run, appended to by a
     /// `--resume` (the tokens the interrupted run invalidated are still to be dropped). One that cannot be opened
     /// ends the run before it starts.
-    private func openInvalidTokensFile(resuming: Bool) throws -> FileHandle? {
+    private func openInvalidTokensFile(resuming: Bool) throws -> UncheckedOutputFile? {
         guard let path = options.invalidTokensPath else { return nil }
-        let exists = FileManager.default.fileExists(atPath: path)
-        if !(resuming && exists) {
-            guard FileManager.default.createFile(atPath: path, contents: nil) else {
-                throw SendError("--invalid-tokens \(path) cannot be created")
-            }
+        do throws(OutputFile.Failure) {
+            // Written through (a device or a link stays what it is), appended to on a resume.
+            return UncheckedOutputFile(file: try OutputFile(path: path, append: resuming))
+        } catch {
+            throw SendError("--invalid-tokens: \(error.message)")
         }
-        guard let handle = FileHandle(forWritingAtPath: path) else {
-            throw SendError("--invalid-tokens \(path) cannot be opened for writing")
-        }
-        if resuming { _ = try? handle.seekToEnd() }
-        return handle
     }
 
-    private func startInvalidTokensWriter(_ handle: FileHandle) -> Task<Void, Never> {
+    private func startInvalidTokensWriter(_ output: UncheckedOutputFile) -> Task<Void, Never> {
         let stream = engine.invalidTokens
         return Task.detached {
+            let handle = output.file
             defer { try? handle.close() }
             for await token in stream {
                 var line: [UInt8] = Array("{\"token\":".utf8)
@@ -328,8 +324,8 @@ package final class JobFileRunner: Sendable {
                 line += Array(",\"timestamp\":\(token.timestamp.map(String.init) ?? "null"),\"job\":".utf8)
                 JSONStringEscaping.appendString(token.jobID, to: &line)
                 line += Array("}\n".utf8)
-                // Throwing, not trapping as write(_:) does on a full disk or a reader gone; later lines are dropped.
-                guard (try? handle.write(contentsOf: line)) != nil else {
+                // On a full disk or a reader gone, later lines are dropped.
+                guard (try? handle.write(line)) != nil else {
                     StandardStream.error.write(
                         "fanout send: cannot write the invalid-tokens file; its later lines are lost\n")
                     for await _ in stream {}
@@ -371,4 +367,9 @@ private final class UnfinishedJobs: Sendable {
             : ". What was sent has its results lines"
         return message
     }
+}
+
+/// The invalid-tokens file, handed to the one task that writes it (and nothing else touches).
+struct UncheckedOutputFile: @unchecked Sendable {
+    let file: OutputFile
 }
