@@ -35,32 +35,14 @@ package final class OutputFile {
     }
 
     package func write(_ bytes: [UInt8]) throws(Failure) {
-        // `withUnsafeBytes` rethrows untyped errors: the failure comes out as a value.
-        let failure = bytes.withUnsafeBytes { bytes -> Failure? in
-            do throws(Failure) {
-                try write(bytes)
-                return nil
-            } catch {
-                return error
-            }
-        }
-        if let failure { throw failure }
+        let code = bytes.withUnsafeBytes { writeFully(descriptor, $0) }
+        if code != 0 { throw Failure(message: "cannot write \(path): \(Self.reason(code))") }
     }
 
     /// Writes all of `bytes`, or throws with the system's reason (a full disk, a closed reader).
     package func write(_ bytes: UnsafeRawBufferPointer) throws(Failure) {
-        var offset = 0
-        while offset < bytes.count {
-            let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-            if written > 0 {
-                offset += written
-            } else if written < 0 && errno == EINTR {
-                continue
-            } else {
-                let code = written < 0 ? errno : ENOSPC  // write(2) took nothing: only a full device does that
-                throw Failure(message: "cannot write \(path): \(Self.reason(code))")
-            }
-        }
+        let code = writeFully(descriptor, bytes)
+        if code != 0 { throw Failure(message: "cannot write \(path): \(Self.reason(code))") }
     }
 
     /// Closes the file; a write the system only now reports failed (NFS, a full disk) throws.
@@ -73,4 +55,21 @@ package final class OutputFile {
     }
 
     package static func reason(_ code: Int32) -> String { String(cString: strerror(code)) }
+}
+
+/// write(2) until all of `bytes` is written: 0, or the errno that stopped it (ENOSPC when write(2) took nothing, as
+/// only a full device does). Shared by `OutputFile` and `StandardStream`.
+func writeFully(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) -> Int32 {
+    var offset = 0
+    while offset < bytes.count {
+        let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+        if written > 0 {
+            offset += written
+        } else if written < 0 && errno == EINTR {
+            continue
+        } else {
+            return written < 0 ? errno : ENOSPC
+        }
+    }
+    return 0
 }

@@ -20,7 +20,7 @@ package enum StandardStream: Sendable {
 
     package func write(_ bytes: UnsafeRawBufferPointer) {
         // The reader is gone (EPIPE), the stream is closed or full: dropped.
-        try? writeAll(bytes)
+        _ = writeFully(descriptor, bytes)
     }
 
     /// Why `writeAll` stopped.
@@ -33,33 +33,19 @@ package enum StandardStream: Sendable {
 
     /// `writeAll` of an array.
     package func writeAll(_ bytes: [UInt8]) throws(WriteFailure) {
-        let failure = bytes.withUnsafeBytes { bytes -> WriteFailure? in
-            do throws(WriteFailure) {
-                try writeAll(bytes)
-                return nil
-            } catch {
-                return error
-            }
-        }
-        if let failure { throw failure }
+        try Self.failure(bytes.withUnsafeBytes { writeFully(descriptor, $0) })
     }
 
     /// Writes all of `bytes`, or says why not: for output that is the command's product (`fanout results`' lines),
     /// where a full disk must not pass for success.
     package func writeAll(_ bytes: UnsafeRawBufferPointer) throws(WriteFailure) {
-        let descriptor = self == .output ? STDOUT_FILENO : STDERR_FILENO
-        var offset = 0
-        while offset < bytes.count {
-            let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-            if written > 0 {
-                offset += written
-            } else if written < 0 && errno == EINTR {
-                continue
-            } else {
-                let code = written < 0 ? errno : ENOSPC
-                if code == EPIPE { throw .readerGone }
-                throw .failed(OutputFile.reason(code))
-            }
-        }
+        try Self.failure(writeFully(descriptor, bytes))
+    }
+
+    private var descriptor: Int32 { self == .output ? STDOUT_FILENO : STDERR_FILENO }
+
+    private static func failure(_ code: Int32) throws(WriteFailure) {
+        if code == EPIPE { throw .readerGone }
+        if code != 0 { throw .failed(OutputFile.reason(code)) }
     }
 }

@@ -568,17 +568,23 @@ extension HTTPServerTests {
             ])
     }
 
-    func testAnHTTP2StreamStarvedOfCreditWhileItsConnectionMovesIsResetAtTheWriteTimeout() throws {
+    /// A server with a 300 ms write timeout and a client that has asked `/big` on stream 1, with the default
+    /// 65,535-byte stream windows and the connection's raised, so every other stream's answer can move.
+    private func startBigAnswerOnStreamOne() throws -> (server: HTTPServer, client: RawH2Client) {
         var limits = HTTPServerLimits()
         limits.writeTimeout = .milliseconds(300)
         let server = try makeServer(limits: limits, handler: Self.bigAndSmallAnswers)
-        defer { server.shutdown() }
-        // The default 65,535-byte stream windows; the connection's raised, so every other stream's answer can move.
         let client = try RawH2Client(port: server.port)
-        defer { client.close() }
         try client.sendBytes(Self.windowUpdate(stream: 0, 1 << 30))
-        let start = Date()
         try client.sendHeaders(stream: 1, method: "GET", path: "/big", endStream: true)
+        return (server, client)
+    }
+
+    func testAnHTTP2StreamStarvedOfCreditWhileItsConnectionMovesIsResetAtTheWriteTimeout() throws {
+        let start = Date()
+        let (server, client) = try startBigAnswerOnStreamOne()
+        defer { server.shutdown() }
+        defer { client.close() }
         // Stream 1 gets its 65,535 bytes and no more credit; the client keeps the connection busy on other streams,
         // so the connection's own write timeout never sees it stuck.
         var stream: UInt32 = 3
@@ -601,14 +607,9 @@ extension HTTPServerTests {
     }
 
     func testAnHTTP2StreamThatMovesSlowlyBesideFasterOnesIsNotReset() throws {
-        var limits = HTTPServerLimits()
-        limits.writeTimeout = .milliseconds(300)
-        let server = try makeServer(limits: limits, handler: Self.bigAndSmallAnswers)
+        let (server, client) = try startBigAnswerOnStreamOne()
         defer { server.shutdown() }
-        let client = try RawH2Client(port: server.port)
         defer { client.close() }
-        try client.sendBytes(Self.windowUpdate(stream: 0, 1 << 30))
-        try client.sendHeaders(stream: 1, method: "GET", path: "/big", endStream: true)
         // 32 KiB more credit for stream 1 every 100 ms (about 1.5 s for its 256 KiB, five write timeouts), and a
         // quick stream beside it each time.
         var stream: UInt32 = 3
