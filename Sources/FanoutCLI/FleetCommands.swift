@@ -71,7 +71,8 @@ enum FleetCommands {
         do {
             // The registry that `fanout serve --redis` keeps on the same Redis (default key prefix).
             let enqueuer = FleetEnqueuer(
-                client: client, shardSize: shardSize, registry: RedisRegistryStore(client: client))
+                client: client, shardSize: shardSize, registry: RedisRegistryStore(client: client),
+                log: { StandardStream.error.write("fanout enqueue: \($0)\n") })
             try await enqueuer.enqueue(jobsPath: jobs) { report in
                 switch report {
                 case .enqueued(let job, let shards, _):

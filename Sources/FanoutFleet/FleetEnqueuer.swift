@@ -43,12 +43,38 @@ package final class FleetEnqueuer: Sendable {
     private let shardSize: Int
     /// The registry that registry-addressed jobs are read from (the one on this Redis); nil refuses them.
     private let registry: (any RegistryStore)?
+    /// How long a step is tried again after Redis stops answering (a restart, a failover) before the enqueue gives up.
+    private let patience: Duration
+    /// One line for people each time a step is tried again (stderr, for `fanout enqueue`).
+    private let log: @Sendable (String) -> Void
 
-    package init(client: RedisClient, shardSize: Int, registry: (any RegistryStore)? = nil) {
+    package init(
+        client: RedisClient, shardSize: Int, registry: (any RegistryStore)? = nil, patience: Duration = .seconds(60),
+        log: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
         precondition(shardSize > 0)
         self.client = client
         self.shardSize = shardSize
         self.registry = registry
+        self.patience = patience
+        self.log = log
+    }
+
+    /// Runs `step` until it succeeds, again after each lost connection, timeout or unreachable Redis (the client
+    /// reconnects meanwhile), for up to `patience`. A step must be safe to run again after an attempt whose answer was
+    /// lost: each one looks first at what such an attempt may have done.
+    private func retrying<T>(_ what: String, _ step: () async throws(RedisError) -> T) async throws(RedisError) -> T {
+        let deadline = ContinuousClock.now + patience
+        while true {
+            do {
+                return try await step()
+            } catch {
+                guard [.connectionLost, .timeout, .unavailable].contains(error.kind), ContinuousClock.now < deadline
+                else { throw error }
+                log("Redis: \(error.message) (\(what)); trying again")
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
     }
 
     /// Enqueues every job of `jobsPath`, calling `report` once per job line, in file order.
@@ -124,30 +150,47 @@ package final class FleetEnqueuer: Sendable {
             return .refused(line: number, job: job.id, reason: "line \(number): not a JSON object")
         }
         let keys = FleetKeys(job: job.id)
+        // This enqueue's own id, in the job's hash and in every shard entry: an id whose keys were deleted can be
+        // enqueued again, and a worker tells the enqueues apart by it (its cached line, an old entry left on the
+        // stream). It is also the claim on the job id, and what tells a step tried again after a lost answer whether
+        // the job is still this enqueue's.
+        let enqueueID = UUID().uuidString.lowercased()
+        let enqueueIDField = RedisArgument(FleetKeys.enqueueIDField)
         do {
-            let claimed = try await client.command(["HSETNX", keys.meta, "line", RedisArgument(bytes: template)])
-            guard claimed == .integer(1) else {
+            // The claim and who holds it, in one round trip: after a lost answer, the HGET says whether it was ours.
+            let claimed = try await retrying("claiming job \(job.id)") { () throws(RedisError) in
+                let replies = try await client.commands([
+                    ["HSETNX", keys.meta, enqueueIDField, RedisArgument(enqueueID)],
+                    ["HGET", keys.meta, enqueueIDField],
+                ])
+                return replies.count == 2 && replies[1] == .bytes(Array(enqueueID.utf8))
+            }
+            guard claimed else {
                 return .refused(
                     line: number, job: job.id,
                     reason: "line \(number): job \(job.id) is already enqueued in Redis (job ids must be unique)")
             }
             let enqueuedAt = Int(Date().timeIntervalSince1970 * 1000)
-            // This enqueue's own id, in the job's hash and in every shard entry: an id whose keys were deleted can be
-            // enqueued again, and a worker tells the enqueues apart by it (its cached line, an old entry left on the
-            // stream).
-            let enqueueID = UUID().uuidString.lowercased()
             var meta: [RedisArgument] = [
-                "HSET", keys.meta, "now", RedisArgument(Int(now)), "enqueued_at", RedisArgument(enqueuedAt),
-                RedisArgument(FleetKeys.enqueueIDField), RedisArgument(enqueueID),
+                "HSET", keys.meta, "line", RedisArgument(bytes: template), "now", RedisArgument(Int(now)),
+                "enqueued_at",
+                RedisArgument(enqueuedAt),
             ]
             if audience?.channel != nil, let policy = audience?.channelStoragePolicy {
                 // The bound channel's storage policy, for the broadcast shard's expiration (FleetWorker).
                 meta += ["channel_policy", RedisArgument(policy)]
             }
-            _ = try await client.commands([
-                meta,
-                ["RPUSH", RedisArgument(FleetKeys.jobList), RedisArgument(job.id)],
-            ])
+            // The hash is set as often as tried; the job is listed once (an attempt may have listed it already, and an
+            // id enqueued again after its keys were deleted keeps its first place).
+            try await retrying("recording job \(job.id)") { () throws(RedisError) in
+                let replies = try await client.commands([
+                    meta, ["LPOS", RedisArgument(FleetKeys.jobList), RedisArgument(job.id)],
+                ])
+                if case .error(let message) = replies[0] { throw RedisError.server(message) }
+                if replies.count == 2, replies[1] == .null {
+                    _ = try await client.command(["RPUSH", RedisArgument(FleetKeys.jobList), RedisArgument(job.id)])
+                }
+            }
             var shards = 0
             var total = 0
             var batch: [String] = []
@@ -161,21 +204,43 @@ package final class FleetEnqueuer: Sendable {
                     if index > 0 { data.append(10) }
                     data += token.utf8
                 }
-                let replies = try await client.commands([
-                    ["SET", keys.tokens(shard: shards), RedisArgument(bytes: data)],
+                // One transaction: the tokens, the stream entry and the count of shards written either all happened
+                // or none did, so after a lost answer the count says which, and the entry is never added twice.
+                let shard = shards
+                let write: [[RedisArgument]] = [
+                    ["MULTI"],
+                    ["SET", keys.tokens(shard: shard), RedisArgument(bytes: data)],
                     [
                         "XADD", RedisArgument(FleetKeys.stream), "*", "job", RedisArgument(job.id), "shard",
-                        RedisArgument(shards), "start", RedisArgument(start), "count", RedisArgument(batch.count),
-                        RedisArgument(FleetKeys.enqueueIDField), RedisArgument(enqueueID),
+                        RedisArgument(shard), "start", RedisArgument(start), "count", RedisArgument(batch.count),
+                        enqueueIDField, RedisArgument(enqueueID),
                     ] + (broadcast ? ["broadcast", "1"] : []),
-                    [
-                        "HSET", keys.meta, "shards", RedisArgument(shards + 1), "notifications", RedisArgument(total),
-                    ],
-                ])
-                if let failed = replies.first(where: { if case .error = $0 { true } else { false } }),
-                    case .error(let message) = failed
-                {
-                    throw RedisError.server(message)
+                    ["HSET", keys.meta, "shards", RedisArgument(shard + 1), "notifications", RedisArgument(total)],
+                    ["EXEC"],
+                ]
+                var lostAnswer = false
+                try await retrying("shard \(shard) of job \(job.id)") { () throws(RedisError) in
+                    if lostAnswer {
+                        let state = try await client.commands([
+                            ["HGET", keys.meta, enqueueIDField], ["HGET", keys.meta, "shards"],
+                        ])
+                        guard state.count == 2, state[0] == .bytes(Array(enqueueID.utf8)) else {
+                            throw RedisError.server(
+                                "job \(job.id)'s keys are gone (Redis restarted without persistence, or they were "
+                                    + "deleted) while it was being enqueued")
+                        }
+                        if case .bytes(let written) = state[1],
+                            Int(String(decoding: written, as: UTF8.self)) == shard + 1
+                        {
+                            return  // the lost attempt went through
+                        }
+                    }
+                    lostAnswer = true
+                    let replies = try await client.commands(write)
+                    for reply in replies + (replies.last?.array ?? []) {
+                        if case .error(let message) = reply { throw RedisError.server(message) }
+                    }
+                    if replies.last == .null { throw RedisError.server("the shard's transaction was aborted (EXEC)") }
                 }
                 shards += 1
                 batch.removeAll(keepingCapacity: true)
@@ -227,10 +292,12 @@ package final class FleetEnqueuer: Sendable {
             }
             try await flush()
             // `enqueued` last: until then `fanout status` shows the job as still being enqueued.
-            _ = try await client.command([
-                "HSET", keys.meta, "shards", RedisArgument(shards), "notifications", RedisArgument(total),
-                "enqueued", "1",
-            ])
+            _ = try await retrying("finishing job \(job.id)") { () throws(RedisError) in
+                try await client.command([
+                    "HSET", keys.meta, "shards", RedisArgument(shards), "notifications", RedisArgument(total),
+                    "enqueued", "1",
+                ])
+            }
             return .enqueued(job: job.id, shards: shards, notifications: total)
         } catch let error as FleetError {
             throw error

@@ -467,6 +467,77 @@ final class FleetTests: XCTestCase {
                 + "retries logged per worker \(retried)")
     }
 
+    /// redis-server (AOF, `appendfsync always`) killed and started again while `fanout enqueue` is writing a job's
+    /// shards: the enqueue rides it out (each step tried again, saying so) and ends with every shard on the stream
+    /// exactly once, in one job listed once. Before, the first lost answer ended it (exit 2) with the job half
+    /// enqueued and its id taken.
+    func testRedisRestartDuringAnEnqueueIsRiddenOutWithEveryShardOnce() async throws {
+        let fleet = try startFleet(appendOnly: true)
+        let tokens = 300_000
+        let shardSize = 100
+        let tokensFile = "\(fleet.directory)/tokens.txt"
+        try ((0..<tokens).map(testDeviceToken).joined(separator: "\n") + "\n").write(
+            toFile: tokensFile, atomically: true, encoding: .utf8)
+        let jobs = "\(fleet.directory)/jobs.jsonl"
+        try
+            (#"{"id": "big", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "tokens.txt"}"#
+            + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
+        let enqueue = try RunningProcess(
+            fleet.fanout, ["enqueue", "--redis", fleet.redis.url, "--jobs", jobs, "--shard-size", String(shardSize)],
+            environment: ProcessSupport.cleanEnvironment())
+        addTeardownBlock { enqueue.kill(SIGKILL) }
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.redis.url)))
+        defer { Task { await client.shutdown() } }
+        func shardsWritten() async -> Int {
+            guard case .bytes(let value)? = try? await client.command(["HGET", "fanout:job:{big}", "shards"]) else {
+                return 0
+            }
+            return Int(String(decoding: value, as: UTF8.self)) ?? 0
+        }
+        // Kill Redis once the enqueue is well under way (each shard is one fsync'd transaction, so it takes seconds).
+        let deadline = Date().addingTimeInterval(60)
+        while await shardsWritten() < 100 {
+            guard Date() < deadline, enqueue.isRunning else {
+                XCTFail("the enqueue did not get going: \(enqueue.stderrText())")
+                return
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        fleet.redis.kill()
+        try await Task.sleep(for: .milliseconds(500))
+        XCTAssertTrue(enqueue.isRunning, "the enqueue waits for Redis: \(enqueue.stderrText())")
+        try fleet.redis.restart()
+
+        XCTAssertTrue(enqueue.waitForExit(timeout: 120), "the enqueue finished")
+        let result = enqueue.result()
+        XCTAssertEqual(result.exitCode, 0, result.summary)
+        XCTAssertEqual(result.stdoutLines, [#"{"job": "big", "shards": 3000}"#], result.summary)
+        XCTAssertTrue(result.stderr.contains("trying again"), "it said it was trying again: \(result.summary)")
+        // Every shard on the stream once (no worker has read any), and the job's totals and listing.
+        let entries = try await client.command(["XRANGE", "fanout:shards", "-", "+"]).array ?? []
+        var shards: [Int] = []
+        for entry in entries {
+            let fields = entry.array?.last?.array ?? []
+            var index = 0
+            while index + 1 < fields.count {
+                if case .bytes(let name) = fields[index], name == Array("shard".utf8),
+                    case .bytes(let value) = fields[index + 1]
+                {
+                    shards.append(Int(String(decoding: value, as: UTF8.self)) ?? -1)
+                }
+                index += 2
+            }
+        }
+        XCTAssertEqual(shards.count, tokens / shardSize, "one entry per shard, none twice")
+        XCTAssertEqual(shards.sorted(), Array(0..<(tokens / shardSize)))
+        let listed = try await client.command(["LRANGE", "fanout:jobs", "0", "-1"])
+        XCTAssertEqual(listed, .array([.bytes(Array("big".utf8))]))
+        let status = try status(fleet)
+        XCTAssertEqual(status["big"]?["shards"] as? Int, tokens / shardSize, "\(status)")
+        XCTAssertEqual(status["big"]?["notifications"] as? Int, tokens, "\(status)")
+        XCTAssertEqual(status["big"]?["state"] as? String, "waiting", "\(status)")
+    }
+
     func testSigtermFinishesTheShardsBeingSentAndLeavesTheRestToAnotherWorker() async throws {
         let fleet = try startFleet()
         try enqueue(fleet)
