@@ -36,6 +36,18 @@ package final class FleetEnqueuer: Sendable {
         case refused(line: Int, job: String?, reason: String)
     }
 
+    /// Claims a job id. KEYS: the job's hash. ARGV: the `enqueue_id` field's name, this enqueue's id. Returns the id of
+    /// the enqueue that holds the job (this one's once claimed; an empty string for a job an older version enqueued,
+    /// whose hash has a line and no id).
+    static let claimJob = RedisScript(
+        """
+        local owner = redis.call('HGET', KEYS[1], ARGV[1])
+        if owner then return owner end
+        if redis.call('HEXISTS', KEYS[1], 'line') == 1 then return '' end
+        redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+        return ARGV[2]
+        """)
+
     /// A valid device token that no device has: the recipient of the stored job line, replaced by each shard's.
     static let placeholderToken = String(repeating: "0", count: 64)
 
@@ -157,13 +169,11 @@ package final class FleetEnqueuer: Sendable {
         let enqueueID = UUID().uuidString.lowercased()
         let enqueueIDField = RedisArgument(FleetKeys.enqueueIDField)
         do {
-            // The claim and who holds it, in one round trip: after a lost answer, the HGET says whether it was ours.
+            // The claim answers who holds the id, so after a lost answer trying again says whether it was ours.
             let claimed = try await retrying("claiming job \(job.id)") { () throws(RedisError) in
-                let replies = try await client.commands([
-                    ["HSETNX", keys.meta, enqueueIDField, RedisArgument(enqueueID)],
-                    ["HGET", keys.meta, enqueueIDField],
-                ])
-                return replies.count == 2 && replies[1] == .bytes(Array(enqueueID.utf8))
+                try await client.evalScript(
+                    Self.claimJob, keys: [keys.meta], arguments: [enqueueIDField, RedisArgument(enqueueID)])
+                    == .bytes(Array(enqueueID.utf8))
             }
             guard claimed else {
                 return .refused(
