@@ -234,14 +234,14 @@ final class ServeCompatibilityTests: XCTestCase {
         let noAlert = try serve.curl(
             "POST", "/messages/live_activity/start", key: ServeKeys.acmeServer,
             json:
-                #"{"app_id": "\#(ServeHarness.brazeAppID)", "activity_id": "g", "activity_attributes_type": "T", "activity_attributes": {}, "content_state": {}, "notification": {"alert": {"title": "t", "body": "b"}}, "external_user_ids": ["x"]}"#
+                #"{"app_id": "\#(ServeHarness.brazeAppID)", "activity_id": "g", "activity_attributes_type": "T", "activity_attributes": {}, "content_state": {}, "external_user_ids": ["x"]}"#
         )
         XCTAssertEqual(noAlert.status, 400, noAlert.text)
         XCTAssertTrue((try noAlert.object()["error"] as? String ?? "").contains("notification"), noAlert.text)
         let segment = try serve.curl(
             "POST", "/messages/live_activity/start", key: ServeKeys.acmeServer,
             json:
-                #"{"app_id": "\#(ServeHarness.brazeAppID)", "activity_id": "g", "activity_attributes_type": "T", "activity_attributes": {}, "content_state": {}, "notification": {"alert": {"title": "t", "body": "b"}}, "notification": {"alert": {"title": "t", "body": "b"}}, "segment_id": "s"}"#
+                #"{"app_id": "\#(ServeHarness.brazeAppID)", "activity_id": "g", "activity_attributes_type": "T", "activity_attributes": {}, "content_state": {}, "notification": {"alert": {"title": "t", "body": "b"}}, "segment_id": "s"}"#
         )
         XCTAssertEqual(segment.status, 400, segment.text)
         let badContent = try serve.curl(
