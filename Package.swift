@@ -175,7 +175,7 @@ let package = Package(
             dependencies: [
                 "Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "FanoutJobFile", "FanoutObservability",
                 "FanoutTestSupport", "MockAPNsKit", "FanoutRedis", "FanoutFleet", "FanoutRegistry",
-                "FanoutRedisRegistry",
+                "FanoutRedisRegistry", "FanoutSQLite",
             ]),
     ]
 )

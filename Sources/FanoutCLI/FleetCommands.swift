@@ -203,6 +203,10 @@ enum FleetCommands {
         // APNs invalidates (410 Unregistered after their registration, BadDeviceToken, DeviceTokenNotForTopic) from
         // it, as `fanout send --registry` does.
         configuration.registry = RedisRegistryStore(client: writer)
+        let warningWorker = name
+        configuration.warningHandler = { message, fields in
+            logger.warning(message, fields: fields.merging(["worker": warningWorker]) { value, _ in value })
+        }
         let engine: FanoutEngine
         do {
             engine = try FanoutEngine(configuration: configuration)

@@ -176,6 +176,7 @@ enum SendCommand {
             }
         }
         let logger = FanoutLogger(format: options.logFormat)
+        configuration.warningHandler = { logger.warning($0, fields: $1) }
         var endpoint: MetricsEndpoint?
         if let listen = options.metricsListen {
             let metrics = FanoutMetrics()

@@ -318,7 +318,8 @@ enum RedisRegistryScripts {
           return finish()
 
         elseif op == 'remove' then
-          -- ARGV: token, before ('' = whatever its registration time).
+          -- ARGV: token, before ('' = whatever its registration time; for a 410, the cutoff Swift computed from
+          -- its timestamp less the refresh minute, as SQLite's store uses).
           local token = ARGV[3]
           candidates[#candidates + 1] = token
           for _, slot in ipairs(slotsof(token)) do
@@ -640,7 +641,8 @@ enum RedisRegistryScripts {
           return finish()
 
         elseif op == 'remove' then
-          -- ARGV: kind ('push' or 'push_to_start'), device, attributes type, token, before ('' = any time).
+          -- ARGV: kind ('push' or 'push_to_start'), device, attributes type, token, before ('' = any time; for a
+          -- 410, its timestamp less the refresh minute, plus one).
           local kind, device, token = ARGV[3], ARGV[4], ARGV[6]
           local function older(at) return ARGV[7] == '' or (at ~= '' and tonumber(at) < tonumber(ARGV[7])) end
           if kind == 'push' then

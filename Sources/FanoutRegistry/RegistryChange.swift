@@ -28,8 +28,10 @@ public enum RegistryChange: Sendable, Hashable {
         app: String, activityID: String, channelID: String?, storagePolicy: Int? = nil, onlyIfUnbound: Bool = false,
         environment: String? = nil)
     /// APNs answered 410 for `token`: remove it wherever it was registered before `timestamp` (the 410 body's Unix
-    /// milliseconds); a later registration means the device registered it again and it stays. Nil removes it at once
-    /// (410 `ExpiredToken` carries no timestamp).
+    /// milliseconds); a later registration means the device registered it again and it stays. Since a registration
+    /// of the same token within a minute leaves the held time unmoved, only a token held at least a minute before
+    /// `timestamp` is removed (the next 410 removes the others). Nil removes it at once (410 `ExpiredToken` carries
+    /// no timestamp).
     case unregistered(token: String, timestamp: Int64?)
     /// APNs answered `BadDeviceToken` or `DeviceTokenNotForTopic`: remove `token` everywhere at once.
     case invalidToken(token: String)

@@ -744,9 +744,10 @@ extension RegistryConnection {
     static let eventChunk = 64
 
     /// How much later a registration of the same token must be to move its registration time (and expiry) forward:
-    /// one minute. A device re-registering a token after a 410's timestamp keeps it (Apple's rule) unless both fall
-    /// within the same minute.
-    static let refreshGranularity: Int64 = 60_000
+    /// one minute (`RegistryValidation.refreshGranularity`). A 410 therefore removes a token only when it holds a
+    /// time at least that long before the 410's (`RegistryValidation.unregisteredCutoff`), so a device that
+    /// registered it again at or after the 410 keeps it even when the minute left its time unmoved.
+    static let refreshGranularity = RegistryValidation.refreshGranularity
 
     /// Writes the buffered events: full chunks with one statement each, the rest one by one. SQLite gives the rows of
     /// an INSERT the rowids after the largest one, in order, so a chunk's sequence numbers end at the last rowid.

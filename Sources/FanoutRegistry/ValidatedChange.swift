@@ -14,7 +14,8 @@ package enum ValidatedChange<App> {
     case channel(
         app: App, activityID: String, channelID: String?, storagePolicy: Int?, onlyIfUnbound: Bool,
         environment: String?)
-    /// Remove `token` wherever it was registered strictly before `before` (nil: everywhere).
+    /// Remove `token` wherever it was registered strictly before `before` (nil: everywhere). For a 410, `before` is
+    /// `RegistryValidation.unregisteredCutoff` of its timestamp.
     case removeToken(token: String, before: Int64?)
 
     /// The app the change is for (nil for a removal by token, which is every app's).
@@ -118,9 +119,11 @@ extension RegistryValidation {
                 environment: channelID == nil
                     ? nil : try V.optionalIdentifier(environment, field: "channel_environment"))
         case .unregistered(let token, let timestamp):
+            // Removed only where registered at least the refresh minute before the 410: a registration within that
+            // minute may hide one at or after it (see `unregisteredCutoff`).
             return .removeToken(
                 token: try V.token(token, field: "token", allowEmpty: false),
-                before: try V.time(timestamp, field: "timestamp"))
+                before: try V.time(timestamp, field: "timestamp").map(V.unregisteredCutoff))
         case .invalidToken(let token):
             return .removeToken(token: try V.token(token, field: "token", allowEmpty: false), before: nil)
         }

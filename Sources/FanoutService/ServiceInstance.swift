@@ -51,7 +51,7 @@ package final class ServiceInstance: Sendable {
         do {
             engines = try TeamEngines(
                 configuration: configuration, registry: stores.engineRegistry, metrics: metrics,
-                tokenSources: tokens.byTeam)
+                tokenSources: tokens.byTeam, warn: { logger.warning($0, fields: $1) })
             channels = try TeamChannelClients(configuration: configuration, tokenSources: tokens.byTeam)
         } catch {
             tokens.stop()

@@ -47,7 +47,8 @@ final class FleetRegistryTests: XCTestCase {
 
         // The registry on Redis, with the default prefix `fanout serve --redis` uses: the activity's live tokens, one
         // stopped and one expired (registered 9 hours ago; update tokens live 8), a second activity bound to a
-        // broadcast channel.
+        // broadcast channel. The others were registered two minutes ago: a 410 (which mock-apns dates now) removes
+        // only a token registered at least a minute before it.
         let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redis.url)))
         defer { Task { await client.shutdown() } }
         let store = RedisRegistryStore(client: client)
@@ -57,7 +58,7 @@ final class FleetRegistryTests: XCTestCase {
             .updateToken(
                 UpdateTokenRegistration(
                     app: Self.app, activityID: Self.activity, deviceID: "d-\(index)", token: testDeviceToken(index),
-                    registeredAt: index == Self.live + 1 ? now - 9 * 3_600_000 : nil))
+                    registeredAt: index == Self.live + 1 ? now - 9 * 3_600_000 : now - 120_000))
         }
         changes.append(.stopUpdateTokens(app: Self.app, activityID: Self.activity, deviceID: "d-\(Self.live)"))
         changes += (0..<2).map { index in

@@ -1,4 +1,6 @@
 import Fanout
+import FanoutObservability
+import FanoutSQLite
 import Foundation
 import Synchronization
 import XCTest
@@ -146,6 +148,54 @@ final class RegistryEngineTests: XCTestCase {
         XCTAssertEqual(summary.counts.unregistered, 2)
         let kept = try await liveTokens(store, activity: "m")
         XCTAssertEqual(kept, [after])
+    }
+
+    /// A prune the registry refuses (another process holds its write lock past the busy timeout) is not dropped
+    /// silently: the engine's warning handler gets one line saying how many tokens stay and why.
+    func testAPruneTheRegistryRefusesIsLoggedAsAWarning() async throws {
+        let clock = TestClock(Self.realNow - 3_600_000)
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "busy")
+        var registryConfiguration = RegistryConfiguration()
+        registryConfiguration.clock = clock.registryClock
+        registryConfiguration.busyTimeoutMilliseconds = 200
+        let store = try SQLiteRegistryStore(path: "\(directory)/registry.db", configuration: registryConfiguration)
+        addTeardownBlock { store.close() }
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        let gone = testDeviceToken(1)
+        try await registerUpdateTokens(store, activity: "m", tokens: [("a", gone)])
+        clock.set(Self.realNow)
+
+        try [gone].joined(separator: "\n").write(
+            toFile: "\(directory)/unregistered.txt", atomically: true, encoding: .utf8)
+        let mock = try MockHarness { $0.unregisteredPath = "\(directory)/unregistered.txt" }
+        defer { mock.stop() }
+        let lines = Mutex<[String]>([])
+        let logger = FanoutLogger(
+            format: .text, sink: .init { bytes in lines.withLock { $0.append(String(decoding: bytes, as: UTF8.self)) } }
+        )
+        // Another connection (as another process would) holds the write lock for the whole send.
+        let other = try SQLiteDatabase(path: "\(directory)/registry.db", busyTimeoutMilliseconds: 0)
+        try other.execute("BEGIN IMMEDIATE")
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1) {
+            $0.registry = store
+            $0.warningHandler = { logger.warning($0, fields: $1) }
+        }
+        let summary = try await engine.run(updateJob("m-update", activity: "m")) { _ in }
+        await engine.shutdown()
+        try other.execute("ROLLBACK")
+
+        XCTAssertEqual(summary.counts.unregistered, 1)
+        let logged = lines.withLock { $0 }
+        XCTAssertEqual(logged.count, 1, "\(logged)")
+        let line = try XCTUnwrap(logged.first)
+        XCTAssertTrue(line.contains(" warning registry prune failed: 1 invalidated tokens not removed "), line)
+        XCTAssertTrue(line.contains("not_removed=1"), line)
+        XCTAssertTrue(line.contains("kind=busy"), line)
+        XCTAssertTrue(line.contains("locked by another process"), line)
+        XCTAssertFalse(line.contains(gone), "no token in the line: \(line)")
+        // The token stays (the next 410 for it removes it).
+        let kept = try await liveTokens(store, activity: "m")
+        XCTAssertEqual(kept, [gone])
     }
 
     /// Push-to-start by users and by attributes type; the activity id lands in `attributes` at each

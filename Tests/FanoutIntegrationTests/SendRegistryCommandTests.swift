@@ -72,20 +72,23 @@ class SendRegistryCommandTests: XCTestCase {
     /// Imports the registrations: match-7's and match-8's update tokens (devices without users), and the push
     /// devices' regular push tokens (device p-N of user u-(N % 5)).
     private func importRegistrations() throws {
+        // Registered two minutes ago: a 410 removes only a token registered at least a minute before it (one
+        // registered again within the minute keeps its first time), and mock-apns dates its 410s now.
+        let at = ", \"registered_at\": \(Int(Date().timeIntervalSince1970) - 120)"
         var lines: [String] = []
         for index in 0..<Self.match7 {
             lines.append(
-                #"{"app": "\#(Self.app)", "activity_id": "match-7", "token": "\#(Self.token("a7", index))", "device": "a-\#(index)"}"#
+                #"{"app": "\#(Self.app)", "activity_id": "match-7", "token": "\#(Self.token("a7", index))", "device": "a-\#(index)"\#(at)}"#
             )
         }
         for index in 0..<Self.match8 {
             lines.append(
-                #"{"app": "\#(Self.app)", "activity_id": "match-8", "token": "\#(Self.token("a8", index))", "device": "b-\#(index)"}"#
+                #"{"app": "\#(Self.app)", "activity_id": "match-8", "token": "\#(Self.token("a8", index))", "device": "b-\#(index)"\#(at)}"#
             )
         }
         for index in 0..<Self.pushDevices {
             lines.append(
-                #"{"app": "\#(Self.app)", "device": "p-\#(index)", "user": "u-\#(index % 5)", "push_token": "\#(Self.token("c1", index))"}"#
+                #"{"app": "\#(Self.app)", "device": "p-\#(index)", "user": "u-\#(index % 5)", "push_token": "\#(Self.token("c1", index))"\#(at)}"#
             )
         }
         let file = try write(lines, to: "registrations.jsonl")

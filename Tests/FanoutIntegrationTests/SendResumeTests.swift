@@ -34,10 +34,15 @@ final class SendResumeTests: XCTestCase {
         let registry = try SQLiteRegistryStore(path: "\(directory)/registry.db")
         addTeardownBlock { registry.close() }
         try await registry.defineApps([RegistryApp(bundleID: Self.app)])
+        // Registered two minutes ago: a 410 (which mock-apns dates now) removes only a token registered at least a
+        // minute before it.
+        let registeredAt = registry.clock.now() - 120_000
         try await registry.apply(
             tokens.enumerated().map { index, token in
                 .updateToken(
-                    UpdateTokenRegistration(app: Self.app, activityID: activity, deviceID: "d\(index)", token: token))
+                    UpdateTokenRegistration(
+                        app: Self.app, activityID: activity, deviceID: "d\(index)", token: token,
+                        registeredAt: registeredAt))
             })
         return registry
     }

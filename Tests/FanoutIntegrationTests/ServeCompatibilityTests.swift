@@ -117,6 +117,66 @@ final class ServeCompatibilityTests: XCTestCase {
         XCTAssertEqual(homes.sorted(), [1, 2], "each update sent once, none from the refused request")
     }
 
+    /// The Pushwoosh SDK's device methods name a refused field as the SDK spells it (`hwid`, `userId`,
+    /// `activity_token`, `activity_push_to_start_token`), not as the registry does (`device`, `user`, `token`).
+    func testPushwooshRegistrationRefusalsNameTheSDKsFields() throws {
+        let long = String(repeating: "h", count: 300)
+        let token = ServeNativeAPITests.token("a3", 1)
+        for (method, fields, field) in [
+            ("registerDevice", #""hwid": "\#(long)", "push_token": "\#(token)""#, "hwid"),
+            ("registerDevice", #""hwid": "h-1", "userId": "\#(long)""#, "userId"),
+            ("registerDevice", #""hwid": "h-1", "push_token": "not-hex""#, "push_token"),
+            ("unregisterDevice", #""hwid": "\#(long)""#, "hwid"),
+            ("setActivityToken", #""hwid": "\#(long)", "activity_id": "m", "activity_token": "\#(token)""#, "hwid"),
+            (
+                "setActivityToken",
+                #""hwid": "h-1", "userId": "\#(long)", "activity_id": "m", "activity_token": "\#(token)""#,
+                "userId"
+            ),
+            ("setActivityToken", #""hwid": "h-1", "activity_id": "m", "activity_token": "not-hex""#, "activity_token"),
+            ("setActivityToken", #""hwid": "\#(long)", "activity_id": "m", "activity_token": """#, "hwid"),
+            (
+                "setActivityPushToStartToken", #""hwid": "\#(long)", "activity_push_to_start_token": "\#(token)""#,
+                "hwid"
+            ),
+            (
+                "setActivityPushToStartToken", #""hwid": "h-1", "activity_push_to_start_token": "not-hex""#,
+                "activity_push_to_start_token"
+            ),
+        ] {
+            let answer = try serve.curl(
+                "POST", "/json/1.3/\(method)", key: ServeKeys.acmeDevice, scheme: "Token",
+                json: #"{"request": {"application": "\#(ServeHarness.pushwooshApplication)", \#(fields)}}"#)
+            XCTAssertEqual(answer.status, 200, "\(method): \(answer.text)")
+            let object = try answer.object()
+            XCTAssertEqual(object["status_code"] as? Int, 210, "\(method): \(answer.text)")
+            let message = object["status_message"] as? String ?? ""
+            XCTAssertTrue(message.hasPrefix("Argument error: \(field): "), "\(method): \(answer.text)")
+        }
+    }
+
+    /// Braze's bodies have no registrations (its SDK registers with Braze), so an id the registry would refuse is
+    /// refused by the dispatch's checks, named as Braze spells it.
+    func testBrazeRefusalsNameBrazesFields() throws {
+        let long = String(repeating: "g", count: 300)
+        for (path, body) in [
+            (
+                "start",
+                #""activity_id": "\#(long)", "activity_attributes_type": "T", "activity_attributes": {}, "content_state": {}, "notification": {"alert": {"title": "t", "body": "b"}}, "external_user_ids": ["u-1"]"#
+            ),
+            ("update", #""activity_id": "\#(long)", "content_state": {}"#),
+        ] {
+            let answer = try serve.curl(
+                "POST", "/messages/live_activity/\(path)", key: ServeKeys.acmeServer,
+                json: #"{"app_id": "\#(ServeHarness.brazeAppID)", \#(body)}"#)
+            XCTAssertEqual(answer.status, 400, "\(path): \(answer.text)")
+            let object = try answer.object()
+            let error = object["error"] as? String ?? object["message"] as? String ?? ""
+            XCTAssertTrue(error.hasPrefix("activity_id"), "\(path): \(answer.text)")
+        }
+        XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
+    }
+
     func testBrazeStartAndUpdateEndpoints() throws {
         // A user with a push-to-start token, registered through the native device API.
         let startToken = ServeNativeAPITests.token("b2", 1)

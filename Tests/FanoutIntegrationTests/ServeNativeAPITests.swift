@@ -214,6 +214,42 @@ class ServeNativeAPITests: XCTestCase {
         XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }
 
+    /// What the registry's checks refuse in a registration is named as the native request spells it (`device_id`,
+    /// `user_id`, a push-to-start `token`), not as the registry does (`device`, `user`, `push_to_start_token`).
+    func testRegistrationRefusalsNameTheRequestsFields() throws {
+        let device = ServeKeys.acmeDevice
+        let long = String(repeating: "d", count: 300)
+        let token = Self.token("a1", 1)
+        for (method, path, json, field) in [
+            ("POST", "/v1/activities/match-7/tokens", #"{"token": "\#(token)", "device_id": "\#(long)"}"#, "device_id"),
+            (
+                "POST", "/v1/activities/match-7/tokens",
+                #"{"token": "\#(token)", "device_id": "d-1", "user_id": "\#(long)"}"#, "user_id"
+            ),
+            ("POST", "/v1/activities/match-7/tokens", #"{"token": "not-hex", "device_id": "d-1"}"#, "token"),
+            ("DELETE", "/v1/activities/match-7/tokens", #"{"device_id": "\#(long)"}"#, "device_id"),
+            ("POST", "/v1/devices", #"{"device_id": "\#(long)", "push_token": "\#(token)"}"#, "device_id"),
+            ("POST", "/v1/devices", #"{"device_id": "d-1", "user_id": "\#(long)"}"#, "user_id"),
+            ("POST", "/v1/devices", #"{"device_id": "d-1", "push_token": "not-hex"}"#, "push_token"),
+            ("POST", "/v1/push-to-start-tokens", #"{"device_id": "\#(long)", "token": "\#(token)"}"#, "device_id"),
+            (
+                "POST", "/v1/push-to-start-tokens",
+                #"{"device_id": "d-1", "user_id": "\#(long)", "token": "\#(token)"}"#,
+                "user_id"
+            ),
+            ("POST", "/v1/push-to-start-tokens", #"{"device_id": "d-1", "token": "not-hex"}"#, "token"),
+        ] {
+            let refused = try serve.curl(method, path, key: device, json: json)
+            XCTAssertEqual(refused.status, 400, "\(method) \(path): \(refused.text)")
+            XCTAssertEqual(try refused.object()["field"] as? String, field, "\(method) \(path): \(refused.text)")
+            XCTAssertTrue(
+                (try refused.object()["error"] as? String ?? "").hasPrefix("\(field): "),
+                "\(method) \(path): \(refused.text)")
+        }
+        let stats = try serve.curl("GET", "/v1/activities/match-7", key: ServeKeys.acmeServer)
+        XCTAssertNotEqual(try? stats.object()["live_tokens"] as? Int, 1, "nothing was registered: \(stats.text)")
+    }
+
     func testIdempotencyKeyReturnsTheFirstDispatch() throws {
         let body = #"{"content_state": {"home": 1}}"#
         let first = try serve.curl(
@@ -243,6 +279,9 @@ final class ServeNativeAPIRedisTests: ServeNativeAPITests {
     }
     override func testRefusalsNameTheFieldAndChangeNothing() throws {
         try super.testRefusalsNameTheFieldAndChangeNothing()
+    }
+    override func testRegistrationRefusalsNameTheRequestsFields() throws {
+        try super.testRegistrationRefusalsNameTheRequestsFields()
     }
     override func testIdempotencyKeyReturnsTheFirstDispatch() throws {
         try super.testIdempotencyKeyReturnsTheFirstDispatch()

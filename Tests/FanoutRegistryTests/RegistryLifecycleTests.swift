@@ -298,6 +298,38 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         XCTAssertEqual(third.events.map(\.reason), [.unregistered])
     }
 
+    func testA410KeepsATokenRegisteredAgainAfterItsTimestampWithinTheRefreshMinute() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock, apps: [app, "com.acme.other"])
+        let token = TestTokens.token(1)
+        let registeredAt = clock.now
+        try await store.apply([
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: token)),
+            .pushToStartToken(.init(app: "com.acme.other", deviceID: "d1", token: token)),
+            .device(.init(app: app, deviceID: "d2", pushToken: token)),
+        ])
+        // The device registers the token again 30 s later: within the refresh minute, so the registry keeps the
+        // first registration time. APNs's 410 is dated between the two registrations: the token must stay.
+        clock.advance(milliseconds: 30_000)
+        let again = try await store.apply([
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: token)),
+            .pushToStartToken(.init(app: "com.acme.other", deviceID: "d1", token: token)),
+            .device(.init(app: app, deviceID: "d2", pushToken: token)),
+        ])
+        XCTAssertEqual(again.events, [])
+        let kept = try await store.recordUnregistered(token: token, timestamp: registeredAt + 10_000)
+        XCTAssertEqual(kept.events, [])
+        XCTAssertEqual(kept.unchanged, 1)
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.map(\.token), [token])
+
+        // A 410 a full minute after the held registration time postdates any registration the minute hid.
+        let removed = try await store.recordUnregistered(token: token, timestamp: registeredAt + 60_000)
+        XCTAssertEqual(Set(removed.events.map(\.kind)), [.update, .pushToStart, .push])
+        XCTAssertTrue(removed.events.allSatisfy { $0.reason == .unregistered })
+    }
+
     func testBadDeviceTokenRemovesTheTokenAtOnceWhereverItIsRegistered() async throws {
         let directory = try ScratchDirectory()
         let clock = TestClock()

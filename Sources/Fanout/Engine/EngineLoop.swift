@@ -95,7 +95,7 @@ final class EngineShared: Sendable {
         self.tls = tls
         self.tokens = tokens
         self.invalidTokens = invalidTokens
-        pruner = configuration.registry.map { RegistryPruner(store: $0) }
+        pruner = configuration.registry.map { RegistryPruner(store: $0, warn: configuration.warningHandler) }
         limiter = InFlightLimiter(capacity: configuration.effectiveMaxInFlight)
     }
 }

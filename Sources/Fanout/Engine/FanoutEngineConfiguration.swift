@@ -35,6 +35,10 @@ public struct FanoutEngineConfiguration: Sendable {
     /// The token registry that `Recipients.activity`, `.pushToStart` and `.devices` are read from, and
     /// that tokens APNs invalidates are pruned from as their results arrive. Nil: jobs must name tokens.
     public var registry: (any RegistryStore)?
+    /// Where the engine reports trouble it carries on through, for the process's log at warning level: a message and
+    /// its fields (no secrets). Today: a batch of invalidated tokens the registry refused to remove (busy past its
+    /// timeout, or any other error), with how many and why. Nil: not reported.
+    public var warningHandler: (@Sendable (_ message: String, _ fields: [String: String]) -> Void)?
     /// Where push-to-start jobs write their activity id inside `attributes` (default `activityId`).
     public var activityIDAttribute: ActivityIDAttribute
     /// The priority-10 guard, per app (bundle id): at most this many priority-10 updates per activity
@@ -89,6 +93,7 @@ public struct FanoutEngineConfiguration: Sendable {
         maxInFlight = nil
         maxPendingSends = nil
         registry = nil
+        warningHandler = nil
         activityIDAttribute = .fanout
         priority10UpdatesPerHour = [:]
         metrics = nil

@@ -18,17 +18,20 @@ final class RegistryPruner: Sendable {
     private let wake: AsyncStream<Void>.Continuation
     private let task: Task<Void, Never>
 
-    init(store: any RegistryStore) {
+    typealias Warn = @Sendable (_ message: String, _ fields: [String: String]) -> Void
+
+    /// - Parameter warn: where a refused batch is reported (`FanoutEngineConfiguration.warningHandler`).
+    init(store: any RegistryStore, warn: Warn?) {
         let (signals, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         self.wake = wake
         let shared = self.shared
-        task = Task { await Self.drain(signals, state: shared, into: store) }
+        task = Task { await Self.drain(signals, state: shared, into: store, warn: warn) }
     }
 
     /// Applies each batch as it is signalled, until closed.
-    private static func drain(_ signals: AsyncStream<Void>, state shared: SharedState, into store: any RegistryStore)
-        async
-    {
+    private static func drain(
+        _ signals: AsyncStream<Void>, state shared: SharedState, into store: any RegistryStore, warn: Warn?
+    ) async {
         for await _ in signals {
             let (batch, closed) = shared.mutex.withLock { state in
                 defer { state.pending.removeAll(keepingCapacity: true) }
@@ -38,8 +41,14 @@ final class RegistryPruner: Sendable {
                 do throws(RegistryError) {
                     _ = try await store.apply(batch)
                 } catch {
-                    // A batch the registry refuses (a database error) is dropped: its tokens are invalidated
-                    // again by the next send that reaches them, and update tokens expire on their own.
+                    // A batch the registry refuses (busy past its timeout, a database error) is dropped: its tokens
+                    // are invalidated again by the next send that reaches them, and update tokens expire on their
+                    // own. Said once per batch, with why (the error names no token: a refused batch is a storage
+                    // failure, and its changes passed the engine's own token checks).
+                    // (A field named like `tokens` would be redacted by the logger: `not_removed`.)
+                    warn?(
+                        "registry prune failed: \(batch.count) invalidated tokens not removed",
+                        ["not_removed": String(batch.count), "kind": error.kind.description, "error": error.message])
                 }
             }
             if closed { break }

@@ -101,7 +101,7 @@ struct NativeAPI {
             let registration = DeviceRegistration(
                 app: app.bundleID, deviceID: try body.requiredString("device_id"), userID: try body.string("user_id"),
                 pushToken: try body.string("push_token"))
-            return Self.applied(try await core.register([.device(registration)]))
+            return Self.applied(try await core.register([.device(registration)], fields: .nativeRegistration))
         case .registerUpdateToken(let activity):
             let body = try RequestBody.parse(request.body)
             try body.rejectUnknown(["app", "token", "device_id", "user_id"])
@@ -116,14 +116,16 @@ struct NativeAPI {
                     UpdateTokenRegistration(
                         app: app.bundleID, activityID: activity, deviceID: try body.string("device_id"),
                         userID: try body.string("user_id"), token: token))
-            return Self.applied(try await core.register([change]))
+            return Self.applied(try await core.register([change], fields: .nativeRegistration))
         case .stopUpdateToken(let activity):
             let body = request.body.isEmpty ? RequestBody(object: JSONObject()) : try RequestBody.parse(request.body)
             try body.rejectUnknown(["app", "device_id"])
             let app = try core.app(try body.string("app") ?? request.query["app"], of: caller)
             let device = try Self.stoppedDevice(try body.string("device_id") ?? request.query["device_id"], caller)
             return Self.applied(
-                try await core.register([.stopUpdateTokens(app: app.bundleID, activityID: activity, deviceID: device)]))
+                try await core.register(
+                    [.stopUpdateTokens(app: app.bundleID, activityID: activity, deviceID: device)],
+                    fields: .nativeRegistration))
         case .registerPushToStart:
             let body = try RequestBody.parse(request.body)
             try body.rejectUnknown(["app", "device_id", "user_id", "attributes_type", "token"])
@@ -131,7 +133,7 @@ struct NativeAPI {
             let registration = PushToStartRegistration(
                 app: app.bundleID, deviceID: try body.requiredString("device_id"), userID: try body.string("user_id"),
                 attributesType: try body.string("attributes_type"), token: try body.requiredString("token"))
-            return Self.applied(try await core.register([.pushToStartToken(registration)]))
+            return Self.applied(try await core.register([.pushToStartToken(registration)], fields: .nativeRegistration))
         case .liveActivity(let activity, let event):
             let body = try RequestBody.parse(request.body)
             let spec = try liveActivitySpec(body, activity: activity, event: event, caller: caller)

@@ -133,7 +133,7 @@ struct PushwooshAPI {
             let registration = DeviceRegistration(
                 app: app.bundleID, deviceID: try body.requiredString("hwid"), userID: try body.string("userId"),
                 pushToken: try body.string("push_token"))
-            _ = try await core.register([.device(registration)])
+            _ = try await core.register([.device(registration)], fields: .pushwooshRegistration)
             return Self.ok()
         case "unregisterDevice":
             let app = try application(body, caller)
@@ -141,7 +141,7 @@ struct PushwooshAPI {
             let registration = DeviceRegistration(
                 app: app.bundleID, deviceID: try body.requiredString("hwid"), userID: try body.string("userId"),
                 pushToken: "")
-            _ = try await core.register([.device(registration)])
+            _ = try await core.register([.device(registration)], fields: .pushwooshRegistration)
             return Self.ok()
         case "setActivityToken":
             let app = try application(body, caller)
@@ -153,30 +153,34 @@ struct PushwooshAPI {
                 // The SDK's stop: an empty or missing token. Without an activity id it stops the device's tokens
                 // of every activity it has; with one, just that activity's.
                 guard !activityID.isEmpty else {
-                    _ = try await core.register(try await stopAll(app: app.bundleID, device: device))
+                    _ = try await core.register(
+                        try await stopAll(app: app.bundleID, device: device), fields: .pushwooshRegistration)
                     return Self.ok()
                 }
-                _ = try await core.register([
-                    .stopUpdateTokens(app: app.bundleID, activityID: activityID, deviceID: device)
-                ])
+                _ = try await core.register(
+                    [
+                        .stopUpdateTokens(app: app.bundleID, activityID: activityID, deviceID: device)
+                    ], fields: .pushwooshRegistration)
                 return Self.ok()
             }
             guard !activityID.isEmpty else {
                 throw APIError(400, field: "activity_id", "activity_id is required with an activity_token")
             }
-            _ = try await core.register([
-                .updateToken(
-                    UpdateTokenRegistration(
-                        app: app.bundleID, activityID: activityID, deviceID: device, userID: try body.string("userId"),
-                        token: token))
-            ])
+            _ = try await core.register(
+                [
+                    .updateToken(
+                        UpdateTokenRegistration(
+                            app: app.bundleID, activityID: activityID, deviceID: device,
+                            userID: try body.string("userId"),
+                            token: token))
+                ], fields: .pushwooshRegistration)
             return Self.ok()
         case "setActivityPushToStartToken":
             let app = try application(body, caller)
             let registration = PushToStartRegistration(
                 app: app.bundleID, deviceID: try body.requiredString("hwid"), userID: try body.string("userId"),
                 attributesType: nil, token: try body.requiredString("activity_push_to_start_token"))
-            _ = try await core.register([.pushToStartToken(registration)])
+            _ = try await core.register([.pushToStartToken(registration)], fields: .pushwooshRegistration)
             return Self.ok()
         default:
             // Any other SDK method (setTags, applicationOpen, pushStat, ...): answered, not acted on.

@@ -46,6 +46,19 @@ struct RequestFieldNames: Sendable {
 
     static let nativePush = RequestFieldNames(nativeAudience)
 
+    /// The native registration endpoints (`/v1/devices`, `/v1/activities/{id}/tokens`, `/v1/push-to-start-tokens`):
+    /// what the registry's checks call `device`, `user` and a push-to-start registration's `push_to_start_token`.
+    static let nativeRegistration = RequestFieldNames([
+        ("device", "device_id"), ("user", "user_id"), ("push_to_start_token", "token"),
+    ])
+
+    /// The Pushwoosh SDK's device methods (`registerDevice`, `setActivityToken`, `setActivityPushToStartToken`):
+    /// the registry's `device`, `user` and tokens as the SDK spells them.
+    static let pushwooshRegistration = RequestFieldNames([
+        ("device", "hwid"), ("user", "userId"), ("token", "activity_token"),
+        ("push_to_start_token", "activity_push_to_start_token"),
+    ])
+
     /// Braze's `messages/live_activity/start` and `update` bodies.
     static let braze = RequestFieldNames([
         ("live_activity.relevance_score", "notification.relevance_score"),

@@ -124,10 +124,12 @@ package final class ServiceCore: Sendable {
 
     // MARK: Registry
 
-    /// Applies registrations. Bad input (a malformed token, an id too long) is the caller's 400, naming the field;
-    /// a registry that cannot write now (busy, unavailable) is a 503 the caller should retry, since nothing was
-    /// written.
-    func register(_ changes: [RegistryChange]) async throws(APIError) -> RegistryApplyResult {
+    /// Applies registrations. Bad input (a malformed token, an id too long) is the caller's 400, naming the field as
+    /// the request spells it (`fields`: the registry's checks say `device` for `device_id` or `hwid`); a registry
+    /// that cannot write now (busy, unavailable) is a 503 the caller should retry, since nothing was written.
+    func register(_ changes: [RegistryChange], fields: RequestFieldNames) async throws(APIError)
+        -> RegistryApplyResult
+    {
         do {
             return try await registry.apply(changes)
         } catch {
@@ -135,7 +137,8 @@ package final class ServiceCore: Sendable {
                 logger.error("registration not written", fields: ["error": error.message])
                 throw APIError(503, "the registry cannot be written now; retry later")
             }
-            throw APIError(400, field: error.field, "\(error)")
+            let named = fields.rename(field: error.field, message: error.description)
+            throw APIError(400, field: named.field, named.message)
         }
     }
 

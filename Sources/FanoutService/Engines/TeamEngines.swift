@@ -17,9 +17,11 @@ package final class TeamEngines: Sendable {
     /// Starts the engines. Apps of one team must share one key (`key_id`, `key_path`).
     /// - Parameter tokenSources: a team's shared provider token source (with the registry on Redis); a team not in it
     ///   mints its own tokens.
+    /// - Parameter warn: where the engines report trouble they carry on through (a prune the registry refused).
     init(
         configuration: ServiceConfiguration, registry: any RegistryStore, metrics: FanoutMetrics,
-        tokenSources: [String: any ProviderTokenSource] = [:]
+        tokenSources: [String: any ProviderTokenSource] = [:],
+        warn: (@Sendable (_ message: String, _ fields: [String: String]) -> Void)? = nil
     ) throws(ServiceConfigurationError) {
         var byTeam: [TeamKey: (app: AppConfiguration, engine: FanoutEngine)] = [:]
         var byApp: [String: FanoutEngine] = [:]
@@ -44,6 +46,7 @@ package final class TeamEngines: Sendable {
             engineConfiguration.connectionsPerLoop = configuration.connectionsPerLoop
             engineConfiguration.maxAttempts = configuration.maxAttempts
             engineConfiguration.registry = registry
+            engineConfiguration.warningHandler = warn
             engineConfiguration.metrics = metrics
             engineConfiguration.tokenSource = tokenSources[app.teamID]
             let engine: FanoutEngine
