@@ -105,7 +105,8 @@ enum FleetCommands {
                                     flags override it
               --name NAME           this worker's consumer name (default HOST-PID); a worker restarted under its
                                     old name takes its pending shards back at once
-              --claim-idle SECONDS  claim a shard pending this long without a heartbeat (its worker died; default 30)
+              --claim-idle SECONDS  claim a shard pending this long without a heartbeat (its worker died; default 30,
+                                    at least \(seconds(FleetWorkerOptions.minimumClaimIdle)))
               --concurrent-shards N shards sent at once (default 4)
 
             Runs until SIGTERM or SIGINT: then it reads no more shards, lets those it sends finish (10 s), leaves
@@ -145,6 +146,14 @@ enum FleetCommands {
             }
             guard redis != nil else { throw UsageError("--redis URL is required") }
             guard !name.isEmpty else { throw UsageError("--name must not be empty") }
+            // The heartbeat runs at most every 100 ms: a shorter claim-idle hands live workers' shards to others.
+            let minimum = FleetWorkerOptions.minimumClaimIdle
+            guard claimIdle >= minimum else {
+                throw UsageError(
+                    "--claim-idle must be at least \(seconds(minimum)) s (\(FleetWorkerOptions.heartbeatsPerClaimIdle) "
+                        + "heartbeats, which run at most every \(seconds(FleetWorkerOptions.shortestHeartbeatInterval)) s), "
+                        + "not \(seconds(claimIdle))")
+            }
         } catch {
             return fail("worker", error.message)
         }
@@ -360,6 +369,13 @@ enum FleetCommands {
             return fail("status", error.message)
         }
         return 0
+    }
+
+    /// A duration in seconds, as short as it can be written: `0.3`, `30`.
+    static func seconds(_ duration: Duration) -> String {
+        let (whole, attoseconds) = duration.components
+        let milliseconds = whole * 1000 + attoseconds / 1_000_000_000_000_000
+        return milliseconds % 1000 == 0 ? String(milliseconds / 1000) : String(Double(milliseconds) / 1000)
     }
 
     static func fail(_ command: String, _ message: String) -> Int32 {
