@@ -191,6 +191,10 @@ enum FleetCommands {
                 try await source.start()
                 fleetToken = source
                 configuration.tokenSource = source
+            } catch let error as FanoutError {
+                return fail("worker", error.message)
+            } catch let error as FleetError {
+                return fail("worker", error.message)
             } catch {
                 return fail("worker", "\(error)")
             }

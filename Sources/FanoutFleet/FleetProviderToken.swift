@@ -107,7 +107,8 @@ package final class FleetProviderToken: ProviderTokenSource {
                 do throws(FleetError) {
                     try await self.refresh()
                 } catch {
-                    self.log("provider token: \(error.message); keeping the current one")
+                    // The message starts with "provider token: ".
+                    self.log("\(error.message); keeping the current one")
                 }
             }
         }
@@ -144,7 +145,7 @@ package final class FleetProviderToken: ProviderTokenSource {
             do throws(FleetError) {
                 try await refresh(rejected: token)
             } catch {
-                log("provider token refresh after a rejection: \(error.message)")
+                log("\(error.message) (refreshing after a rejection)")
             }
         }
     }

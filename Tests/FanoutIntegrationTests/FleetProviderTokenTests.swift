@@ -122,4 +122,31 @@ final class FleetProviderTokenTests: XCTestCase {
         }
         XCTAssertEqual(mints(workers), 2)
     }
+
+    /// A background refresh that fails logs its reason once: the message already says "provider token: ", which the
+    /// log line repeated ("provider token: provider token: ...").
+    func testAFailedBackgroundRefreshLogsItsReasonWithOnePrefix() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let signer = try ProviderTokenSigner(key: ES256PrivateKey.generate(), keyID: "KEYID12345", teamID: "TEAMID1234")
+        var options = FleetProviderToken.Options()
+        options.pollInterval = .milliseconds(50)
+        let lines = Mutex<[String]>([])
+        let client = try RedisClient(url: redis.url)
+        addTeardownBlock { await client.shutdown() }
+        let worker = FleetProviderToken(
+            client: client, signer: signer, options: options, log: { line in lines.withLock { $0.append(line) } })
+        try await worker.start()
+        addTeardownBlock { worker.stop() }
+        // The token's key holds a string now: every HMGET fails with WRONGTYPE.
+        _ = try await client.command(["SET", "fanout:token:{TEAMID1234}", "not a hash"])
+        let deadline = Date().addingTimeInterval(10)
+        while !lines.withLock({ $0.contains { $0.contains("WRONGTYPE") } }) {
+            guard Date() < deadline else { return XCTFail("no failed refresh logged: \(lines.withLock { $0 })") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let failed = try XCTUnwrap(lines.withLock { $0.first { $0.contains("WRONGTYPE") } })
+        XCTAssertTrue(failed.hasPrefix("provider token: "), failed)
+        XCTAssertFalse(failed.contains("provider token: provider token"), failed)
+        XCTAssertTrue(failed.hasSuffix("; keeping the current one"), failed)
+    }
 }

@@ -501,6 +501,24 @@ final class FleetTests: XCTestCase {
         XCTAssertTrue(help.stdout.contains("default 30,\n") && help.stdout.contains("at least 0.3)"), help.stdout)
     }
 
+    /// A signing key that cannot be read is one line naming the file, its message, not the error's debug form
+    /// ("signing key: CryptoError(fileNotFound): ...").
+    func testAnUnreadableSigningKeyIsOneLineWithTheKeysMessage() throws {
+        let redis = try RedisServerProcess(for: self)
+        let fanout = try ProcessSupport.builtExecutable("fanout")
+        let result = try ProcessSupport.run(
+            fanout,
+            [
+                "worker", "--redis", redis.url, "--endpoint", "localhost:1", "--key", "/nonexistent.p8", "--key-id",
+                "KEYID12345", "--team-id", "TEAMID1234",
+            ], environment: ProcessSupport.cleanEnvironment())
+        XCTAssertEqual(result.exitCode, 2, result.summary)
+        XCTAssertEqual(result.stderrLines.count, 1, result.summary)
+        XCTAssertTrue(result.stderr.hasPrefix("fanout worker: signing key: "), result.summary)
+        XCTAssertTrue(result.stderr.contains("/nonexistent.p8"), result.summary)
+        XCTAssertFalse(result.stderr.contains("CryptoError"), result.summary)
+    }
+
     func testUnreachableRedisAtStartIsAOneLineErrorAndExitStatusTwo() throws {
         let fanout = try ProcessSupport.builtExecutable("fanout")
         let directory = try ProcessSupport.temporaryDirectory(for: self, "fleet")
