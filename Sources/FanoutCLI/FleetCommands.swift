@@ -261,8 +261,10 @@ enum FleetCommands {
             return fail("worker", error.message)
         }
         await engine.shutdown(gracePeriod: .seconds(1))
+        // The leases and the name share one second (with Redis hung, both expire instead).
+        let teardownEnd = ContinuousClock.now + .seconds(1)
         await fleetBudget?.returnLeases(timeout: .seconds(1))
-        await worker.releaseName(timeout: .seconds(1))
+        await worker.releaseName(timeout: teardownEnd - ContinuousClock.now)
         logger.info(
             "worker stopped",
             fields: [
