@@ -28,7 +28,7 @@ public struct ProviderCredentials: Sendable {
         do {
             return try ProviderTokenSigner(key: ES256PrivateKey(pemFilePath: keyPath), keyID: keyID, teamID: teamID)
         } catch {
-            throw FanoutError(.credentials, "signing key: \(error)")
+            throw FanoutError(.credentials, "signing key: \(Self.message(error))")
         }
     }
 
@@ -36,6 +36,11 @@ public struct ProviderCredentials: Sendable {
     /// channel client of this process that signs with this key shares one token, so the team's token is refreshed
     /// once per schedule, not once per client. The first cache made for the key sets the schedule. Errors name the
     /// file, never its contents.
+    /// An error's message for people: a `CryptoError`'s message (naming the file), not its debug form.
+    private static func message(_ error: any Error) -> String {
+        (error as? CryptoError)?.message ?? "\(error)"
+    }
+
     func makeTokenCache(refreshAfter: Duration, minimumInterval: Duration) throws(FanoutError) -> ProviderTokenCache {
         do {
             let key = try ES256PrivateKey(pemFilePath: keyPath)
@@ -46,7 +51,7 @@ public struct ProviderCredentials: Sendable {
             _ = try cache.currentToken()  // fail now, not at the first send
             return cache
         } catch {
-            throw FanoutError(.credentials, "signing key: \(error)")
+            throw FanoutError(.credentials, "signing key: \(Self.message(error))")
         }
     }
 }

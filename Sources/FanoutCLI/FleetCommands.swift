@@ -104,14 +104,16 @@ enum FleetCommands {
             \(redisHelp)
               --config FILE         fanout send's config file (endpoint, credentials, loops, connections, ...);
                                     flags override it
-              --name NAME           this worker's consumer name (default HOST-PID); a worker restarted under its
-                                    old name takes its pending shards back at once
-              --claim-idle SECONDS  claim a shard pending this long without a heartbeat (its worker died; default 30)
+              --name NAME           this worker's consumer name (default HOST-PID), one live worker each: a second
+                                    is refused (exit 2); a worker restarted under its old name takes its pending
+                                    shards back at once (after a crash, once --claim-idle has passed)
+              --claim-idle SECONDS  claim a shard pending this long without a heartbeat (its worker died; default 30,
+                                    at least \(seconds(FleetWorkerOptions.minimumClaimIdle)))
               --concurrent-shards N shards sent at once (default 4)
 
             Runs until SIGTERM or SIGINT: then it reads no more shards, lets those it sends finish (10 s), leaves
             the rest pending for other workers, and exits 0. Exit status 2: bad arguments, configuration errors,
-            Redis unreachable at start.
+            Redis unreachable at start, another live worker with the same --name.
             """
         var redis: String?
         var options = SendCommand.Options()
@@ -146,6 +148,14 @@ enum FleetCommands {
             }
             guard redis != nil else { throw UsageError("--redis URL is required") }
             guard !name.isEmpty else { throw UsageError("--name must not be empty") }
+            // The heartbeat runs at most every 100 ms: a shorter claim-idle hands live workers' shards to others.
+            let minimum = FleetWorkerOptions.minimumClaimIdle
+            guard claimIdle >= minimum else {
+                throw UsageError(
+                    "--claim-idle must be at least \(seconds(minimum)) s (\(FleetWorkerOptions.heartbeatsPerClaimIdle) "
+                        + "heartbeats, which run at most every \(seconds(FleetWorkerOptions.shortestHeartbeatInterval)) s), "
+                        + "not \(seconds(claimIdle))")
+            }
         } catch {
             return fail("worker", error.message)
         }
@@ -168,6 +178,14 @@ enum FleetCommands {
         } catch {
             return fail("worker", error.message)
         }
+        // The name first: a second live worker under it (the default host-PID is the same for containers on host
+        // networking) would send this one's pending shards, so it stops here, before it mints or leases anything.
+        let nameHold: FleetWorkerName
+        do {
+            nameHold = try await FleetWorkerName.claim(name, expiry: claimIdle, client: writer)
+        } catch {
+            return fail("worker", error.message)
+        }
         let logger = FanoutLogger(format: options.logFormat)
         // One provider token per team for the whole fleet, kept in Redis, instead of one per worker.
         var fleetToken: FleetProviderToken?
@@ -183,7 +201,14 @@ enum FleetCommands {
                 try await source.start()
                 fleetToken = source
                 configuration.tokenSource = source
+            } catch let error as FanoutError {
+                await nameHold.release(client: writer, timeout: .seconds(1))
+                return fail("worker", error.message)
+            } catch let error as FleetError {
+                await nameHold.release(client: writer, timeout: .seconds(1))
+                return fail("worker", error.message)
             } catch {
+                await nameHold.release(client: writer, timeout: .seconds(1))
                 return fail("worker", "\(error)")
             }
         }
@@ -211,12 +236,13 @@ enum FleetCommands {
         do {
             engine = try FanoutEngine(configuration: configuration)
         } catch {
+            await nameHold.release(client: writer, timeout: .seconds(1))
             return fail("worker", error.message)
         }
         if let warning = configuration.credentials?.permissionWarning() { logger.warning(warning) }
         let workerName = name
         let worker = FleetWorker(
-            engine: engine, reader: reader, writer: writer, options: workerOptions,
+            engine: engine, reader: reader, writer: writer, options: workerOptions, name: nameHold,
             log: { logger.info($0, fields: ["worker": workerName]) })
         logger.info(
             "worker started",
@@ -236,16 +262,25 @@ enum FleetCommands {
         } catch {
             await engine.shutdown(gracePeriod: .zero)
             await fleetBudget?.returnLeases(timeout: .seconds(1))
+            await worker.releaseName(timeout: .seconds(1))
             return fail("worker", error.message)
         }
         await engine.shutdown(gracePeriod: .seconds(1))
+        // The leases and the name share one second (with Redis hung, both expire instead).
+        let teardownEnd = ContinuousClock.now + .seconds(1)
         await fleetBudget?.returnLeases(timeout: .seconds(1))
+        await worker.releaseName(timeout: teardownEnd - ContinuousClock.now)
         logger.info(
             "worker stopped",
             fields: [
                 "worker": name, "shards_completed": String(stats.shardsCompleted),
                 "shards_claimed": String(stats.shardsClaimed), "results_written": String(stats.resultsWritten),
             ])
+        if stats.nameTaken {
+            return fail(
+                "worker",
+                "another worker named \(name) took this worker's name on this Redis; give each worker its own --name")
+        }
         return 0
     }
 
@@ -375,6 +410,13 @@ enum FleetCommands {
             return fail("status", error.message)
         }
         return 0
+    }
+
+    /// A duration in seconds, as short as it can be written: `0.3`, `30`.
+    static func seconds(_ duration: Duration) -> String {
+        let (whole, attoseconds) = duration.components
+        let milliseconds = whole * 1000 + attoseconds / 1_000_000_000_000_000
+        return milliseconds % 1000 == 0 ? String(milliseconds / 1000) : String(Double(milliseconds) / 1000)
     }
 
     static func fail(_ command: String, _ message: String) -> Int32 {

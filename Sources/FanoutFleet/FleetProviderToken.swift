@@ -17,7 +17,9 @@ import Synchronization
 ///
 /// - **Reading** (`currentToken`, on the engine's loop threads) answers from a local copy and never touches Redis.
 /// - **Refreshing** (`refresh`, from `start`, a background task every `pollInterval`, and after a rejection): read the
-///   shared token; if there is none, or it is `refreshAfter` old, take the lock, read again (another worker may have
+///   shared token; if there is none but the local copy is not due for a refresh (Redis lost the key: a flush, a
+///   restart without persistence), store the local copy back (only if still absent) instead of minting; if there is
+///   none and no fresh local copy, or it is `refreshAfter` old, take the lock, read again (another worker may have
 ///   minted meanwhile), mint with the signer, store the token and release the lock in one script (which stores only
 ///   while the lock is still ours). A worker that finds the lock taken waits briefly and reads again.
 /// - **After a rejection** (`ExpiredProviderToken`, `InvalidProviderToken`), a new token is minted only when the shared
@@ -70,6 +72,16 @@ package final class FleetProviderToken: ProviderTokenSource {
         return 1
         """)
 
+    /// Stores a token only if the key is absent (Redis lost it): KEYS: token hash. ARGV: token, iat, expiry (s).
+    /// Returns 1 when stored.
+    static let storeIfAbsent = RedisScript(
+        """
+        if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+        redis.call('HSET', KEYS[1], 'token', ARGV[1], 'iat', ARGV[2])
+        redis.call('EXPIRE', KEYS[1], ARGV[3])
+        return 1
+        """)
+
     /// Compare-and-delete: releases the lock only if it is still ours. KEYS: lock. ARGV: owner.
     static let release = RedisScript(
         """
@@ -107,7 +119,8 @@ package final class FleetProviderToken: ProviderTokenSource {
                 do throws(FleetError) {
                     try await self.refresh()
                 } catch {
-                    self.log("provider token: \(error.message); keeping the current one")
+                    // The message starts with "provider token: ".
+                    self.log("\(error.message); keeping the current one")
                 }
             }
         }
@@ -144,7 +157,7 @@ package final class FleetProviderToken: ProviderTokenSource {
             do throws(FleetError) {
                 try await refresh(rejected: token)
             } catch {
-                log("provider token refresh after a rejection: \(error.message)")
+                log("\(error.message) (refreshing after a rejection)")
             }
         }
     }
@@ -168,8 +181,15 @@ package final class FleetProviderToken: ProviderTokenSource {
         do throws(RedisError) {
             while true {
                 let now = options.clock()
-                if let shared = try await readShared(), !needsMint(shared, now: now, rejected: rejected) {
+                let shared = try await readShared()
+                if let shared, !needsMint(shared, now: now, rejected: rejected) {
                     return adopt(shared)
+                }
+                if shared == nil, let held = localCopy(), !needsMint(held, now: now, rejected: rejected) {
+                    // Redis lost the shared token (a flush, a restart without persistence) while ours is still fresh:
+                    // put ours back rather than mint, since APNs refuses refreshes more often than every 20 minutes
+                    // (TooManyProviderTokenUpdates). Stored only if still absent; whatever is there then is adopted.
+                    if let restored = try await restore(held, now: now) { return adopt(restored) }
                 }
                 let owner = UUID().uuidString
                 let locked = try await client.command([
@@ -206,6 +226,25 @@ package final class FleetProviderToken: ProviderTokenSource {
             let issuedAt = values[1].integer
         else { return nil }
         return Shared(token: token, issuedAt: issuedAt)
+    }
+
+    /// The local copy, nil before the first refresh.
+    private func localCopy() -> Shared? {
+        local.withLock { local in local.token.map { Shared(token: $0, issuedAt: local.issuedAt) } }
+    }
+
+    /// Stores `held` as the shared token if there is none (expiring an hour after its `iat`, as a minted one), and
+    /// returns the shared token then: `held`, or another worker's stored meanwhile; nil if there is still none.
+    private func restore(_ held: Shared, now: Int64) async throws(RedisError) -> Shared? {
+        let expiry = max(1, 3600 - (now - held.issuedAt))
+        _ = try await client.evalScript(
+            Self.storeIfAbsent, keys: [tokenKey],
+            arguments: [RedisArgument(held.token), RedisArgument(Int(held.issuedAt)), RedisArgument(Int(expiry))])
+        let shared = try await readShared()
+        if shared?.token == held.token {
+            log("stored the team's provider token again (iat \(held.issuedAt)): Redis had lost it")
+        }
+        return shared
     }
 
     private func needsMint(_ shared: Shared, now: Int64, rejected: String?) -> Bool {

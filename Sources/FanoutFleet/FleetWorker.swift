@@ -9,7 +9,8 @@ package struct FleetWorkerOptions: Sendable {
     /// The consumer name in the group (`--name`; default host-pid). A worker restarted under the same name takes
     /// back its own pending shards at once.
     package var name: String
-    /// A shard pending this long without a heartbeat belongs to a dead worker and is claimed (`--claim-idle`).
+    /// A shard pending this long without a heartbeat belongs to a dead worker and is claimed (`--claim-idle`). At
+    /// least `minimumClaimIdle`: the heartbeat must reset a live worker's shards several times within it.
     package var claimIdle: Duration = .seconds(30)
     /// Shards sent at the same time, so the engine stays busy across a shard's start and end.
     package var concurrentShards = 4
@@ -30,6 +31,18 @@ package struct FleetWorkerOptions: Sendable {
 
     package init(name: String) { self.name = name }
 
+    /// Heartbeats per `claimIdle`: a live worker resets its shards' idle time this often before another may claim
+    /// them, so one late or slow heartbeat does not hand them over.
+    package static let heartbeatsPerClaimIdle = 3
+    /// The heartbeat runs every `claimIdle / heartbeatsPerClaimIdle`, but not more often than this.
+    package static let shortestHeartbeatInterval: Duration = .milliseconds(100)
+    /// The shortest `claimIdle` the heartbeat keeps up with: `heartbeatsPerClaimIdle` heartbeats at their shortest
+    /// interval (0.3 s). Below it a live worker's shards pass for a dead one's (0.05 s sent 8,720 of 50,000 twice).
+    package static var minimumClaimIdle: Duration { shortestHeartbeatInterval * heartbeatsPerClaimIdle }
+
+    /// How often the heartbeat runs.
+    var heartbeatInterval: Duration { max(Self.shortestHeartbeatInterval, claimIdle / Self.heartbeatsPerClaimIdle) }
+
     /// `host-pid`.
     package static var defaultName: String {
         "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
@@ -42,6 +55,9 @@ package struct FleetWorkerStats: Sendable {
     package var shardsClaimed = 0
     package var shardsLeft = 0
     package var resultsWritten = 0
+    /// Another worker took this worker's name while its hold had expired (it could not reach Redis for `claimIdle`):
+    /// it stopped, since two live workers under one name send each other's shards.
+    package var nameTaken = false
 }
 
 /// `fanout worker`: reads shards from the fleet's stream with a consumer group, sends each with the engine, writes
@@ -66,6 +82,9 @@ package final class FleetWorker: Sendable {
     private let writer: RedisClient
     private let options: FleetWorkerOptions
     private let log: @Sendable (String) -> Void
+    /// The hold on `options.name` (`FleetWorkerName`): given by the CLI, which claims it before anything else, or taken
+    /// by `run()`.
+    private let nameHold: Mutex<FleetWorkerName?>
 
     private struct State {
         /// When `stop()` was called: the grace period runs from here, whatever the reading loop was waiting on.
@@ -96,10 +115,12 @@ package final class FleetWorker: Sendable {
     ///   - reader: the client for XREADGROUP (blocked reads hold its connection); its command timeout must exceed
     ///     `options.block`.
     ///   - writer: the client for everything else.
+    ///   - name: the hold on `options.name`, already claimed; nil: `run()` claims it.
     package init(
         engine: FanoutEngine, reader: RedisClient, writer: RedisClient, options: FleetWorkerOptions,
-        log: @escaping @Sendable (String) -> Void
+        name: FleetWorkerName? = nil, log: @escaping @Sendable (String) -> Void
     ) {
+        nameHold = Mutex(name)
         self.engine = engine
         self.reader = reader
         self.writer = writer
@@ -136,8 +157,12 @@ package final class FleetWorker: Sendable {
     }
 
     /// Runs until `stop()`.
-    /// - Throws: `FleetError` when the consumer group cannot be created.
+    /// - Throws: `FleetError` when another live worker has this worker's name, or the consumer group cannot be created.
     package func run() async throws(FleetError) -> FleetWorkerStats {
+        if nameHold.withLock({ $0 == nil }) {
+            let hold = try await FleetWorkerName.claim(options.name, expiry: options.claimIdle, client: writer)
+            nameHold.withLock { $0 = hold }
+        }
         do {
             try await FleetConnection.ensureGroup(writer)
         } catch {
@@ -312,10 +337,29 @@ package final class FleetWorker: Sendable {
         return ShardEntry(id: id, fields: fields)
     }
 
+    /// Frees this worker's name (a clean exit), waiting at most `timeout`; a restart under it may then take it at once.
+    package func releaseName(timeout: Duration) async {
+        await nameHold.withLock { $0 }?.release(client: writer, timeout: timeout)
+    }
+
     private func heartbeatLoop() async {
-        let interval = max(.milliseconds(100), options.claimIdle / 3)
+        let interval = options.heartbeatInterval
         while !Task.isCancelled {
             try? await Task.sleep(for: interval)
+            // The name's hold first, every time: it must outlive the heartbeats even while no shard is held.
+            if let hold = nameHold.withLock({ $0 }) {
+                do {
+                    if try await hold.refresh(client: writer) == false {
+                        log(
+                            "another worker named \(options.name) took this name while this worker could not reach "
+                                + "Redis; stopping (give each worker its own --name)")
+                        state.withLock { $0.stats.nameTaken = true }
+                        stop()
+                    }
+                } catch {
+                    log("heartbeat (name): \(error.message)")
+                }
+            }
             let held = state.withLock { Array($0.held) }
             guard !held.isEmpty else { continue }
             do {

@@ -16,8 +16,10 @@ final class FleetProviderTokenTests: XCTestCase {
         func advance(by delta: Int64) { seconds.withLock { $0 += delta } }
     }
 
-    private func makeWorkers(_ count: Int, clock: FakeClock) throws -> [FleetProviderToken] {
-        let redis = try RedisServerProcess(for: self)
+    private func makeWorkers(_ count: Int, clock: FakeClock, redis: RedisServerProcess? = nil) throws
+        -> [FleetProviderToken]
+    {
+        let redis = try redis ?? RedisServerProcess(for: self)
         let signer = try ProviderTokenSigner(key: ES256PrivateKey.generate(), keyID: "KEYID12345", teamID: "TEAMID1234")
         var options = FleetProviderToken.Options()
         options.clock = { clock.now }
@@ -120,6 +122,65 @@ final class FleetProviderTokenTests: XCTestCase {
             guard Date() < deadline else { return XCTFail("worker 1 did not take the new token") }
             try await Task.sleep(for: .milliseconds(20))
         }
+        XCTAssertEqual(mints(workers), 2)
+    }
+
+    /// A background refresh that fails logs its reason once: the message already says "provider token: ", which the
+    /// log line repeated ("provider token: provider token: ...").
+    func testAFailedBackgroundRefreshLogsItsReasonWithOnePrefix() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let signer = try ProviderTokenSigner(key: ES256PrivateKey.generate(), keyID: "KEYID12345", teamID: "TEAMID1234")
+        var options = FleetProviderToken.Options()
+        options.pollInterval = .milliseconds(50)
+        let lines = Mutex<[String]>([])
+        let client = try RedisClient(url: redis.url)
+        addTeardownBlock { await client.shutdown() }
+        let worker = FleetProviderToken(
+            client: client, signer: signer, options: options, log: { line in lines.withLock { $0.append(line) } })
+        try await worker.start()
+        addTeardownBlock { worker.stop() }
+        // The token's key holds a string now: every HMGET fails with WRONGTYPE.
+        _ = try await client.command(["SET", "fanout:token:{TEAMID1234}", "not a hash"])
+        let deadline = Date().addingTimeInterval(10)
+        while !lines.withLock({ $0.contains { $0.contains("WRONGTYPE") } }) {
+            guard Date() < deadline else { return XCTFail("no failed refresh logged: \(lines.withLock { $0 })") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let failed = try XCTUnwrap(lines.withLock { $0.first { $0.contains("WRONGTYPE") } })
+        XCTAssertTrue(failed.hasPrefix("provider token: "), failed)
+        XCTAssertFalse(failed.contains("provider token: provider token"), failed)
+        XCTAssertTrue(failed.hasSuffix("; keeping the current one"), failed)
+    }
+
+    /// Redis lost the shared token (FLUSHALL) seconds after the mint: the workers, whose local copies are fresh, store
+    /// one back instead of minting (APNs answers TooManyProviderTokenUpdates to refreshes within 20 minutes). Only once
+    /// the copy is due for a refresh does the fleet mint, once.
+    func testATokenLostByRedisIsStoredBackFromAFreshLocalCopyNotMintedAgain() async throws {
+        let clock = FakeClock()
+        let redis = try RedisServerProcess(for: self)
+        let workers = try makeWorkers(3, clock: clock, redis: redis)
+        let first = try await refreshAll(workers)[0]
+        XCTAssertEqual(mints(workers), 1)
+        let admin = try RedisClient(url: redis.url)
+        addTeardownBlock { await admin.shutdown() }
+
+        clock.advance(by: 5)
+        _ = try await admin.command(["FLUSHALL"])
+        let afterFlush = try await refreshAll(workers)
+        XCTAssertEqual(afterFlush, [first, first, first], "every worker keeps the token")
+        XCTAssertEqual(mints(workers), 1, "no mint for a token lost by Redis 5 s after it was minted")
+        let stored = try await admin.command(["HMGET", "fanout:token:{TEAMID1234}", "token", "iat"]).array
+        XCTAssertEqual(stored?.first?.string, first, "the local copy is stored back")
+        XCTAssertEqual(stored?.last?.integer, clock.now - 5, "with its own iat")
+        let ttl = try await admin.command(["TTL", "fanout:token:{TEAMID1234}"]).integer ?? 0
+        XCTAssertTrue((3590...3595).contains(ttl), "expires an hour after its iat: \(ttl)")
+
+        // Lost again when the copies are due for a refresh: the fleet mints once.
+        clock.advance(by: 2995)
+        _ = try await admin.command(["FLUSHALL"])
+        let due = try await refreshAll(workers)
+        XCTAssertEqual(Set(due).count, 1)
+        XCTAssertNotEqual(due[0], first)
         XCTAssertEqual(mints(workers), 2)
     }
 }

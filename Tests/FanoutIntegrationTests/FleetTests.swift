@@ -571,6 +571,55 @@ final class FleetTests: XCTestCase {
         )
     }
 
+    /// The heartbeat runs at most every 100 ms: with `--claim-idle 0.05` other workers claimed live workers' shards
+    /// (8,720 of 50,000 sent twice). A value below three heartbeats (0.3 s) is a usage error naming the flag and the
+    /// minimum, before Redis is asked anything; 0.3 itself is taken (and then fails on the unreachable Redis).
+    func testAClaimIdleShorterThanThreeHeartbeatsIsAUsageError() throws {
+        let fanout = try ProcessSupport.builtExecutable("fanout")
+        let url = "redis://127.0.0.1:\(try ProcessSupport.freeLoopbackPort())"
+        let credentials = [
+            "--endpoint", "localhost:1", "--key", "/nonexistent.p8", "--key-id", "KEYID12345", "--team-id",
+            "TEAMID1234",
+        ]
+        for value in ["0.05", "0.299"] {
+            let result = try ProcessSupport.run(
+                fanout, ["worker", "--redis", url, "--claim-idle", value] + credentials,
+                environment: ProcessSupport.cleanEnvironment())
+            XCTAssertEqual(result.exitCode, 2, result.summary)
+            XCTAssertEqual(
+                result.stderrLines,
+                [
+                    "fanout worker: --claim-idle must be at least 0.3 s (3 heartbeats, which run at most every 0.1 s), "
+                        + "not \(value)"
+                ], result.summary)
+        }
+        let minimum = try ProcessSupport.run(
+            fanout, ["worker", "--redis", url, "--claim-idle", "0.3"] + credentials,
+            environment: ProcessSupport.cleanEnvironment())
+        XCTAssertEqual(minimum.exitCode, 2, minimum.summary)
+        XCTAssertTrue(minimum.stderr.hasPrefix("fanout worker: cannot reach Redis at \(url): "), minimum.summary)
+        let help = try ProcessSupport.run(fanout, ["worker", "--help"], environment: ProcessSupport.cleanEnvironment())
+        XCTAssertTrue(help.stdout.contains("default 30,\n") && help.stdout.contains("at least 0.3)"), help.stdout)
+    }
+
+    /// A signing key that cannot be read is one line naming the file, its message, not the error's debug form
+    /// ("signing key: CryptoError(fileNotFound): ...").
+    func testAnUnreadableSigningKeyIsOneLineWithTheKeysMessage() throws {
+        let redis = try RedisServerProcess(for: self)
+        let fanout = try ProcessSupport.builtExecutable("fanout")
+        let result = try ProcessSupport.run(
+            fanout,
+            [
+                "worker", "--redis", redis.url, "--endpoint", "localhost:1", "--key", "/nonexistent.p8", "--key-id",
+                "KEYID12345", "--team-id", "TEAMID1234",
+            ], environment: ProcessSupport.cleanEnvironment())
+        XCTAssertEqual(result.exitCode, 2, result.summary)
+        XCTAssertEqual(result.stderrLines.count, 1, result.summary)
+        XCTAssertTrue(result.stderr.hasPrefix("fanout worker: signing key: "), result.summary)
+        XCTAssertTrue(result.stderr.contains("/nonexistent.p8"), result.summary)
+        XCTAssertFalse(result.stderr.contains("CryptoError"), result.summary)
+    }
+
     func testUnreachableRedisAtStartIsAOneLineErrorAndExitStatusTwo() throws {
         let fanout = try ProcessSupport.builtExecutable("fanout")
         let directory = try ProcessSupport.temporaryDirectory(for: self, "fleet")

@@ -249,6 +249,113 @@ final class FleetWorkerTests: XCTestCase {
         await client.shutdown()
     }
 
+    /// Two live workers under one name read each other's pending shards and both send them (the default name,
+    /// host-PID, is the same for containers on host networking). A worker holds its name in Redis while it runs (the
+    /// heartbeat refreshes the hold, also while it holds no shard): a second one under that name is refused with one
+    /// line; once the first has gone (its hold deleted at a clean exit) the name is free at once.
+    func testASecondLiveWorkerUnderTheSameNameIsRefused() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let first = try await startWorker("same", mock: mock, redis: redis)
+        let reading = await eventuallyAsync {
+            let consumers = try? await client.command(
+                ["XINFO", "CONSUMERS", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group)])
+            return consumers?.array?.isEmpty == false
+        }
+        XCTAssertTrue(reading, "the first worker never read from the stream")
+
+        // Past the first one's claim-idle (1 s), idle all along: its hold is still refreshed.
+        try await Task.sleep(for: .milliseconds(1_500))
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1)
+        let writer = try await FleetConnection.connect(redis.url)
+        let reader = try await FleetConnection.connect(redis.url, commandTimeout: .seconds(11))
+        var options = FleetWorkerOptions(name: "same")
+        options.claimIdle = .seconds(1)
+        let second = FleetWorker(
+            engine: engine, reader: reader, writer: writer, options: options, log: { print("[same 2] \($0)") })
+        let outcome = Mutex<String?>(nil)
+        let run = Task {
+            do throws(FleetError) {
+                _ = try await second.run()
+                outcome.withLock { $0 = "returned" }
+            } catch {
+                outcome.withLock { $0 = error.message }
+            }
+        }
+        let ended = await eventually(timeout: .seconds(3) * testTimeScale) { outcome.withLock { $0 } != nil }
+        second.stop()
+        await engine.shutdown(gracePeriod: .zero)
+        await run.value
+        await reader.shutdown()
+        await writer.shutdown()
+        XCTAssertTrue(ended, "the second worker under the same name was not refused")
+        XCTAssertEqual(
+            outcome.withLock { $0 },
+            "another worker named same is running on this Redis; give each worker its own --name")
+
+        // A clean exit frees the name at once.
+        first.worker.stop()
+        await first.worker.releaseName(timeout: .seconds(1))
+        await first.shutdown()
+        let again = try await FleetWorkerName.claim("same", expiry: .seconds(1), client: client)
+        await again.release(client: client, timeout: .seconds(1))
+        await client.shutdown()
+    }
+
+    /// A worker that died holds its name until the hold expires, after its claim-idle (the same time after which
+    /// others claim its shards); then the name is free.
+    func testADeadWorkersNameIsFreeOnceItsHoldExpires() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let client = try await FleetConnection.connect(redis.url)
+        _ = try await FleetWorkerName.claim("dead", expiry: .milliseconds(500), client: client)
+        do throws(FleetError) {
+            _ = try await FleetWorkerName.claim("dead", expiry: .milliseconds(500), client: client)
+            XCTFail("a name still held was taken")
+        } catch {
+            XCTAssertTrue(error.message.hasPrefix("another worker named dead is running"), error.message)
+        }
+        try await Task.sleep(for: .milliseconds(700))
+        let taken = try await FleetWorkerName.claim("dead", expiry: .milliseconds(500), client: client)
+        XCTAssertEqual(taken.name, "dead")
+        await client.shutdown()
+    }
+
+    /// A worker restarted under its name after a clean stop that left a shard pending (the grace period was over)
+    /// reads that shard back at once: with a claim-idle of 60 s, no other worker could have claimed it yet.
+    func testAWorkerRestartedUnderItsNameResumesItsPendingShardAtOnce() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let holding = try MockHarness { $0.blackholeEvery = 1 }
+        defer { holding.stop() }
+        let answering = try MockHarness()
+        defer { answering.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let tokens = (0..<3).map { testDeviceToken($0) }
+        try await enqueue([Self.jobLine(id: "resumed", priority: 10, alert: "hi", tokens: tokens)], redis: redis)
+        let first = try await startWorker("again", mock: holding, redis: redis) {
+            $0.claimIdle = .seconds(60)
+            $0.stopGrace = .milliseconds(200)
+        }
+        let busy = await eventually { holding.stats.snapshot()["streams_blackholed"] as? Int ?? 0 >= 1 }
+        XCTAssertTrue(busy, "the shard never reached the mock")
+        first.worker.stop()
+        let returned = await eventually(timeout: .seconds(5) * testTimeScale) { first.hasReturned }
+        XCTAssertTrue(returned)
+        await first.worker.releaseName(timeout: .seconds(1))
+        await first.shutdown()
+
+        let restartedAt = ContinuousClock.now
+        let second = try await startWorker("again", mock: answering, redis: redis) { $0.claimIdle = .seconds(60) }
+        let done = try await waitUntilDone("resumed", client: client, timeout: .seconds(20))
+        let elapsed = ContinuousClock.now - restartedAt
+        await second.shutdown()
+        XCTAssertNotNil(done, "the restarted worker did not resume its shard")
+        XCTAssertEqual(done?.counts.outcomes.delivered, tokens.count)
+        XCTAssertLessThan(elapsed, .seconds(20), "resumed at once, not after the claim-idle")
+        await client.shutdown()
+    }
+
     /// A shard whose job line this version cannot parse gets the job's one `invalid` result; when that cannot be
     /// written (here the results key holds a string, so the script fails with WRONGTYPE every time), a stop still
     /// ends the worker after the grace period, leaving the shard pending. Before, that write was retried for ever
