@@ -492,14 +492,29 @@ package final class FleetWorker: Sendable {
                 cutOff: cutOff)
             let interval = options.flushInterval
             let batch = options.flushBatch
+            let log = self.log
             let flusher = Task {
-                // Checks the buffer every 20 ms: writes a full batch at once, a partial one after `interval`.
+                // Checks the buffer every 20 ms: writes a full batch at once, a partial one after `interval`. Results
+                // Redis does not take stay buffered and go with the next write; the first failure of a run of them,
+                // and the write that ends it, are logged (the results were silently late while Redis was down).
                 var last = ContinuousClock.now
+                var failing = false
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .milliseconds(20))
                     guard sink.buffered >= batch || ContinuousClock.now - last >= interval else { continue }
                     last = ContinuousClock.now
-                    _ = try? await sink.flush()
+                    do throws(RedisError) {
+                        try await sink.flush()
+                        if failing { log("shard \(shard) of \(keys.job): results written again") }
+                        failing = false
+                    } catch {
+                        if !failing {
+                            log(
+                                "shard \(shard) of \(keys.job): results not written yet (\(error.message)); retrying"
+                            )
+                        }
+                        failing = true
+                    }
                 }
             }
             let engine = self.engine
