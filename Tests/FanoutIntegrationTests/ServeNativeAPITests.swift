@@ -1,5 +1,6 @@
 // The native API of `fanout serve` (`/v1/...`) through curl, against the real binary and a mock-apns: every
 // endpoint, what the mock receives, and what the reads report.
+import FanoutSQLite
 import FanoutTestSupport
 import Foundation
 import XCTest
@@ -248,6 +249,22 @@ class ServeNativeAPITests: XCTestCase {
         }
         let stats = try serve.curl("GET", "/v1/activities/match-7", key: ServeKeys.acmeServer)
         XCTAssertNotEqual(try? stats.object()["live_tokens"] as? Int, 1, "nothing was registered: \(stats.text)")
+    }
+
+    /// A registration the registry cannot write now (another process holds the SQLite file's write lock past the busy
+    /// timeout) is a 503 with `Retry-After`, so the SDK comes back; once the lock is gone the same request is taken.
+    /// (SQLite only: the Redis class does not declare it.)
+    func testARegistrationTheRegistryCannotWriteNowIs503WithRetryAfter() throws {
+        let other = try SQLiteDatabase(path: serve.database, busyTimeoutMilliseconds: 5000)
+        try other.execute("BEGIN IMMEDIATE")
+        let json = #"{"token": "\#(Self.token("a1", 9))", "device_id": "d-9"}"#
+        let refused = try serve.curl("POST", "/v1/activities/match-9/tokens", key: ServeKeys.acmeDevice, json: json)
+        try other.execute("ROLLBACK")
+        XCTAssertEqual(refused.status, 503, refused.text)
+        XCTAssertEqual(refused.headers["retry-after"], "1", "\(refused.headers)")
+        let taken = try serve.curl("POST", "/v1/activities/match-9/tokens", key: ServeKeys.acmeDevice, json: json)
+        XCTAssertTrue((200..<300).contains(taken.status), taken.text)
+        XCTAssertNil(taken.headers["retry-after"])
     }
 
     func testIdempotencyKeyReturnsTheFirstDispatch() throws {

@@ -43,7 +43,9 @@ struct NativeAPI {
     static func error(_ error: APIError) -> APIResponse {
         var members: [JSONObject.Member] = [.init(key: "error", value: .string(error.message))]
         if let field = error.field { members.append(.init(key: "field", value: .string(field))) }
-        return .json(error.status, .object(JSONObject(members)))
+        var response = APIResponse.json(error.status, .object(JSONObject(members)))
+        response.headers += error.headers
+        return response
     }
 
     /// The endpoints, by method and path.
