@@ -113,8 +113,10 @@ final class EngineTests: XCTestCase {
     /// fills the new room at once. Before, only a stream's completion woke its queue, so the requests waited for an
     /// answer the server was never going to give first (here: until the request deadline).
     func testARaisedStreamLimitIsFilledWithoutWaitingForAnAnswer() async throws {
-        let material = try TestTLSMaterial.createOrReuse(
-            in: FileManager.default.temporaryDirectory.appendingPathComponent("fanout-tls-\(UUID().uuidString)").path)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-tls-\(UUID().uuidString)")
+            .path
+        TemporaryDirectories.removeAtExit(directory)
+        let material = try TestTLSMaterial.createOrReuse(in: directory)
         let handler = LimitRaisingHandler()
         let server = try HTTP2Server(
             host: "127.0.0.1", port: 0, threads: 1,

@@ -47,6 +47,7 @@ final class EchoHandler: HTTP2ServerHandler, @unchecked Sendable {
 func makeTLSMaterial() throws -> TestTLSMaterial {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-tls-\(UUID().uuidString)")
         .path
+    TemporaryDirectories.removeAtExit(directory)
     return try TestTLSMaterial.createOrReuse(in: directory)
 }
 

@@ -7,7 +7,10 @@ import XCTest
 /// Each way a TLS connection can fail gives its own error kind and a message naming the cause.
 final class TLSFailureTests: XCTestCase {
     private func temporaryDirectory() -> String {
-        FileManager.default.temporaryDirectory.appendingPathComponent("fanout-tls-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fanout-tls-\(UUID().uuidString)")
+            .path
+        TemporaryDirectories.removeAtExit(directory)
+        return directory
     }
 
     /// Starts a server with `serverMaterial`, connects a client trusting `caFile` to `host`, and

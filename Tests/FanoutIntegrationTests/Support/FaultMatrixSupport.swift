@@ -29,6 +29,7 @@ final class RestartableMock: @unchecked Sendable {
         directory =
             FileManager.default.temporaryDirectory.appendingPathComponent("fanout-faults-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        TemporaryDirectories.removeAtExit(directory)
         recordPath = (directory as NSString).appendingPathComponent("record.txt")
         var options = MockOptions()
         configure(&options)

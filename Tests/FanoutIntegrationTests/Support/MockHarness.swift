@@ -18,6 +18,7 @@ final class MockHarness: @unchecked Sendable {
     init(_ configure: (inout MockOptions) -> Void = { _ in }) throws {
         directory =
             FileManager.default.temporaryDirectory.appendingPathComponent("fanout-mock-\(UUID().uuidString)").path
+        TemporaryDirectories.removeAtExit(directory)
         var options = MockOptions()
         options.host = "127.0.0.1"
         options.port = 0

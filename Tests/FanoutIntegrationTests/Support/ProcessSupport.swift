@@ -222,6 +222,7 @@ final class RunningProcess: @unchecked Sendable {
         outputDirectory = (NSTemporaryDirectory() as NSString).appendingPathComponent(
             "fanout-proc-\(UUID().uuidString)")
         try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
+        TemporaryDirectories.removeAtExit(outputDirectory)
         stdoutPath = (outputDirectory as NSString).appendingPathComponent("stdout")
         stderrPath = (outputDirectory as NSString).appendingPathComponent("stderr")
         guard FileManager.default.createFile(atPath: stdoutPath, contents: nil),
