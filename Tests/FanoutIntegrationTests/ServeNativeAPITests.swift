@@ -251,22 +251,6 @@ class ServeNativeAPITests: XCTestCase {
         XCTAssertNotEqual(try? stats.object()["live_tokens"] as? Int, 1, "nothing was registered: \(stats.text)")
     }
 
-    /// A registration the registry cannot write now (another process holds the SQLite file's write lock past the busy
-    /// timeout) is a 503 with `Retry-After`, so the SDK comes back; once the lock is gone the same request is taken.
-    /// (SQLite only: the Redis class does not declare it.)
-    func testARegistrationTheRegistryCannotWriteNowIs503WithRetryAfter() throws {
-        let other = try SQLiteDatabase(path: serve.database, busyTimeoutMilliseconds: 5000)
-        try other.execute("BEGIN IMMEDIATE")
-        let json = #"{"token": "\#(Self.token("a1", 9))", "device_id": "d-9"}"#
-        let refused = try serve.curl("POST", "/v1/activities/match-9/tokens", key: ServeKeys.acmeDevice, json: json)
-        try other.execute("ROLLBACK")
-        XCTAssertEqual(refused.status, 503, refused.text)
-        XCTAssertEqual(refused.headers["retry-after"], "1", "\(refused.headers)")
-        let taken = try serve.curl("POST", "/v1/activities/match-9/tokens", key: ServeKeys.acmeDevice, json: json)
-        XCTAssertTrue((200..<300).contains(taken.status), taken.text)
-        XCTAssertNil(taken.headers["retry-after"])
-    }
-
     func testIdempotencyKeyReturnsTheFirstDispatch() throws {
         let body = #"{"content_state": {"home": 1}}"#
         let first = try serve.curl(
@@ -302,5 +286,37 @@ final class ServeNativeAPIRedisTests: ServeNativeAPITests {
     }
     override func testIdempotencyKeyReturnsTheFirstDispatch() throws {
         try super.testIdempotencyKeyReturnsTheFirstDispatch()
+    }
+}
+
+/// The SQLite registry's own case, in a class of its own so that the Redis subclass above does not run it.
+final class ServeRegistryBusyTests: XCTestCase {
+    private var mock: MockHarness!
+    private var serve: ServeHarness!
+
+    override func setUpWithError() throws {
+        mock = try MockHarness()
+        serve = try ServeHarness(testCase: self, mock: mock)
+        try serve.start()
+    }
+
+    override func tearDown() {
+        serve?.stop()
+        mock?.stop()
+    }
+
+    /// A registration the registry cannot write now (another process holds the SQLite file's write lock past the busy
+    /// timeout) is a 503 with `Retry-After`, so the SDK comes back; once the lock is gone the same request is taken.
+    func testARegistrationTheRegistryCannotWriteNowIs503WithRetryAfter() throws {
+        let other = try SQLiteDatabase(path: serve.database, busyTimeoutMilliseconds: 5000)
+        try other.execute("BEGIN IMMEDIATE")
+        let json = #"{"token": "\#(ServeNativeAPITests.token("a1", 9))", "device_id": "d-9"}"#
+        let refused = try serve.curl("POST", "/v1/activities/match-9/tokens", key: ServeKeys.acmeDevice, json: json)
+        try other.execute("ROLLBACK")
+        XCTAssertEqual(refused.status, 503, refused.text)
+        XCTAssertEqual(refused.headers["retry-after"], "1", "\(refused.headers)")
+        let taken = try serve.curl("POST", "/v1/activities/match-9/tokens", key: ServeKeys.acmeDevice, json: json)
+        XCTAssertTrue((200..<300).contains(taken.status), taken.text)
+        XCTAssertNil(taken.headers["retry-after"])
     }
 }
