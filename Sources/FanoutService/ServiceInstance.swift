@@ -113,6 +113,7 @@ package final class ServiceInstance: Sendable {
         var limits = HTTPServerLimits()
         limits.maxConnections = configuration.maxConnections
         limits.headerTimeout = configuration.headerTimeout
+        limits.writeTimeout = configuration.writeTimeout
         let router = ServiceRouter(core: core)
         do {
             http = try HTTPServer(

@@ -18,7 +18,7 @@ final class ServiceConfigurationTests: XCTestCase {
     func testReadsWorkspacesAppsKeysAndLimits() throws {
         let config = try parse(
             """
-            {"listen": "0.0.0.0:9000", "db": "data/fanout.db", "max_connections": 50,
+            {"listen": "0.0.0.0:9000", "db": "data/fanout.db", "max_connections": 50, "write_timeout_seconds": 5,
              "workspaces": {"acme": {"server_keys_sha256": ["\(Self.digest)"],
                "rate_limit": {"requests_per_hour": 100, "burst": 10},
                "apps": {"com.acme.app": \(app(#", "pushwoosh_application": "ACME1-00001", "braze_app_id": "b1""#))}}}}
@@ -27,6 +27,10 @@ final class ServiceConfigurationTests: XCTestCase {
         XCTAssertEqual(config.listenPort, 9000)
         XCTAssertEqual(config.database, "/etc/fanout/data/fanout.db")
         XCTAssertEqual(config.maxConnections, 50)
+        XCTAssertEqual(config.writeTimeout, .seconds(5))
+        let defaults = try parse(
+            #"{"workspaces": {"a": {"server_keys_sha256": ["\#(Self.digest)"], "apps": {"x": \#(app())}}}}"#)
+        XCTAssertEqual(defaults.writeTimeout, .seconds(30))
         let acme = try XCTUnwrap(config.workspaces["acme"])
         XCTAssertEqual(acme.rateLimit, RequestQuotaRule(requestsPerHour: 100, burst: 10))
         XCTAssertEqual(acme.deviceRateLimit, RequestQuotaRule(requestsPerHour: 1000, burst: 100))
@@ -56,6 +60,9 @@ final class ServiceConfigurationTests: XCTestCase {
             )
             .hasPrefix("workspaces.a.apps.x.team_id: is required"))
         XCTAssertTrue(message(#"{"workspace": {}}"#).hasPrefix("workspace: unknown key"))
+        XCTAssertTrue(
+            message(#"{"write_timeout_seconds": 0}"#).hasPrefix("write_timeout_seconds: "),
+            message(#"{"write_timeout_seconds": 0}"#))
         let other = SHA256Digest.hexHash("sk_other")
         let shared = """
             {"workspaces": {"a": {"server_keys_sha256": ["\(Self.digest)"], "apps": {"x": \(app())}},

@@ -6,7 +6,7 @@ import Foundation
 /// `fanout serve --config FILE`: the workspaces, their apps and API keys, and the server's limits (product.md):
 /// ```json
 /// {"listen": "127.0.0.1:8080", "db": "fanout.db", "redis": "redis://host:6379/0", "max_connections": 10000,
-///  "header_timeout_seconds": 10, "threads": 2, "grace_seconds": 10, "max_running_dispatches": 8, "loops": 1, "connections": 2, "max_attempts": 3,
+///  "header_timeout_seconds": 10, "write_timeout_seconds": 30, "threads": 2, "grace_seconds": 10, "max_running_dispatches": 8, "loops": 1, "connections": 2, "max_attempts": 3,
 ///  "workspaces": {"acme": {
 ///     "server_keys_sha256": ["<hex sha256 of a key>"], "device_keys_sha256": ["..."],
 ///     "rate_limit": {"requests_per_hour": 250000, "burst_seconds": 60},
@@ -28,6 +28,9 @@ package struct ServiceConfiguration: Sendable {
     package var maxConnections = 10_000
     /// A request head not complete this long after its first byte gets 408 and the connection closes.
     package var headerTimeout: Duration = .seconds(10)
+    /// A connection whose pending answers see none of their bytes leave this long is closed, and an HTTP/2 answer
+    /// that gets no flow-control credit this long while the others move is reset (`HTTPServerLimits.writeTimeout`).
+    package var writeTimeout: Duration = .seconds(30)
     /// HTTP loop threads.
     package var threads = 2
     package var tlsCertificate: String?
@@ -152,7 +155,9 @@ private struct ConfigReader {
         let object = try object(
             root, "",
             keys: [
-                "listen", "db", "redis", "max_connections", "header_timeout_seconds", "threads", "tls_cert", "tls_key",
+                "listen", "db", "redis", "max_connections", "header_timeout_seconds", "write_timeout_seconds",
+                "threads",
+                "tls_cert", "tls_key",
                 "grace_seconds",
                 "max_running_dispatches", "loops", "connections", "max_attempts", "workspaces",
             ])
@@ -167,6 +172,7 @@ private struct ConfigReader {
         config.redis = try string(object, "redis", "")
         config.maxConnections = try positive(object, "max_connections", "") ?? config.maxConnections
         if let seconds = try positive(object, "header_timeout_seconds", "") { config.headerTimeout = .seconds(seconds) }
+        if let seconds = try positive(object, "write_timeout_seconds", "") { config.writeTimeout = .seconds(seconds) }
         config.threads = try positive(object, "threads", "") ?? config.threads
         config.tlsCertificate = try string(object, "tls_cert", "").map(resolve)
         config.tlsKey = try string(object, "tls_key", "").map(resolve)
