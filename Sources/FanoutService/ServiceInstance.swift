@@ -114,6 +114,9 @@ package final class ServiceInstance: Sendable {
         limits.maxConnections = configuration.maxConnections
         limits.headerTimeout = configuration.headerTimeout
         limits.writeTimeout = configuration.writeTimeout
+        // The server's own refusals (a body over 1 MiB, a request that timed out, a malformed head) in the API's
+        // error shape, not plain text, so a client reads every error the same way.
+        limits.ownAnswer = { status, message in NativeAPI.error(APIError(status, message)) }
         let router = ServiceRouter(core: core)
         do {
             http = try HTTPServer(

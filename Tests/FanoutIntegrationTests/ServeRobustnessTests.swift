@@ -65,6 +65,10 @@ final class ServeRobustnessTests: XCTestCase {
             "POST", "/v1/activities/m/update", key: ServeKeys.acmeServer,
             extra: ["-H", "Content-Type: application/json", "--data-binary", "@" + path])
         XCTAssertEqual(response.status, 413, response.text)
+        // In the API's error shape, as every other refusal (it was plain text, from the HTTP layer).
+        XCTAssertEqual(response.headers["content-type"], "application/json", "\(response.headers)")
+        XCTAssertEqual(
+            try response.object()["error"] as? String, "request body larger than 1048576 bytes", response.text)
         XCTAssertEqual(try serve.curl("GET", "/healthz").status, 200, "the server goes on")
         XCTAssertEqual(mock.stats.requests, 0)
     }
@@ -76,6 +80,7 @@ final class ServeRobustnessTests: XCTestCase {
         send(fd, "POST /v1/devices HTTP/1.1\r\nHost: fanout\r\n")  // and never the blank line
         let answer = readAll(fd)
         XCTAssertTrue(answer.hasPrefix("HTTP/1.1 408"), answer)
+        XCTAssertTrue(answer.contains(#"{"error":"request timeout"}"#), answer)
         XCTAssertLessThan(Date().timeIntervalSince(started), 8, "408 after header_timeout_seconds (1), not never")
     }
 

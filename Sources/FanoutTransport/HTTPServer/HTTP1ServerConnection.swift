@@ -83,7 +83,7 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
             break
         case .header:
             if case .head = phase {
-                finish(with: .plain(408, "request timeout"))
+                finish(with: limits.answer(408, "request timeout"))
             } else {
                 close()
             }
@@ -92,10 +92,10 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
                 // Not idle while the last answer is still going out (a slow reader): the write timeout bounds that.
                 if answerStillLeaving { arm(.idle) } else { close() }
             } else {
-                finish(with: .plain(408, "request timeout"))
+                finish(with: limits.answer(408, "request timeout"))
             }
         case .body:
-            finish(with: .plain(408, "request timeout: the body did not arrive in time"))
+            finish(with: limits.answer(408, "request timeout: the body did not arrive in time"))
         case .linger:
             // Likewise: the last answer is not cut off while it still leaves; the write timeout bounds a stalled one.
             if answerStillLeaving { arm(.linger) } else { close() }
@@ -223,10 +223,10 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
                 case .done:
                     dispatch(head)
                 case .tooLarge:
-                    finish(with: .plain(413, "request body larger than \(limits.maxBodyBytes) bytes"))
+                    finish(with: limits.answer(413, "request body larger than \(limits.maxBodyBytes) bytes"))
                     return
                 case .malformed(let message):
-                    finish(with: .plain(400, message))
+                    finish(with: limits.answer(400, message))
                     return
                 }
             case .responding, .lingering, .closed:
@@ -245,12 +245,12 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
         }
         guard let end else {
             headScanned = available
-            if available > limits.maxHeadBytes { finish(with: .plain(431, "request head too large")) }
+            if available > limits.maxHeadBytes { finish(with: limits.answer(431, "request head too large")) }
             return false
         }
         headScanned = 0
         guard end <= limits.maxHeadBytes else {
-            finish(with: .plain(431, "request head too large"))
+            finish(with: limits.answer(431, "request head too large"))
             return false
         }
         let parsed = input.withUnsafeBytes { bytes in
@@ -259,7 +259,7 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
         inputStart += end
         switch parsed {
         case .failure(let error):
-            finish(with: .plain(error.status, error.message))
+            finish(with: limits.answer(error.status, error.message))
             return false
         case .success(let head):
             body = []
@@ -268,7 +268,7 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
                 dispatch(head)
             case .contentLength(let length):
                 guard length <= limits.maxBodyBytes else {
-                    finish(with: .plain(413, "request body larger than \(limits.maxBodyBytes) bytes"))
+                    finish(with: limits.answer(413, "request body larger than \(limits.maxBodyBytes) bytes"))
                     return false
                 }
                 body.reserveCapacity(length)

@@ -53,7 +53,7 @@ package struct HTTPResponse: Sendable {
     }
 
     /// A short plain-text answer the server gives on its own (400, 408, 413, 503, ...).
-    static func plain(_ status: Int, _ message: String) -> HTTPResponse {
+    package static func plain(_ status: Int, _ message: String) -> HTTPResponse {
         HTTPResponse(
             status: status, headers: [("content-type", "text/plain; charset=utf-8")], body: Array("\(message)\n".utf8))
     }
@@ -127,8 +127,16 @@ package struct HTTPServerLimits: Sendable {
     /// does; a slow reader that takes some of it now and then is not. Meanwhile, past `SecureChannel.highWaterMark`
     /// bytes queued, the connection reads and answers no more requests. Zero: no timeout (the backpressure stays).
     package var writeTimeout: Duration = .seconds(30)
+    /// How the server words the answers it gives itself, before or instead of the handler (400, 408, 413, 431):
+    /// plain text by default; `fanout serve` answers JSON, as its API does.
+    package var ownAnswer: @Sendable (_ status: Int, _ message: String) -> HTTPResponse = { status, message in
+        .plain(status, message)
+    }
 
     package init() {}
+
+    /// The server's own answer (`ownAnswer`).
+    func answer(_ status: Int, _ message: String) -> HTTPResponse { ownAnswer(status, message) }
 
     var headerTimeoutMilliseconds: UInt64 { Self.milliseconds(headerTimeout) }
     var idleTimeoutMilliseconds: UInt64 { Self.milliseconds(idleTimeout) }

@@ -261,13 +261,13 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
 
     func serverConnection(_ connection: HTTP2ServerConnection, bodyTooLarge streamID: Int32) {
         handlersInFlight += 1  // `deliver` counts every answer out
-        deliver(.plain(413, "request body larger than \(limits.maxBodyBytes) bytes"), for: Int64(streamID))
+        deliver(limits.answer(413, "request body larger than \(limits.maxBodyBytes) bytes"), for: Int64(streamID))
     }
 
     func serverConnection(_ connection: HTTP2ServerConnection, requestTimedOut streamID: Int32, headComplete: Bool) {
         handlersInFlight += 1  // `deliver` counts every answer out
         let message = headComplete ? "request timeout: the body did not arrive in time" : "request timeout"
-        deliver(.plain(408, message), for: Int64(streamID))
+        deliver(limits.answer(408, message), for: Int64(streamID))
         // An unfinished header block stops the whole connection: only its CONTINUATION may come next. Closed once
         // the stream is reset after the linger (GOAWAY, then close), as HTTP/1.1 closes after its 408, rather than
         // holding a `max_connections` place for the idle timeout.
