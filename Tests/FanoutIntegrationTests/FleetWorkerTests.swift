@@ -170,6 +170,15 @@ final class FleetWorkerTests: XCTestCase {
         await client.shutdown()
     }
 
+    /// Whether a consumer exists in the group (a worker's first XREADGROUP ran), waiting a little.
+    private func consumerIsReading(_ client: RedisClient) async -> Bool {
+        await eventuallyAsync {
+            let consumers = try? await client.command(
+                ["XINFO", "CONSUMERS", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group)])
+            return consumers?.array?.isEmpty == false
+        }
+    }
+
     /// README: on SIGTERM the worker reads no more shards and exits. With Redis hung (SIGSTOP) and no shard being sent,
     /// the stop must not wait for the Redis call in progress, whose deadline is 10 s away (11 s for the blocked
     /// read): `run()` returns within a second or two.
@@ -180,11 +189,7 @@ final class FleetWorkerTests: XCTestCase {
         let client = try await FleetConnection.connect(redis.url)
         let worker = try await startWorker("idle", mock: mock, redis: redis)
         // Reading: the consumer exists once its first XREADGROUP ran.
-        let reading = await eventuallyAsync {
-            let consumers = try? await client.command(
-                ["XINFO", "CONSUMERS", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group)])
-            return consumers?.array?.isEmpty == false
-        }
+        let reading = await consumerIsReading(client)
         XCTAssertTrue(reading, "the worker never read from the stream")
         await client.shutdown()
 
@@ -259,11 +264,7 @@ final class FleetWorkerTests: XCTestCase {
         defer { mock.stop() }
         let client = try await FleetConnection.connect(redis.url)
         let first = try await startWorker("same", mock: mock, redis: redis)
-        let reading = await eventuallyAsync {
-            let consumers = try? await client.command(
-                ["XINFO", "CONSUMERS", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group)])
-            return consumers?.array?.isEmpty == false
-        }
+        let reading = await consumerIsReading(client)
         XCTAssertTrue(reading, "the first worker never read from the stream")
 
         // Past the first one's claim-idle (1 s), idle all along: its hold is still refreshed.
