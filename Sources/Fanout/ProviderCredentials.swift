@@ -36,11 +36,6 @@ public struct ProviderCredentials: Sendable {
     /// channel client of this process that signs with this key shares one token, so the team's token is refreshed
     /// once per schedule, not once per client. The first cache made for the key sets the schedule. Errors name the
     /// file, never its contents.
-    /// An error's message for people: a `CryptoError`'s message (naming the file), not its debug form.
-    private static func message(_ error: any Error) -> String {
-        (error as? CryptoError)?.message ?? "\(error)"
-    }
-
     func makeTokenCache(refreshAfter: Duration, minimumInterval: Duration) throws(FanoutError) -> ProviderTokenCache {
         do {
             let key = try ES256PrivateKey(pemFilePath: keyPath)
@@ -53,5 +48,10 @@ public struct ProviderCredentials: Sendable {
         } catch {
             throw FanoutError(.credentials, "signing key: \(Self.message(error))")
         }
+    }
+
+    /// An error's message for people: a `CryptoError`'s message (naming the file), not its debug form.
+    private static func message(_ error: any Error) -> String {
+        (error as? CryptoError)?.message ?? "\(error)"
     }
 }

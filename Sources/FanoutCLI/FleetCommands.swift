@@ -201,15 +201,9 @@ enum FleetCommands {
                 try await source.start()
                 fleetToken = source
                 configuration.tokenSource = source
-            } catch let error as FanoutError {
-                await nameHold.release(client: writer, timeout: .seconds(1))
-                return fail("worker", error.message)
-            } catch let error as FleetError {
-                await nameHold.release(client: writer, timeout: .seconds(1))
-                return fail("worker", error.message)
             } catch {
                 await nameHold.release(client: writer, timeout: .seconds(1))
-                return fail("worker", "\(error)")
+                return fail("worker", (error as? FanoutError)?.message ?? (error as? FleetError)?.message ?? "\(error)")
             }
         }
         defer { fleetToken?.stop() }

@@ -318,8 +318,8 @@ enum RedisRegistryScripts {
           return finish()
 
         elseif op == 'remove' then
-          -- ARGV: token, before ('' = whatever its registration time; for a 410, the cutoff Swift computed from
-          -- its timestamp less the refresh minute, as SQLite's store uses).
+          -- ARGV: token, before ('' = whatever its registration time; for a 410, its timestamp less the refresh
+          -- minute, plus one: RegistryValidation.unregisteredCutoff, as SQLite's store uses).
           local token = ARGV[3]
           candidates[#candidates + 1] = token
           for _, slot in ipairs(slotsof(token)) do

@@ -7,6 +7,9 @@ import Foundation
 /// One engine talks to one endpoint with one team's credentials (APNs allows one team per
 /// connection); run one engine per team.
 public struct FanoutEngineConfiguration: Sendable {
+    /// Takes a warning the engine carries on through: a message and its fields (no secrets).
+    public typealias WarningHandler = @Sendable (_ message: String, _ fields: [String: String]) -> Void
+
     public var endpoint: APNsEndpoint
     public var credentials: ProviderCredentials?
     /// PEM CA file to trust instead of the system store. Verification stays on.
@@ -38,7 +41,7 @@ public struct FanoutEngineConfiguration: Sendable {
     /// Where the engine reports trouble it carries on through, for the process's log at warning level: a message and
     /// its fields (no secrets). Today: a batch of invalidated tokens the registry refused to remove (busy past its
     /// timeout, or any other error), with how many and why. Nil: not reported.
-    public var warningHandler: (@Sendable (_ message: String, _ fields: [String: String]) -> Void)?
+    public var warningHandler: WarningHandler?
     /// Where push-to-start jobs write their activity id inside `attributes` (default `activityId`).
     public var activityIDAttribute: ActivityIDAttribute
     /// The priority-10 guard, per app (bundle id): at most this many priority-10 updates per activity

@@ -18,10 +18,8 @@ final class RegistryPruner: Sendable {
     private let wake: AsyncStream<Void>.Continuation
     private let task: Task<Void, Never>
 
-    typealias Warn = @Sendable (_ message: String, _ fields: [String: String]) -> Void
-
     /// - Parameter warn: where a refused batch is reported (`FanoutEngineConfiguration.warningHandler`).
-    init(store: any RegistryStore, warn: Warn?) {
+    init(store: any RegistryStore, warn: FanoutEngineConfiguration.WarningHandler?) {
         let (signals, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         self.wake = wake
         let shared = self.shared
@@ -30,7 +28,8 @@ final class RegistryPruner: Sendable {
 
     /// Applies each batch as it is signalled, until closed.
     private static func drain(
-        _ signals: AsyncStream<Void>, state shared: SharedState, into store: any RegistryStore, warn: Warn?
+        _ signals: AsyncStream<Void>, state shared: SharedState, into store: any RegistryStore,
+        warn: FanoutEngineConfiguration.WarningHandler?
     ) async {
         for await _ in signals {
             let (batch, closed) = shared.mutex.withLock { state in

@@ -89,9 +89,5 @@ package struct APIError: Error, Sendable {
     }
 
     static func badField(_ field: String, _ message: String) -> APIError { APIError(400, field: field, message) }
-
-    /// Headers every API's answer to this error carries: `Retry-After` on a 503 (the service could not read or
-    /// write its stores now, and nothing was done), so a client knows to come back rather than give up.
-    var headers: [(name: String, value: String)] { status == 503 ? [("retry-after", "1")] : [] }
     static let notFound = APIError(404, "not found")
 }

@@ -38,7 +38,6 @@ struct BrazeAPI {
                     error.status == 400
                     ? .json(400, ["error": .string(error.message)])
                     : .json(error.status, ["message": .string(error.message)])
-                response.headers += error.headers
             }
         }
         response.headers += headers

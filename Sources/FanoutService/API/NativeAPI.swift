@@ -43,9 +43,7 @@ struct NativeAPI {
     static func error(_ error: APIError) -> APIResponse {
         var members: [JSONObject.Member] = [.init(key: "error", value: .string(error.message))]
         if let field = error.field { members.append(.init(key: "field", value: .string(field))) }
-        var response = APIResponse.json(error.status, .object(JSONObject(members)))
-        response.headers += error.headers
-        return response
+        return .json(error.status, .object(JSONObject(members)))
     }
 
     /// The endpoints, by method and path.

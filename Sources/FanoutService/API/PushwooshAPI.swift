@@ -57,7 +57,6 @@ struct PushwooshAPI {
                     error.status >= 500
                     ? Self.answer(http: error.status, code: 500, message: error.message)
                     : Self.argumentError(error)
-                response.headers += error.headers
             }
         }
         response.headers += headers

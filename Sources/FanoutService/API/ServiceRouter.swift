@@ -10,6 +10,14 @@ package struct ServiceRouter: Sendable {
     }
 
     package func handle(_ request: APIRequest) async -> APIResponse {
+        var response = await route(request)
+        // Every API's 503 (a store it cannot read or write now; nothing was done) says when to come back, so a client
+        // retries rather than gives up.
+        if response.status == 503 { response.headers.append(("retry-after", "1")) }
+        return response
+    }
+
+    private func route(_ request: APIRequest) async -> APIResponse {
         guard let segments = request.segments else {
             return NativeAPI.error(APIError(400, "the path is not valid percent-encoded UTF-8"))
         }

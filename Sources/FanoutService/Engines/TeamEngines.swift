@@ -21,7 +21,7 @@ package final class TeamEngines: Sendable {
     init(
         configuration: ServiceConfiguration, registry: any RegistryStore, metrics: FanoutMetrics,
         tokenSources: [String: any ProviderTokenSource] = [:],
-        warn: (@Sendable (_ message: String, _ fields: [String: String]) -> Void)? = nil
+        warn: FanoutEngineConfiguration.WarningHandler? = nil
     ) throws(ServiceConfigurationError) {
         var byTeam: [TeamKey: (app: AppConfiguration, engine: FanoutEngine)] = [:]
         var byApp: [String: FanoutEngine] = [:]

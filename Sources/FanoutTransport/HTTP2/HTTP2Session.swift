@@ -254,8 +254,9 @@ package final class HTTP2Session: SecureChannelDelegate {
     /// per-request path makes no call for it (mock-apns answers hundreds of thousands a second).
     package var reportsRequestHeadEnd = false
     /// Server role: whether the delegate hears `answerDidEnd` and `didSendAnswerData` (a connection with request
-    /// deadlines, which may answer a request before it has all come, and times out an answer that stops moving). Set before the session starts: it makes nghttp2 call back for every frame
-    /// sent, which a session without it (mock-apns's) never pays for.
+    /// deadlines, which may answer a request before it has all come, and times out an answer that stops moving). Set
+    /// before the session starts: it makes nghttp2 call back for every frame sent, which a session without it
+    /// (mock-apns's) never pays for.
     package var reportsAnswerEnd = false
 
     /// The context of open stream `streamID` (nil when it is not open).

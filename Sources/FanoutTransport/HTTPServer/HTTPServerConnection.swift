@@ -37,7 +37,7 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
     private var headStreams: Set<Int32> = []
     /// HTTP/2 requests handed to the handler and not answered yet.
     private var handlersInFlight = 0
-    /// HTTP/2 streams answered and still open, with when each last sent a DATA frame (or was answered; the loop's
+    /// HTTP/2 streams answered and still open, with when each was answered or last sent a DATA frame (the loop's
     /// clock): their answers have not all gone out (a stream closes once its last frame is sent), so the channel
     /// counts them as output it holds, for the write timeout (a client that never reads grants no flow-control
     /// credit either, and its answers wait in nghttp2, not on the socket).
@@ -194,9 +194,8 @@ final class HTTPServerConnection: SecureChannelDelegate, HTTP2ServerHandler, HTT
 
     /// HTTP/2: resets each answered stream whose answer has not moved for the write timeout while another answer of
     /// the connection did. When none moved, the connection as a whole made no progress, and the channel's write
-    /// timeout closes it.
-    /// One left past its time because nothing moved since sets `stalledAnswersWaiting`, and the next answer to move
-    /// looks again.
+    /// timeout closes it; such a stream is left with `stalledAnswersWaiting` set, and the next answer to move looks
+    /// again.
     private func abandonStalledAnswers(of connection: HTTP2ServerConnection, now: UInt64) {
         let timeout = limits.writeTimeoutMilliseconds
         stalledAnswersWaiting = false
