@@ -125,6 +125,13 @@ enum TokenLocation: Hashable, Sendable {
     case push(app: String, deviceID: String)
     case pushToStart(app: String, deviceID: String, attributesType: String)
 
+    /// The bundle id of the app that registered the token here.
+    var app: String {
+        switch self {
+        case .update(let app, _), .push(let app, _), .pushToStart(let app, _, _): return app
+        }
+    }
+
     var encoded: String {
         func field(_ text: String) -> String { "\(text.utf8.count):\(text)" }
         switch self {

@@ -139,14 +139,16 @@ extension RedisRegistryStore {
         }
 
         for (changeIndex, change) in valid.enumerated() {
-            if case .removeToken(let token, let before) = change {
+            if case .removeToken(let token, let before, let scope) = change {
                 // The places it is registered come from the token index: read them first (after the changes
                 // before this one are applied, so that a batch registering then removing a token finds it).
                 if !pipeline.isEmpty { try await flush() }
                 let members = try await send(["SMEMBERS", keys.token(token)]).array ?? []
                 removedByChange[changeIndex] = 0
                 for member in members {
-                    guard case .bytes(let bytes) = member, let location = TokenLocation(encoded: bytes) else {
+                    guard case .bytes(let bytes) = member, let location = TokenLocation(encoded: bytes),
+                        scope == nil || location.app == scope
+                    else {
                         continue
                     }
                     let (command, context) = removal(of: token, before: before, at: location, now: now)

@@ -27,12 +27,17 @@ public enum RegistryChange: Sendable, Hashable {
     case channel(
         app: String, activityID: String, channelID: String?, storagePolicy: Int? = nil, onlyIfUnbound: Bool = false,
         environment: String? = nil)
-    /// APNs answered 410 for `token`: remove it wherever it was registered before `timestamp` (the 410 body's Unix
+    /// APNs answered 410 for `token`: remove it wherever `app` registered it before `timestamp` (the 410 body's Unix
     /// milliseconds); a later registration means the device registered it again and it stays. Since a registration
     /// of the same token within a minute leaves the held time unmoved, only a token held at least a minute before
     /// `timestamp` is removed (the next 410 removes the others). Nil removes it at once (410 `ExpiredToken` carries
     /// no timestamp).
-    case unregistered(token: String, timestamp: Int64?)
-    /// APNs answered `BadDeviceToken` or `DeviceTokenNotForTopic`: remove `token` everywhere at once.
-    case invalidToken(token: String)
+    ///
+    /// `app` is the bundle id whose topic the notification was sent to: APNs answers for that topic only, so the
+    /// token stays wherever another app registered it (one workspace's sends never remove another's tokens). Nil
+    /// removes it from every app.
+    case unregistered(token: String, timestamp: Int64?, app: String? = nil)
+    /// APNs answered `BadDeviceToken` or `DeviceTokenNotForTopic`: remove `token` at once wherever `app` registered
+    /// it (nil: every app). `DeviceTokenNotForTopic` says the token is not `app`'s; it may well be another app's.
+    case invalidToken(token: String, app: String? = nil)
 }

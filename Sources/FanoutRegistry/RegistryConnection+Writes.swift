@@ -148,8 +148,8 @@ extension RegistryConnection {
                 try statement.bind(Int64(onlyIfUnbound ? 1 : 0), at: 6)
                 try statement.run()
             }
-        case .removeToken(let token, let before):
-            try removeToken(token, registeredBefore: before ?? .max, in: &context)
+        case .removeToken(let token, let before, let scope):
+            try removeToken(token, registeredBefore: before ?? .max, app: scope, in: &context)
         }
     }
 
@@ -663,21 +663,27 @@ extension RegistryConnection {
 
     // MARK: Tokens APNs refused
 
-    /// Removes `token` from every table where it was registered strictly before `before` (reason `unregistered`).
-    private func removeToken(_ token: String, registeredBefore before: Int64, in context: inout WriteContext)
-        throws(SQLiteError)
-    {
+    /// Removes `token` from every table where the app with bundle id `app` (nil: any app) registered it strictly
+    /// before `before` (reason `unregistered`).
+    private func removeToken(
+        _ token: String, registeredBefore before: Int64, app: String?, in context: inout WriteContext
+    ) throws(SQLiteError) {
         var removedAny = false
         let key = RegistrySchema.tokenKey(token)
+        // ?5 is the app's bundle id, or NULL for every app; the token key's index finds the rows, the app is checked
+        // on those few.
         let updateRows = try database.withStatement(
             """
             DELETE FROM update_tokens WHERE token_key = ?3 AND token = ?1 AND registered_at < ?2
+              AND (?5 IS NULL OR activity IN
+                (SELECT activities.id FROM activities JOIN apps ON apps.id = activities.app WHERE apps.bundle_id = ?5))
             RETURNING activity, device_id
             """
         ) { statement throws(SQLiteError) in
             try statement.bind(token, at: 1)
             try statement.bind(before, at: 2)
             try statement.bind(key, at: 3)
+            try statement.bind(app, at: 5)
             var rows: [(Int64, String?)] = []
             while try statement.step() { rows.append((statement.int64(at: 0), statement.optionalString(at: 1))) }
             return rows
@@ -693,6 +699,7 @@ extension RegistryConnection {
             (
                 """
                 DELETE FROM push_to_start_tokens WHERE token_key = ?3 AND token = ?1 AND updated_at < ?2
+                  AND (?5 IS NULL OR app = (SELECT id FROM apps WHERE bundle_id = ?5))
                 RETURNING app, device_id
                 """,
                 RegistryEvent.TokenKind.pushToStart
@@ -700,7 +707,9 @@ extension RegistryConnection {
             (
                 """
                 UPDATE devices SET push_token = NULL, push_token_key = NULL, push_token_at = NULL, updated_at = ?4
-                WHERE push_token_key = ?3 AND push_token = ?1 AND push_token_at < ?2 RETURNING app, device_id
+                WHERE push_token_key = ?3 AND push_token = ?1 AND push_token_at < ?2
+                  AND (?5 IS NULL OR app = (SELECT id FROM apps WHERE bundle_id = ?5))
+                RETURNING app, device_id
                 """, .push
             ),
         ] {
@@ -709,6 +718,7 @@ extension RegistryConnection {
                 try statement.bind(before, at: 2)
                 try statement.bind(key, at: 3)
                 if kind == .push { try statement.bind(context.now, at: 4) }
+                try statement.bind(app, at: 5)
                 var rows: [(Int64, String)] = []
                 while try statement.step() { rows.append((statement.int64(at: 0), statement.string(at: 1))) }
                 return rows

@@ -108,18 +108,19 @@ extension RegistryStore {
         try await apply([registration.change])
     }
 
-    /// Records a 410 for `token` (see `RegistryChange.unregistered`).
+    /// Records a 410 for `token`, sent to `app`'s topic (see `RegistryChange.unregistered`).
     @discardableResult
-    public func recordUnregistered(token: String, timestamp: Int64?) async throws(RegistryError)
+    public func recordUnregistered(token: String, timestamp: Int64?, app: String? = nil) async throws(RegistryError)
         -> RegistryApplyResult
     {
-        try await apply([.unregistered(token: token, timestamp: timestamp)])
+        try await apply([.unregistered(token: token, timestamp: timestamp, app: app)])
     }
 
-    /// Records a `BadDeviceToken` or `DeviceTokenNotForTopic` for `token`: removed at once.
+    /// Records a `BadDeviceToken` or `DeviceTokenNotForTopic` for `token`, sent to `app`'s topic: removed at once
+    /// wherever `app` registered it (nil: every app).
     @discardableResult
-    public func recordInvalid(token: String) async throws(RegistryError) -> RegistryApplyResult {
-        try await apply([.invalidToken(token: token)])
+    public func recordInvalid(token: String, app: String? = nil) async throws(RegistryError) -> RegistryApplyResult {
+        try await apply([.invalidToken(token: token, app: app)])
     }
 
     /// Sweeps every `interval` seconds until the task is cancelled (for `fanout serve` and long sends).

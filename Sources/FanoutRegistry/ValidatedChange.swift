@@ -14,9 +14,10 @@ package enum ValidatedChange<App> {
     case channel(
         app: App, activityID: String, channelID: String?, storagePolicy: Int?, onlyIfUnbound: Bool,
         environment: String?)
-    /// Remove `token` wherever it was registered strictly before `before` (nil: everywhere). For a 410, `before` is
-    /// `RegistryValidation.unregisteredCutoff` of its timestamp.
-    case removeToken(token: String, before: Int64?)
+    /// Remove `token` wherever the app with bundle id `scope` registered it strictly before `before` (nil: whenever;
+    /// a nil `scope`: every app). For a 410, `before` is `RegistryValidation.unregisteredCutoff` of its timestamp. The
+    /// scope stays a bundle id, unresolved: an app the store does not know has nothing to remove.
+    case removeToken(token: String, before: Int64?, scope: String?)
 
     /// The app the change is for (nil for a removal by token, which is every app's).
     package var app: App? {
@@ -58,8 +59,8 @@ package enum ValidatedChange<App> {
             return .channel(
                 app: try resolve(app), activityID: activityID, channelID: channelID, storagePolicy: storagePolicy,
                 onlyIfUnbound: onlyIfUnbound, environment: environment)
-        case .removeToken(let token, let before):
-            return .removeToken(token: token, before: before)
+        case .removeToken(let token, let before, let scope):
+            return .removeToken(token: token, before: before, scope: scope)
         }
     }
 }
@@ -118,14 +119,17 @@ extension RegistryValidation {
                 storagePolicy: channelID == nil ? nil : storagePolicy, onlyIfUnbound: onlyIfUnbound,
                 environment: channelID == nil
                     ? nil : try V.optionalIdentifier(environment, field: "channel_environment"))
-        case .unregistered(let token, let timestamp):
+        case .unregistered(let token, let timestamp, let app):
             // Removed only where registered at least the refresh minute before the 410: a registration within that
             // minute may hide one at or after it (see `unregisteredCutoff`).
             return .removeToken(
                 token: try V.token(token, field: "token", allowEmpty: false),
-                before: try V.time(timestamp, field: "timestamp").map(V.unregisteredCutoff))
-        case .invalidToken(let token):
-            return .removeToken(token: try V.token(token, field: "token", allowEmpty: false), before: nil)
+                before: try V.time(timestamp, field: "timestamp").map(V.unregisteredCutoff),
+                scope: try V.optionalIdentifier(app, field: "app"))
+        case .invalidToken(let token, let app):
+            return .removeToken(
+                token: try V.token(token, field: "token", allowEmpty: false), before: nil,
+                scope: try V.optionalIdentifier(app, field: "app"))
         }
     }
 }

@@ -2,6 +2,7 @@ import Fanout
 import FanoutObservability
 import FanoutSQLite
 import Foundation
+import MockAPNsKit
 import Synchronization
 import XCTest
 
@@ -148,6 +149,47 @@ final class RegistryEngineTests: XCTestCase {
         XCTAssertEqual(summary.counts.unregistered, 2)
         let kept = try await liveTokens(store, activity: "m")
         XCTAssertEqual(kept, [after])
+    }
+
+    /// A token APNs refuses for one app's topic (`DeviceTokenNotForTopic`: another app's token, perhaps another
+    /// workspace's) is pruned from that app's registrations only: a send to another app's tokens by inline tokens
+    /// cannot remove them. The same refusal for the app that holds it does.
+    func testARefusedTokenIsPrunedOnlyFromTheAppWhoseTopicItWasSentTo() async throws {
+        let clock = TestClock(Self.realNow - 3_600_000)
+        let store = try makeRegistry(clock: clock)
+        let other = "com.example.other"
+        try await store.defineApps([
+            RegistryApp(bundleID: Self.app, workspace: "default"), RegistryApp(bundleID: other, workspace: "beta"),
+        ])
+        let token = testDeviceToken(1)
+        try await registerUpdateTokens(store, activity: "m", tokens: [("a", token)])
+        clock.set(Self.realNow)
+        let mock = try MockHarness {
+            $0.failures = [InjectedFailure(rate: 1, status: 400, reason: "DeviceTokenNotForTopic")]
+        }
+        defer { mock.stop() }
+        // One engine per send: its shutdown applies whatever its pruner still holds, so each check sees the prune.
+        func send(_ id: String, bundleID: String) async throws -> JobSummary {
+            let engine = try makeEngine(for: mock, loops: 1, connections: 1) { $0.registry = store }
+            let summary = try await engine.run(
+                FanoutJob.liveActivity(
+                    id: id, bundleID: bundleID,
+                    content: LiveActivityContent(
+                        event: .update, timestamp: 1_764_460_800, contentState: try RawJSON(validating: #"{"h":2}"#)),
+                    recipients: .tokens([token]))
+            ) { _ in }
+            await engine.shutdown()
+            return summary
+        }
+        let foreign = try await send("other-app", bundleID: other)
+        XCTAssertEqual(foreign.counts.unregistered, 1)
+        let kept = try await liveTokens(store, activity: "m")
+        XCTAssertEqual(kept, [token], "another app's send must not remove this app's token")
+
+        let own = try await send("own-app", bundleID: Self.app)
+        XCTAssertEqual(own.counts.unregistered, 1)
+        let left = try await liveTokens(store, activity: "m")
+        XCTAssertEqual(left, [], "the app's own refusal prunes it")
     }
 
     /// A prune the registry refuses (another process holds its write lock past the busy timeout) is not dropped

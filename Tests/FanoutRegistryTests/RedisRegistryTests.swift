@@ -51,6 +51,9 @@ final class RedisRegistryLifecycleTests: RegistryLifecycleTests {
     override func testBadDeviceTokenRemovesTheTokenAtOnceWhereverItIsRegistered() async throws {
         try await super.testBadDeviceTokenRemovesTheTokenAtOnceWhereverItIsRegistered()
     }
+    override func testAnInvalidatedTokenIsRemovedOnlyFromTheAppItWasSentFor() async throws {
+        try await super.testAnInvalidatedTokenIsRemovedOnlyFromTheAppItWasSentFor()
+    }
     override func testContentTimestampsAndChannelsAreRecordedOnTheActivity() async throws {
         try await super.testContentTimestampsAndChannelsAreRecordedOnTheActivity()
     }

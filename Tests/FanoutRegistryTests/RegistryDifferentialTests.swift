@@ -83,8 +83,9 @@ final class RegistryDifferentialTests: XCTestCase {
             case 10: return .channel(app: app, activityID: activity, channelID: random.chance(60) ? "Y2g=" : nil)
             case 11, 12:
                 return .unregistered(
-                    token: token(), timestamp: random.chance(30) ? nil : clock.now - Int64(random.below(4)) * 1_800_000)
-            default: return .invalidToken(token: token())
+                    token: token(), timestamp: random.chance(30) ? nil : clock.now - Int64(random.below(4)) * 1_800_000,
+                    app: random.chance(50) ? nil : app)
+            default: return .invalidToken(token: token(), app: random.chance(50) ? nil : app)
             }
         }
 

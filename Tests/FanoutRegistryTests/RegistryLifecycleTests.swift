@@ -356,6 +356,40 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         XCTAssertEqual(devices.items.map(\.pushToken), [nil])
     }
 
+    /// APNs answers for the topic a notification was sent to: a token it refuses for one app stays wherever another
+    /// app (another workspace's, say) registered it, whatever the reason; an app the registry does not know has
+    /// nothing to remove.
+    func testAnInvalidatedTokenIsRemovedOnlyFromTheAppItWasSentFor() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let other = "com.beta.app"
+        let store = try await makeStore(in: directory, clock: clock, apps: [app, other])
+        let token = TestTokens.token(7)
+        try await store.apply([
+            .updateToken(.init(app: app, activityID: "match-7", token: token)),
+            .pushToStartToken(.init(app: other, deviceID: "d1", token: token)),
+            .device(.init(app: other, deviceID: "d2", pushToken: token)),
+        ])
+        clock.advance(hours: 3)
+
+        let unknown = try await store.recordInvalid(token: token, app: "com.unknown.app")
+        XCTAssertEqual(unknown.events, [])
+        let notForTopic = try await store.recordInvalid(token: token, app: other)
+        XCTAssertEqual(Set(notForTopic.events.map(\.kind)), [.pushToStart, .push])
+        XCTAssertEqual(Set(notForTopic.events.map(\.app)), [other])
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live.map(\.token), [token], "another app's registration stays")
+
+        try await store.apply([.device(.init(app: other, deviceID: "d2", pushToken: token))])
+        clock.advance(hours: 1)
+        let gone = try await store.recordUnregistered(token: token, timestamp: clock.now, app: app)
+        XCTAssertEqual(gone.events.map(\.kind), [.update])
+        let left = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(left.map(\.token), [])
+        let devices = try await store.devices(app: other, selection: .devices(["d2"]), after: nil, limit: 10)
+        XCTAssertEqual(devices.items.map(\.pushToken), [token], "the 410 for one app keeps the other's")
+    }
+
     func testContentTimestampsAndChannelsAreRecordedOnTheActivity() async throws {
         let directory = try ScratchDirectory()
         let clock = TestClock()
