@@ -1,4 +1,5 @@
 import FanoutRedis
+import FanoutRegistry
 
 /// Where the Redis registry keeps what, under one prefix (`fanout:registry:` by default; it must hold no `{` or `}`).
 ///
@@ -125,10 +126,11 @@ enum TokenLocation: Hashable, Sendable {
     case push(app: String, deviceID: String)
     case pushToStart(app: String, deviceID: String, attributesType: String)
 
-    /// The bundle id of the app that registered the token here.
-    var app: String {
+    /// Whether a removal for `scope` reaches this registration: its app, and its kind.
+    func isReached(by scope: RemovalScope) -> Bool {
         switch self {
-        case .update(let app, _), .push(let app, _), .pushToStart(let app, _, _): return app
+        case .update(let app, _), .pushToStart(let app, _, _): return scope.kind == .liveActivity && app == scope.app
+        case .push(let app, _): return scope.kind == .devicePush && app == scope.app
         }
     }
 

@@ -147,7 +147,7 @@ extension RedisRegistryStore {
                 removedByChange[changeIndex] = 0
                 for member in members {
                     guard case .bytes(let bytes) = member, let location = TokenLocation(encoded: bytes),
-                        scope == nil || location.app == scope
+                        scope.map(location.isReached(by:)) ?? true
                     else {
                         continue
                     }

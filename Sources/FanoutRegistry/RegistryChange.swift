@@ -33,11 +33,13 @@ public enum RegistryChange: Sendable, Hashable {
     /// `timestamp` is removed (the next 410 removes the others). Nil removes it at once (410 `ExpiredToken` carries
     /// no timestamp).
     ///
-    /// `app` is the bundle id whose topic the notification was sent to: APNs answers for that topic only, so the
-    /// token stays wherever another app registered it (one workspace's sends never remove another's tokens). Nil
-    /// removes it from every app.
-    case unregistered(token: String, timestamp: Int64?, app: String? = nil)
-    /// APNs answered `BadDeviceToken` or `DeviceTokenNotForTopic`: remove `token` at once wherever `app` registered
-    /// it (nil: every app). `DeviceTokenNotForTopic` says the token is not `app`'s; it may well be another app's.
-    case invalidToken(token: String, app: String? = nil)
+    /// `topic` is the `apns-topic` the notification was sent with: APNs answers for that topic only, so the token
+    /// is removed only from the registrations that topic reaches (`RemovalScope`: an app's Live Activity tokens for
+    /// `<bundle>.push-type.liveactivity`, its devices' push tokens for `<bundle>`), and stays wherever another app,
+    /// another workspace's say, or another kind of registration holds it. Nil removes it from every registration.
+    case unregistered(token: String, timestamp: Int64?, topic: String? = nil)
+    /// APNs answered `BadDeviceToken` or `DeviceTokenNotForTopic` for `token` sent with `topic`: remove it at once
+    /// from the registrations that topic reaches (nil: from every one). `DeviceTokenNotForTopic` says the token is
+    /// not for this topic; it may well be another app's, or this app's token of another kind.
+    case invalidToken(token: String, topic: String? = nil)
 }

@@ -149,7 +149,7 @@ extension RegistryConnection {
                 try statement.run()
             }
         case .removeToken(let token, let before, let scope):
-            try removeToken(token, registeredBefore: before ?? .max, app: scope, in: &context)
+            try removeToken(token, registeredBefore: before ?? .max, scope: scope, in: &context)
         }
     }
 
@@ -663,31 +663,37 @@ extension RegistryConnection {
 
     // MARK: Tokens APNs refused
 
-    /// Removes `token` from every table where the app with bundle id `app` (nil: any app) registered it strictly
-    /// before `before` (reason `unregistered`).
+    /// Removes `token` from the tables `scope` reaches (nil: all), where its app registered it strictly before
+    /// `before` (reason `unregistered`).
     private func removeToken(
-        _ token: String, registeredBefore before: Int64, app: String?, in context: inout WriteContext
+        _ token: String, registeredBefore before: Int64, scope: RemovalScope?, in context: inout WriteContext
     ) throws(SQLiteError) {
         var removedAny = false
         let key = RegistrySchema.tokenKey(token)
+        let app = scope?.app
+        let liveActivity = scope.map { $0.kind == .liveActivity } ?? true
+        let devicePush = scope.map { $0.kind == .devicePush } ?? true
         // ?5 is the app's bundle id, or NULL for every app; the token key's index finds the rows, the app is checked
         // on those few.
-        let updateRows = try database.withStatement(
-            """
-            DELETE FROM update_tokens WHERE token_key = ?3 AND token = ?1 AND registered_at < ?2
-              AND (?5 IS NULL OR activity IN
-                (SELECT activities.id FROM activities JOIN apps ON apps.id = activities.app WHERE apps.bundle_id = ?5))
-            RETURNING activity, device_id
-            """
-        ) { statement throws(SQLiteError) in
-            try statement.bind(token, at: 1)
-            try statement.bind(before, at: 2)
-            try statement.bind(key, at: 3)
-            try statement.bind(app, at: 5)
-            var rows: [(Int64, String?)] = []
-            while try statement.step() { rows.append((statement.int64(at: 0), statement.optionalString(at: 1))) }
-            return rows
-        }
+        let updateRows: [(Int64, String?)] =
+            !liveActivity
+            ? []
+            : try database.withStatement(
+                """
+                DELETE FROM update_tokens WHERE token_key = ?3 AND token = ?1 AND registered_at < ?2
+                  AND (?5 IS NULL OR activity IN
+                    (SELECT activities.id FROM activities JOIN apps ON apps.id = activities.app WHERE apps.bundle_id = ?5))
+                RETURNING activity, device_id
+                """
+            ) { statement throws(SQLiteError) in
+                try statement.bind(token, at: 1)
+                try statement.bind(before, at: 2)
+                try statement.bind(key, at: 3)
+                try statement.bind(app, at: 5)
+                var rows: [(Int64, String?)] = []
+                while try statement.step() { rows.append((statement.int64(at: 0), statement.optionalString(at: 1))) }
+                return rows
+            }
         for (row, deviceID) in updateRows {
             guard let name = try activityName(row, in: &context) else { continue }
             removedAny = true
@@ -712,7 +718,7 @@ extension RegistryConnection {
                 RETURNING app, device_id
                 """, .push
             ),
-        ] {
+        ] where kind == .push ? devicePush : liveActivity {
             let rows = try database.withStatement(sql) { statement throws(SQLiteError) in
                 try statement.bind(token, at: 1)
                 try statement.bind(before, at: 2)

@@ -108,19 +108,19 @@ extension RegistryStore {
         try await apply([registration.change])
     }
 
-    /// Records a 410 for `token`, sent to `app`'s topic (see `RegistryChange.unregistered`).
+    /// Records a 410 for `token` sent with `topic` (see `RegistryChange.unregistered`).
     @discardableResult
-    public func recordUnregistered(token: String, timestamp: Int64?, app: String? = nil) async throws(RegistryError)
+    public func recordUnregistered(token: String, timestamp: Int64?, topic: String? = nil) async throws(RegistryError)
         -> RegistryApplyResult
     {
-        try await apply([.unregistered(token: token, timestamp: timestamp, app: app)])
+        try await apply([.unregistered(token: token, timestamp: timestamp, topic: topic)])
     }
 
-    /// Records a `BadDeviceToken` or `DeviceTokenNotForTopic` for `token`, sent to `app`'s topic: removed at once
-    /// wherever `app` registered it (nil: every app).
+    /// Records a `BadDeviceToken` or `DeviceTokenNotForTopic` for `token` sent with `topic`: removed at once from the
+    /// registrations that topic reaches (nil: from every one; see `RegistryChange.invalidToken`).
     @discardableResult
-    public func recordInvalid(token: String, app: String? = nil) async throws(RegistryError) -> RegistryApplyResult {
-        try await apply([.invalidToken(token: token, app: app)])
+    public func recordInvalid(token: String, topic: String? = nil) async throws(RegistryError) -> RegistryApplyResult {
+        try await apply([.invalidToken(token: token, topic: topic)])
     }
 
     /// Sweeps every `interval` seconds until the task is cancelled (for `fanout serve` and long sends).

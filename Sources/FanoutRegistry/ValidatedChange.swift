@@ -14,10 +14,10 @@ package enum ValidatedChange<App> {
     case channel(
         app: App, activityID: String, channelID: String?, storagePolicy: Int?, onlyIfUnbound: Bool,
         environment: String?)
-    /// Remove `token` wherever the app with bundle id `scope` registered it strictly before `before` (nil: whenever;
-    /// a nil `scope`: every app). For a 410, `before` is `RegistryValidation.unregisteredCutoff` of its timestamp. The
-    /// scope stays a bundle id, unresolved: an app the store does not know has nothing to remove.
-    case removeToken(token: String, before: Int64?, scope: String?)
+    /// Remove `token` from the registrations `scope` reaches (nil: all) where it was registered strictly before
+    /// `before` (nil: whenever). For a 410, `before` is `RegistryValidation.unregisteredCutoff` of its timestamp. The
+    /// scope's app stays a bundle id, unresolved: an app the store does not know has nothing to remove.
+    case removeToken(token: String, before: Int64?, scope: RemovalScope?)
 
     /// The app the change is for (nil for a removal by token, which is every app's).
     package var app: App? {
@@ -119,17 +119,46 @@ extension RegistryValidation {
                 storagePolicy: channelID == nil ? nil : storagePolicy, onlyIfUnbound: onlyIfUnbound,
                 environment: channelID == nil
                     ? nil : try V.optionalIdentifier(environment, field: "channel_environment"))
-        case .unregistered(let token, let timestamp, let app):
+        case .unregistered(let token, let timestamp, let topic):
             // Removed only where registered at least the refresh minute before the 410: a registration within that
             // minute may hide one at or after it (see `unregisteredCutoff`).
             return .removeToken(
                 token: try V.token(token, field: "token", allowEmpty: false),
                 before: try V.time(timestamp, field: "timestamp").map(V.unregisteredCutoff),
-                scope: try V.optionalIdentifier(app, field: "app"))
-        case .invalidToken(let token, let app):
+                scope: try V.optionalIdentifier(topic, field: "topic").map(RemovalScope.init(topic:)))
+        case .invalidToken(let token, let topic):
             return .removeToken(
                 token: try V.token(token, field: "token", allowEmpty: false), before: nil,
-                scope: try V.optionalIdentifier(app, field: "app"))
+                scope: try V.optionalIdentifier(topic, field: "topic").map(RemovalScope.init(topic:)))
+        }
+    }
+}
+
+/// The registrations a token APNs refused for one `apns-topic` is removed from: APNs answers for that topic only.
+/// `<bundle>.push-type.liveactivity` reaches the app's Live Activity tokens (update and push-to-start); any other
+/// topic is taken as a bundle id whose devices' regular push tokens it reaches (a topic no app has, such as a VoIP
+/// one, reaches nothing the registry holds).
+package struct RemovalScope: Sendable, Hashable {
+    package enum Kind: Sendable, Hashable {
+        /// Update and push-to-start tokens.
+        case liveActivity
+        /// Devices' regular push tokens.
+        case devicePush
+    }
+
+    /// The bundle id.
+    package let app: String
+    package let kind: Kind
+
+    package static let liveActivitySuffix = ".push-type.liveactivity"
+
+    package init(topic: String) {
+        if topic.hasSuffix(Self.liveActivitySuffix) && topic.utf8.count > Self.liveActivitySuffix.utf8.count {
+            app = String(topic.dropLast(Self.liveActivitySuffix.count))
+            kind = .liveActivity
+        } else {
+            app = topic
+            kind = .devicePush
         }
     }
 }

@@ -50,6 +50,10 @@ final class RegistryDifferentialTests: XCTestCase {
         let devices = ["d1", "d2", "d3", "d4"]
         let users = ["u1", "u2"]
         func token() -> String { TestTokens.token(random.below(8)) }
+        /// A removal's topic: every registration, the app's Live Activity tokens, or its devices' push tokens.
+        func topic(_ app: String) -> String? {
+            [nil, app + ".push-type.liveactivity", app][random.below(3)]
+        }
         func change() -> RegistryChange {
             let app = apps[random.below(random.chance(80) ? 1 : 2)]
             let activity = activities[random.below(activities.count)]
@@ -84,8 +88,8 @@ final class RegistryDifferentialTests: XCTestCase {
             case 11, 12:
                 return .unregistered(
                     token: token(), timestamp: random.chance(30) ? nil : clock.now - Int64(random.below(4)) * 1_800_000,
-                    app: random.chance(50) ? nil : app)
-            default: return .invalidToken(token: token(), app: random.chance(50) ? nil : app)
+                    topic: topic(app))
+            default: return .invalidToken(token: token(), topic: topic(app))
             }
         }
 

@@ -356,10 +356,11 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         XCTAssertEqual(devices.items.map(\.pushToken), [nil])
     }
 
-    /// APNs answers for the topic a notification was sent to: a token it refuses for one app stays wherever another
-    /// app (another workspace's, say) registered it, whatever the reason; an app the registry does not know has
-    /// nothing to remove.
-    func testAnInvalidatedTokenIsRemovedOnlyFromTheAppItWasSentFor() async throws {
+    /// APNs answers for the topic a notification was sent with: a token it refuses for one topic stays wherever
+    /// another app (another workspace's, say) registered it, and where its own app holds it as another kind (a
+    /// Live Activity topic reaches update and push-to-start tokens, the bare bundle id devices' push tokens); a
+    /// topic no app has reaches nothing.
+    func testAnInvalidatedTokenIsRemovedOnlyWhereItsTopicReaches() async throws {
         let directory = try ScratchDirectory()
         let clock = TestClock()
         let other = "com.beta.app"
@@ -371,23 +372,40 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
             .device(.init(app: other, deviceID: "d2", pushToken: token)),
         ])
         clock.advance(hours: 3)
+        func pushToStart() async throws -> [String] {
+            try await store.pushToStartTokens(app: other, attributesType: nil, selection: .all, after: nil, limit: 10)
+                .items.map(\.token)
+        }
+        func devicePush() async throws -> [String?] {
+            try await store.devices(app: other, selection: .devices(["d2"]), after: nil, limit: 10).items.map(
+                \.pushToken)
+        }
 
-        let unknown = try await store.recordInvalid(token: token, app: "com.unknown.app")
+        let unknown = try await store.recordInvalid(token: token, topic: "com.unknown.app.push-type.liveactivity")
         XCTAssertEqual(unknown.events, [])
-        let notForTopic = try await store.recordInvalid(token: token, app: other)
-        XCTAssertEqual(Set(notForTopic.events.map(\.kind)), [.pushToStart, .push])
+        let alert = try await store.recordInvalid(token: token, topic: other)
+        XCTAssertEqual(alert.events.map(\.kind), [.push])
+        let pushAfterAlert = try await devicePush()
+        XCTAssertEqual(pushAfterAlert, [nil])
+        let startsAfterAlert = try await pushToStart()
+        XCTAssertEqual(startsAfterAlert, [token], "the app's push-to-start token is not its push token")
+        let notForTopic = try await store.recordInvalid(token: token, topic: other + ".push-type.liveactivity")
+        XCTAssertEqual(notForTopic.events.map(\.kind), [.pushToStart])
         XCTAssertEqual(Set(notForTopic.events.map(\.app)), [other])
+        let startsAfterLive = try await pushToStart()
+        XCTAssertEqual(startsAfterLive, [])
         let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
         XCTAssertEqual(live.map(\.token), [token], "another app's registration stays")
 
         try await store.apply([.device(.init(app: other, deviceID: "d2", pushToken: token))])
         clock.advance(hours: 1)
-        let gone = try await store.recordUnregistered(token: token, timestamp: clock.now, app: app)
+        let gone = try await store.recordUnregistered(
+            token: token, timestamp: clock.now, topic: app + ".push-type.liveactivity")
         XCTAssertEqual(gone.events.map(\.kind), [.update])
         let left = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
         XCTAssertEqual(left.map(\.token), [])
-        let devices = try await store.devices(app: other, selection: .devices(["d2"]), after: nil, limit: 10)
-        XCTAssertEqual(devices.items.map(\.pushToken), [token], "the 410 for one app keeps the other's")
+        let pushAfter410 = try await devicePush()
+        XCTAssertEqual(pushAfter410, [token], "the 410 for one app keeps the other's")
     }
 
     func testContentTimestampsAndChannelsAreRecordedOnTheActivity() async throws {

@@ -763,7 +763,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             let invalidated = InvalidatedToken(
                 token: pending.token.string, reason: finished.pointee.reason ?? "Unregistered",
                 timestamp: finished.pointee.timestamp,
-                jobID: job.id, app: job.app)
+                jobID: job.id, topic: job.headers.topic)
             shared.invalidTokens.yield(invalidated)
             shared.pruner?.add(invalidated)
         }

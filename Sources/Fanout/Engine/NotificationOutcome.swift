@@ -200,7 +200,7 @@ public struct InvalidatedToken: Sendable, Equatable {
     /// registered it again later than this.
     public var timestamp: Int64?
     public var jobID: String
-    /// The bundle id of the app whose topic the notification was sent to (the job's registry app, or its topic
-    /// without the push type's suffix): APNs refused the token for that app, and the registry prunes it there only.
-    public var app: String
+    /// The `apns-topic` it was sent with: APNs refused the token for that topic, and a registry prunes it only from
+    /// the registrations that topic reaches (`RegistryChange.invalidToken`).
+    public var topic: String
 }

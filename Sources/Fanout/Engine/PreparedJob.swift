@@ -16,9 +16,6 @@ final class PreparedJob: Sendable {
     /// A broadcast job's `:path` (`/4/broadcasts/apps/{bundle}`): its one "recipient" is the channel id. Nil for
     /// device pushes, whose path is `/3/device/<token>`.
     let broadcastPath: String?
-    /// The bundle id of the app the job is sent for (`Self.app(of:)`): a token APNs invalidates is pruned from this
-    /// app's registrations only.
-    let app: String
     /// The constant request headers and their encoded block; shared by the jobs of an engine whose
     /// headers are equal (`HeaderCache`).
     private let constant: ConstantHeaders
@@ -33,7 +30,6 @@ final class PreparedJob: Sendable {
     {
         id = job.id
         self.run = run
-        app = Self.app(of: job)
         body = SharedBody(payload)
         var headers = job.headers
         headers.apnsID = nil
@@ -61,7 +57,6 @@ final class PreparedJob: Sendable {
     ) throws(NotificationHeaderError) {
         id = job.id
         self.run = run
-        app = bundleID
         body = payload
         var headers = job.headers
         headers.apnsID = nil
@@ -89,7 +84,6 @@ final class PreparedJob: Sendable {
     init(demoting job: PreparedJob, to priority: Int) {
         id = job.id
         run = job.run
-        app = job.app
         body = job.body
         var headers = job.headers
         headers.priority = priority
@@ -101,22 +95,6 @@ final class PreparedJob: Sendable {
         let afterTopic = (fields.firstIndex { $0.name == APNsHeaderName.topic } ?? fields.count - 1) + 1
         fields.insert(HeaderField(name: APNsHeaderName.priority, value: String(priority)), at: afterTopic)
         constant = ConstantHeaders(fields)
-    }
-
-    /// The bundle id a job is sent for: the app its recipients name in the registry, or else its topic without the
-    /// push type's suffix (`com.acme.app.push-type.liveactivity` is `com.acme.app`'s). APNs answers for that topic:
-    /// a `DeviceTokenNotForTopic` says the token is not this app's, not that no app has it.
-    static func app(of job: FanoutJob) -> String {
-        switch job.recipients {
-        case .activity(let app, _), .pushToStart(let app, _, _, _), .devices(let app, _), .channel(let app, _, _):
-            return app
-        case .tokens, .file:
-            let topic = job.headers.topic
-            guard let suffix = job.headers.pushType.requiredTopicSuffix, !suffix.isEmpty,
-                job.headers.pushType.acceptsTopic(topic)
-            else { return topic }
-            return String(topic.dropLast(suffix.count))
-        }
     }
 
     /// The constant headers with `authorization: bearer <token>` (nil: none). Built once per token (and, through

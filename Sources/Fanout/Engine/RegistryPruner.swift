@@ -4,7 +4,8 @@ import Synchronization
 /// Removes the tokens APNs invalidated from the registry as their results arrive, in batches, off the
 /// loop threads: a 410 (`Unregistered`) only if the token was registered before its timestamp,
 /// `BadDeviceToken` and `DeviceTokenNotForTopic` at once (the registry applies the rules), and each only from the
-/// registrations of the app it was sent for (`InvalidatedToken.app`), never another app's or workspace's.
+/// registrations its topic reaches (`InvalidatedToken.topic`): never another app's or workspace's, and never the
+/// app's own tokens of another kind.
 final class RegistryPruner: Sendable {
     private struct State {
         var pending: [RegistryChange] = []
@@ -59,8 +60,8 @@ final class RegistryPruner: Sendable {
     func add(_ token: InvalidatedToken) {
         let change: RegistryChange =
             token.reason == "Unregistered"
-            ? .unregistered(token: token.token, timestamp: token.timestamp, app: token.app)
-            : .invalidToken(token: token.token, app: token.app)
+            ? .unregistered(token: token.token, timestamp: token.timestamp, topic: token.topic)
+            : .invalidToken(token: token.token, topic: token.topic)
         let first = shared.mutex.withLock { state -> Bool in
             guard !state.closed else { return false }
             state.pending.append(change)
