@@ -114,9 +114,9 @@ package final class ServiceInstance: Sendable {
         limits.maxConnections = configuration.maxConnections
         limits.headerTimeout = configuration.headerTimeout
         limits.writeTimeout = configuration.writeTimeout
-        // The server's own refusals (a body over 1 MiB, a request that timed out, a malformed head) in the API's
-        // error shape, not plain text, so a client reads every error the same way.
-        limits.ownAnswer = { status, message in NativeAPI.error(APIError(status, message)) }
+        // The server's own refusals (a body over 1 MiB, a request that timed out, a malformed head, too many
+        // connections) in a JSON shape every API's clients read, not plain text.
+        limits.ownAnswer = { status, message in ServiceRouter.serverAnswer(status: status, message: message) }
         let router = ServiceRouter(core: core)
         do {
             http = try HTTPServer(

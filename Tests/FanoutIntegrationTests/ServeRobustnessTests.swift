@@ -69,6 +69,16 @@ final class ServeRobustnessTests: XCTestCase {
         XCTAssertEqual(response.headers["content-type"], "application/json", "\(response.headers)")
         XCTAssertEqual(
             try response.object()["error"] as? String, "request body larger than 1048576 bytes", response.text)
+        // Pushwoosh's SDK reads status_code, and resets its base URL to Pushwoosh's own when a body has none: the
+        // server's own answers carry one, whichever API the path is for.
+        let pushwoosh = try serve.curl(
+            "POST", "/json/1.3/updateLiveActivity",
+            extra: ["-H", "Content-Type: application/json", "--data-binary", "@" + path])
+        XCTAssertEqual(pushwoosh.status, 413, pushwoosh.text)
+        XCTAssertEqual(try pushwoosh.object()["status_code"] as? Int, 413, pushwoosh.text)
+        XCTAssertEqual(
+            try pushwoosh.object()["status_message"] as? String, "request body larger than 1048576 bytes",
+            pushwoosh.text)
         XCTAssertEqual(try serve.curl("GET", "/healthz").status, 200, "the server goes on")
         XCTAssertEqual(mock.stats.requests, 0)
     }
@@ -80,7 +90,7 @@ final class ServeRobustnessTests: XCTestCase {
         send(fd, "POST /v1/devices HTTP/1.1\r\nHost: fanout\r\n")  // and never the blank line
         let answer = readAll(fd)
         XCTAssertTrue(answer.hasPrefix("HTTP/1.1 408"), answer)
-        XCTAssertTrue(answer.contains(#"{"error":"request timeout"}"#), answer)
+        XCTAssertTrue(answer.contains(#"{"error":"request timeout","status_code":408"#), answer)
         XCTAssertLessThan(Date().timeIntervalSince(started), 8, "408 after header_timeout_seconds (1), not never")
     }
 
@@ -98,7 +108,12 @@ final class ServeRobustnessTests: XCTestCase {
         }
         let refused = try connect()
         defer { close(refused) }
-        XCTAssertTrue(readAll(refused).hasPrefix("HTTP/1.1 503"))
+        let answer = readAll(refused)
+        XCTAssertTrue(answer.hasPrefix("HTTP/1.1 503"), answer)
+        // In the service's JSON shape (status_code for Pushwoosh's SDK), with when to come back.
+        XCTAssertTrue(answer.lowercased().contains("retry-after: 1\r\n"), answer)
+        XCTAssertTrue(answer.contains(#""status_code":503"#), answer)
+        XCTAssertTrue(answer.contains(#""error":"too many connections""#), answer)
         // An open connection is still served.
         send(open[0], "GET /healthz HTTP/1.1\r\nHost: fanout\r\nConnection: close\r\n\r\n")
         XCTAssertTrue(readAll(open[0]).hasPrefix("HTTP/1.1 200"))

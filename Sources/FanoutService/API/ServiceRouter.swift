@@ -17,6 +17,21 @@ package struct ServiceRouter: Sendable {
         return response
     }
 
+    /// The HTTP server's own answers (a body over the limit, a timeout, a malformed head, too many connections),
+    /// given before any API has the request, so in one JSON shape that every API's clients read: native and Braze
+    /// clients read `error`, the Pushwoosh SDK `status_code` and `status_message`. Without a `status_code` the SDK
+    /// resets its base URL to Pushwoosh's own (ingest-apis.md, section 2.5): one 413 would move an app off Fanout.
+    package static func serverAnswer(status: Int, message: String) -> APIResponse {
+        var response = APIResponse.json(
+            status,
+            [
+                "error": .string(message), "status_code": .integer(Int64(status)), "status_message": .string(message),
+                "response": .null,
+            ])
+        if status == 503 { response.headers.append(("retry-after", "1")) }
+        return response
+    }
+
     private func route(_ request: APIRequest) async -> APIResponse {
         guard let segments = request.segments else {
             return NativeAPI.error(APIError(400, "the path is not valid percent-encoded UTF-8"))

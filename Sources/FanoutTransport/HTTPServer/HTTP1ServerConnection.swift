@@ -354,18 +354,8 @@ final class HTTP1ServerConnection: SecureChannelDelegate, HTTPResponseSink {
     }
 
     private func write(_ response: HTTPResponse, keepAlive: Bool, omitBody: Bool) {
-        let status = (100...999).contains(response.status) ? response.status : 500
-        let bodyless = status == 204 || status == 304 || status < 200
-        var text = "HTTP/1.1 \(status) \(HTTPResponse.reasonPhrase(status))\r\n"
-        for header in response.headers where !HTTPResponse.isServerManaged(header.name) {
-            let name = header.name.filter { $0 != "\r" && $0 != "\n" && $0 != ":" }
-            guard !name.isEmpty else { continue }
-            text += "\(name): \(header.value.filter { $0 != "\r" && $0 != "\n" })\r\n"
-        }
-        if !bodyless { text += "content-length: \(response.body.count)\r\n" }
-        text += keepAlive ? "connection: keep-alive\r\n\r\n" : "connection: close\r\n\r\n"
-        writeRaw(text)
-        if !omitBody && !bodyless && !response.body.isEmpty {
+        writeRaw(response.http1Head(keepAlive: keepAlive))
+        if !omitBody && response.hasBody && !response.body.isEmpty {
             response.body.withUnsafeBytes { channel.write($0) }
         }
         channel.scheduleFlush()

@@ -58,6 +58,27 @@ package struct HTTPResponse: Sendable {
             status: status, headers: [("content-type", "text/plain; charset=utf-8")], body: Array("\(message)\n".utf8))
     }
 
+    /// The HTTP/1.1 status line and headers, with `content-length` (unless the status has no body) and `connection`
+    /// added and the handler's server-managed headers dropped; CR, LF and (in names) `:` never reach the wire.
+    func http1Head(keepAlive: Bool) -> String {
+        let status = (100...999).contains(self.status) ? self.status : 500
+        var text = "HTTP/1.1 \(status) \(Self.reasonPhrase(status))\r\n"
+        for header in headers where !Self.isServerManaged(header.name) {
+            let name = header.name.filter { $0 != "\r" && $0 != "\n" && $0 != ":" }
+            guard !name.isEmpty else { continue }
+            text += "\(name): \(header.value.filter { $0 != "\r" && $0 != "\n" })\r\n"
+        }
+        if hasBody { text += "content-length: \(body.count)\r\n" }
+        text += keepAlive ? "connection: keep-alive\r\n\r\n" : "connection: close\r\n\r\n"
+        return text
+    }
+
+    /// Whether the status carries a body at all (not 1xx, 204 or 304).
+    var hasBody: Bool {
+        let status = (100...999).contains(self.status) ? self.status : 500
+        return !(status == 204 || status == 304 || status < 200)
+    }
+
     /// Whether the server writes `name` itself (or, for HTTP/2, must not write it at all).
     static func isServerManaged(_ name: String) -> Bool {
         switch name.lowercased() {
@@ -127,8 +148,8 @@ package struct HTTPServerLimits: Sendable {
     /// does; a slow reader that takes some of it now and then is not. Meanwhile, past `SecureChannel.highWaterMark`
     /// bytes queued, the connection reads and answers no more requests. Zero: no timeout (the backpressure stays).
     package var writeTimeout: Duration = .seconds(30)
-    /// How the server words the answers it gives itself, before or instead of the handler (400, 408, 413, 431):
-    /// plain text by default; `fanout serve` answers JSON, as its API does.
+    /// How the server words the answers it gives itself, before or instead of the handler (400, 408, 413, 431, and
+    /// the 503 past `maxConnections`): plain text by default; `fanout serve` answers JSON, as its API does.
     package var ownAnswer: @Sendable (_ status: Int, _ message: String) -> HTTPResponse = { status, message in
         .plain(status, message)
     }

@@ -148,7 +148,9 @@ final class HTTPServerLoopState {
             socket.close()
             return
         }
-        let rejected = HTTPRejectedConnection(socket: socket, lingerMilliseconds: limits.lingerMilliseconds)
+        let rejected = HTTPRejectedConnection(
+            socket: socket, answer: limits.answer(503, "too many connections"),
+            lingerMilliseconds: limits.lingerMilliseconds)
         let key = ObjectIdentifier(rejected)
         self.rejected[key] = rejected
         rejected.onClose = { [self] in self.rejected[key] = nil }
@@ -169,16 +171,19 @@ final class HTTPServerLoopState {
     }
 }
 
-/// A plain-TCP connection past `maxConnections`: it gets `503` with `Connection: close` at once, a half-close,
-/// and is closed when the peer closes or after a bounded linger, whichever comes first. Its input is dropped.
+/// A plain-TCP connection past `maxConnections`: it gets `answer` (the server's own 503, `ownAnswer`'s wording)
+/// with `Connection: close` at once, a half-close, and is closed when the peer closes or after a bounded linger,
+/// whichever comes first. Its input is dropped.
 final class HTTPRejectedConnection: TCPSocketDelegate {
     private let socket: TCPSocket
     private let timer: LoopTimer
+    private let answer: HTTPResponse
     private let lingerMilliseconds: UInt64
     var onClose: (() -> Void)?
 
-    init(socket: TCPSocket, lingerMilliseconds: UInt64) {
+    init(socket: TCPSocket, answer: HTTPResponse, lingerMilliseconds: UInt64) {
         self.socket = socket
+        self.answer = answer
         self.lingerMilliseconds = lingerMilliseconds
         timer = LoopTimer(loop: socket.loop)
     }
@@ -186,11 +191,8 @@ final class HTTPRejectedConnection: TCPSocketDelegate {
     func start() {
         socket.delegate = self
         socket.startReading()
-        let message = "too many connections\n"
-        let text =
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-            + "content-length: \(message.utf8.count)\r\nconnection: close\r\n\r\n\(message)"
-        Array(text.utf8).withUnsafeBytes { socket.write(borrowing: $0) }
+        Array(answer.http1Head(keepAlive: false).utf8).withUnsafeBytes { socket.write(borrowing: $0) }
+        if answer.hasBody { answer.body.withUnsafeBytes { socket.write(borrowing: $0) } }
         socket.shutdownWrites()
         // Strong capture: the cycle ends when the timer closes.
         timer.schedule(milliseconds: lingerMilliseconds) { [self] in close() }
