@@ -267,6 +267,15 @@ class ServeNativeAPITests: XCTestCase {
             "POST", "/v1/activities/m-1/update", key: ServeKeys.acmeServer, json: body,
             headers: ["Idempotency-Key": "retry-43"])
         XCTAssertNotEqual(try first.object()["dispatch_id"] as? String, try third.object()["dispatch_id"] as? String)
+        // The same key with another request is refused, not answered with the first one's dispatch (the new update
+        // would never be sent, and the caller would think it was); the first dispatch is named.
+        let reused = try serve.curl(
+            "POST", "/v1/activities/m-1/update", key: ServeKeys.acmeServer, json: #"{"content_state": {"home": 2}}"#,
+            headers: ["Idempotency-Key": "retry-42"])
+        XCTAssertEqual(reused.status, 422, reused.text)
+        XCTAssertEqual(try reused.object()["field"] as? String, "Idempotency-Key", reused.text)
+        let firstID = try XCTUnwrap(try first.object()["dispatch_id"] as? String)
+        XCTAssertTrue(try XCTUnwrap(try reused.object()["error"] as? String).contains(firstID), reused.text)
     }
 }
 

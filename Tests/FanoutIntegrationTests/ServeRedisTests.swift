@@ -207,6 +207,11 @@ final class ServeRedisTests: XCTestCase {
             "POST", "/v1/activities/match-9/update", key: ServeKeys.acmeServer, json: body, headers: key)
         XCTAssertEqual(retried.status, 202, retried.text)
         XCTAssertEqual(try retried.object()["dispatch_id"] as? String, id, "the retry names the first dispatch")
+        // The key sent with another request, through either instance, is refused (the key is Redis's).
+        let reused = try second.curl(
+            "POST", "/v1/activities/match-9/update", key: ServeKeys.acmeServer,
+            json: #"{"content_state": {"home": 4, "away": 1}}"#, headers: key)
+        XCTAssertEqual(reused.status, 422, reused.text)
         XCTAssertEqual(try first.waitForDispatch(id)["delivered"] as? Int, 5)
         // Another workspace's use of the same key is its own.
         let other = try second.curl(

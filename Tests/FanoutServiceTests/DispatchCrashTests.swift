@@ -89,7 +89,7 @@ final class DispatchCrashTests: XCTestCase {
         while true {
             let (record, _) = try store.accept(
                 workspace: "acme", app: "com.acme.app", kind: "update", jobLine: DispatchStoreTests.jobLine,
-                idempotencyKey: "key-\(index)", now: Int64(index))
+                idempotency: IdempotencyKey(key: "key-\(index)", requestDigest: "r"), now: Int64(index))
             // Unbuffered: the parent may kill us the moment it reads this line.
             FileHandle.standardOutput.write(Data("accepted \(record.id)\n".utf8))
             try store.markRunning(id: record.id, now: Int64(index))

@@ -17,7 +17,7 @@ final class DispatchStoreTests: XCTestCase {
         let store = try DispatchStore(path: directory.file("fanout.db"))
 
         let (record, created) = try store.accept(
-            workspace: "acme", app: "com.acme.app", kind: "update", jobLine: Self.jobLine, idempotencyKey: nil,
+            workspace: "acme", app: "com.acme.app", kind: "update", jobLine: Self.jobLine, idempotency: nil,
             now: 1_000)
         XCTAssertTrue(created)
         XCTAssertTrue(DispatchStore.isWellFormedID(record.id), record.id)
@@ -27,16 +27,26 @@ final class DispatchStoreTests: XCTestCase {
         XCTAssertNil(try store.dispatch(id: "d_aaaaaaaaaaaaaaaaaaaa", workspace: "acme"))
 
         let first = try store.accept(
-            workspace: "acme", app: "com.acme.app", kind: "start", jobLine: Self.jobLine, idempotencyKey: "k1",
+            workspace: "acme", app: "com.acme.app", kind: "start", jobLine: Self.jobLine, idempotency: Self.key("k1"),
             now: 2_000)
         let retried = try store.accept(
-            workspace: "acme", app: "com.acme.app", kind: "start", jobLine: [0x7B, 0x7D], idempotencyKey: "k1",
+            workspace: "acme", app: "com.acme.app", kind: "start", jobLine: [0x7B, 0x7D], idempotency: Self.key("k1"),
             now: 3_000)
         XCTAssertTrue(first.created)
         XCTAssertFalse(retried.created)
         XCTAssertEqual(retried.record, first.record)
+        // The same key with another request is refused, naming the dispatch that took it; nothing is written.
+        XCTAssertThrowsError(
+            try store.accept(
+                workspace: "acme", app: "com.acme.app", kind: "start", jobLine: Self.jobLine,
+                idempotency: Self.key("k1", request: "another body"), now: 3_500)
+        ) { error in
+            XCTAssertEqual((error as? DispatchStoreError)?.kind, .idempotencyKeyReused)
+            XCTAssertEqual((error as? DispatchStoreError)?.message, first.record.id)
+        }
         let elsewhere = try store.accept(
-            workspace: "globex", app: "com.globex.app", kind: "start", jobLine: Self.jobLine, idempotencyKey: "k1",
+            workspace: "globex", app: "com.globex.app", kind: "start", jobLine: Self.jobLine,
+            idempotency: Self.key("k1"),
             now: 4_000)
         XCTAssertTrue(elsewhere.created, "keys are per workspace")
         XCTAssertNotEqual(elsewhere.record.id, first.record.id)
@@ -47,6 +57,45 @@ final class DispatchStoreTests: XCTestCase {
         let reopened = try DispatchStore(path: directory.file("fanout.db"))
         XCTAssertEqual(try reopened.dispatch(id: record.id, workspace: "acme"), record)
         try SQLiteRegistryStore(path: directory.file("fanout.db")).close()
+    }
+
+    /// An idempotency key as the API makes it, for a request whose body is `request`.
+    static func key(_ key: String, request: String = "{}") -> IdempotencyKey {
+        IdempotencyKey(key: key, method: "POST", path: "/v1/activities/match-7/update", body: Array(request.utf8))
+    }
+
+    /// A file whose dispatch tables are version 1 (no request digests) is upgraded when opened: its keys still return
+    /// their dispatch to any request (nothing to compare with), and new keys keep their request's digest.
+    func testVersion1TablesAreUpgradedAndTheirKeysStillAnswer() throws {
+        let directory = try ScratchDirectory()
+        let path = directory.file("fanout.db")
+        let store = try DispatchStore(path: path)
+        let old = try store.accept(
+            workspace: "acme", app: "com.acme.app", kind: "start", jobLine: Self.jobLine, idempotency: Self.key("k1"),
+            now: 1_000)
+        store.close()
+        let database = try SQLiteDatabase(path: path)
+        try database.execute(
+            """
+            ALTER TABLE dispatches DROP COLUMN request_digest;
+            UPDATE dispatch_meta SET value = 1 WHERE name = 'version';
+            """)
+        database.close()
+
+        let upgraded = try DispatchStore(path: path)
+        defer { upgraded.close() }
+        let retried = try upgraded.accept(
+            workspace: "acme", app: "com.acme.app", kind: "start", jobLine: Self.jobLine,
+            idempotency: Self.key("k1", request: "whatever"), now: 2_000)
+        XCTAssertFalse(retried.created)
+        XCTAssertEqual(retried.record.id, old.record.id)
+        _ = try upgraded.accept(
+            workspace: "acme", app: "com.acme.app", kind: "start", jobLine: Self.jobLine, idempotency: Self.key("k2"),
+            now: 3_000)
+        XCTAssertThrowsError(
+            try upgraded.accept(
+                workspace: "acme", app: "com.acme.app", kind: "start", jobLine: Self.jobLine,
+                idempotency: Self.key("k2", request: "another"), now: 4_000))
     }
 
     func testIdsAreDistinctAndWellFormed() {
@@ -63,7 +112,7 @@ final class DispatchStoreTests: XCTestCase {
         for (index, workspace) in ["acme", "globex", "acme", "acme"].enumerated() {
             ids.append(
                 try store.accept(
-                    workspace: workspace, app: "app", kind: "push", jobLine: Self.jobLine, idempotencyKey: nil,
+                    workspace: workspace, app: "app", kind: "push", jobLine: Self.jobLine, idempotency: nil,
                     now: Int64(index)
                 ).record.id)
         }
@@ -125,7 +174,7 @@ final class DispatchStoreTests: XCTestCase {
         let directory = try ScratchDirectory()
         let store = try DispatchStore(path: directory.file("fanout.db"))
         let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotencyKey: nil, now: 0
+            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
         ).record.id
 
         try store.appendResults((0..<10).map { Self.result($0, attempts: 2) }, dispatch: id)
@@ -148,7 +197,7 @@ final class DispatchStoreTests: XCTestCase {
         let directory = try ScratchDirectory()
         let store = try DispatchStore(path: directory.file("fanout.db"))
         let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotencyKey: nil, now: 0
+            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
         ).record.id
         XCTAssertEqual(try store.resumePoint(id: id).prefix, 0)
 
@@ -173,7 +222,7 @@ final class DispatchStoreTests: XCTestCase {
         let directory = try ScratchDirectory()
         let store = try DispatchStore(path: directory.file("fanout.db"))
         let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotencyKey: nil, now: 0
+            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
         ).record.id
         var unregistered = Self.result(3, outcome: .unregistered)
         unregistered.status = 410
@@ -225,7 +274,7 @@ final class DispatchStoreTests: XCTestCase {
         let directory = try ScratchDirectory()
         let store = try DispatchStore(path: directory.file("fanout.db"))
         let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotencyKey: nil, now: 0
+            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
         ).record.id
         let invalid = NotificationResult(jobID: "match-7", token: nil, outcome: .invalid, reason: "job match-7: bad")
         try store.appendResults([Self.result(0), invalid], dispatch: id)
@@ -248,7 +297,7 @@ final class DispatchStoreTests: XCTestCase {
         let path = directory.file("fanout.db")
         let store = try DispatchStore(path: path)
         let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotencyKey: nil, now: 0
+            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
         ).record.id
         let buffer = DispatchResultBuffer(store: store, dispatchID: id)
         let total = 200_000

@@ -27,6 +27,11 @@ package struct APIRequest: Sendable {
         }
     }
 
+    /// The request's `Idempotency-Key`, with the digest of the request it came with; nil without the header.
+    package var idempotencyKey: IdempotencyKey? {
+        header("idempotency-key").map { IdempotencyKey(key: $0, method: method, path: path, body: body) }
+    }
+
     package func header(_ name: String) -> String? {
         headers.first { $0.name == name }?.value
     }

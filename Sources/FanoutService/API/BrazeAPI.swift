@@ -31,7 +31,7 @@ struct BrazeAPI {
                 let body = try RequestBody.parse(request.body)
                 let spec = endpoint == "start" ? try startSpec(body, caller) : try updateSpec(body, caller)
                 let record = try await core.accept(
-                    spec, caller: caller, idempotencyKey: request.header("idempotency-key"))
+                    spec, caller: caller, idempotency: request.idempotencyKey)
                 response = .json(201, ["message": "success", "dispatch_id": .string(record.id)])
             } catch {
                 response =

@@ -138,12 +138,12 @@ struct NativeAPI {
             let body = try RequestBody.parse(request.body)
             let spec = try liveActivitySpec(body, activity: activity, event: event, caller: caller)
             return Self.accepted(
-                try await core.accept(spec, caller: caller, idempotencyKey: request.header("idempotency-key")))
+                try await core.accept(spec, caller: caller, idempotency: request.idempotencyKey))
         case .push:
             let body = try RequestBody.parse(request.body)
             let spec = try pushSpec(body, caller: caller)
             return Self.accepted(
-                try await core.accept(spec, caller: caller, idempotencyKey: request.header("idempotency-key")))
+                try await core.accept(spec, caller: caller, idempotency: request.idempotencyKey))
         case .dispatch(let id):
             return .json(200, try await core.dispatch(id, of: caller).json)
         case .dispatchResults(let id):

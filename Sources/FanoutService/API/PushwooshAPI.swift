@@ -51,7 +51,7 @@ struct PushwooshAPI {
                 http: 429, code: 429, message: "rate limited: this workspace's request budget is spent")
         } else {
             do throws(APIError) {
-                response = try await serve(method, body, caller, idempotencyKey: request.header("idempotency-key"))
+                response = try await serve(method, body, caller, idempotency: request.idempotencyKey)
             } catch {
                 response =
                     error.status >= 500
@@ -77,7 +77,7 @@ struct PushwooshAPI {
         answer(http: 200, code: 210, message: "Argument error: \(error.message)")
     }
 
-    private func serve(_ method: String, _ body: RequestBody, _ caller: Caller, idempotencyKey: String?)
+    private func serve(_ method: String, _ body: RequestBody, _ caller: Caller, idempotency: IdempotencyKey?)
         async throws(APIError) -> APIResponse
     {
         switch method {
@@ -110,9 +110,9 @@ struct PushwooshAPI {
             }
             var messages: [JSONValue] = []
             for (index, spec) in specs.enumerated() {
-                let key = idempotencyKey.map { specs.count == 1 ? $0 : "\($0)#\(index)" }
+                let key = idempotency.map { specs.count == 1 ? $0 : $0.numbered(index) }
                 do throws(APIError) {
-                    messages.append(.string(try await core.accept(spec, caller: caller, idempotencyKey: key).id))
+                    messages.append(.string(try await core.accept(spec, caller: caller, idempotency: key).id))
                 } catch {
                     guard !messages.isEmpty else { throw error }
                     // The entries before it are committed and will be sent: say so, with their ids, so that a

@@ -145,30 +145,31 @@ package final class ServiceCore: Sendable {
     // MARK: Dispatches
 
     /// Checks a dispatch, writes it to the store (committed before this returns) and queues it. With an
-    /// idempotency key the workspace used before, returns the earlier dispatch and queues nothing.
-    func accept(_ spec: DispatchSpec, caller: Caller, idempotencyKey: String?) async throws(APIError)
+    /// idempotency key the workspace used before, returns the earlier dispatch and queues nothing, or, when the key
+    /// came with another request, refuses it (`422`).
+    func accept(_ spec: DispatchSpec, caller: Caller, idempotency: IdempotencyKey?) async throws(APIError)
         -> DispatchRecord
     {
-        if let idempotencyKey, idempotencyKey.isEmpty || idempotencyKey.utf8.count > 255 {
+        if let key = idempotency?.key, key.isEmpty || key.utf8.count > 255 {
             throw APIError(400, field: "Idempotency-Key", "Idempotency-Key must be 1 to 255 bytes")
         }
         guard let sharedDispatches else {
-            return try await accept(spec, id: DispatchStore.newID(), caller: caller, idempotencyKey: idempotencyKey)
+            return try await accept(spec, id: DispatchStore.newID(), caller: caller, idempotency: idempotency)
         }
         // Behind a load balancer a retry may reach another instance: the key is taken in Redis first, for the id
         // about to be committed, and a key already taken answers with the dispatch that took it.
         let id = DispatchStore.newID()
-        if let idempotencyKey {
-            let earlier: String?
+        if let idempotency {
+            let earlier: (id: String, requestDigest: String?)?
             do {
-                earlier = try await sharedDispatches.claim(
-                    idempotencyKey: idempotencyKey, workspace: caller.workspace, for: id)
+                earlier = try await sharedDispatches.claim(idempotency, workspace: caller.workspace, for: id)
             } catch {
                 logger.error("cannot check an idempotency key", fields: ["error": error.message])
                 throw APIError(503, "the idempotency key could not be checked; nothing was sent, retry later")
             }
             if let earlier {
-                guard let record = try? await dispatch(earlier, of: caller) else {
+                guard idempotency.matches(earlier.requestDigest) else { throw Self.keyReused(by: earlier.id) }
+                guard let record = try? await dispatch(earlier.id, of: caller) else {
                     throw APIError(409, "a request with this Idempotency-Key is still being accepted; retry later")
                 }
                 return record
@@ -176,11 +177,9 @@ package final class ServiceCore: Sendable {
         }
         let record: DispatchRecord
         do {
-            record = try await accept(spec, id: id, caller: caller, idempotencyKey: idempotencyKey)
+            record = try await accept(spec, id: id, caller: caller, idempotency: idempotency)
         } catch {
-            if let idempotencyKey {
-                await sharedDispatches.release(idempotencyKey: idempotencyKey, workspace: caller.workspace, for: id)
-            }
+            if let idempotency { await sharedDispatches.release(idempotency, workspace: caller.workspace, for: id) }
             throw error
         }
         do {
@@ -192,13 +191,21 @@ package final class ServiceCore: Sendable {
         return record
     }
 
+    /// The same `Idempotency-Key` sent with another request than the one that took it.
+    private static func keyReused(by dispatchID: String) -> APIError {
+        APIError(
+            422, field: "Idempotency-Key",
+            "this Idempotency-Key was sent with another request (dispatch \(dispatchID)); use a new key for a new request"
+        )
+    }
+
     /// `accept` once the dispatch's id is chosen: the content timestamp assigned, the dispatch committed and queued.
-    private func accept(_ spec: DispatchSpec, id: String, caller: Caller, idempotencyKey: String?)
+    private func accept(_ spec: DispatchSpec, id: String, caller: Caller, idempotency: IdempotencyKey?)
         async throws(APIError) -> DispatchRecord
     {
         guard let activityID = spec.activityID, !spec.timestampGiven else {
             try spec.validate(now: Self.nowSeconds())
-            return try commit(spec, id: id, caller: caller, idempotencyKey: idempotencyKey)
+            return try commit(spec, id: id, caller: caller, idempotency: idempotency)
         }
         let app = spec.app.bundleID
         let lastSent = try? await registry.activity(app: app, activityID: activityID)?.lastContentTimestamp
@@ -220,7 +227,7 @@ package final class ServiceCore: Sendable {
             stamped.setTimestamp(timestamp)
             try stamped.validate(now: Self.nowSeconds())
             used = timestamp
-            return try commit(stamped, id: id, caller: caller, idempotencyKey: idempotencyKey)
+            return try commit(stamped, id: id, caller: caller, idempotency: idempotency)
         }
         if used > now, let sharedTimestamps {
             try? await sharedTimestamps.raise(app: app, activityID: activityID, to: used)
@@ -229,15 +236,17 @@ package final class ServiceCore: Sendable {
     }
 
     /// Writes the checked dispatch (or finds the earlier one of its idempotency key) and queues it if new.
-    private func commit(_ spec: DispatchSpec, id: String, caller: Caller, idempotencyKey: String?) throws(APIError)
-        -> DispatchRecord
+    private func commit(_ spec: DispatchSpec, id: String, caller: Caller, idempotency: IdempotencyKey?)
+        throws(APIError) -> DispatchRecord
     {
         do {
             let (record, created) = try store.accept(
                 id: id, workspace: caller.workspace, app: spec.app.bundleID, kind: spec.kind, jobLine: spec.jobLine,
-                idempotencyKey: idempotencyKey, now: Self.nowMilliseconds())
+                idempotency: idempotency, now: Self.nowMilliseconds())
             if created { dispatcher.submit(record, activityID: spec.activityID) }
             return record
+        } catch  where error.kind == .idempotencyKeyReused {
+            throw Self.keyReused(by: error.message)
         } catch {
             logger.error("cannot record a dispatch", fields: ["error": "\(error)"])
             throw APIError(503, "the dispatch could not be recorded; nothing was sent, retry later")

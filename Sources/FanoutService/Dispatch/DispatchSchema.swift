@@ -1,7 +1,7 @@
 import Fanout
 import FanoutSQLite
 
-/// The dispatch queue's tables, version 1, in the registry's file (whose header's `application_id` and
+/// The dispatch queue's tables, version 2, in the registry's file (whose header's `application_id` and
 /// `user_version` belong to the registry, so the dispatch tables keep their own version in `dispatch_meta`).
 ///
 /// - `dispatches`: one row per accepted API call. `seq` (the rowid) orders them; `id` is the unguessable public id.
@@ -14,8 +14,18 @@ import FanoutSQLite
 ///   `job` is NULL when the result's job id is the dispatch's `job_id` (set from its first result), so a million rows
 ///   do not repeat it. Outcomes are stored as their index in `NotificationOutcome.all`. A broadcast's result has
 ///   `channel` (and no `token`); `dispatches.broadcasts` counts them.
+///
+/// Version 2 added `dispatches.request_digest`: the SHA-256 of the request that took the row's idempotency key, so
+/// that the same key sent with another request is refused. A version 1 file is upgraded when opened (its rows have
+/// none, and a retry with their keys gets the dispatch as before).
 enum DispatchSchema {
-    static let version: Int64 = 1
+    static let version: Int64 = 2
+
+    /// Upgrades version 1 tables to this version.
+    static let upgradeFrom1 = """
+        ALTER TABLE dispatches ADD COLUMN request_digest TEXT;
+        UPDATE dispatch_meta SET value = 2 WHERE name = 'version';
+        """
 
     /// The first key of a dispatch's job-level results; the next ones follow it (`jobLevelKeyBase + 1`, ...).
     static let jobLevelKeyBase = Int64.min + 1
@@ -41,6 +51,7 @@ enum DispatchSchema {
             started_at INTEGER,
             finished_at INTEGER,
             idempotency_key TEXT,
+            request_digest TEXT,
             payload_encodings INTEGER NOT NULL DEFAULT 0,
             demoted INTEGER NOT NULL DEFAULT 0,
             job_id TEXT,
@@ -88,6 +99,8 @@ enum DispatchSchema {
         payload_encodings, demoted, delivered, rejected, unregistered, failed, expired, rate_limited, invalid,
         cancelled, superseded, retries, broadcasts
         """
+    /// How many `recordColumns` there are: a column selected after them is at this index.
+    static let recordColumnCount: Int32 = 23
 
     static let insertResult = SQLiteSQL(
         """

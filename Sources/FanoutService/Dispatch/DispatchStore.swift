@@ -109,7 +109,14 @@ package final class DispatchStore: Sendable {
                 try database.execute(DispatchSchema.create)
             }
         }
-        let version = try database.scalarInt64("SELECT value FROM dispatch_meta WHERE name = 'version'") ?? 0
+        let versionQuery = "SELECT value FROM dispatch_meta WHERE name = 'version'"
+        if try database.scalarInt64(versionQuery) == 1 {
+            try database.transaction { () throws(SQLiteError) in
+                guard try database.scalarInt64(versionQuery) == 1 else { return }
+                try database.execute(DispatchSchema.upgradeFrom1)
+            }
+        }
+        let version = try database.scalarInt64(versionQuery) ?? 0
         guard version <= DispatchSchema.version else {
             throw DispatchStoreError(
                 .unsupportedVersion,
@@ -173,29 +180,40 @@ package final class DispatchStore: Sendable {
 
     // MARK: Dispatches
 
-    /// Commits a new queued dispatch before returning. If the workspace already used `idempotencyKey`, returns that
-    /// earlier dispatch and `created == false` (nothing written).
+    /// Commits a new queued dispatch before returning. If the workspace already used the idempotency key, returns that
+    /// earlier dispatch and `created == false` (nothing written), or, when the key came with another request (another
+    /// `requestDigest`), throws `.idempotencyKeyReused` naming the earlier dispatch.
     /// - Parameter id: the new dispatch's id (one from `newID()`, given when it had to be known before the commit).
     package func accept(
         id: String = DispatchStore.newID(), workspace: String, app: String, kind: String, jobLine: [UInt8],
-        idempotencyKey: String?, now: Int64
+        idempotency: IdempotencyKey?, now: Int64
     ) throws(DispatchStoreError) -> (record: DispatchRecord, created: Bool) {
-        try write { connection throws(SQLiteError) in
+        let idempotencyKey = idempotency?.key
+        let outcome = try write { connection throws(SQLiteError) -> (DispatchRecord, Bool, String?) in
             let database = connection.database
             if let idempotencyKey {
                 let earlier = try database.withStatement(
-                    "SELECT \(DispatchSchema.recordColumns) FROM dispatches WHERE workspace = ?1 AND idempotency_key = ?2"
+                    """
+                    SELECT \(DispatchSchema.recordColumns), request_digest FROM dispatches
+                    WHERE workspace = ?1 AND idempotency_key = ?2
+                    """
                 ) { statement throws(SQLiteError) in
                     try statement.bind(workspace, at: 1)
                     try statement.bind(idempotencyKey, at: 2)
-                    return try statement.step() ? DispatchRecord(row: statement) : nil
+                    return try statement.step()
+                        ? (
+                            DispatchRecord(row: statement),
+                            statement.optionalString(at: DispatchSchema.recordColumnCount)
+                        )
+                        : nil
                 }
-                if let earlier { return (earlier, false) }
+                if let earlier { return (earlier.0, false, earlier.1) }
             }
             try database.withStatement(
                 """
-                INSERT INTO dispatches (id, workspace, app, kind, job_line, state, created_at, idempotency_key)
-                VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7)
+                INSERT INTO dispatches (id, workspace, app, kind, job_line, state, created_at, idempotency_key,
+                    request_digest)
+                VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8)
                 """
             ) { statement throws(SQLiteError) in
                 try statement.bind(id, at: 1)
@@ -205,14 +223,20 @@ package final class DispatchStore: Sendable {
                 try statement.bind(jobLine, at: 5)
                 try statement.bind(now, at: 6)
                 try statement.bind(idempotencyKey, at: 7)
+                try statement.bind(idempotency?.requestDigest, at: 8)
                 try statement.run()
             }
             let record = DispatchRecord(
                 id: id, workspace: workspace, app: app, kind: kind, jobLine: jobLine, state: .queued,
                 counts: OutcomeCounts(), payloadEncodings: 0, demoted: 0, createdAt: now, startedAt: nil,
                 finishedAt: nil, idempotencyKey: idempotencyKey)
-            return (record, true)
+            return (record, true, nil)
         }
+        let (record, created, earlierDigest) = outcome
+        if let idempotency, !idempotency.matches(earlierDigest) {
+            throw DispatchStoreError(.idempotencyKeyReused, record.id)
+        }
+        return (record, created)
     }
 
     /// nil when there is no such dispatch OR it belongs to another workspace (the API answers 404 either way).

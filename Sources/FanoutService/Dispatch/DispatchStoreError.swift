@@ -26,6 +26,8 @@ package struct DispatchStoreError: Error, CustomStringConvertible, Sendable, Equ
         package static let unavailable = Kind("unavailable")
         /// Any other storage failure.
         package static let storage = Kind("storage")
+        /// The idempotency key was taken by another request; the message is the dispatch id that took it.
+        package static let idempotencyKeyReused = Kind("idempotency key reused")
     }
 
     package let kind: Kind

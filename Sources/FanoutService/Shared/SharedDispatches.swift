@@ -47,18 +47,22 @@ final class SharedDispatches: Sendable {
 
     // MARK: Idempotency
 
-    /// Takes `key` for the dispatch `id` about to be committed, or returns the id of the dispatch that took it first
-    /// (on any instance).
-    func claim(idempotencyKey key: String, workspace: String, for id: String) async throws(RedisError) -> String? {
+    /// Takes `key` for the dispatch `id` about to be committed, or returns the dispatch that took it first (on any
+    /// instance) with the digest of the request that took it (nil for a key taken before digests were kept).
+    func claim(_ key: IdempotencyKey, workspace: String, for id: String) async throws(RedisError) -> (
+        id: String, requestDigest: String?
+    )? {
         let reply = try await client.evalScript(
-            Self.claimScript, keys: [Self.idempotencyKey(key, workspace: workspace)],
-            arguments: [RedisArgument(id), RedisArgument(Self.expirySeconds)])
-        return reply.string
+            Self.claimScript, keys: [Self.idempotencyKey(key.key, workspace: workspace)],
+            arguments: [RedisArgument(id + " " + key.requestDigest), RedisArgument(Self.expirySeconds)])
+        guard let taken = reply.string else { return nil }
+        let parts = taken.split(separator: " ", maxSplits: 1)
+        return (String(parts[0]), parts.count == 2 ? String(parts[1]) : nil)
     }
 
-    /// KEYS: the idempotency key. ARGV: the dispatch id, the expiry in seconds. Returns the id already there, or
-    /// takes the key and returns nil. A script, not `SET NX GET` (which Redis refuses before 7.0, and the fleet
-    /// runs on 6.2).
+    /// KEYS: the idempotency key. ARGV: the dispatch id and its request's digest (`ID DIGEST`), the expiry in seconds.
+    /// Returns what is already there, or takes the key and returns nil. A script, not `SET NX GET` (which Redis
+    /// refuses before 7.0, and the fleet runs on 6.2).
     private static let claimScript = RedisScript(
         """
         local taken = redis.call('GET', KEYS[1])
@@ -68,15 +72,20 @@ final class SharedDispatches: Sendable {
         """)
 
     /// Gives `key` back after the dispatch that took it could not be committed, so that a retry may take it.
-    func release(idempotencyKey key: String, workspace: String, for id: String) async {
+    func release(_ key: IdempotencyKey, workspace: String, for id: String) async {
         _ = try? await client.evalScript(
-            Self.releaseScript, keys: [Self.idempotencyKey(key, workspace: workspace)], arguments: [RedisArgument(id)])
+            Self.releaseScript, keys: [Self.idempotencyKey(key.key, workspace: workspace)],
+            arguments: [RedisArgument(id)])
     }
 
-    /// KEYS: the idempotency key. ARGV: the dispatch id. Deletes the key only while it is still that dispatch's.
+    /// KEYS: the idempotency key. ARGV: the dispatch id. Deletes the key only while it is still that dispatch's (its
+    /// value is `ID DIGEST`, or `ID` alone as an older version took it).
     private static let releaseScript = RedisScript(
         """
-        if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+        local taken = redis.call('GET', KEYS[1])
+        if taken == ARGV[1] or (taken and string.sub(taken, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then
+          return redis.call('DEL', KEYS[1])
+        end
         return 0
         """)
 
