@@ -177,6 +177,51 @@ final class ServeCompatibilityTests: XCTestCase {
         XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }
 
+    /// A start writes the activity id only where the SDK of the API that took it reads it (`brazeActivityId`,
+    /// `pushwoosh.activityId`): an `activityId` of the customer's own attributes arrives as the customer wrote it.
+    func testBrazeAndPushwooshStartsLeaveTheCustomersActivityIdAlone() throws {
+        let brazeToken = ServeNativeAPITests.token("b3", 1)
+        let pushwooshToken = ServeNativeAPITests.token("b3", 2)
+        for (user, token) in [("u-bz", brazeToken), ("u-pw", pushwooshToken)] {
+            let registered = try serve.curl(
+                "POST", "/v1/push-to-start-tokens", key: ServeKeys.acmeDevice,
+                json: #"{"device_id": "\#(user)", "user_id": "\#(user)", "attributes_type": "T", "token": "\#(token)"}"#
+            )
+            XCTAssertEqual(registered.status, 200, registered.text)
+        }
+        let braze = try serve.curl(
+            "POST", "/messages/live_activity/start", key: ServeKeys.acmeServer,
+            json: """
+                {"app_id": "\(ServeHarness.brazeAppID)", "activity_id": "bz1", "activity_attributes_type": "T",
+                 "activity_attributes": {"h": "A", "activityId": "mine"}, "content_state": {},
+                 "notification": {"alert": {"title": "t", "body": "b"}}, "external_user_ids": ["u-bz"]}
+                """)
+        XCTAssertEqual(braze.status, 201, braze.text)
+        _ = try serve.waitForDispatch(try XCTUnwrap(try braze.object()["dispatch_id"] as? String))
+        let pushwoosh = try serve.curl(
+            "POST", "/json/1.3/startLiveActivity",
+            json: """
+                {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(ServeKeys.acmeServer)",
+                 "notifications": [{"live_activity_id": "pw1", "users": ["u-pw"], "content": "c",
+                   "live_activity": {"content-state": {}, "attributes-type": "T",
+                                     "attributes": {"h": "A", "activityId": "mine"}}}]}}
+                """)
+        let answer = try pushwoosh.object()
+        XCTAssertEqual(answer["status_code"] as? Int, 200, pushwoosh.text)
+        let id = try XCTUnwrap(((answer["response"] as? [String: Any])?["Messages"] as? [String])?.first)
+        _ = try serve.waitForDispatch(id)
+
+        func attributes(_ token: String) throws -> NSDictionary {
+            let aps = try XCTUnwrap(try payloads(token).first?["aps"] as? [String: Any])
+            return try XCTUnwrap(aps["attributes"] as? [String: Any]) as NSDictionary
+        }
+        XCTAssertEqual(
+            try attributes(brazeToken), ["h": "A", "activityId": "mine", "brazeActivityId": "bz1"] as NSDictionary)
+        XCTAssertEqual(
+            try attributes(pushwooshToken),
+            ["h": "A", "activityId": "mine", "pushwoosh": ["activityId": "pw1"]] as NSDictionary)
+    }
+
     func testBrazeStartAndUpdateEndpoints() throws {
         // A user with a push-to-start token, registered through the native device API.
         let startToken = ServeNativeAPITests.token("b2", 1)

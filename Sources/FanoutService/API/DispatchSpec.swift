@@ -1,3 +1,4 @@
+import Fanout
 import FanoutCore
 import FanoutJobFormat
 import Foundation
@@ -52,8 +53,10 @@ enum DeviceSelection {
 enum DispatchAudience {
     /// Every live update token of the activity (update, end).
     case activity(String)
-    /// Push-to-start tokens of the selected devices; the new activity is registered under `activityID`.
-    case pushToStart(activityID: String, attributesType: String?, selection: DeviceSelection)
+    /// Push-to-start tokens of the selected devices; the new activity is registered under `activityID`, which the
+    /// engine writes into the attributes where the SDK of the API that took the start reads it (`attribute`).
+    case pushToStart(
+        activityID: String, attributesType: String?, selection: DeviceSelection, attribute: ActivityIDAttribute)
     /// The selected devices' regular push tokens.
     case devices(DeviceSelection)
     /// Hex tokens given by the caller.
@@ -92,7 +95,7 @@ struct DispatchSpec {
         var activityID: String?
         switch audience {
         case .activity(let id): activityID = id
-        case .pushToStart(let id, _, _): activityID = id
+        case .pushToStart(let id, _, _, _): activityID = id
         case .devices, .tokens: activityID = nil
         }
         return DispatchSpec(
@@ -119,9 +122,11 @@ struct DispatchSpec {
         switch audience {
         case .activity(let id):
             return [appMember, .init(key: "activity_id", value: .string(id))]
-        case .pushToStart(let activityID, let attributesType, let selection):
+        case .pushToStart(let activityID, let attributesType, let selection, let attribute):
             var selector: [JSONObject.Member] = [selection.jobLineMember]
             if let attributesType { selector.append(.init(key: "attributes_type", value: .string(attributesType))) }
+            selector.append(
+                .init(key: "activity_id_attribute", value: .array(attribute.path.map(JSONValue.string))))
             return [
                 appMember, .init(key: "activity_id", value: .string(activityID)),
                 .init(key: "push_to_start", value: .object(JSONObject(selector))),

@@ -221,7 +221,8 @@ struct NativeAPI {
         switch audience {
         case .tokens(let tokens): dispatchAudience = .tokens(tokens)
         case .selection(let selection):
-            dispatchAudience = .pushToStart(activityID: activity, attributesType: attributesType, selection: selection)
+            dispatchAudience = .pushToStart(
+                activityID: activity, attributesType: attributesType, selection: selection, attribute: .fanout)
         }
         var spec = DispatchSpec.liveActivity(
             app: app, fields: fields, priority: priority, audience: dispatchAudience, fieldNames: .nativeLiveActivity)

@@ -254,12 +254,14 @@ struct PushwooshAPI {
         let audience: DispatchAudience
         if let users = try entry.strings("users") {
             // Old docs: users win over devices.
-            audience = .pushToStart(activityID: activityID, attributesType: attributesType, selection: .users(users))
+            audience = .pushToStart(
+                activityID: activityID, attributesType: attributesType, selection: .users(users), attribute: .pushwoosh)
         } else if let devices = try entry.strings("devices") {
             audience = try Self.devicesAudience(
                 devices, field: entry.field("devices"), activityID: activityID, type: attributesType)
         } else {
-            audience = .pushToStart(activityID: activityID, attributesType: attributesType, selection: .all)
+            audience = .pushToStart(
+                activityID: activityID, attributesType: attributesType, selection: .all, attribute: .pushwoosh)
         }
         return .liveActivity(
             app: app, fields: fields, priority: 10, audience: audience, fieldNames: .pushwoosh(entry: entry.path))
@@ -274,7 +276,8 @@ struct PushwooshAPI {
         guard tokens.isEmpty else {
             throw APIError(400, field: field, "\(field) mixes push tokens and HWIDs; give one kind per notification")
         }
-        return .pushToStart(activityID: activityID, attributesType: type, selection: .devices(devices))
+        return .pushToStart(
+            activityID: activityID, attributesType: type, selection: .devices(devices), attribute: .pushwoosh)
     }
 
     /// An `updateLiveActivity` entry: `live_activity` {`event`: update|end, `content-state`, `dismissal-date`,
