@@ -117,6 +117,30 @@ final class ServeCompatibilityTests: XCTestCase {
         XCTAssertEqual(homes.sorted(), [1, 2], "each update sent once, none from the refused request")
     }
 
+    /// Pushwoosh's `end` example leaves `content-state` out: the end then carries none, as a native end without
+    /// `content_state` does (the activity keeps its last state), not an empty one.
+    func testPushwooshEndWithoutContentStateSendsNone() throws {
+        let activityToken = ServeNativeAPITests.token("a8", 1)
+        XCTAssertEqual(
+            try serve.curl(
+                "POST", "/v1/activities/match-8/tokens", key: ServeKeys.acmeDevice,
+                json: #"{"token": "\#(activityToken)", "device_id": "dev-8"}"#
+            ).status, 200)
+        let answer = try serve.curl(
+            "POST", "/json/1.3/updateLiveActivity",
+            json: """
+                {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(ServeKeys.acmeServer)",
+                 "notifications": [{"live_activity": {"event": "end", "dismissal-date": 0}, "live_activity_id": "match-8"}]}}
+                """)
+        let object = try answer.object()
+        XCTAssertEqual(object["status_code"] as? Int, 200, answer.text)
+        let id = try XCTUnwrap(((object["response"] as? [String: Any])?["Messages"] as? [String])?.first)
+        XCTAssertEqual(try serve.waitForDispatch(id)["delivered"] as? Int, 1)
+        let aps = try XCTUnwrap(try payloads(activityToken).first?["aps"] as? [String: Any])
+        XCTAssertEqual(aps["event"] as? String, "end")
+        XCTAssertNil(aps["content-state"], "no content-state was given: \(aps)")
+    }
+
     /// The Pushwoosh SDK's device methods name a refused field as the SDK spells it (`hwid`, `userId`,
     /// `activity_token`, `activity_push_to_start_token`), not as the registry does (`device`, `user`, `token`).
     func testPushwooshRegistrationRefusalsNameTheSDKsFields() throws {

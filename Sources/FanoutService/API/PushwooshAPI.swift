@@ -297,7 +297,7 @@ struct PushwooshAPI {
         }
         let fields = LiveActivityFields(
             event: event, timestamp: ServiceCore.nowSeconds(),
-            contentState: contentState ?? .object(JSONObject()), staleDate: try live.date("stale-date"),
+            contentState: contentState, staleDate: try live.date("stale-date"),
             dismissalDate: try live.date("dismissal-date"), relevanceScore: try live.number("relevance-score"))
         return .liveActivity(
             app: app, fields: fields, priority: 10, audience: .activity(activityID),
