@@ -141,6 +141,28 @@ final class ServeCompatibilityTests: XCTestCase {
         XCTAssertNil(aps["content-state"], "no content-state was given: \(aps)")
     }
 
+    /// A start's `live_activity.attributes` must be an object: anything else is Pushwoosh's argument error (HTTP 200,
+    /// `status_code` 210) naming it, and nothing is sent.
+    func testPushwooshStartRefusesAttributesThatAreNotAnObject() throws {
+        for attributes in [#""hello""#, "[1, 2]"] {
+            let answer = try serve.curl(
+                "POST", "/json/1.3/startLiveActivity",
+                json: """
+                    {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(ServeKeys.acmeServer)",
+                     "notifications": [{"live_activity_id": "pw", "content": "c",
+                       "devices": ["\(ServeNativeAPITests.token("b4", 1))"],
+                       "live_activity": {"content-state": {}, "attributes-type": "T", "attributes": \(attributes)}}]}}
+                    """)
+            XCTAssertEqual(answer.status, 200, answer.text)
+            let object = try answer.object()
+            XCTAssertEqual(object["status_code"] as? Int, 210, "\(attributes): \(answer.text)")
+            XCTAssertTrue(
+                (object["status_message"] as? String ?? "").hasPrefix(
+                    "Argument error: notifications[0].live_activity.attributes must be an object"), answer.text)
+        }
+        XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
+    }
+
     /// The Pushwoosh SDK's device methods name a refused field as the SDK spells it (`hwid`, `userId`,
     /// `activity_token`, `activity_push_to_start_token`), not as the registry does (`device`, `user`, `token`).
     func testPushwooshRegistrationRefusalsNameTheSDKsFields() throws {

@@ -215,6 +215,22 @@ class ServeNativeAPITests: XCTestCase {
         XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }
 
+    /// A start's `attributes` must be an object (the app's ActivityAttributes): a string or an array is refused
+    /// naming `attributes`, not replaced by `{"activityId": …}` and sent.
+    func testStartRefusesAttributesThatAreNotAnObject() throws {
+        for attributes in [#""hello""#, "[1, 2]", "5"] {
+            let refused = try serve.curl(
+                "POST", "/v1/activities/na/start", key: ServeKeys.acmeServer,
+                json:
+                    #"{"attributes_type": "T", "attributes": \#(attributes), "content_state": {}, "audience": {"tokens": ["\#(Self.token("b0", 7))"]}}"#
+            )
+            XCTAssertEqual(refused.status, 400, "\(attributes): \(refused.text)")
+            XCTAssertEqual(try refused.object()["field"] as? String, "attributes", refused.text)
+            XCTAssertTrue((try refused.object()["error"] as? String ?? "").hasPrefix("attributes"), refused.text)
+        }
+        XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
+    }
+
     /// What the registry's checks refuse in a registration is named as the native request spells it (`device_id`,
     /// `user_id`, a push-to-start `token`), not as the registry does (`device`, `user`, `push_to_start_token`).
     func testRegistrationRefusalsNameTheRequestsFields() throws {
@@ -280,6 +296,9 @@ final class ServeNativeAPIRedisTests: ServeNativeAPITests {
     }
     override func testRefusalsNameTheFieldAndChangeNothing() throws {
         try super.testRefusalsNameTheFieldAndChangeNothing()
+    }
+    override func testStartRefusesAttributesThatAreNotAnObject() throws {
+        try super.testStartRefusesAttributesThatAreNotAnObject()
     }
     override func testRegistrationRefusalsNameTheRequestsFields() throws {
         try super.testRegistrationRefusalsNameTheRequestsFields()

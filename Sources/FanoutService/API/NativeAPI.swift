@@ -214,7 +214,7 @@ struct NativeAPI {
         }
         let attributesType = try body.requiredString("attributes_type")
         fields.attributesType = attributesType
-        fields.attributes = (body.value("attributes") ?? .object(JSONObject()))
+        fields.attributes = JSONValue.object(try body.object("attributes")?.object ?? JSONObject())
             .setting(.string(activity), at: ActivityIDAttribute.fanout.path[...])
         let audience = try self.audience(try body.object("audience"), field: "audience")
         let dispatchAudience: DispatchAudience

@@ -238,7 +238,7 @@ struct PushwooshAPI {
             throw APIError(400, field: live.field("content-state"), "\(live.field("content-state")) is required")
         }
         let attributesType = try live.requiredString("attributes-type")
-        let attributes = (live.value("attributes") ?? .object(JSONObject()))
+        let attributes = JSONValue.object(try live.object("attributes")?.object ?? JSONObject())
             .setting(.string(activityID), at: ActivityIDAttribute.pushwoosh.path[...])
         var alert: JSONValue?
         var title = try entry.string("title")
