@@ -163,6 +163,36 @@ final class ServeCompatibilityTests: XCTestCase {
         XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }
 
+    /// Pushwoosh takes at most 1,000 `users`, and 1,000 `devices`, per start notification: past that it is an
+    /// argument error that says the cap, and nothing is accepted.
+    func testPushwooshStartRefusesMoreThan1000UsersOrDevices() throws {
+        func start(_ audience: String) throws -> [String: Any] {
+            let answer = try serve.curl(
+                "POST", "/json/1.3/startLiveActivity",
+                json: """
+                    {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(ServeKeys.acmeServer)",
+                     "notifications": [{"live_activity_id": "pw-many", "content": "c", \(audience),
+                       "live_activity": {"content-state": {}, "attributes-type": "T", "attributes": {}}}]}}
+                    """)
+            XCTAssertEqual(answer.status, 200, answer.text)
+            return try answer.object()
+        }
+        func names(_ count: Int, _ prefix: String) -> String {
+            "[" + (0..<count).map { #""\#(prefix)-\#($0)""# }.joined(separator: ",") + "]"
+        }
+        for field in ["users", "devices"] {
+            let refused = try start(#""\#(field)": \#(names(1001, field))"#)
+            XCTAssertEqual(refused["status_code"] as? Int, 210, "\(field): \(refused)")
+            let message = refused["status_message"] as? String ?? ""
+            XCTAssertTrue(
+                message.hasPrefix("Argument error: notifications[0].\(field) has 1001 entries"), "\(field): \(message)")
+            XCTAssertTrue(message.contains("at most 1000"), "says the cap: \(message)")
+        }
+        let taken = try start(#""users": \#(names(1000, "users"))"#)
+        XCTAssertEqual(taken["status_code"] as? Int, 200, "\(taken)")
+        XCTAssertEqual(((taken["response"] as? [String: Any])?["Messages"] as? [String])?.count, 1, "\(taken)")
+    }
+
     /// The Pushwoosh SDK's device methods name a refused field as the SDK spells it (`hwid`, `userId`,
     /// `activity_token`, `activity_push_to_start_token`), not as the registry does (`device`, `user`, `token`).
     func testPushwooshRegistrationRefusalsNameTheSDKsFields() throws {

@@ -231,6 +231,30 @@ class ServeNativeAPITests: XCTestCase {
         XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }
 
+    /// An ISO-8601 date that does not exist (February 30th, April 31st, February 29th of a common year, an offset past
+    /// 23:59) is refused naming its field, not normalised into another date; the days that do exist are taken.
+    func testDatesThatDoNotExistAreRefused() throws {
+        for (event, field, date) in [
+            ("update", "stale_date", "2026-02-30T00:00:00Z"), ("update", "stale_date", "2026-04-31T12:00:00Z"),
+            ("update", "stale_date", "2027-02-29T00:00:00Z"), ("update", "stale_date", "2100-02-29T00:00:00Z"),
+            ("update", "stale_date", "2026-01-01T00:00:00+99:00"),
+            ("end", "dismissal_date", "2026-01-01T00:00:00-24:00"),
+            ("end", "dismissal_date", "2026-01-01T00:00:00+01:60"),
+        ] {
+            let refused = try serve.curl(
+                "POST", "/v1/activities/m/\(event)", key: ServeKeys.acmeServer,
+                json: #"{"content_state": {}, "\#(field)": "\#(date)"}"#)
+            XCTAssertEqual(refused.status, 400, "\(date): \(refused.text)")
+            XCTAssertEqual(try refused.object()["field"] as? String, field, "\(date): \(refused.text)")
+        }
+        for date in ["2028-02-29T00:00:00Z", "2000-02-29T00:00:00Z", "2026-12-31T23:59:59+14:00"] {
+            let taken = try serve.curl(
+                "POST", "/v1/activities/m/update", key: ServeKeys.acmeServer,
+                json: #"{"content_state": {}, "stale_date": "\#(date)"}"#)
+            XCTAssertEqual(taken.status, 202, "\(date): \(taken.text)")
+        }
+    }
+
     /// What the registry's checks refuse in a registration is named as the native request spells it (`device_id`,
     /// `user_id`, a push-to-start `token`), not as the registry does (`device`, `user`, `push_to_start_token`).
     func testRegistrationRefusalsNameTheRequestsFields() throws {
@@ -299,6 +323,9 @@ final class ServeNativeAPIRedisTests: ServeNativeAPITests {
     }
     override func testStartRefusesAttributesThatAreNotAnObject() throws {
         try super.testStartRefusesAttributesThatAreNotAnObject()
+    }
+    override func testDatesThatDoNotExistAreRefused() throws {
+        try super.testDatesThatDoNotExistAreRefused()
     }
     override func testRegistrationRefusalsNameTheRequestsFields() throws {
         try super.testRegistrationRefusalsNameTheRequestsFields()

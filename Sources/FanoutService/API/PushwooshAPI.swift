@@ -16,6 +16,8 @@ struct PushwooshAPI {
     static let deviceMethods: Set<String> = [
         "registerDevice", "unregisterDevice", "setActivityToken", "setActivityPushToStartToken",
     ]
+    /// Pushwoosh's documented cap on a start's `users`, and on its `devices`, per notification.
+    static let maximumAudience = 1000
 
     func handle(_ request: APIRequest, method: String) async -> APIResponse {
         guard request.method == "POST" else {
@@ -252,11 +254,11 @@ struct PushwooshAPI {
             staleDate: try live.date("stale-date"), relevanceScore: try live.number("relevance-score"), alert: alert,
             attributesType: attributesType, attributes: attributes)
         let audience: DispatchAudience
-        if let users = try entry.strings("users") {
+        if let users = try Self.capped(try entry.strings("users"), field: entry.field("users")) {
             // Old docs: users win over devices.
             audience = .pushToStart(
                 activityID: activityID, attributesType: attributesType, selection: .users(users), attribute: .pushwoosh)
-        } else if let devices = try entry.strings("devices") {
+        } else if let devices = try Self.capped(try entry.strings("devices"), field: entry.field("devices")) {
             audience = try Self.devicesAudience(
                 devices, field: entry.field("devices"), activityID: activityID, type: attributesType)
         } else {
@@ -265,6 +267,15 @@ struct PushwooshAPI {
         }
         return .liveActivity(
             app: app, fields: fields, priority: 10, audience: audience, fieldNames: .pushwoosh(entry: entry.path))
+    }
+
+    /// `users` or `devices` within Pushwoosh's cap (`maximumAudience`).
+    private static func capped(_ entries: [String]?, field: String) throws(APIError) -> [String]? {
+        guard let entries, entries.count > maximumAudience else { return entries }
+        throw APIError(
+            400, field: field,
+            "\(field) has \(entries.count) entries; Pushwoosh takes at most \(maximumAudience) per notification "
+                + "(send more in several notifications)")
     }
 
     /// `devices` holds push tokens (hex) or HWIDs, not a mix.
