@@ -231,6 +231,53 @@ class ServeNativeAPITests: XCTestCase {
         XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }
 
+    /// A start sent to tokens the caller gives is still a push of its activity: its timestamp is strictly newer than
+    /// the activity's last one and the next update's is newer than its own, as for a start by users or devices.
+    /// (Pushwoosh's `devices` given as push tokens are the same case.)
+    func testAStartToTokensFollowsItsActivitysTimestamps() throws {
+        let server = ServeKeys.acmeServer
+        XCTAssertEqual(
+            try serve.curl(
+                "POST", "/v1/activities/t1/tokens", key: ServeKeys.acmeDevice,
+                json: #"{"token": "\#(Self.token("a5", 1))", "device_id": "d-5"}"#
+            ).status, 200)
+        // The activity's last timestamp is well ahead of the clock.
+        let last = Int(Date().timeIntervalSince1970) + 10_000
+        let update = try serve.curl(
+            "POST", "/v1/activities/t1/update", key: server, json: #"{"content_state": {}, "timestamp": \#(last)}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        XCTAssertEqual(
+            try serve.waitForDispatch(try XCTUnwrap(try update.object()["dispatch_id"] as? String))["delivered"]
+                as? Int,
+            1)
+        func timestamp(_ token: String) throws -> Int {
+            try XCTUnwrap((try payload(for: token)["aps"] as? [String: Any])?["timestamp"] as? Int)
+        }
+        XCTAssertEqual(try timestamp(Self.token("a5", 1)), last)
+
+        let start = try serve.curl(
+            "POST", "/v1/activities/t1/start", key: server,
+            json:
+                #"{"attributes_type": "T", "content_state": {}, "audience": {"tokens": ["\#(Self.token("b5", 1))"]}}"#)
+        XCTAssertEqual(start.status, 202, start.text)
+        XCTAssertEqual(
+            try serve.waitForDispatch(try XCTUnwrap(try start.object()["dispatch_id"] as? String))["delivered"] as? Int,
+            1)
+        XCTAssertGreaterThan(try timestamp(Self.token("b5", 1)), last, "newer than the activity's last push")
+
+        let pushwoosh = try serve.curl(
+            "POST", "/json/1.3/startLiveActivity",
+            json: """
+                {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(server)",
+                 "notifications": [{"live_activity_id": "t1", "content": "c", "devices": ["\(Self.token("b5", 2))"],
+                   "live_activity": {"content-state": {}, "attributes-type": "T", "attributes": {}}}]}}
+                """)
+        let id = try XCTUnwrap(
+            ((try pushwoosh.object()["response"] as? [String: Any])?["Messages"] as? [String])?.first, pushwoosh.text)
+        XCTAssertEqual(try serve.waitForDispatch(id)["delivered"] as? Int, 1)
+        XCTAssertGreaterThan(try timestamp(Self.token("b5", 2)), try timestamp(Self.token("b5", 1)))
+    }
+
     /// An ISO-8601 date that does not exist (February 30th, April 31st, February 29th of a common year, an offset past
     /// 23:59) is refused naming its field, not normalised into another date; the days that do exist are taken.
     func testDatesThatDoNotExistAreRefused() throws {
@@ -326,6 +373,9 @@ final class ServeNativeAPIRedisTests: ServeNativeAPITests {
     }
     override func testDatesThatDoNotExistAreRefused() throws {
         try super.testDatesThatDoNotExistAreRefused()
+    }
+    override func testAStartToTokensFollowsItsActivitysTimestamps() throws {
+        try super.testAStartToTokensFollowsItsActivitysTimestamps()
     }
     override func testRegistrationRefusalsNameTheRequestsFields() throws {
         try super.testRegistrationRefusalsNameTheRequestsFields()

@@ -61,6 +61,11 @@ enum DispatchAudience {
     case devices(DeviceSelection)
     /// Hex tokens given by the caller.
     case tokens([String])
+    /// A start of `activityID` sent to hex tokens given by the caller. The job line names only the tokens (a line
+    /// names its recipients one way, and `activity_id` beside `tokens` would be a second), so the activity is the
+    /// spec's: its timestamp follows the activity's last one and its dispatch runs in the activity's order. (A
+    /// dispatch resumed after a restart finds its activity in its line, so this one then runs in no order.)
+    case startTokens(activityID: String, tokens: [String])
 }
 
 /// An accepted API call, as the job line the dispatcher runs: the same format and parser as `fanout send`'s job
@@ -96,6 +101,7 @@ struct DispatchSpec {
         switch audience {
         case .activity(let id): activityID = id
         case .pushToStart(let id, _, _, _): activityID = id
+        case .startTokens(let id, _): activityID = id
         case .devices, .tokens: activityID = nil
         }
         return DispatchSpec(
@@ -136,7 +142,7 @@ struct DispatchSpec {
             case .users, .devices: return [appMember, selection.jobLineMember]
             case .all: return [appMember, .init(key: "devices", value: .array([]))]
             }
-        case .tokens(let tokens):
+        case .tokens(let tokens), .startTokens(_, let tokens):
             return [.init(key: "tokens", value: .array(tokens.map(JSONValue.string)))]
         }
     }

@@ -219,7 +219,7 @@ struct NativeAPI {
         let audience = try self.audience(try body.object("audience"), field: "audience")
         let dispatchAudience: DispatchAudience
         switch audience {
-        case .tokens(let tokens): dispatchAudience = .tokens(tokens)
+        case .tokens(let tokens): dispatchAudience = .startTokens(activityID: activity, tokens: tokens)
         case .selection(let selection):
             dispatchAudience = .pushToStart(
                 activityID: activity, attributesType: attributesType, selection: selection, attribute: .fanout)

@@ -283,7 +283,9 @@ struct PushwooshAPI {
         throws(APIError) -> DispatchAudience
     {
         let tokens = devices.filter { DeviceToken($0) != nil }
-        if tokens.count == devices.count { return .tokens(devices.map { $0.lowercased() }) }
+        if tokens.count == devices.count {
+            return .startTokens(activityID: activityID, tokens: devices.map { $0.lowercased() })
+        }
         guard tokens.isEmpty else {
             throw APIError(400, field: field, "\(field) mixes push tokens and HWIDs; give one kind per notification")
         }
