@@ -25,6 +25,7 @@ extension FanoutJob {
         self.init(
             id: parsed.id, workspace: parsed.workspace, headers: parsed.headers, payload: payload,
             recipients: recipients)
+        activityIDAttribute = parsed.activityIDAttribute.map(ActivityIDAttribute.init(path:))
     }
 }
 

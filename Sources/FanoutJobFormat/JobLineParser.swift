@@ -99,6 +99,8 @@ private struct LineFailure: Error {
 private struct LineReader {
     var jobID: String?
     private var members: [String: RawJSON] = [:]
+    /// `push_to_start.activity_id_attribute`, once read.
+    private var activityIDAttribute: [String]?
 
     /// Whether the line has a `live_activity` without a `timestamp` (after `read`).
     var usesDefaultTimestamp: Bool {
@@ -138,7 +140,9 @@ private struct LineReader {
         let headers = try readHeaders()
         let payload = try readPayload(pushType: headers.pushType, now: now)
         let recipients = try readRecipients(jobFileDirectory: jobFileDirectory, headers: headers)
-        return ParsedJob(id: id, workspace: workspace, headers: headers, payload: payload, recipients: recipients)
+        var job = ParsedJob(id: id, workspace: workspace, headers: headers, payload: payload, recipients: recipients)
+        job.activityIDAttribute = activityIDAttribute
+        return job
     }
 
     // MARK: Headers
@@ -216,7 +220,7 @@ private struct LineReader {
 
     // MARK: Recipients
 
-    private func readRecipients(jobFileDirectory: String, headers: NotificationHeaders) throws(LineFailure)
+    private mutating func readRecipients(jobFileDirectory: String, headers: NotificationHeaders) throws(LineFailure)
         -> ParsedJob.Recipients
     {
         // Exactly one way of naming recipients; `activity_id` beside `push_to_start` names the activity to start.
@@ -256,7 +260,13 @@ private struct LineReader {
             case "activity_id":
                 return .activity(app: app, id: activityID!)
             case "push_to_start":
-                let (attributesType, selection) = try readPushToStart()
+                let (attributesType, selection, attribute) = try readPushToStart()
+                if attribute != nil && activityID == nil {
+                    throw LineFailure(
+                        "push_to_start.activity_id_attribute",
+                        "push_to_start.activity_id_attribute goes with activity_id (the id it writes)")
+                }
+                activityIDAttribute = attribute
                 return .pushToStart(
                     app: app, attributesType: attributesType, selection: selection, activityID: activityID)
             case "users":
@@ -306,12 +316,14 @@ private struct LineReader {
         return id
     }
 
-    /// `push_to_start`: `{"attributes_type": "...", "users": [...]}`, or `"devices": [...]`, or `"all": true`.
-    private func readPushToStart() throws(LineFailure) -> (String?, ParsedJob.Selection) {
+    /// `push_to_start`: `{"attributes_type": "...", "users": [...]}`, or `"devices": [...]`, or `"all": true`, and
+    /// optionally `"activity_id_attribute": ["key", ...]`.
+    private func readPushToStart() throws(LineFailure) -> (String?, ParsedJob.Selection, [String]?) {
         guard let raw = members["push_to_start"], case .object(let object) = raw.value else {
             throw LineFailure("push_to_start", "push_to_start must be an object")
         }
         var attributesType: String?
+        var attribute: [String]?
         var selections: [ParsedJob.Selection] = []
         for member in object {
             let field = "push_to_start.\(member.key)"
@@ -321,18 +333,22 @@ private struct LineReader {
             case ("users", let value): selections.append(.users(try Self.strings(value, field: field)))
             case ("devices", let value): selections.append(.devices(try Self.strings(value, field: field)))
             case ("all", .bool(true)): selections.append(.all)
+            case ("activity_id_attribute", .null): break
+            case ("activity_id_attribute", let value): attribute = try Self.strings(value, field: field)
             case ("attributes_type", _), ("all", _):
                 throw LineFailure(
                     field, member.key == "all" ? "\(field) must be true" : "\(field) must be a non-empty string")
             default:
                 throw LineFailure(
-                    field, "unknown key \(Self.quoted(member.key)) (known: attributes_type, users, devices, all)")
+                    field,
+                    "unknown key \(Self.quoted(member.key)) (known: attributes_type, users, devices, all, "
+                        + "activity_id_attribute)")
             }
         }
         guard selections.count == 1 else {
             throw LineFailure("push_to_start", "push_to_start needs exactly one of users, devices or all: true")
         }
-        return (attributesType, selections[0])
+        return (attributesType, selections[0], attribute)
     }
 
     private func strings(_ key: String) throws(LineFailure) -> [String] {

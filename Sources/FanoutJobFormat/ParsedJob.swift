@@ -48,6 +48,9 @@ package struct ParsedJob: Sendable {
     package var headers: NotificationHeaders
     package var payload: Payload
     package var recipients: Recipients
+    /// `push_to_start.activity_id_attribute`: the keys, from `attributes` down, under which a start that names its
+    /// `activity_id` carries it (`["brazeActivityId"]`); nil: the engine's default (`activityId`).
+    package var activityIDAttribute: [String]?
 
     package init(
         id: String, workspace: String, headers: NotificationHeaders, payload: Payload, recipients: Recipients

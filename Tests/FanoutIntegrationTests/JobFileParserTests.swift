@@ -338,6 +338,36 @@ final class JobFileParserTests: XCTestCase {
             .pushToStart(app: "com.acme.app", attributesType: nil, selection: .all, activityID: nil))
     }
 
+    /// `push_to_start.activity_id_attribute` says where the start writes its activity id (the SDK's key); without
+    /// it the engine's default applies.
+    func testPushToStartNamesWhereItWritesTheActivityID() throws {
+        let start = #"{"event": "start", "content_state": {}, "attributes_type": "T", "attributes": {}}"#
+        let job = try parsed(
+            Self.jobLine([
+                "tokens": nil, "live_activity": start, "activity_id": #""match-9""#,
+                "push_to_start": #"{"users": ["u1"], "activity_id_attribute": ["pushwoosh", "activityId"]}"#,
+            ]))
+        XCTAssertEqual(job.activityIDAttribute, .pushwoosh)
+        let plain = try parsed(
+            Self.jobLine([
+                "tokens": nil, "live_activity": start, "activity_id": #""match-9""#,
+                "push_to_start": #"{"users": ["u1"]}"#,
+            ]))
+        XCTAssertNil(plain.activityIDAttribute)
+        assertRefused(
+            Self.jobLine([
+                "tokens": nil, "live_activity": start,
+                "push_to_start": #"{"users": ["u1"], "activity_id_attribute": ["brazeActivityId"]}"#,
+            ]), field: "push_to_start.activity_id_attribute",
+            prefix: "push_to_start.activity_id_attribute goes with activity_id")
+        assertRefused(
+            Self.jobLine([
+                "tokens": nil, "live_activity": start, "activity_id": #""match-9""#,
+                "push_to_start": #"{"users": ["u1"], "activity_id_attribute": "brazeActivityId"}"#,
+            ]), field: "push_to_start.activity_id_attribute",
+            prefix: "push_to_start.activity_id_attribute must be a non-empty array of strings")
+    }
+
     func testUsersAndDevicesAddressRegularPushTokens() throws {
         XCTAssertEqual(
             try recipients(["tokens": nil, "users": #"["u1"]"#]),

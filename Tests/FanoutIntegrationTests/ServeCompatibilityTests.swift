@@ -117,6 +117,82 @@ final class ServeCompatibilityTests: XCTestCase {
         XCTAssertEqual(homes.sorted(), [1, 2], "each update sent once, none from the refused request")
     }
 
+    /// Pushwoosh's `end` example leaves `content-state` out: the end then carries none, as a native end without
+    /// `content_state` does (the activity keeps its last state), not an empty one.
+    func testPushwooshEndWithoutContentStateSendsNone() throws {
+        let activityToken = ServeNativeAPITests.token("a8", 1)
+        XCTAssertEqual(
+            try serve.curl(
+                "POST", "/v1/activities/match-8/tokens", key: ServeKeys.acmeDevice,
+                json: #"{"token": "\#(activityToken)", "device_id": "dev-8"}"#
+            ).status, 200)
+        let answer = try serve.curl(
+            "POST", "/json/1.3/updateLiveActivity",
+            json: """
+                {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(ServeKeys.acmeServer)",
+                 "notifications": [{"live_activity": {"event": "end", "dismissal-date": 0}, "live_activity_id": "match-8"}]}}
+                """)
+        let object = try answer.object()
+        XCTAssertEqual(object["status_code"] as? Int, 200, answer.text)
+        let id = try XCTUnwrap(((object["response"] as? [String: Any])?["Messages"] as? [String])?.first)
+        XCTAssertEqual(try serve.waitForDispatch(id)["delivered"] as? Int, 1)
+        let aps = try XCTUnwrap(try payloads(activityToken).first?["aps"] as? [String: Any])
+        XCTAssertEqual(aps["event"] as? String, "end")
+        XCTAssertNil(aps["content-state"], "no content-state was given: \(aps)")
+    }
+
+    /// A start's `live_activity.attributes` must be an object: anything else is Pushwoosh's argument error (HTTP 200,
+    /// `status_code` 210) naming it, and nothing is sent.
+    func testPushwooshStartRefusesAttributesThatAreNotAnObject() throws {
+        for attributes in [#""hello""#, "[1, 2]"] {
+            let answer = try serve.curl(
+                "POST", "/json/1.3/startLiveActivity",
+                json: """
+                    {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(ServeKeys.acmeServer)",
+                     "notifications": [{"live_activity_id": "pw", "content": "c",
+                       "devices": ["\(ServeNativeAPITests.token("b4", 1))"],
+                       "live_activity": {"content-state": {}, "attributes-type": "T", "attributes": \(attributes)}}]}}
+                    """)
+            XCTAssertEqual(answer.status, 200, answer.text)
+            let object = try answer.object()
+            XCTAssertEqual(object["status_code"] as? Int, 210, "\(attributes): \(answer.text)")
+            XCTAssertTrue(
+                (object["status_message"] as? String ?? "").hasPrefix(
+                    "Argument error: notifications[0].live_activity.attributes must be an object"), answer.text)
+        }
+        XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
+    }
+
+    /// Pushwoosh takes at most 1,000 `users`, and 1,000 `devices`, per start notification: past that it is an
+    /// argument error that says the cap, and nothing is accepted.
+    func testPushwooshStartRefusesMoreThan1000UsersOrDevices() throws {
+        func start(_ audience: String) throws -> [String: Any] {
+            let answer = try serve.curl(
+                "POST", "/json/1.3/startLiveActivity",
+                json: """
+                    {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(ServeKeys.acmeServer)",
+                     "notifications": [{"live_activity_id": "pw-many", "content": "c", \(audience),
+                       "live_activity": {"content-state": {}, "attributes-type": "T", "attributes": {}}}]}}
+                    """)
+            XCTAssertEqual(answer.status, 200, answer.text)
+            return try answer.object()
+        }
+        func names(_ count: Int, _ prefix: String) -> String {
+            "[" + (0..<count).map { #""\#(prefix)-\#($0)""# }.joined(separator: ",") + "]"
+        }
+        for field in ["users", "devices"] {
+            let refused = try start(#""\#(field)": \#(names(1001, field))"#)
+            XCTAssertEqual(refused["status_code"] as? Int, 210, "\(field): \(refused)")
+            let message = refused["status_message"] as? String ?? ""
+            XCTAssertTrue(
+                message.hasPrefix("Argument error: notifications[0].\(field) has 1001 entries"), "\(field): \(message)")
+            XCTAssertTrue(message.contains("at most 1000"), "says the cap: \(message)")
+        }
+        let taken = try start(#""users": \#(names(1000, "users"))"#)
+        XCTAssertEqual(taken["status_code"] as? Int, 200, "\(taken)")
+        XCTAssertEqual(((taken["response"] as? [String: Any])?["Messages"] as? [String])?.count, 1, "\(taken)")
+    }
+
     /// The Pushwoosh SDK's device methods name a refused field as the SDK spells it (`hwid`, `userId`,
     /// `activity_token`, `activity_push_to_start_token`), not as the registry does (`device`, `user`, `token`).
     func testPushwooshRegistrationRefusalsNameTheSDKsFields() throws {
@@ -175,6 +251,51 @@ final class ServeCompatibilityTests: XCTestCase {
             XCTAssertTrue(error.hasPrefix("activity_id"), "\(path): \(answer.text)")
         }
         XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
+    }
+
+    /// A start writes the activity id only where the SDK of the API that took it reads it (`brazeActivityId`,
+    /// `pushwoosh.activityId`): an `activityId` of the customer's own attributes arrives as the customer wrote it.
+    func testBrazeAndPushwooshStartsLeaveTheCustomersActivityIdAlone() throws {
+        let brazeToken = ServeNativeAPITests.token("b3", 1)
+        let pushwooshToken = ServeNativeAPITests.token("b3", 2)
+        for (user, token) in [("u-bz", brazeToken), ("u-pw", pushwooshToken)] {
+            let registered = try serve.curl(
+                "POST", "/v1/push-to-start-tokens", key: ServeKeys.acmeDevice,
+                json: #"{"device_id": "\#(user)", "user_id": "\#(user)", "attributes_type": "T", "token": "\#(token)"}"#
+            )
+            XCTAssertEqual(registered.status, 200, registered.text)
+        }
+        let braze = try serve.curl(
+            "POST", "/messages/live_activity/start", key: ServeKeys.acmeServer,
+            json: """
+                {"app_id": "\(ServeHarness.brazeAppID)", "activity_id": "bz1", "activity_attributes_type": "T",
+                 "activity_attributes": {"h": "A", "activityId": "mine"}, "content_state": {},
+                 "notification": {"alert": {"title": "t", "body": "b"}}, "external_user_ids": ["u-bz"]}
+                """)
+        XCTAssertEqual(braze.status, 201, braze.text)
+        _ = try serve.waitForDispatch(try XCTUnwrap(try braze.object()["dispatch_id"] as? String))
+        let pushwoosh = try serve.curl(
+            "POST", "/json/1.3/startLiveActivity",
+            json: """
+                {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(ServeKeys.acmeServer)",
+                 "notifications": [{"live_activity_id": "pw1", "users": ["u-pw"], "content": "c",
+                   "live_activity": {"content-state": {}, "attributes-type": "T",
+                                     "attributes": {"h": "A", "activityId": "mine"}}}]}}
+                """)
+        let answer = try pushwoosh.object()
+        XCTAssertEqual(answer["status_code"] as? Int, 200, pushwoosh.text)
+        let id = try XCTUnwrap(((answer["response"] as? [String: Any])?["Messages"] as? [String])?.first)
+        _ = try serve.waitForDispatch(id)
+
+        func attributes(_ token: String) throws -> NSDictionary {
+            let aps = try XCTUnwrap(try payloads(token).first?["aps"] as? [String: Any])
+            return try XCTUnwrap(aps["attributes"] as? [String: Any]) as NSDictionary
+        }
+        XCTAssertEqual(
+            try attributes(brazeToken), ["h": "A", "activityId": "mine", "brazeActivityId": "bz1"] as NSDictionary)
+        XCTAssertEqual(
+            try attributes(pushwooshToken),
+            ["h": "A", "activityId": "mine", "pushwoosh": ["activityId": "pw1"]] as NSDictionary)
     }
 
     func testBrazeStartAndUpdateEndpoints() throws {

@@ -215,6 +215,93 @@ class ServeNativeAPITests: XCTestCase {
         XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }
 
+    /// A start's `attributes` must be an object (the app's ActivityAttributes): a string or an array is refused
+    /// naming `attributes`, not replaced by `{"activityId": …}` and sent.
+    func testStartRefusesAttributesThatAreNotAnObject() throws {
+        for attributes in [#""hello""#, "[1, 2]", "5"] {
+            let refused = try serve.curl(
+                "POST", "/v1/activities/na/start", key: ServeKeys.acmeServer,
+                json:
+                    #"{"attributes_type": "T", "attributes": \#(attributes), "content_state": {}, "audience": {"tokens": ["\#(Self.token("b0", 7))"]}}"#
+            )
+            XCTAssertEqual(refused.status, 400, "\(attributes): \(refused.text)")
+            XCTAssertEqual(try refused.object()["field"] as? String, "attributes", refused.text)
+            XCTAssertTrue((try refused.object()["error"] as? String ?? "").hasPrefix("attributes"), refused.text)
+        }
+        XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
+    }
+
+    /// A start sent to tokens the caller gives is still a push of its activity: its timestamp is strictly newer than
+    /// the activity's last one and the next update's is newer than its own, as for a start by users or devices.
+    /// (Pushwoosh's `devices` given as push tokens are the same case.)
+    func testAStartToTokensFollowsItsActivitysTimestamps() throws {
+        let server = ServeKeys.acmeServer
+        XCTAssertEqual(
+            try serve.curl(
+                "POST", "/v1/activities/t1/tokens", key: ServeKeys.acmeDevice,
+                json: #"{"token": "\#(Self.token("a5", 1))", "device_id": "d-5"}"#
+            ).status, 200)
+        // The activity's last timestamp is well ahead of the clock.
+        let last = Int(Date().timeIntervalSince1970) + 10_000
+        let update = try serve.curl(
+            "POST", "/v1/activities/t1/update", key: server, json: #"{"content_state": {}, "timestamp": \#(last)}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        XCTAssertEqual(
+            try serve.waitForDispatch(try XCTUnwrap(try update.object()["dispatch_id"] as? String))["delivered"]
+                as? Int,
+            1)
+        func timestamp(_ token: String) throws -> Int {
+            try XCTUnwrap((try payload(for: token)["aps"] as? [String: Any])?["timestamp"] as? Int)
+        }
+        XCTAssertEqual(try timestamp(Self.token("a5", 1)), last)
+
+        let start = try serve.curl(
+            "POST", "/v1/activities/t1/start", key: server,
+            json:
+                #"{"attributes_type": "T", "content_state": {}, "audience": {"tokens": ["\#(Self.token("b5", 1))"]}}"#)
+        XCTAssertEqual(start.status, 202, start.text)
+        XCTAssertEqual(
+            try serve.waitForDispatch(try XCTUnwrap(try start.object()["dispatch_id"] as? String))["delivered"] as? Int,
+            1)
+        XCTAssertGreaterThan(try timestamp(Self.token("b5", 1)), last, "newer than the activity's last push")
+
+        let pushwoosh = try serve.curl(
+            "POST", "/json/1.3/startLiveActivity",
+            json: """
+                {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(server)",
+                 "notifications": [{"live_activity_id": "t1", "content": "c", "devices": ["\(Self.token("b5", 2))"],
+                   "live_activity": {"content-state": {}, "attributes-type": "T", "attributes": {}}}]}}
+                """)
+        let id = try XCTUnwrap(
+            ((try pushwoosh.object()["response"] as? [String: Any])?["Messages"] as? [String])?.first, pushwoosh.text)
+        XCTAssertEqual(try serve.waitForDispatch(id)["delivered"] as? Int, 1)
+        XCTAssertGreaterThan(try timestamp(Self.token("b5", 2)), try timestamp(Self.token("b5", 1)))
+    }
+
+    /// An ISO-8601 date that does not exist (February 30th, April 31st, February 29th of a common year, an offset past
+    /// 23:59) is refused naming its field, not normalised into another date; the days that do exist are taken.
+    func testDatesThatDoNotExistAreRefused() throws {
+        for (event, field, date) in [
+            ("update", "stale_date", "2026-02-30T00:00:00Z"), ("update", "stale_date", "2026-04-31T12:00:00Z"),
+            ("update", "stale_date", "2027-02-29T00:00:00Z"), ("update", "stale_date", "2100-02-29T00:00:00Z"),
+            ("update", "stale_date", "2026-01-01T00:00:00+99:00"),
+            ("end", "dismissal_date", "2026-01-01T00:00:00-24:00"),
+            ("end", "dismissal_date", "2026-01-01T00:00:00+01:60"),
+        ] {
+            let refused = try serve.curl(
+                "POST", "/v1/activities/m/\(event)", key: ServeKeys.acmeServer,
+                json: #"{"content_state": {}, "\#(field)": "\#(date)"}"#)
+            XCTAssertEqual(refused.status, 400, "\(date): \(refused.text)")
+            XCTAssertEqual(try refused.object()["field"] as? String, field, "\(date): \(refused.text)")
+        }
+        for date in ["2028-02-29T00:00:00Z", "2000-02-29T00:00:00Z", "2026-12-31T23:59:59+14:00"] {
+            let taken = try serve.curl(
+                "POST", "/v1/activities/m/update", key: ServeKeys.acmeServer,
+                json: #"{"content_state": {}, "stale_date": "\#(date)"}"#)
+            XCTAssertEqual(taken.status, 202, "\(date): \(taken.text)")
+        }
+    }
+
     /// What the registry's checks refuse in a registration is named as the native request spells it (`device_id`,
     /// `user_id`, a push-to-start `token`), not as the registry does (`device`, `user`, `push_to_start_token`).
     func testRegistrationRefusalsNameTheRequestsFields() throws {
@@ -289,6 +376,15 @@ final class ServeNativeAPIRedisTests: ServeNativeAPITests {
     }
     override func testRefusalsNameTheFieldAndChangeNothing() throws {
         try super.testRefusalsNameTheFieldAndChangeNothing()
+    }
+    override func testStartRefusesAttributesThatAreNotAnObject() throws {
+        try super.testStartRefusesAttributesThatAreNotAnObject()
+    }
+    override func testDatesThatDoNotExistAreRefused() throws {
+        try super.testDatesThatDoNotExistAreRefused()
+    }
+    override func testAStartToTokensFollowsItsActivitysTimestamps() throws {
+        try super.testAStartToTokensFollowsItsActivitysTimestamps()
     }
     override func testRegistrationRefusalsNameTheRequestsFields() throws {
         try super.testRegistrationRefusalsNameTheRequestsFields()

@@ -633,8 +633,9 @@ public final class FanoutEngine: Sendable {
         }
     }
 
-    /// A push-to-start job that names its activity id carries it in `attributes`, under
-    /// `configuration.activityIDAttribute`, so that the app registers the new activity's token under it.
+    /// A push-to-start job that names its activity id carries it in `attributes`, under the job's
+    /// `activityIDAttribute` (or else `configuration.activityIDAttribute`), so that the app registers the new
+    /// activity's token under it.
     /// A push-to-start job that names its activity and a channel (`input_push_channel`) binds the channel to the
     /// activity in the registry, so later jobs by that activity id broadcast to it; one that names its activity but
     /// no channel (and no `input_push_token`) subscribes the new activity to the channel already bound, if any.
@@ -699,7 +700,8 @@ public final class FanoutEngine: Sendable {
             throw PayloadError(field: "live_activity.event", message: "a push-to-start job must be a start event")
         }
         var attributes = content.attributes?.value.objectValue ?? JSONObject()
-        attributes.set(.string(activityID), at: configuration.activityIDAttribute.path[...])
+        let attribute = job.activityIDAttribute ?? configuration.activityIDAttribute
+        attributes.set(.string(activityID), at: attribute.path[...])
         content.attributes = RawJSON(.object(attributes))
         return .liveActivity(content)
     }

@@ -42,7 +42,8 @@ public struct FanoutEngineConfiguration: Sendable {
     /// its fields (no secrets). Today: a batch of invalidated tokens the registry refused to remove (busy past its
     /// timeout, or any other error), with how many and why. Nil: not reported.
     public var warningHandler: WarningHandler?
-    /// Where push-to-start jobs write their activity id inside `attributes` (default `activityId`).
+    /// Where push-to-start jobs write their activity id inside `attributes` (default `activityId`), unless the job
+    /// says where (`FanoutJob.activityIDAttribute`).
     public var activityIDAttribute: ActivityIDAttribute
     /// The priority-10 guard, per app (bundle id): at most this many priority-10 updates per activity
     /// over a rolling hour; later ones go out at priority 5 and count as `demoted`. Alerts and `end`

@@ -14,6 +14,10 @@ public struct FanoutJob: Sendable {
     /// Recipients already done in an earlier run (`fanout send --resume`): skipped, not sent, not
     /// reported again.
     public var alreadyDone: ResumePoint?
+    /// Where a push-to-start job that names its activity writes the id inside `attributes`; nil: the engine's
+    /// `configuration.activityIDAttribute`. One engine may serve apps on several SDKs (`fanout serve` answers
+    /// Fanout's, Pushwoosh's and Braze's APIs), so each job may say where its app's SDK reads the id.
+    public var activityIDAttribute: ActivityIDAttribute?
     /// The `apns-id` of the one notification of a `send` (the caller's own id); nil: one per token.
     var singleNotificationID: APNsIdentifier?
 
@@ -39,8 +43,8 @@ public enum Recipients: Sendable {
     /// Every live update token of an activity in the engine's registry (`update` and `end` events).
     case activity(app: String, id: String)
     /// The push-to-start tokens of the selected devices for an attributes type (`start` events).
-    /// With `activityID`, the id is written into the payload's `attributes` (see `ActivityIDAttribute`)
-    /// so that the app registers the new activity's update token under it.
+    /// With `activityID`, the id is written into the payload's `attributes` (see `ActivityIDAttribute` and
+    /// `FanoutJob.activityIDAttribute`) so that the app registers the new activity's update token under it.
     case pushToStart(app: String, attributesType: String?, selection: RecipientSelection, activityID: String? = nil)
     /// The regular push tokens of the selected devices (alert and background pushes).
     case devices(app: String, selection: RecipientSelection)

@@ -136,7 +136,8 @@ struct BrazeAPI {
                 .setting(.string(activityID), at: ActivityIDAttribute.braze.path[...]))
         return .liveActivity(
             app: app, fields: fields, priority: push.priority,
-            audience: .pushToStart(activityID: activityID, attributesType: attributesType, selection: .users(users)),
+            audience: .pushToStart(
+                activityID: activityID, attributesType: attributesType, selection: .users(users), attribute: .braze),
             fieldNames: .braze)
     }
 

@@ -1,3 +1,4 @@
+import Fanout
 import FanoutCore
 import FanoutJobFormat
 import Foundation
@@ -52,12 +53,19 @@ enum DeviceSelection {
 enum DispatchAudience {
     /// Every live update token of the activity (update, end).
     case activity(String)
-    /// Push-to-start tokens of the selected devices; the new activity is registered under `activityID`.
-    case pushToStart(activityID: String, attributesType: String?, selection: DeviceSelection)
+    /// Push-to-start tokens of the selected devices; the new activity is registered under `activityID`, which the
+    /// engine writes into the attributes where the SDK of the API that took the start reads it (`attribute`).
+    case pushToStart(
+        activityID: String, attributesType: String?, selection: DeviceSelection, attribute: ActivityIDAttribute)
     /// The selected devices' regular push tokens.
     case devices(DeviceSelection)
     /// Hex tokens given by the caller.
     case tokens([String])
+    /// A start of `activityID` sent to hex tokens given by the caller. The job line names only the tokens (a line
+    /// names its recipients one way, and `activity_id` beside `tokens` would be a second), so the activity is the
+    /// spec's: its timestamp follows the activity's last one and its dispatch runs in the activity's order. (A
+    /// dispatch resumed after a restart finds its activity in its line, so this one then runs in no order.)
+    case startTokens(activityID: String, tokens: [String])
 }
 
 /// An accepted API call, as the job line the dispatcher runs: the same format and parser as `fanout send`'s job
@@ -92,7 +100,8 @@ struct DispatchSpec {
         var activityID: String?
         switch audience {
         case .activity(let id): activityID = id
-        case .pushToStart(let id, _, _): activityID = id
+        case .pushToStart(let id, _, _, _): activityID = id
+        case .startTokens(let id, _): activityID = id
         case .devices, .tokens: activityID = nil
         }
         return DispatchSpec(
@@ -119,9 +128,11 @@ struct DispatchSpec {
         switch audience {
         case .activity(let id):
             return [appMember, .init(key: "activity_id", value: .string(id))]
-        case .pushToStart(let activityID, let attributesType, let selection):
+        case .pushToStart(let activityID, let attributesType, let selection, let attribute):
             var selector: [JSONObject.Member] = [selection.jobLineMember]
             if let attributesType { selector.append(.init(key: "attributes_type", value: .string(attributesType))) }
+            selector.append(
+                .init(key: "activity_id_attribute", value: .array(attribute.path.map(JSONValue.string))))
             return [
                 appMember, .init(key: "activity_id", value: .string(activityID)),
                 .init(key: "push_to_start", value: .object(JSONObject(selector))),
@@ -131,7 +142,7 @@ struct DispatchSpec {
             case .users, .devices: return [appMember, selection.jobLineMember]
             case .all: return [appMember, .init(key: "devices", value: .array([]))]
             }
-        case .tokens(let tokens):
+        case .tokens(let tokens), .startTokens(_, let tokens):
             return [.init(key: "tokens", value: .array(tokens.map(JSONValue.string)))]
         }
     }

@@ -214,14 +214,15 @@ struct NativeAPI {
         }
         let attributesType = try body.requiredString("attributes_type")
         fields.attributesType = attributesType
-        fields.attributes = (body.value("attributes") ?? .object(JSONObject()))
+        fields.attributes = JSONValue.object(try body.object("attributes")?.object ?? JSONObject())
             .setting(.string(activity), at: ActivityIDAttribute.fanout.path[...])
         let audience = try self.audience(try body.object("audience"), field: "audience")
         let dispatchAudience: DispatchAudience
         switch audience {
-        case .tokens(let tokens): dispatchAudience = .tokens(tokens)
+        case .tokens(let tokens): dispatchAudience = .startTokens(activityID: activity, tokens: tokens)
         case .selection(let selection):
-            dispatchAudience = .pushToStart(activityID: activity, attributesType: attributesType, selection: selection)
+            dispatchAudience = .pushToStart(
+                activityID: activity, attributesType: attributesType, selection: selection, attribute: .fanout)
         }
         var spec = DispatchSpec.liveActivity(
             app: app, fields: fields, priority: priority, audience: dispatchAudience, fieldNames: .nativeLiveActivity)

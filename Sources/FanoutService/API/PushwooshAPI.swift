@@ -16,6 +16,8 @@ struct PushwooshAPI {
     static let deviceMethods: Set<String> = [
         "registerDevice", "unregisterDevice", "setActivityToken", "setActivityPushToStartToken",
     ]
+    /// Pushwoosh's documented cap on a start's `users`, and on its `devices`, per notification.
+    static let maximumAudience = 1000
 
     func handle(_ request: APIRequest, method: String) async -> APIResponse {
         guard request.method == "POST" else {
@@ -238,7 +240,7 @@ struct PushwooshAPI {
             throw APIError(400, field: live.field("content-state"), "\(live.field("content-state")) is required")
         }
         let attributesType = try live.requiredString("attributes-type")
-        let attributes = (live.value("attributes") ?? .object(JSONObject()))
+        let attributes = JSONValue.object(try live.object("attributes")?.object ?? JSONObject())
             .setting(.string(activityID), at: ActivityIDAttribute.pushwoosh.path[...])
         var alert: JSONValue?
         var title = try entry.string("title")
@@ -252,17 +254,28 @@ struct PushwooshAPI {
             staleDate: try live.date("stale-date"), relevanceScore: try live.number("relevance-score"), alert: alert,
             attributesType: attributesType, attributes: attributes)
         let audience: DispatchAudience
-        if let users = try entry.strings("users") {
+        if let users = try Self.capped(try entry.strings("users"), field: entry.field("users")) {
             // Old docs: users win over devices.
-            audience = .pushToStart(activityID: activityID, attributesType: attributesType, selection: .users(users))
-        } else if let devices = try entry.strings("devices") {
+            audience = .pushToStart(
+                activityID: activityID, attributesType: attributesType, selection: .users(users), attribute: .pushwoosh)
+        } else if let devices = try Self.capped(try entry.strings("devices"), field: entry.field("devices")) {
             audience = try Self.devicesAudience(
                 devices, field: entry.field("devices"), activityID: activityID, type: attributesType)
         } else {
-            audience = .pushToStart(activityID: activityID, attributesType: attributesType, selection: .all)
+            audience = .pushToStart(
+                activityID: activityID, attributesType: attributesType, selection: .all, attribute: .pushwoosh)
         }
         return .liveActivity(
             app: app, fields: fields, priority: 10, audience: audience, fieldNames: .pushwoosh(entry: entry.path))
+    }
+
+    /// `users` or `devices` within Pushwoosh's cap (`maximumAudience`).
+    private static func capped(_ entries: [String]?, field: String) throws(APIError) -> [String]? {
+        guard let entries, entries.count > maximumAudience else { return entries }
+        throw APIError(
+            400, field: field,
+            "\(field) has \(entries.count) entries; Pushwoosh takes at most \(maximumAudience) per notification "
+                + "(send more in several notifications)")
     }
 
     /// `devices` holds push tokens (hex) or HWIDs, not a mix.
@@ -270,11 +283,14 @@ struct PushwooshAPI {
         throws(APIError) -> DispatchAudience
     {
         let tokens = devices.filter { DeviceToken($0) != nil }
-        if tokens.count == devices.count { return .tokens(devices.map { $0.lowercased() }) }
+        if tokens.count == devices.count {
+            return .startTokens(activityID: activityID, tokens: devices.map { $0.lowercased() })
+        }
         guard tokens.isEmpty else {
             throw APIError(400, field: field, "\(field) mixes push tokens and HWIDs; give one kind per notification")
         }
-        return .pushToStart(activityID: activityID, attributesType: type, selection: .devices(devices))
+        return .pushToStart(
+            activityID: activityID, attributesType: type, selection: .devices(devices), attribute: .pushwoosh)
     }
 
     /// An `updateLiveActivity` entry: `live_activity` {`event`: update|end, `content-state`, `dismissal-date`,
@@ -294,7 +310,7 @@ struct PushwooshAPI {
         }
         let fields = LiveActivityFields(
             event: event, timestamp: ServiceCore.nowSeconds(),
-            contentState: contentState ?? .object(JSONObject()), staleDate: try live.date("stale-date"),
+            contentState: contentState, staleDate: try live.date("stale-date"),
             dismissalDate: try live.date("dismissal-date"), relevanceScore: try live.number("relevance-score"))
         return .liveActivity(
             app: app, fields: fields, priority: 10, audience: .activity(activityID),

@@ -108,7 +108,8 @@ struct RequestBody {
     }
 }
 
-/// ISO-8601 date-times as Braze writes them, to Unix seconds.
+/// ISO-8601 date-times as Braze writes them, to Unix seconds. A date that does not exist (February 30th, an offset
+/// of +99:00) is nil, not normalised into another one.
 enum ISO8601Date {
     static func parse(_ text: String) -> Int64? {
         let bytes = Array(text.utf8)
@@ -133,7 +134,8 @@ enum ISO8601Date {
         else { return nil }
         index += 1
         guard let hour = digits(2), expect(":"), let minute = digits(2), expect(":"), let second = digits(2),
-            (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+            (1...12).contains(month), (1...daysIn(month: month, year: year)).contains(day), hour < 24, minute < 60,
+            second < 61
         else { return nil }
         if expect(".") {
             let start = index
@@ -149,6 +151,7 @@ enum ISO8601Date {
             guard let offsetHours = digits(2) else { return nil }
             _ = expect(":")
             let offsetMinutes = digits(2) ?? 0
+            guard offsetHours < 24, offsetMinutes < 60 else { return nil }
             offset = sign * (offsetHours * 3600 + offsetMinutes * 60)
         } else {
             return nil
@@ -162,5 +165,14 @@ enum ISO8601Date {
         parts.tm_min = Int32(minute)
         parts.tm_sec = Int32(second)
         return Int64(timegm(&parts)) - Int64(offset)
+    }
+
+    /// The days of a month (1 to 12) of the proleptic Gregorian calendar.
+    static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
     }
 }
