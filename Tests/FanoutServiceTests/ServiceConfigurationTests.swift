@@ -111,5 +111,8 @@ final class ServiceConfigurationTests: XCTestCase {
         XCTAssertNil(ISO8601Date.parse("2024-01-22"))
         XCTAssertNil(ISO8601Date.parse("2024-13-22T16:55:49Z"))
         XCTAssertNil(ISO8601Date.parse("2024-01-22T16:55:49Zjunk"))
+        XCTAssertEqual(ISO8601Date.parse("2024-01-22T21:55:49+05"), 1_705_942_549)
+        XCTAssertNil(ISO8601Date.parse("2024-01-22T21:55:49+05:"), "a colon without the minutes")
+        XCTAssertNil(ISO8601Date.parse("2024-01-22T21:55:49+05:3"))
     }
 }

@@ -148,10 +148,10 @@ enum ISO8601Date {
         } else if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
             let sign = bytes[index] == UInt8(ascii: "-") ? -1 : 1
             index += 1
+            // ±hh:mm, ±hhmm or ±hh; a colon must be followed by the minutes.
             guard let offsetHours = digits(2) else { return nil }
-            _ = expect(":")
-            let offsetMinutes = digits(2) ?? 0
-            guard offsetHours < 24, offsetMinutes < 60 else { return nil }
+            let offsetMinutes = expect(":") ? digits(2) : (index < bytes.count ? digits(2) : 0)
+            guard let offsetMinutes, offsetHours < 24, offsetMinutes < 60 else { return nil }
             offset = sign * (offsetHours * 3600 + offsetMinutes * 60)
         } else {
             return nil
