@@ -304,6 +304,25 @@ final class FaultMatrixTests: XCTestCase {
         XCTAssertGreaterThan(report.counts.retries, 0, "notifications in flight on a dropped connection are retried")
     }
 
+    /// One connection with a thousand streams open dropped in a small job: every stream it carried is retried. The
+    /// retry budget (20% of the first attempts of the last 10 s, plus 10: about 610 here) is asked once for the lost
+    /// connection, not once per stream, which failed about 400 of these for good ("RetryBudgetExhausted").
+    func testOneDroppedConnectionFullOfStreamsIsRetriedWhole() async throws {
+        var plan = Plan()
+        plan.notifications = 3000
+        plan.loops = 1
+        plan.connectionsPerLoop = 1
+        plan.streams = 1000
+        plan.latencyMilliseconds = 50
+        let report = try await run("drop-full-window", plan: plan) {
+            $0.dropEvery = 1500
+            $0.latencyMilliseconds = 50
+        }
+        XCTAssertGreaterThan(report.mock.drops, 0)
+        XCTAssertEqual(report.counts.delivered, report.counts.total, "\(report.reasons)")
+        XCTAssertGreaterThan(report.counts.retries, 500, "the dropped connection's streams were retried")
+    }
+
     func testRefusedStreamsAreResentWithoutCountingAnAttempt() async throws {
         let report = try await run("refused-stream") { $0.refuseEvery = 50 }
         XCTAssertGreaterThan(report.mock.refused, 100)

@@ -129,6 +129,11 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     /// reconnect probes the endpoint in the background; cleared when a connection is ready.
     @exclusivity(unchecked) private var endpointDown: TransportError?
     @exclusivity(unchecked) private var retryBudget: RetryBudget
+    /// The retry budget's answer for each connection lost this loop turn, asked once for all the streams it took
+    /// down (`admitRetry`); emptied at the turn's end, when every stream of those connections has completed.
+    @exclusivity(unchecked) private var lostConnectionRetries: [ObjectIdentifier: Bool] = [:]
+    /// Empties `lostConnectionRetries` at the end of the turn that filled it. Created in `init`.
+    private var forgetLostConnectionsAtTurnEnd: LoopTurnAction!
     /// Connections that became ready and have not closed (for the open-connections gauge).
     @exclusivity(unchecked) private var readyConnections = Set<ObjectIdentifier>()
     @exclusivity(unchecked) private var lastConnectError: TransportError?
@@ -161,6 +166,9 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         // is dropped. Read once per turn, so the weak reference's cost does not matter.
         pumpAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.pump() }
         handOverAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in self?.handOverFinished() }
+        forgetLostConnectionsAtTurnEnd = LoopTurnAction(loop: loop) { [weak self] in
+            self?.lostConnectionRetries.removeAll(keepingCapacity: true)
+        }
     }
 
     // MARK: Records
@@ -326,7 +334,11 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
                 }
             } else {
                 pending.lastReason = Self.describe(failure)
-                retryOrFail(pending)
+                if case .connectionLost = failure {
+                    retryOrFail(pending, lostWith: connection)
+                } else {
+                    retryOrFail(pending)
+                }
             }
         }
         // Once per batch of answers (a read buffer holds hundreds), not once per answer: the provider token,
@@ -361,8 +373,11 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         }
     }
 
-    /// Sends again after a jittered backoff, or ends as `failed` when the attempts are used up.
-    private func retryOrFail(_ pending: PendingNotification, immediately: Bool = false) {
+    /// Sends again after a jittered backoff, or ends as `failed` when the attempts are used up or the retry budget
+    /// refuses. `lostWith`: the connection whose loss ended the stream (see `admitRetry`).
+    private func retryOrFail(
+        _ pending: PendingNotification, immediately: Bool = false, lostWith connection: HTTP2ClientConnection? = nil
+    ) {
         if pending.job.run.isCancelled {
             finish(pending, outcome: .cancelled, reason: "Cancelled")
             return
@@ -375,16 +390,17 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             finish(pending, outcome: .failed, reason: pending.lastReason)
             return
         }
-        configuration.metrics?.retries.increment()
         if immediately {
+            configuration.metrics?.retries.increment()
             waiting.prepend(pending)
             return
         }
-        guard retryBudget.tryRetry(now: loop.nowMilliseconds * 1_000_000) else {
+        guard admitRetry(lostWith: connection) else {
             finish(
                 pending, outcome: .failed, reason: "RetryBudgetExhausted: " + (pending.lastReason ?? "transient error"))
             return
         }
+        configuration.metrics?.retries.increment()
         let ceiling = min(
             configuration.retryCap.wholeMilliseconds,
             configuration.retryBase.wholeMilliseconds << UInt64(min(pending.attempts, 20)))
@@ -392,6 +408,22 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         pending.notBefore = loop.nowMilliseconds + delay
         delayed.append(pending)
         armDelayTimer(due: pending.notBefore)
+    }
+
+    /// Whether the retry budget takes one more retry. A lost connection is one failure of the endpoint however many
+    /// streams it carried: the budget is asked once for all of them (and they all follow its answer), where asking
+    /// per stream let one dropped connection with a thousand streams open spend the whole budget (20% of the first
+    /// attempts of the last 10 s, plus 10), and a gateway's sends then failed for good after a single reset. Each
+    /// notification's own attempts are still counted (`maxAttempts`).
+    private func admitRetry(lostWith connection: HTTP2ClientConnection?) -> Bool {
+        let now = loop.nowMilliseconds * 1_000_000
+        guard let connection else { return retryBudget.tryRetry(now: now) }
+        let id = ObjectIdentifier(connection)
+        if let admitted = lostConnectionRetries[id] { return admitted }
+        let admitted = retryBudget.tryRetry(now: now)
+        if lostConnectionRetries.isEmpty { forgetLostConnectionsAtTurnEnd.schedule() }
+        lostConnectionRetries[id] = admitted
+        return admitted
     }
 
     private func armDelayTimer(due: UInt64) {
