@@ -116,7 +116,7 @@ struct RegistryAudience: Sendable {
         guard let content, content.content.event == .end else { return }
         _ = try? await registry.apply([
             .endActivity(
-                app: content.app, activityID: content.id, dismissalDate: content.content.dismissalDate.map { $0 * 1000 }
+                app: content.app, activityID: content.id, dismissalDate: content.content.dismissalDateMilliseconds
             )
         ])
     }

@@ -171,6 +171,20 @@ final class PayloadJobFieldTests: XCTestCase {
                 #"{"event":"end","dismissal_date":1,"dismissal_date":2}"#,
                 #"live_activity: not valid JSON: at byte offset 34: duplicate key "dismissal_date""#
             ),
+            // Dates past year 9999 (in milliseconds, the registry's unit, Int64.max seconds overflowed and crashed
+            // the process that recorded the end).
+            (
+                #"{"event":"end","dismissal_date":9223372036854775807}"#,
+                "live_activity.dismissal_date: 9223372036854775807 is past 9999-12-31 (253402300799 seconds since 1970)"
+            ),
+            (
+                "{\(update),\"timestamp\":253402300800}",
+                "live_activity.timestamp: 253402300800 is past 9999-12-31 (253402300799 seconds since 1970)"
+            ),
+            (
+                "{\(update),\"stale_date\":9223372036854775807}",
+                "live_activity.stale_date: 9223372036854775807 is past 9999-12-31 (253402300799 seconds since 1970)"
+            ),
         ]
         for (field, expected) in cases {
             XCTAssertEqual(parseError(field), expected, field)

@@ -187,6 +187,13 @@ class ServeNativeAPITests: XCTestCase {
         // What the job-line checks refuse is named as the request spells it, not as the job line it becomes.
         for (path, json, field) in [
             ("/v1/activities/m/update", #"{"content_state": 5}"#, "content_state"),
+            // Dates past year 9999: Int64.max seconds in milliseconds overflowed and crashed the service, at once
+            // (an end's dismissal date) or at the activity's next update (a timestamp), and at every restart.
+            (
+                "/v1/activities/m/end", #"{"content_state": {}, "dismissal_date": 9223372036854775807}"#,
+                "dismissal_date"
+            ),
+            ("/v1/activities/m/update", #"{"content_state": {}, "timestamp": 9223372036854775807}"#, "timestamp"),
             ("/v1/activities/m/update", #"{"content_state": {}, "alert": {"title": 5}}"#, "alert.title"),
             (
                 "/v1/activities/m/start",

@@ -94,7 +94,7 @@ extension FanoutEngine {
         else { return }
         do throws(RegistryError) {
             _ = try await registry.apply([
-                .endActivity(app: app, activityID: id, dismissalDate: content.dismissalDate.map { $0 * 1000 })
+                .endActivity(app: app, activityID: id, dismissalDate: content.dismissalDateMilliseconds)
             ])
         } catch {
             // The end was sent; the tokens then expire on their own (8 hours after registration).

@@ -32,6 +32,10 @@ public struct LiveActivityContent: Sendable, Hashable {
         public var description: String { kind.rawValue }
     }
 
+    /// The latest date any of the fields takes: 9999-12-31T23:59:59Z, in seconds since 1970. Later ones are
+    /// refused: no device clock reaches them, and in milliseconds (the registry's unit) they would overflow.
+    public static let latestDate: Int64 = 253_402_300_799
+
     public var event: Event
     /// Seconds since 1970. Required by APNs; keep it increasing per activity.
     public var timestamp: Int64
@@ -77,7 +81,7 @@ public struct LiveActivityContent: Sendable, Hashable {
     /// naming the job-file field, for example `live_activity.attributes: only allowed with event "start"`.
     public func validate() throws(PayloadError) {
         let isStart = event == .start
-        if timestamp < 0 { throw Self.error("timestamp", "must not be negative (seconds since 1970)") }
+        try Self.checkDate(timestamp, "timestamp")
         if let contentState {
             guard contentState.kind == .object else {
                 throw Self.error("content_state", "must be a JSON object, not \(contentState.kind)")
@@ -85,14 +89,10 @@ public struct LiveActivityContent: Sendable, Hashable {
         } else if event != .end {
             throw Self.error("content_state", "required for start and update")
         }
-        if let staleDate, staleDate < 0 {
-            throw Self.error("stale_date", "must not be negative (seconds since 1970)")
-        }
+        if let staleDate { try Self.checkDate(staleDate, "stale_date") }
         if let dismissalDate {
             guard event == .end else { throw Self.error("dismissal_date", #"only allowed with event "end""#) }
-            guard dismissalDate >= 0 else {
-                throw Self.error("dismissal_date", "must not be negative (seconds since 1970)")
-            }
+            try Self.checkDate(dismissalDate, "dismissal_date")
         }
         if let relevanceScore, !relevanceScore.isFinite {
             throw Self.error("relevance_score", "must be a finite number")
@@ -127,6 +127,19 @@ public struct LiveActivityContent: Sendable, Hashable {
     }
 
     /// Validates, then writes the payload and checks it against the 4096-byte liveactivity limit.
+    /// A date field in seconds since 1970: from 0 to `latestDate`.
+    private static func checkDate(_ seconds: Int64, _ field: String) throws(PayloadError) {
+        guard seconds >= 0 else { throw Self.error(field, "must not be negative (seconds since 1970)") }
+        guard seconds <= latestDate else {
+            throw Self.error(field, "\(seconds) is past 9999-12-31 (\(latestDate) seconds since 1970)")
+        }
+    }
+
+    /// `dismissalDate` in milliseconds, as the registry keeps dates (a date past `latestDate` counts as that date).
+    public var dismissalDateMilliseconds: Int64? {
+        dismissalDate.map { min($0, Self.latestDate) * 1000 }
+    }
+
     public func encode() throws(PayloadError) -> [UInt8] {
         try validate()
         var writer = JSONWriter(

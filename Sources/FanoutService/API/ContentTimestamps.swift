@@ -1,3 +1,4 @@
+import FanoutCore
 import Foundation
 import Synchronization
 
@@ -18,7 +19,9 @@ final class ContentTimestamps: Sendable {
     ) throws(APIError) -> T {
         let key = app + "\u{0}" + activityID
         return try assigned.withLock { assigned throws(APIError) -> T in
-            let floor = max(assigned[key] ?? .min, lastSent ?? .min)
+            // A floor past the latest date a content may carry (a registry written before such dates were refused)
+            // counts as that date: the next timestamp is then refused as too late, where floor + 1 overflowed.
+            let floor = min(max(assigned[key] ?? .min, lastSent ?? .min), LiveActivityContent.latestDate)
             let timestamp = floor == .min ? now : max(now, floor + 1)
             let result = try commit(timestamp)
             if assigned.count > 10_000 { assigned = assigned.filter { $0.value > now - 5 } }
