@@ -271,7 +271,7 @@ package final class FleetEnqueuer: Sendable {
                 while true {
                     let token: String?
                     do {
-                        token = try reader.nextLine(TokenFileReader.trimmed)
+                        token = try reader.nextLine { TokenFileReader.trimmed($0, lineNumber: reader.lineNumber) }
                     } catch {
                         throw FleetError("line \(number): tokens file \(file) cannot be read: \(error.reason)")
                     }
