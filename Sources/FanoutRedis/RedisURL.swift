@@ -88,9 +88,20 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
             host = String(hostPort)
         }
         guard !host.isEmpty else { throw RedisError(.invalidURL, "a Redis URL needs a host") }
+        // Neither the host nor the port is quoted back: without its '@' (or with it percent-encoded), user info reads
+        // as host and port, and the password would be in the message.
+        if !hostPort.hasPrefix("["), host.contains(where: { $0 == ":" || $0 == "%" || $0 == " " }) {
+            throw RedisError(
+                .invalidURL,
+                "the host of a Redis URL cannot hold ':', '%' or spaces (an IPv6 address goes in brackets; user info "
+                    + "ends with '@': redis://user:password@host:port)")
+        }
         if let portText {
             guard let value = Int(portText), (1...65535).contains(value), portText.allSatisfy(\.isASCII) else {
-                throw RedisError(.invalidURL, "the port of a Redis URL must be 1-65535, not '\(portText)'")
+                throw RedisError(
+                    .invalidURL,
+                    "the port of a Redis URL must be a number 1-65535 (user info ends with '@': "
+                        + "redis://user:password@host:port)")
             }
             port = value
         } else {

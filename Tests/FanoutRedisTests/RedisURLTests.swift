@@ -38,6 +38,8 @@ final class RedisURLTests: XCTestCase {
             "redis://fanout:hunter2@redis.example:6379/1?timeout=3", "redis://hunter2@redis.example:6379",
             "redis://fanout:hunter2%zz@redis.example", "redis://fanout:hunter2@:6379", "http://fanout:hunter2@h:1",
             "rediss://fanout:hunter2@redis.example:6379",
+            // Without its '@', or with it percent-encoded, user info reads as host and port: neither is quoted back.
+            "redis://default:hunter2", "redis://default:hunter2%40127.0.0.1:6379", "redis://:hunter2",
         ] {
             do {
                 _ = try RedisURL(parsing: bad)
