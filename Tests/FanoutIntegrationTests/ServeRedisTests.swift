@@ -45,6 +45,24 @@ final class ServeRedisTests: XCTestCase {
         return (instances[0], instances[1])
     }
 
+    /// With Redis gone, an endpoint that reads the registry answers 503 to retry, naming no Redis address or error:
+    /// a device key, which ships inside the app, reaches some of them. The detail is the service's log's.
+    func testA503WhileRedisIsGoneSaysNothingOfRedis() throws {
+        let redis = try RedisServerProcess(for: self)
+        mock = try MockHarness()
+        let instance = try ServeHarness(testCase: self, mock: mock)
+        try instance.start(arguments: ["--redis", redis.url])
+        addTeardownBlock { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        try register(0..<1, activity: "act-a", through: instance)
+        redis.kill()
+        let port = String(redis.url.split(separator: ":").last ?? "")
+        // (The Pushwoosh endpoints' reads answer through the same helper, ServiceCore.unavailable.)
+        let answer = try instance.curl("GET", "/v1/activities/act-a", key: ServeKeys.acmeServer)
+        XCTAssertEqual(answer.status, 503, answer.text)
+        XCTAssertFalse(answer.text.contains(port), answer.text)
+        XCTAssertFalse(answer.text.lowercased().contains("redis"), answer.text)
+    }
+
     private static func token(_ number: Int) -> String {
         let hex = String(number, radix: 16)
         return "a7" + String(repeating: "0", count: 62 - hex.count) + hex

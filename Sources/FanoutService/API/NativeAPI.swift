@@ -302,7 +302,7 @@ struct NativeAPI {
         do {
             page = try core.store.results(id: id, workspace: caller.workspace, after: after, limit: limit)
         } catch {
-            throw APIError(503, "the dispatch store cannot be read: \(error)")
+            throw core.unavailable("the dispatch store", error)
         }
         if page == nil, let shared = core.sharedDispatches {
             // Another instance's dispatch: its results as that instance published them.
@@ -396,7 +396,7 @@ struct NativeAPI {
             live = try await core.registry.liveUpdateTokenCount(
                 app: app.bundleID, activityID: id, now: core.registry.clock.now())
         } catch {
-            throw APIError(503, "the registry cannot be read: \(error)")
+            throw core.unavailable("the registry", error)
         }
         guard let record else { throw APIError.notFound }
         var members: [JSONObject.Member] = [

@@ -214,7 +214,7 @@ struct PushwooshAPI {
                 cursor = page.next
             } while cursor != nil
         } catch {
-            throw APIError(503, "the registry cannot be read: \(error)")
+            throw core.unavailable("the registry", error)
         }
         return changes
     }

@@ -122,6 +122,14 @@ package final class ServiceCore: Sendable {
         workspace(of: caller).apps.values.first(where: matches)
     }
 
+    /// A store that cannot be read now, as the caller sees it: a `503` to retry, naming what (`what`), not why. The
+    /// error (a Redis address, a file path, SQLite's words) goes to the service's log only: a device key, which
+    /// ships inside the app, reaches some of these endpoints.
+    func unavailable(_ what: String, _ error: some Error) -> APIError {
+        logger.error("\(what) cannot be read", fields: ["error": "\(error)"])
+        return APIError(503, "\(what) cannot be read now; retry later")
+    }
+
     // MARK: Registry
 
     /// Applies registrations. Bad input (a malformed token, an id too long) is the caller's 400, naming the field as
@@ -258,7 +266,7 @@ package final class ServiceCore: Sendable {
         do {
             if let record = try store.dispatch(id: id, workspace: caller.workspace) { return record }
         } catch {
-            throw APIError(503, "the dispatch store cannot be read: \(error)")
+            throw unavailable("the dispatch store", error)
         }
         guard let sharedDispatches else { throw APIError.notFound }
         do {
