@@ -376,6 +376,34 @@ final class RegistryEngineTests: XCTestCase {
         XCTAssertEqual(mock2.stats.snapshot()["requests"] as? Int, 0)
     }
 
+    /// A job by activity id that sent nothing (its task cancelled before its first notification went out; a job the
+    /// rate limit refuses is the same case) gives its claim back: its retry with the same timestamp goes out. It was
+    /// `superseded`, unsent, by the claim of the very job it retries (a gateway retrying after a 429 lost the update
+    /// without a word).
+    func testARetryOfAnUpdateThatSentNothingIsSent() async throws {
+        let clock = TestClock(Self.realNow)
+        let store = try makeRegistry(clock: clock)
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        try await registerUpdateTokens(store, activity: "m", tokens: (0..<10).map { ("d\($0)", testDeviceToken($0)) })
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1) { $0.registry = store }
+        let cancelledJob = updateJob("cancelled", activity: "m", timestamp: 1_000)
+        let cancelled = Task { () async throws -> JobSummary in
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await engine.run(cancelledJob) { _ in }
+        }
+        let first = try await cancelled.value
+        XCTAssertEqual(first.counts.cancelled, 10, "\(first.counts)")
+        XCTAssertEqual(mock.stats.requests, 0)
+        let retried = try await engine.run(updateJob("retry", activity: "m", timestamp: 1_000)) { _ in }
+        XCTAssertEqual(retried.counts.delivered, 10, "\(retried.counts)")
+        // Content that went out stays the latest: the same timestamp again is stale.
+        let again = try await engine.run(updateJob("again", activity: "m", timestamp: 1_000)) { _ in }
+        XCTAssertEqual(again.counts.superseded, 10)
+        await engine.shutdown()
+    }
+
     /// An `end` by activity id marks the activity ended in the registry: with a dismissal date already
     /// past, its tokens are gone from reads at once; without one, they stay (4 hours by default).
     func testAnEndByActivityMarksTheActivityEnded() async throws {

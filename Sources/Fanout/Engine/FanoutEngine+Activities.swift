@@ -11,6 +11,9 @@ final class ActivityLedger: Sendable {
         weak var run: FanoutRun?
         /// Monotonic seconds when it was claimed.
         var claimedAt: Int64
+        /// Its job sent none of it (refused by the rate limit, cancelled or stopped before its first notification
+        /// went out): a job with the same timestamp, its retry, may claim it again (`release`).
+        var released = false
     }
     private struct State {
         /// The newest content accepted per activity, and the job sending it.
@@ -56,10 +59,16 @@ final class ActivityLedger: Sendable {
     ) -> Claim {
         let older = state.withLock { state -> (Claim, FanoutRun?) in
             Self.forgetQuietActivities(&state, nowSeconds: nowSeconds)
-            if let persistedTimestamp, resuming ? persistedTimestamp > timestamp : persistedTimestamp >= timestamp {
+            // The same content again after its job sent none of it (its retry after a 429, say) is not stale.
+            let retry = state.latest[key].map { $0.released && $0.timestamp == timestamp } ?? false
+            if let persistedTimestamp,
+                resuming || retry ? persistedTimestamp > timestamp : persistedTimestamp >= timestamp
+            {
                 return (.stale, nil)
             }
-            if let latest = state.latest[key], latest.run !== run, latest.timestamp >= timestamp {
+            if let latest = state.latest[key], latest.run !== run,
+                retry ? latest.timestamp > timestamp : latest.timestamp >= timestamp
+            {
                 return (.stale, nil)
             }
             let previous = state.latest[key]?.run
@@ -68,6 +77,16 @@ final class ActivityLedger: Sendable {
         }
         older.1?.markSuperseded()
         return older.0
+    }
+
+    /// `run`'s job sent none of the content it claimed (rate-limited, cancelled or stopped before its first
+    /// notification went out): a later job with the same timestamp (its retry) may claim it again, in this process.
+    /// (The registry keeps the timestamp as sent: another process still takes the retry for stale.)
+    func release(key: String, run: FanoutRun) {
+        state.withLock { state in
+            guard state.latest[key]?.run === run else { return }
+            state.latest[key]?.released = true
+        }
     }
 
     /// Whether a priority-10 update to the activity is over `limit` for the last hour (then it is sent
@@ -99,6 +118,13 @@ extension FanoutEngine {
         } catch {
             // The end was sent; the tokens then expire on their own (8 hours after registration).
         }
+    }
+
+    /// A job by activity id that sent none of its content (nothing was handed to a loop) gives its claim back, so
+    /// that its retry with the same timestamp is not superseded (`ActivityLedger.release`).
+    func releaseActivityClaim(_ job: FanoutJob, run: FanoutRun) {
+        guard let (app, id, _) = Self.activityContent(of: job) else { return }
+        activities.release(key: app + "\u{0}" + id, run: run)
     }
 
     /// The activity a job updates or ends, with its content's timestamp; nil for any other job.

@@ -275,6 +275,8 @@ public final class FanoutEngine: Sendable {
         var demoted: PreparedJob?
         let isShuttingDown = { self.state.withLock { $0.shuttingDown } }
         var stop: FeedStop? = rules.stale ? .superseded : nil
+        // Whether any notification went to a loop: an activity job that sent none gives its claim back at the end.
+        var handedAny = false
         func checkStop() {
             guard stop == nil else { return }
             if run.isSuperseded {
@@ -429,7 +431,9 @@ public final class FanoutEngine: Sendable {
                 recordStopped(stop)
                 continue
             }
-            if !handOver(sending: target) {
+            if handOver(sending: target) {
+                handedAny = true
+            } else {
                 // The loop stopped under us (shutdown, or the engine was dropped).
                 shared.limiter.release(batch.count)
                 stop = .shutdown
@@ -443,6 +447,7 @@ public final class FanoutEngine: Sendable {
                 run, jobID: job.id, reason: "\(failure.message)\(reader.position); the rest was not sent")
         }
         if stop == nil && byActivity { await recordActivityEnded(job) }
+        if byActivity && !rules.stale && !handedAny { releaseActivityClaim(job, run: run) }
         run.didFinishSubmitting()
     }
 
