@@ -81,7 +81,11 @@ final class EngineShared: Sendable {
     let configuration: FanoutEngineConfiguration
     let tls: TLSClientContext
     let tokens: (any ProviderTokenSource)?
+    /// Jobs' notifications in flight (`run`, `submit`).
     let limiter: InFlightLimiter
+    /// `send`s' notifications in flight, apart from the jobs': a job's permits come back only as its results are
+    /// delivered, so behind a job whose `onResult` is slow, a `send` waiting in the same queue waited seconds.
+    let sendLimiter: InFlightLimiter
     /// Where tokens APNs invalidated are reported (`FanoutEngine.invalidTokens`).
     let invalidTokens: AsyncStream<InvalidatedToken>.Continuation
     /// Removes invalidated tokens from the registry, when the engine has one.
@@ -97,7 +101,14 @@ final class EngineShared: Sendable {
         self.invalidTokens = invalidTokens
         pruner = configuration.registry.map { RegistryPruner(store: $0, warn: configuration.warningHandler) }
         limiter = InFlightLimiter(capacity: configuration.effectiveMaxInFlight)
+        sendLimiter = InFlightLimiter(capacity: configuration.effectiveMaxInFlight)
     }
+
+    /// The limiter `run`'s notifications take their permits from: `send`s' (`deliversOnLoop`) or jobs'.
+    func limiter(for run: FanoutRun) -> InFlightLimiter { run.deliversOnLoop ? sendLimiter : limiter }
+
+    /// Notifications in flight, jobs' and sends'.
+    var inFlight: Int { limiter.inFlight + sendLimiter.inFlight }
 }
 
 /// The part of the engine on one loop thread: its connections, the notifications waiting for a
@@ -742,11 +753,13 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         // subscript, or a field of a (run, result) tuple's, was copied whole (each String and enum of a result, a
         // reference-counting call each: about twenty per notification, counted with scripts/count-arc.sh), and a
         // buffer pointer's subscript lends it in place.
+        var sends = 0
         batch.withUnsafeBufferPointer { batch in
             for index in batch.indices {
                 // By pointer: an element lent to a method (even `borrowing`) was copied whole first.
                 let finished = batch.baseAddress! + index
                 let pending = finished.pointee.pending
+                if pending.job.run.deliversOnLoop { sends += 1 }
                 made.append(makeResult(finished, pending: pending, metrics: metrics), of: pending.job.run)
                 // Nothing else refers to the record: it left the waiting queue, the delayed list and the on-the-wire
                 // table before it was finished, and its stream's completion has run.
@@ -763,8 +776,9 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         // The permits come back before the results are delivered, so whoever a result wakes (the job's summary, a
         // caller reading `inFlight`) sees nothing of it in flight; and no sooner, so while this thread is behind the
         // feeding side waits, and no more than the in-flight limit is ever queued here.
-        shared.limiter.release(made.count)
-        metrics?.inFlight.set(shared.limiter.inFlight)
+        if made.count > sends { shared.limiter.release(made.count - sends) }
+        if sends > 0 { shared.sendLimiter.release(sends) }
+        metrics?.inFlight.set(shared.inFlight)
         var counts = OutcomeCounts()
         var broadcasts = 0
         made.drain { run, result in

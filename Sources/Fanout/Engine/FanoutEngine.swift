@@ -122,7 +122,7 @@ public final class FanoutEngine: Sendable {
     public var payloadEncodings: Int { state.withLock { $0.payloadEncodings } }
 
     /// Notifications accepted and not yet finished.
-    public var inFlight: Int { shared.limiter.inFlight }
+    public var inFlight: Int { shared.inFlight }
 
     /// `send` calls under way (for tests of `maxPendingSends`).
     package var pendingSendCount: Int { pendingSends.load(ordering: .relaxed) }
@@ -303,7 +303,8 @@ public final class FanoutEngine: Sendable {
             stop = stopped(by: jobAdmission)
         }
         // A batch takes one in-flight permit per notification, so it can never be larger than the limit.
-        var batchSize = min(Self.batchSize, shared.limiter.capacity)
+        let limiter = shared.limiter(for: run)
+        var batchSize = min(Self.batchSize, limiter.capacity)
         if countsNotifications { batchSize = min(batchSize, maximumRateCost(for: job) ?? batchSize) }
         var batch: [(token: RecipientToken, position: Int)] = []
         batch.reserveCapacity(min(batchSize, reader.knownCount ?? batchSize))
@@ -420,14 +421,14 @@ public final class FanoutEngine: Sendable {
                 continue
             }
             guard case .send(let target) = admission else { continue }
-            guard await shared.limiter.acquire(batch.count) else {
+            guard await limiter.acquire(batch.count) else {
                 stop = .cancelled
                 recordStopped(.cancelled)
                 continue
             }
             checkStop()
             if let stop {
-                shared.limiter.release(batch.count)
+                limiter.release(batch.count)
                 recordStopped(stop)
                 continue
             }
@@ -435,7 +436,7 @@ public final class FanoutEngine: Sendable {
                 handedAny = true
             } else {
                 // The loop stopped under us (shutdown, or the engine was dropped).
-                shared.limiter.release(batch.count)
+                limiter.release(batch.count)
                 stop = .shutdown
                 recordStopped(.shutdown)
             }
@@ -720,9 +721,12 @@ public final class FanoutEngine: Sendable {
             return state.shuttingDown
         }
         guard !already else { return }
-        let limiter = shared.limiter
+        let (limiter, sendLimiter) = (shared.limiter, shared.sendLimiter)
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await limiter.waitUntilEmpty() }
+            group.addTask {
+                await limiter.waitUntilEmpty()
+                await sendLimiter.waitUntilEmpty()
+            }
             group.addTask { try? await Task.sleep(for: gracePeriod) }
             await group.next()
             group.cancelAll()

@@ -20,8 +20,9 @@ public struct FanoutEngineConfiguration: Sendable {
     public var connectionsPerLoop: Int
     /// Upper bound on streams per connection (the server's MAX_CONCURRENT_STREAMS also applies).
     public var maxConcurrentStreams: Int
-    /// Notifications in flight in the whole engine (queued on loops or on the wire). Submission
-    /// waits while it is reached. Default: enough to keep every connection's window full twice over.
+    /// Notifications in flight in the whole engine (queued on loops or on the wire), for jobs and, apart, for
+    /// `send`s: each waits while its own is reached, so a job whose results are slow to be taken (a slow `onResult`)
+    /// never holds a `send` back. Default: enough to keep every connection's window full twice over.
     public var maxInFlight: Int?
     /// `send` calls under way at once (in flight, or waiting for room in flight) in the whole engine. A call past it
     /// throws `.overloaded` at once, without sending, instead of waiting: each waiting call holds about 12 KB, so a
