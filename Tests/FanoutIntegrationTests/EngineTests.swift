@@ -420,6 +420,71 @@ final class EngineTests: XCTestCase {
         await engine.shutdown()
         XCTAssertEqual(summary.counts.failed, 10)
     }
+
+    /// A setting the engine cannot run with is refused by `FanoutEngine(configuration:)` with a `.configuration` error
+    /// naming the field and its range. Each of these trapped instead: a precondition (loops, maxInFlight,
+    /// maxPendingSends, retryBudgetRatio) or an overflow on the loop thread at the first send (the huge times).
+    func testOutOfRangeSettingsAreRefusedNamingTheFieldInsteadOfTrapping() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let huge = Duration.seconds(Int64.max / 2)
+        let cases: [(field: String, range: String, configure: (inout FanoutEngineConfiguration) -> Void)] = [
+            ("loops", "1 to 1024", { $0.loops = 0 }),
+            ("connectionsPerLoop", "1 to 1024", { $0.connectionsPerLoop = 0 }),
+            ("maxConcurrentStreams", "1 to", { $0.maxConcurrentStreams = 0 }),
+            ("maxInFlight", "1 to", { $0.maxInFlight = 0 }),
+            ("maxPendingSends", "at least 1", { $0.maxPendingSends = 0 }),
+            ("maxAttempts", "at least 1", { $0.maxAttempts = 0 }),
+            ("maxConnectAttempts", "1 to", { $0.maxConnectAttempts = 0 }),
+            ("retryBudgetRatio", "a finite number of at least 0", { $0.retryBudgetRatio = -1 }),
+            ("retryBudgetRatio", "a finite number of at least 0", { $0.retryBudgetRatio = .nan }),
+            ("retryBudgetRatio", "a finite number of at least 0", { $0.retryBudgetRatio = .infinity }),
+            ("requestTimeout", "1 ms to 1 day", { $0.requestTimeout = huge }),
+            ("requestTimeout", "1 ms to 1 day", { $0.requestTimeout = .zero }),
+            ("pingInterval", "1 ms to 1 day", { $0.pingInterval = huge }),
+            ("pingInterval", "1 ms to 1 day", { $0.pingInterval = .seconds(-1) }),
+            ("connectTimeout", "1 ms to 1 day", { $0.connectTimeout = huge }),
+            ("retryBase", "0 to 1 day", { $0.retryBase = .milliseconds(-1) }),
+            ("retryCap", "0 to 1 day", { $0.retryCap = huge }),
+        ]
+        for (field, range, configure) in cases {
+            do {
+                let engine = try makeEngine(for: mock, loops: 1, connections: 1, configure: configure)
+                await engine.shutdown()
+                XCTFail("\(field): an engine was made")
+            } catch let error as FanoutError {
+                XCTAssertEqual(error.kind, .configuration, error.message)
+                XCTAssertTrue(error.message.hasPrefix("\(field) must be \(range)"), error.message)
+            }
+        }
+        // The bounds themselves are taken, and such an engine sends.
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1) {
+            $0.maxInFlight = 1
+            $0.maxPendingSends = 1
+            $0.retryBudgetRatio = 0
+            $0.requestTimeout = .seconds(86_400)
+            $0.pingInterval = .seconds(86_400)
+            $0.retryBase = .zero
+        }
+        let result = try await engine.send(
+            PushNotification(
+                deviceToken: testDeviceToken(1),
+                headers: NotificationHeaders(pushType: .alert, topic: "com.example.app"),
+                payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8)))
+        await engine.shutdown()
+        XCTAssertEqual(result.outcome, .delivered)
+        // The channel client's deadline too.
+        let credentials = ProviderCredentials(
+            keyPath: mock.material.authKeyP8Path, keyID: "KEYID12345", teamID: "TEAMID1234")
+        XCTAssertThrowsError(
+            try BroadcastChannelClient(
+                endpoint: APNsEndpoint(host: "localhost", port: mock.port), credentials: credentials,
+                caFile: mock.material.caPEMPath, requestTimeout: huge)
+        ) { error in
+            XCTAssertEqual((error as? FanoutError)?.kind, .configuration)
+            XCTAssertTrue("\(error)".hasPrefix("requestTimeout must be 1 ms to 1 day"), "\(error)")
+        }
+    }
 }
 
 /// Answers the first request (the client's ramp), then holds the next two, the server's limit, and raises the limit

@@ -30,6 +30,7 @@ public final class BroadcastChannelClient: Sendable {
     /// - Parameters:
     ///   - endpoint: the management host (`production`, `sandbox`, or a mock's `HOST:PORT`).
     ///   - caFile: a CA to trust instead of the system's (a mock's test CA).
+    ///   - requestTimeout: each call's deadline, 1 ms to 1 day (else `FanoutError(.configuration)`).
     public convenience init(
         endpoint: APNsEndpoint, credentials: ProviderCredentials, caFile: String? = nil,
         requestTimeout: Duration = .seconds(30)
@@ -46,6 +47,7 @@ public final class BroadcastChannelClient: Sendable {
         endpoint: APNsEndpoint, tokenSource: any ProviderTokenSource, caFile: String? = nil,
         requestTimeout: Duration = .seconds(30)
     ) throws(FanoutError) {
+        try FanoutEngineConfiguration.checkTime("requestTimeout", requestTimeout)
         self.endpoint = endpoint
         environment = endpoint.apnsEnvironment ?? endpoint.authority
         self.requestTimeout = requestTimeout

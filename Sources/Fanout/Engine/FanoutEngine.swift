@@ -54,11 +54,13 @@ public final class FanoutEngine: Sendable {
     /// Tokens handed to a loop per wake-up.
     static let batchSize = 256
 
-    /// Loads the trust store and the signing key and starts the loop threads. Connections open on
-    /// first use. Throws on a bad CA file or key.
+    /// Checks the configuration, loads the trust store and the signing key and starts the loop threads. Connections
+    /// open on first use.
+    /// - Throws: `.configuration` for a setting out of its range (the error names the field and the range: a count
+    ///   below 1, a time that is not positive or is longer than a day, a negative or NaN `retryBudgetRatio`), before
+    ///   anything is started; `.connection` for a bad CA file; `.credentials` for a bad key or token schedule.
     public init(configuration: FanoutEngineConfiguration) throws(FanoutError) {
-        precondition(configuration.loops >= 1 && configuration.connectionsPerLoop >= 1)
-        precondition(configuration.effectiveMaxPendingSends >= 1, "maxPendingSends must be at least 1")
+        try configuration.validate()
         self.configuration = configuration
         authority = configuration.endpoint.authority
         let tls: TLSClientContext

@@ -4,6 +4,9 @@ import Foundation
 
 /// How a `FanoutEngine` sends: where, with which credentials, and how wide.
 ///
+/// `FanoutEngine(configuration:)` refuses a setting out of the range its documentation gives with
+/// `FanoutError(.configuration)`, naming the field and the range.
+///
 /// One engine talks to one endpoint with one team's credentials (APNs allows one team per
 /// connection); run one engine per team.
 public struct FanoutEngineConfiguration: Sendable {
@@ -14,20 +17,20 @@ public struct FanoutEngineConfiguration: Sendable {
     public var credentials: ProviderCredentials?
     /// PEM CA file to trust instead of the system store. Verification stays on.
     public var caFile: String?
-    /// Event-loop threads; default: the number of cores.
+    /// Event-loop threads (1 to 1,024); default: the number of cores.
     public var loops: Int
-    /// Connections per loop.
+    /// Connections per loop (1 to 1,024).
     public var connectionsPerLoop: Int
-    /// Upper bound on streams per connection (the server's MAX_CONCURRENT_STREAMS also applies).
+    /// Upper bound on streams per connection (the server's MAX_CONCURRENT_STREAMS also applies); at least 1.
     public var maxConcurrentStreams: Int
     /// Notifications in flight in the whole engine (queued on loops or on the wire), for jobs and, apart, for
     /// `send`s: each waits while its own is reached, so a job whose results are slow to be taken (a slow `onResult`)
-    /// never holds a `send` back. Default: enough to keep every connection's window full twice over.
+    /// never holds a `send` back; at least 1. Default: enough to keep every connection's window full twice over.
     public var maxInFlight: Int?
     /// `send` calls under way at once (in flight, or waiting for room in flight) in the whole engine. A call past it
     /// throws `.overloaded` at once, without sending, instead of waiting: each waiting call holds about 12 KB, so a
     /// gateway's burst faster than APNs answers would otherwise grow without bound. Jobs (`run`, `submit`) are not
-    /// counted. Default: 8 times the in-flight limit, at least 16,384 (about 200 MB of waiting calls).
+    /// counted; at least 1. Default: 8 times the in-flight limit, at least 16,384 (about 200 MB of waiting calls).
     public var maxPendingSends: Int?
     /// Workspace rate budgets (250,000 requests/hour per workspace by default, counted per job,
     /// refused with `rate_limited` when out). Nil: no limit.
@@ -56,22 +59,24 @@ public struct FanoutEngineConfiguration: Sendable {
     /// (served by `MetricsEndpoint`); nil: not counted.
     public var metrics: FanoutMetrics?
     /// Attempts per notification for errors that may have reached APNs (5xx, 429, lost connections,
-    /// timeouts).
+    /// timeouts); at least 1.
     public var maxAttempts: Int
     /// Retries allowed per first attempt over a 10-second window, per loop; past it, transient
-    /// errors fail fast (`failed`, RetryBudgetExhausted) instead of hammering a failing endpoint.
+    /// errors fail fast (`failed`, RetryBudgetExhausted) instead of hammering a failing endpoint. A finite number, at
+    /// least 0.
     public var retryBudgetRatio: Double
-    /// Backoff of those retries: full jitter over `min(retryCap, retryBase * 2^attempt)`.
+    /// Backoff of those retries: full jitter over `min(retryCap, retryBase * 2^attempt)`. Each 0 to 1 day.
     public var retryBase: Duration
     public var retryCap: Duration
     /// How long one request may wait for APNs's answer. A stream past it is reset (CANCEL) and treated
     /// like a lost connection: retried with the same `apns-id` (it counts as an attempt), and after the
-    /// last attempt it ends `failed` with reason `Timeout`. Nil: wait as long as the connection lives.
+    /// last attempt it ends `failed` with reason `Timeout`; 1 ms to 1 day. Nil: wait as long as the connection lives.
     public var requestTimeout: Duration?
-    /// Connection attempts in a row that may fail before a loop fails its waiting notifications.
+    /// Connection attempts in a row that may fail before a loop fails its waiting notifications (1 to 1,000,000).
     public var maxConnectAttempts: Int
+    /// How long one connection attempt (TCP and TLS) may take; 1 ms to 1 day.
     public var connectTimeout: Duration
-    /// PING a connection after this long without hearing from the server.
+    /// PING a connection after this long without hearing from the server; 1 ms to 1 day.
     public var pingInterval: Duration
     /// Provider-token refresh age and minimum minting interval (APNs: 20 to 60 minutes). Every engine and channel
     /// client of a process that signs with one key shares one token (`ProviderCredentials.makeTokenCache`): the first
@@ -92,7 +97,7 @@ public struct FanoutEngineConfiguration: Sendable {
         self.endpoint = endpoint
         self.credentials = credentials
         self.caFile = caFile
-        loops = max(1, ProcessInfo.processInfo.activeProcessorCount)
+        loops = min(1024, max(1, ProcessInfo.processInfo.activeProcessorCount))
         connectionsPerLoop = 1
         maxConcurrentStreams = 1000
         maxInFlight = nil
@@ -122,6 +127,54 @@ public struct FanoutEngineConfiguration: Sendable {
     }
 
     var effectiveMaxPendingSends: Int { maxPendingSends ?? max(16_384, 8 * effectiveMaxInFlight) }
+
+    /// The longest time any setting may be: a day. The loops count time in milliseconds in 64 bits, and a time
+    /// anywhere near `Duration`'s range overflowed there, on the loop thread, at the first send.
+    static let longestDuration = Duration.seconds(86_400)
+
+    /// Refuses a time below 1 ms (or below 0 with `allowsZero`) or above `longestDuration`, naming `field`.
+    static func checkTime(_ field: String, _ value: Duration, allowsZero: Bool = false) throws(FanoutError) {
+        let shortest: Duration = allowsZero ? .zero : .milliseconds(1)
+        guard value < shortest || value > longestDuration else { return }
+        throw FanoutError(
+            .configuration, "\(field) must be \(allowsZero ? "0" : "1 ms") to 1 day (86,400 s), not \(value)")
+    }
+
+    /// Refuses, with `FanoutError(.configuration)` naming the field and its range, a setting the engine cannot run
+    /// with: a count below 1 (or so large that the engine's sums of them overflow), a retry budget ratio that is
+    /// negative or not a number, and a time that is not positive (backoffs: negative) or longer than a day.
+    /// `FanoutEngine.init` calls it before it starts anything.
+    func validate() throws(FanoutError) {
+        func refuse(_ field: String, _ range: String, _ value: String) -> FanoutError {
+            FanoutError(.configuration, "\(field) must be \(range), not \(value)")
+        }
+        func check(_ field: String, _ value: Int, in range: ClosedRange<Int>) throws(FanoutError) {
+            guard !range.contains(value) else { return }
+            let text =
+                range.upperBound == .max ? "at least \(range.lowerBound)" : "\(range.lowerBound) to \(range.upperBound)"
+            throw refuse(field, text, "\(value)")
+        }
+        func check(_ field: String, _ value: Duration, allowsZero: Bool = false) throws(FanoutError) {
+            try Self.checkTime(field, value, allowsZero: allowsZero)
+        }
+        try check("loops", loops, in: 1...1024)
+        try check("connectionsPerLoop", connectionsPerLoop, in: 1...1024)
+        try check("maxConcurrentStreams", maxConcurrentStreams, in: 1...Int(Int32.max))
+        if let maxInFlight { try check("maxInFlight", maxInFlight, in: 1...Int(Int32.max)) }
+        if let maxPendingSends { try check("maxPendingSends", maxPendingSends, in: 1...Int.max) }
+        try check("maxAttempts", maxAttempts, in: 1...Int.max)
+        try check("maxConnectAttempts", maxConnectAttempts, in: 1...1_000_000)
+        guard retryBudgetRatio.isFinite && retryBudgetRatio >= 0 else {
+            throw refuse(
+                "retryBudgetRatio", "a finite number of at least 0 (0.2: 20% of first attempts)", "\(retryBudgetRatio)")
+        }
+        try check("retryBase", retryBase, allowsZero: true)
+        try check("retryCap", retryCap, allowsZero: true)
+        if let requestTimeout { try check("requestTimeout", requestTimeout) }
+        try check("connectTimeout", connectTimeout)
+        try check("pingInterval", pingInterval)
+        try check("overloadReconnectInterval", overloadReconnectInterval, allowsZero: true)
+    }
 }
 
 extension Duration {
