@@ -25,7 +25,8 @@ extension FanoutJob {
         self.init(
             id: parsed.id, workspace: parsed.workspace, headers: parsed.headers, payload: payload,
             recipients: recipients)
-        activityIDAttribute = parsed.activityIDAttribute.map(ActivityIDAttribute.init(path:))
+        // The parser refused an empty path or key (`push_to_start.activity_id_attribute`), so this is never nil for one.
+        activityIDAttribute = parsed.activityIDAttribute.flatMap { ActivityIDAttribute(path: $0) }
     }
 }
 

@@ -295,6 +295,16 @@ final class RegistryEngineTests: XCTestCase {
         }
     }
 
+    /// A path with nowhere to write the id (no key, or an empty key) is nil, not a trap: a gateway may build the path
+    /// from its own settings at run time.
+    func testAnActivityIDAttributeWithNoKeyOrAnEmptyKeyIsNilInsteadOfTrapping() {
+        XCTAssertNil(ActivityIDAttribute(path: []))
+        XCTAssertNil(ActivityIDAttribute(path: [""]))
+        XCTAssertNil(ActivityIDAttribute(path: ["acme", ""]))
+        XCTAssertEqual(ActivityIDAttribute(path: ["acme", "activityId"])?.path, ["acme", "activityId"])
+        XCTAssertEqual(ActivityIDAttribute(path: ["pushwoosh", "activityId"]), .pushwoosh)
+    }
+
     // MARK: Latest wins
 
     /// Ten updates to one activity of 20,000 tokens, submitted together against a mock that answers

@@ -62,22 +62,26 @@ public enum ChannelStoragePolicy: Int, Sendable, Hashable {
     case mostRecentMessageStored = 1
 }
 
-/// Where a push-to-start job writes its activity id inside `attributes`: a path of keys.
+/// Where a push-to-start job writes its activity id inside `attributes`: a path of one or more keys, none empty.
 public struct ActivityIDAttribute: Sendable, Hashable {
-    /// The keys from `attributes` down, e.g. `["pushwoosh", "activityId"]`.
-    public var path: [String]
+    /// The keys from `attributes` down, e.g. `["pushwoosh", "activityId"]`. Never empty, and no key is empty.
+    public private(set) var path: [String]
 
-    public init(path: [String]) {
-        precondition(!path.isEmpty && !path.contains(where: \.isEmpty), "a key path of non-empty keys")
+    /// Nil when `path` is empty or one of its keys is empty: there is nowhere to write the id. Failable, as
+    /// `DeviceToken(_:)` is, because a path may come from a gateway's own settings (which SDK an app uses) at run
+    /// time, where a mistake must be an answer and not a crash; spell out one of the SDKs' paths with `.fanout`,
+    /// `.pushwoosh` or `.braze`.
+    public init?(path: [String]) {
+        guard !path.isEmpty, !path.contains(where: \.isEmpty) else { return nil }
         self.path = path
     }
 
     /// `"activityId": "<id>"`: Fanout's default.
-    public static let fanout = ActivityIDAttribute(path: ["activityId"])
+    public static let fanout = ActivityIDAttribute(path: ["activityId"])!
     /// `"pushwoosh": {"activityId": "<id>"}`, which the Pushwoosh SDK reads.
-    public static let pushwoosh = ActivityIDAttribute(path: ["pushwoosh", "activityId"])
+    public static let pushwoosh = ActivityIDAttribute(path: ["pushwoosh", "activityId"])!
     /// `"brazeActivityId": "<id>"`, which the Braze SDK reads.
-    public static let braze = ActivityIDAttribute(path: ["brazeActivityId"])
+    public static let braze = ActivityIDAttribute(path: ["brazeActivityId"])!
 }
 
 /// A job's payload: given as JSON bytes, or built from typed fields. Either way it is encoded once
