@@ -178,6 +178,29 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(summary.counts.delivered, 100)
     }
 
+    /// A `shutdown()` made while another is still draining returns only once the engine has stopped, not at once: a
+    /// signal handler that calls it and then exits must not cut the first call's in-flight work short.
+    func testASecondShutdownReturnsOnlyOnceTheEngineHasStopped() async throws {
+        let mock = try MockHarness { $0.latencyMilliseconds = 300 }
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1)
+        let run = try engine.submit(scoreUpdateJob(id: "draining", tokens: (0..<50).map { testDeviceToken($0) }))
+        let sending = await eventually { engine.inFlight > 0 }
+        XCTAssertTrue(sending)
+        let first = Task { await engine.shutdown(gracePeriod: .seconds(20)) }
+        let draining = await eventually { engine.isShuttingDown }
+        XCTAssertTrue(draining)
+        await engine.shutdown(gracePeriod: .zero)
+        XCTAssertTrue(
+            engine.loopThreads.allSatisfy(\.hasExited), "the second shutdown returned while the loops still ran")
+        XCTAssertEqual(engine.inFlight, 0)
+        // The first call's grace period applied: everything in flight was answered, nothing ended NotSent.
+        let summary = await run.summary()
+        XCTAssertEqual(summary.counts.delivered, 50)
+        await first.value
+        await engine.shutdown()  // after the engine stopped: returns at once
+    }
+
     /// An engine that is dropped without `shutdown()` stops its loop threads.
     func testDroppedEngineStopsItsThreads() async throws {
         let mock = try MockHarness()

@@ -48,6 +48,10 @@ public final class FanoutEngine: Sendable {
 
     private struct EngineState {
         var shuttingDown = false
+        /// Set when the first `shutdown()` has done its work: the loops have exited and the pruner is closed.
+        var stopped = false
+        /// Later `shutdown()` calls, waiting for the first to finish.
+        var stopWaiters: [CheckedContinuation<Void, Never>] = []
         var payloadEncodings = 0
     }
 
@@ -125,6 +129,9 @@ public final class FanoutEngine: Sendable {
 
     /// Notifications accepted and not yet finished.
     public var inFlight: Int { shared.inFlight }
+
+    /// Whether `shutdown()` has begun (for tests of a second call).
+    package var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
 
     /// `send` calls under way (for tests of `maxPendingSends`).
     package var pendingSendCount: Int { pendingSends.load(ordering: .relaxed) }
@@ -716,13 +723,20 @@ public final class FanoutEngine: Sendable {
 
     /// Stops taking jobs (`run`, `submit` and `send` throw `.shutdown` from now on), lets in-flight
     /// notifications finish for up to `gracePeriod`, then ends the rest as `failed` (NotSent) and stops
-    /// the loop threads. Idempotent.
+    /// the loop threads.
+    ///
+    /// Every call returns only once the engine has stopped: a call made while another is still draining waits for
+    /// that one to finish (its grace period applies, not this call's), so a signal handler that calls `shutdown()`
+    /// and then exits never cuts in-flight work short. Calls after the engine stopped return at once.
     public func shutdown(gracePeriod: Duration = .seconds(30)) async {
         let already = state.withLock { state -> Bool in
             defer { state.shuttingDown = true }
             return state.shuttingDown
         }
-        guard !already else { return }
+        guard !already else {
+            await waitUntilStopped()
+            return
+        }
         let (limiter, sendLimiter) = (shared.limiter, shared.sendLimiter)
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -749,5 +763,24 @@ public final class FanoutEngine: Sendable {
         }
         // Every result is in: the registry has seen every token they invalidated once this returns.
         await shared.pruner?.close()
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.stopped = true
+            defer { state.stopWaiters.removeAll() }
+            return state.stopWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// A later `shutdown()`'s wait for the first to finish. Not cut short by cancellation: `shutdown()` promises a
+    /// stopped engine when it returns.
+    private func waitUntilStopped() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let stopped = state.withLock { state -> Bool in
+                if state.stopped { return true }
+                state.stopWaiters.append(continuation)
+                return false
+            }
+            if stopped { continuation.resume() }
+        }
     }
 }
