@@ -5,7 +5,8 @@ public struct PushNotification: Sendable {
     /// Hex device token.
     public var deviceToken: String
     public var headers: NotificationHeaders
-    /// The JSON payload, sent as given.
+    /// The payload: one JSON object, sent as given. Anything else (empty, not JSON, an array) is refused by `send`
+    /// with `.invalidNotification`, and nothing is sent.
     public var payload: [UInt8]
 
     public init(deviceToken: String, headers: NotificationHeaders, payload: [UInt8]) {

@@ -382,9 +382,18 @@ final class EngineTests: XCTestCase {
         let missingFile = FanoutJob(
             id: "missing-file", headers: NotificationHeaders(pushType: .alert, topic: "com.example.app"),
             payload: .raw(Array(#"{"aps":{"alert":"hi"}}"#.utf8)), recipients: .file(path: "/nonexistent/tokens.txt"))
+        let notJSON = FanoutJob(
+            id: "not-json", headers: NotificationHeaders(pushType: .alert, topic: "com.example.app"),
+            payload: .raw(Array("hello".utf8)), recipients: .tokens([testDeviceToken()]))
+        let broadcastNotJSON = FanoutJob(
+            id: "broadcast-not-json",
+            headers: NotificationHeaders(pushType: .liveactivity, topic: "com.example.app.push-type.liveactivity"),
+            payload: .raw(Array(#"{"aps":{"event":"update"}"#.utf8)),
+            recipients: .channel(app: "com.example.app", id: "dHN0LTIxMDk4NzY1NDMyMQ=="))
         let expectations = [
             (wrongTopic, "topic"), (startWithoutAttributes, "live_activity.attributes"), (tooLarge, "4096"),
-            (missingFile, "/nonexistent/tokens.txt"),
+            (missingFile, "/nonexistent/tokens.txt"), (notJSON, "payload: not valid JSON"),
+            (broadcastNotJSON, "payload: not valid JSON"),
         ]
         for (job, mention) in expectations {
             let results = Mutex<[NotificationResult]>([])

@@ -123,4 +123,37 @@ final class PendingSendsTests: XCTestCase {
         await engine.shutdown()
         XCTAssertEqual(mock.stats.requests, 1, "only the well-formed one reached the mock")
     }
+
+    /// A payload that is not one JSON object is refused before sending, naming what is wrong, as `send` promises;
+    /// it went out and came back `rejected` (400 BadPayload).
+    func testASendWhosePayloadIsNotAJSONObjectIsRefusedBeforeSending() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1)
+        let refused: [(payload: String, mention: String)] = [
+            ("hello", "payload: not valid JSON: at byte offset 0"),
+            (#"{"aps":{"alert":"hi"}"#, "payload: not valid JSON"),
+            (#"{"aps":{}} trailing"#, "payload: not valid JSON"),
+            (#"[{"aps":{}}]"#, "payload: must be a JSON object, not an array"),
+            ("\"text\"", "payload: must be a JSON object, not a string"),
+        ]
+        for (payload, mention) in refused {
+            do {
+                let result = try await engine.send(
+                    PushNotification(deviceToken: testDeviceToken(1), headers: headers, payload: Array(payload.utf8)))
+                XCTFail("\(payload) was sent: \(result.outcome) \(result.reason ?? "")")
+            } catch {
+                XCTAssertEqual(error.kind, .invalidNotification, payload)
+                XCTAssertTrue(error.message.contains(mention), "\(payload): \(error.message)")
+            }
+        }
+        // Spacing around the object is JSON too.
+        let sent = try await engine.send(
+            PushNotification(
+                deviceToken: testDeviceToken(2), headers: headers,
+                payload: Array(" {\"aps\":{\"alert\":\"hi\"}}\n".utf8)))
+        XCTAssertEqual(sent.outcome, .delivered)
+        await engine.shutdown()
+        XCTAssertEqual(mock.stats.requests, 1, "only the JSON object reached the mock")
+    }
 }

@@ -527,6 +527,8 @@ public final class FanoutEngine: Sendable {
                 return prepared
             }
             try PayloadLimits.check(payload, pushType: job.headers.pushType)
+            // Only bytes given as they are can be something else than one JSON object; built payloads are one.
+            if case .raw = job.payload { try RawPayload.checkObject(payload) }
             let prepared = try PreparedJob(
                 job: job, payload: payload, run: run, authority: authority, headerCache: headerCache)
             run.countEncoding()
@@ -558,7 +560,8 @@ public final class FanoutEngine: Sendable {
         var broadcast: PreparedJob
         do {
             let policy = record.channelStoragePolicy.flatMap(ChannelStoragePolicy.init(rawValue:))
-            try Self.checkBroadcast(job, payload: Array(tokenJob.body.bytes), storagePolicy: policy)
+            try Self.checkBroadcast(
+                job, payload: Array(tokenJob.body.bytes), storagePolicy: policy, checksJSON: false)
             broadcast = try PreparedJob(
                 broadcastOf: job, payload: tokenJob.body, bundleID: app, channelID: channel, storagePolicy: policy,
                 run: run, authority: authority)
@@ -597,11 +600,12 @@ public final class FanoutEngine: Sendable {
     }
 
     /// What APNs would refuse of a broadcast, refused before sending with the field named: another push type, a
-    /// `start` (a broadcast cannot start an activity), a payload over 5,120 bytes, and a non-zero expiration on a
-    /// channel that stores nothing.
-    static func checkBroadcast(_ job: FanoutJob, payload: [UInt8], storagePolicy: ChannelStoragePolicy?)
-        throws(FanoutError)
-    {
+    /// `start` (a broadcast cannot start an activity), a payload over 5,120 bytes or (given raw) not one JSON object,
+    /// and a non-zero expiration on a channel that stores nothing. `checksJSON` is false for the payload of a job's
+    /// token pushes, checked when that job was prepared.
+    static func checkBroadcast(
+        _ job: FanoutJob, payload: [UInt8], storagePolicy: ChannelStoragePolicy?, checksJSON: Bool = true
+    ) throws(FanoutError) {
         func refuse(_ field: String, _ message: String) -> FanoutError {
             FanoutError(.invalidNotification, "job \(job.id): \(field): \(message)")
         }
@@ -612,6 +616,13 @@ public final class FanoutEngine: Sendable {
             throw refuse(
                 "payload", "\(payload.count) bytes, over the broadcast limit of \(BroadcastRequest.maximumPayloadBytes)"
             )
+        }
+        if checksJSON, case .raw = job.payload {
+            do {
+                try RawPayload.checkObject(payload)
+            } catch {
+                throw refuse(error.field, error.message)
+            }
         }
         let event: String?
         switch job.payload {

@@ -87,7 +87,8 @@ public struct ActivityIDAttribute: Sendable, Hashable {
 /// A job's payload: given as JSON bytes, or built from typed fields. Either way it is encoded once
 /// per job, however many tokens the job has.
 public enum JobPayload: Sendable {
-    /// A complete APNs JSON object, sent as given.
+    /// A complete APNs JSON object, sent as given. Checked once per job: anything but one well-formed JSON object
+    /// makes the job invalid (`.invalidNotification`, field `payload`), and nothing is sent.
     case raw([UInt8])
     /// A Live Activity `aps` dictionary built from typed fields.
     case liveActivity(LiveActivityContent)
