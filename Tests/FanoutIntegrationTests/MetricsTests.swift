@@ -264,6 +264,41 @@ final class MetricsTests: XCTestCase {
         XCTAssertEqual(snapshot.sum, 80, accuracy: 1e-6)
     }
 
+    /// Two `FanoutMetrics` on one registry (one engine per APNs team behind one metrics endpoint) share the families,
+    /// and the two engines' counts add up; the second one trapped ("metric fanout_notifications_total registered
+    /// twice").
+    func testTwoFanoutMetricsOnOneRegistryShareTheFamiliesAndAddUp() async throws {
+        let registry = MetricsRegistry()
+        let first = FanoutMetrics(registry: registry)
+        let second = FanoutMetrics(registry: registry)
+        XCTAssertTrue(first.notifications === second.notifications)
+        XCTAssertTrue(first.apnsRoundTrip === second.apnsRoundTrip)
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engines = try [first, second].map { metrics in
+            try makeEngine(for: mock, loops: 1, connections: 1) { $0.metrics = metrics }
+        }
+        let headers = NotificationHeaders(pushType: .alert, topic: "com.example.app")
+        for (index, engine) in engines.enumerated() {
+            for token in 0..<(index + 2) {
+                let result = try await engine.send(
+                    PushNotification(
+                        deviceToken: testDeviceToken(index * 10 + token), headers: headers,
+                        payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8)))
+                XCTAssertEqual(result.outcome, .delivered)
+            }
+        }
+        for engine in engines { await engine.shutdown() }
+        first.recordRateLimited(workspace: "acme", priority: 10)
+        second.recordRateLimited(workspace: "acme", priority: 10)
+        let text = registry.exposition()
+        XCTAssertEqual(text.components(separatedBy: "# TYPE fanout_notifications_total ").count, 2, "one family")
+        let exposition = try ParsedExposition(text)
+        XCTAssertEqual(exposition.value("fanout_notifications_total", ["outcome": "delivered", "reason": ""]), 5)
+        XCTAssertEqual(exposition.value("fanout_apns_round_trip_seconds_count"), 5)
+        XCTAssertEqual(exposition.value("fanout_rate_limited_total", ["workspace": "acme", "priority": "10"]), 2)
+    }
+
     func testLabelSetsPastTheLimitShareAnOverflowChild() throws {
         let registry = MetricsRegistry()
         let family = registry.counter("test_total", help: "Test.", labelNames: ["workspace"], maxLabelSets: 3)

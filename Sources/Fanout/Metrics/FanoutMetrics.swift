@@ -9,6 +9,12 @@
 /// - `fanout_apns_round_trip_seconds`: time from writing a request to APNs's answer.
 ///
 /// Every update is an atomic add; `record(_:reason:)` without a reason takes no lock.
+///
+/// Several `FanoutMetrics` may be made on one registry (one per engine, when a process runs one engine per APNs team
+/// behind one metrics endpoint): they share the families, so the counters and the histogram add up across engines.
+/// One `FanoutMetrics` may also be shared by several engines, as `fanout serve` does. Either way,
+/// `fanout_notifications_in_flight` is set by each engine to its own count, so with several engines it shows the
+/// last one to update it, not the sum.
 public final class FanoutMetrics: Sendable {
     public let registry: MetricsRegistry
     public let notifications: MetricFamily<MetricCounter>
@@ -25,6 +31,8 @@ public final class FanoutMetrics: Sendable {
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
     ]
 
+    /// Registers Fanout's metrics in `registry`, or takes them as they are when another `FanoutMetrics` already
+    /// registered them there (shared: counts from both add up).
     public init(registry: MetricsRegistry = MetricsRegistry()) {
         self.registry = registry
         notifications = registry.counter(

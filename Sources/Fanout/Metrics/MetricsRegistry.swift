@@ -5,6 +5,11 @@ import Synchronization
 /// Registration takes a lock and is meant for start-up; updates are lock-free atomics on the handles it returns
 /// (`MetricCounter`, `MetricGauge`, `MetricHistogram`), so they are cheap enough to call once per notification. A labeled family
 /// finds a child under a short lock: keep the handle when the labels are known in advance.
+///
+/// Registering a name again with the same type, label names (and, for a histogram, the same buckets) returns the
+/// family already registered, so that two users of one registry (two `FanoutMetrics`, one per engine) share it and
+/// their counts add up; the first registration's HELP text stays. Registering a name again with another type,
+/// other label names or other buckets is a programming error and traps, naming the metric.
 public final class MetricsRegistry: Sendable {
     private let families = Mutex<[any ExpositionFamily]>([])
 
@@ -59,7 +64,7 @@ public final class MetricsRegistry: Sendable {
         return register(
             MetricFamily(
                 name: name, help: help, type: "histogram", labelNames: labelNames, maxLabelSets: maxLabelSets,
-                make: { MetricHistogram(buckets: buckets) },
+                buckets: buckets, make: { MetricHistogram(buckets: buckets) },
                 render: { histogram, name, labels, output in
                     histogram.appendExposition(name: name, labels: labels, to: &output)
                 }))
@@ -67,10 +72,16 @@ public final class MetricsRegistry: Sendable {
 
     private func register<Family: ExpositionFamily>(_ family: Family) -> Family {
         families.withLock { families in
-            precondition(!families.contains { $0.name == family.name }, "metric \(family.name) registered twice")
+            if let existing = families.first(where: { $0.name == family.name }) {
+                guard let same = existing as? Family, existing.shape == family.shape else {
+                    preconditionFailure(
+                        "metric \(family.name) registered twice, as \(existing.shape) and as \(family.shape)")
+                }
+                return same
+            }
             families.append(family)
+            return family
         }
-        return family
     }
 
     /// Every family, in registration order, in the Prometheus text format.
@@ -200,6 +211,8 @@ public final class MetricFamily<Metric: AnyObject & Sendable>: Sendable {
     public let help: String
     public let labelNames: [String]
     let type: String
+    /// A histogram's bucket bounds; empty for the other types.
+    let buckets: [Double]
     /// Past this many distinct label sets, new ones share one child whose values are all `_overflow`, so that a
     /// caller passing unbounded values (workspace names) cannot grow memory without end.
     let maxLabelSets: Int
@@ -211,7 +224,7 @@ public final class MetricFamily<Metric: AnyObject & Sendable>: Sendable {
     public static var overflowLabelValue: String { "_overflow" }
 
     init(
-        name: String, help: String, type: String, labelNames: [String], maxLabelSets: Int,
+        name: String, help: String, type: String, labelNames: [String], maxLabelSets: Int, buckets: [Double] = [],
         make: @escaping @Sendable () -> Metric,
         render: @escaping @Sendable (Metric, String, String, inout String) -> Void
     ) {
@@ -226,6 +239,7 @@ public final class MetricFamily<Metric: AnyObject & Sendable>: Sendable {
         self.type = type
         self.labelNames = labelNames
         self.maxLabelSets = maxLabelSets
+        self.buckets = buckets
         self.make = make
         self.render = render
         // An unlabeled metric exists (at zero) from the start, so that it is scraped before its first update.
@@ -257,10 +271,26 @@ public final class MetricFamily<Metric: AnyObject & Sendable>: Sendable {
 /// What the registry needs of a family to render it, whatever its metric type.
 protocol ExpositionFamily: AnyObject, Sendable {
     var name: String { get }
+    /// What a second registration of the name must match to share the family.
+    var shape: FamilyShape { get }
     func appendExposition(to output: inout String)
 }
 
+/// A family's type, label names and buckets: two registrations of one name with the same shape share a family.
+struct FamilyShape: Equatable, CustomStringConvertible {
+    var type: String
+    var labelNames: [String]
+    var buckets: [Double]
+
+    var description: String {
+        let labels = "labels [\(labelNames.joined(separator: ", "))]"
+        return buckets.isEmpty ? "\(type) with \(labels)" : "\(type) with \(labels) and buckets \(buckets)"
+    }
+}
+
 extension MetricFamily: ExpositionFamily {
+    var shape: FamilyShape { FamilyShape(type: type, labelNames: labelNames, buckets: buckets) }
+
     func appendExposition(to output: inout String) {
         let children = self.children.withLock { $0 }
         output += "# HELP \(name) \(PrometheusText.escapeHelp(help))\n"
