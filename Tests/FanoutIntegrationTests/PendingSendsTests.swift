@@ -124,6 +124,53 @@ final class PendingSendsTests: XCTestCase {
         XCTAssertEqual(mock.stats.requests, 1, "only the well-formed one reached the mock")
     }
 
+    /// A `send`'s error names what is wrong and no job: the caller made none (it said "job single: apns-topic: …", or
+    /// "job <the caller's apns-id>: …"). A job's errors still name the job, once.
+    func testASendsErrorNamesNoJob() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1)
+        var wrongTopic = NotificationHeaders(pushType: .liveactivity, topic: "com.example.app")
+        for apnsID in [nil, "123E4567-E89B-12D3-A456-426614174000"] {
+            wrongTopic.apnsID = apnsID
+            do {
+                _ = try await engine.send(
+                    PushNotification(deviceToken: testDeviceToken(1), headers: wrongTopic, payload: payload))
+                XCTFail("a wrong topic was sent")
+            } catch {
+                XCTAssertEqual(error.kind, .invalidNotification)
+                XCTAssertTrue(error.message.hasPrefix("apns-topic: "), error.message)
+                XCTAssertFalse(error.message.contains("job"), error.message)
+            }
+        }
+        do {
+            _ = try await engine.send(PushNotification(deviceToken: testDeviceToken(1), headers: headers, payload: []))
+            XCTFail("an empty payload was sent")
+        } catch {
+            XCTAssertEqual(error.message, "payload: empty")
+        }
+        let job = FanoutJob(
+            id: "wrong-topic", headers: wrongTopic, payload: .raw(payload), recipients: .tokens([testDeviceToken(1)]))
+        do {
+            _ = try await engine.run(job) { _ in }
+            XCTFail("a wrong topic was sent")
+        } catch {
+            XCTAssertTrue(error.message.hasPrefix("job wrong-topic: apns-topic: "), error.message)
+        }
+        let broadcast = FanoutJob(
+            id: "alert-broadcast", headers: headers, payload: .raw(payload),
+            recipients: .channel(app: "com.example.app", id: "dHN0LTIxMDk4NzY1NDMyMQ=="))
+        do {
+            _ = try await engine.run(broadcast) { _ in }
+            XCTFail("an alert broadcast was sent")
+        } catch {
+            XCTAssertTrue(error.message.hasPrefix("job alert-broadcast: push_type: "), error.message)
+            XCTAssertFalse(error.message.hasPrefix("job alert-broadcast: job alert-broadcast:"), error.message)
+        }
+        await engine.shutdown()
+        XCTAssertEqual(mock.stats.requests, 0)
+    }
+
     /// A payload that is not one JSON object is refused before sending, naming what is wrong, as `send` promises;
     /// it went out and came back `rejected` (400 BadPayload).
     func testASendWhosePayloadIsNotAJSONObjectIsRefusedBeforeSending() async throws {

@@ -207,6 +207,7 @@ public final class FanoutEngine: Sendable {
             payload: .raw(notification.payload),
             recipients: .tokens([notification.deviceToken]))
         job.singleNotificationID = notification.headers.apnsID.map(APNsIdentifier.init)
+        job.isSend = true
         let collected = Mutex<NotificationResult?>(nil)
         // Storing the result costs next to nothing, so the loop delivers it (no results-thread hop).
         _ = try await run(job, onResult: { result in collected.withLock { $0 = result } }, deliversOnLoop: true)
@@ -533,10 +534,12 @@ public final class FanoutEngine: Sendable {
                 job: job, payload: payload, run: run, authority: authority, headerCache: headerCache)
             run.countEncoding()
             return prepared
+        } catch let error as FanoutError {
+            throw error  // checkBroadcast's, which names the job already
         } catch let error as NotificationHeaderError {
-            throw FanoutError(.invalidNotification, "job \(job.id): \(error.description)")
+            throw FanoutError(.invalidNotification, "\(job.errorPrefix)\(error.description)")
         } catch {
-            throw FanoutError(.invalidNotification, "job \(job.id): \(error)")
+            throw FanoutError(.invalidNotification, "\(job.errorPrefix)\(error)")
         }
     }
 
@@ -607,7 +610,7 @@ public final class FanoutEngine: Sendable {
         _ job: FanoutJob, payload: [UInt8], storagePolicy: ChannelStoragePolicy?, checksJSON: Bool = true
     ) throws(FanoutError) {
         func refuse(_ field: String, _ message: String) -> FanoutError {
-            FanoutError(.invalidNotification, "job \(job.id): \(field): \(message)")
+            FanoutError(.invalidNotification, "\(job.errorPrefix)\(field): \(message)")
         }
         guard job.headers.pushType == .liveactivity else {
             throw refuse("push_type", "a broadcast is a Live Activity push (liveactivity), not \(job.headers.pushType)")
