@@ -44,7 +44,14 @@ public struct NotificationHeaders: Hashable, Sendable {
         guard !topic.isEmpty else {
             throw NotificationHeaderError(field: APNsHeaderName.topic, reason: .missingTopic, message: "is empty")
         }
-        guard pushType.acceptsTopic(topic), !topic.utf8.contains(where: ASCIIBytes.isForbiddenInHeaderValue) else {
+        // First, and in its own words: such a topic may have the right suffix, and the message must not echo it (a CR
+        // or LF would break the log line it lands in).
+        guard !topic.utf8.contains(where: ASCIIBytes.isForbiddenInHeaderValue) else {
+            throw NotificationHeaderError(
+                field: APNsHeaderName.topic, reason: .badTopic,
+                message: "contains control characters (CR, LF or another byte below 0x20 but tab, or DEL)")
+        }
+        guard pushType.acceptsTopic(topic) else {
             let suffix = pushType.requiredTopicSuffix ?? ""
             throw NotificationHeaderError(
                 field: APNsHeaderName.topic, reason: .badTopic,

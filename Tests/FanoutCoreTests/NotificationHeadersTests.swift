@@ -89,6 +89,27 @@ final class NotificationHeadersTests: XCTestCase {
         XCTAssertNoThrow(try NotificationHeaders(pushType: .mdm, topic: "com.apple.mgmt.External.x").validate())
     }
 
+    /// A topic with CR, LF or another control byte is refused as such, without echoing it; it was explained as
+    /// "is not a bundle ID followed by "", as push type alert requires", which sends one looking for a suffix.
+    func testATopicWithControlCharactersIsRefusedAsSuch() {
+        let topics = [
+            (PushType.alert, "com.acme.app\r\n"), (.alert, "com.acme\napp"), (.background, "com.acme.app\u{7F}"),
+            (.liveactivity, "com.acme.app\r\n.push-type.liveactivity"), (.mdm, "\u{0}"),
+        ]
+        for (pushType, topic) in topics {
+            do {
+                try NotificationHeaders(pushType: pushType, topic: topic).validate()
+                XCTFail("\(topic.debugDescription) passed")
+            } catch {
+                XCTAssertEqual(error.reason, .badTopic)
+                XCTAssertTrue(error.message.hasPrefix("contains control characters"), error.description)
+                XCTAssertFalse(error.description.contains(topic), error.description)
+            }
+        }
+        // A tab is allowed in a header value; the shape rule still applies.
+        XCTAssertNoThrow(try NotificationHeaders(pushType: .alert, topic: "com.acme\tapp").validate())
+    }
+
     func testExpirationApnsIDAndBearerRules() {
         assertRejected(
             NotificationHeaders(pushType: .alert, topic: "t", expiration: -1),
