@@ -118,4 +118,10 @@ final class WorkspaceRateLimiterTests: XCTestCase {
         XCTAssertGreaterThan(rate, 0)
         print("rate-limiter decisions per second: \(Int(rate)) (\(count) decisions)")
     }
+
+    /// No decisions is a rate of 0, not a trap (it was a precondition).
+    func testBenchmarkOfNoDecisionsIsZero() {
+        XCTAssertEqual(WorkspaceRateLimiter.benchmarkDecisions(count: 0), 0)
+        XCTAssertEqual(WorkspaceRateLimiter.benchmarkDecisions(count: -1), 0)
+    }
 }
