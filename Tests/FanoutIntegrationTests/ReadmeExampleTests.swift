@@ -39,4 +39,71 @@ final class ReadmeExampleTests: XCTestCase {
         let readme = try String(contentsOfFile: readmePath, encoding: .utf8)
         XCTAssertTrue(readme.contains(example), "README.md must show the example of ReadmeExample.swift verbatim")
     }
+
+    /// The repository's root, from this file's path.
+    private static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// README's "Library" section: from its heading to the next second-level heading.
+    private func librarySection() throws -> String {
+        let readme = try String(contentsOf: Self.root.appendingPathComponent("README.md"), encoding: .utf8)
+        let start = try XCTUnwrap(readme.range(of: "\n## Library\n"))
+        let end = readme.range(of: "\n## ", range: start.upperBound..<readme.endIndex)?.lowerBound ?? readme.endIndex
+        return String(readme[start.lowerBound..<end])
+    }
+
+    /// The Library section's list of outcomes names every outcome a result can have (it left out `invalid`).
+    func testLibrarySectionListsEveryOutcome() throws {
+        let library = try librarySection()
+        let start = try XCTUnwrap(library.range(of: "- **Outcomes.**"))
+        let end =
+            library.range(of: "\n- **", range: start.upperBound..<library.endIndex)?.lowerBound ?? library.endIndex
+        let outcomes = library[start.upperBound..<end]
+        for outcome in NotificationOutcome.all {
+            XCTAssertTrue(outcomes.contains("`\(outcome.name)`"), "README's Outcomes leave out `\(outcome.name)`")
+        }
+    }
+
+    /// Every camelCase name the Library section gives in backticks (a property, a parameter, a method) is one the
+    /// library's sources have: README named `tokenMinimumIntervalSeconds`, where the property is
+    /// `tokenMinimumInterval`.
+    func testLibrarySectionNamesOnlyIdentifiersTheLibraryHas() throws {
+        let library = try librarySection()
+        var sources = ""
+        for module in ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutRegistry"] {
+            let directory = Self.root.appendingPathComponent("Sources/\(module)")
+            let files = try XCTUnwrap(FileManager.default.enumerator(atPath: directory.path))
+            for case let file as String in files where file.hasSuffix(".swift") {
+                sources += try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
+            }
+        }
+        let identifierBytes = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_".utf8)
+        /// Whether `name` occurs in the sources as a whole identifier.
+        func sourcesHave(_ name: String) -> Bool {
+            var searchStart = sources.startIndex
+            while let found = sources.range(of: name, range: searchStart..<sources.endIndex) {
+                let before =
+                    found.lowerBound == sources.startIndex
+                    ? nil : sources.utf8[sources.utf8.index(before: found.lowerBound)]
+                let after = found.upperBound == sources.endIndex ? nil : sources.utf8[found.upperBound]
+                if !(before.map(identifierBytes.contains) ?? false) && !(after.map(identifierBytes.contains) ?? false) {
+                    return true
+                }
+                searchStart = found.upperBound
+            }
+            return false
+        }
+        var checked = 0
+        for quoted in library.split(separator: "`", omittingEmptySubsequences: false).enumerated()
+        where quoted.offset % 2 == 1 {
+            let name = String(quoted.element)
+            guard let first = name.utf8.first, first >= UInt8(ascii: "a"), first <= UInt8(ascii: "z"),
+                name.utf8.allSatisfy(identifierBytes.contains), name.contains(where: \.isUppercase)
+            else { continue }
+            checked += 1
+            XCTAssertTrue(
+                sourcesHave(name), "README's Library section names `\(name)`, which the library does not have")
+        }
+        XCTAssertGreaterThan(checked, 10, "the section's names were found")
+    }
 }
