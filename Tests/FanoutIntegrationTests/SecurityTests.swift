@@ -1,3 +1,4 @@
+import Fanout
 import Foundation
 import XCTest
 
@@ -49,6 +50,59 @@ final class SecurityTests: XCTestCase {
         }
         XCTAssertFalse(everything.contains("eyJ"), "a provider token (JWT) leaked")
         XCTAssertFalse(everything.lowercased().contains("bearer "), "an authorization header leaked")
+    }
+
+    /// A gateway that reads the .p8 key from a secret store gives its contents (`ProviderCredentials(keyPEM:…)`):
+    /// a send works with them, and no description, dump or error of them holds a line of the key.
+    func testCredentialsFromTheKeysContentsSendAndNeverShowTheKey() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let pem = try String(contentsOfFile: mock.material.authKeyP8Path, encoding: .utf8)
+        let secret = try secretLines(ofPEM: mock.material.authKeyP8Path)
+        XCTAssertFalse(secret.isEmpty)
+        let credentials = try ProviderCredentials(keyPEM: pem, keyID: "KEYID12345", teamID: "TEAMID1234")
+        XCTAssertEqual(credentials.keyPath, "")
+        XCTAssertNil(credentials.permissionWarning())
+        var configuration = FanoutEngineConfiguration(
+            endpoint: APNsEndpoint(host: "localhost", port: mock.port), credentials: credentials,
+            caFile: mock.material.caPEMPath)
+        configuration.loops = 1
+        let engine = try FanoutEngine(configuration: configuration)
+        let result = try await engine.send(
+            PushNotification(
+                deviceToken: testDeviceToken(1),
+                headers: NotificationHeaders(pushType: .alert, topic: "com.example.app"),
+                payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8)))
+        await engine.shutdown()
+        XCTAssertEqual(result.outcome, .delivered)
+
+        var dumped = ""
+        dump(credentials, to: &dumped)
+        var shown = [
+            String(describing: credentials), String(reflecting: credentials), "\(credentials)", dumped,
+            String(reflecting: configuration), String(describing: configuration),
+        ]
+        XCTAssertTrue(shown[0].contains("KEYID12345") && shown[0].contains("in memory"), shown[0])
+        // A broken key's error says what is wrong, not what the text holds.
+        let broken = pem.replacingOccurrences(of: secret[0], with: String(secret[0].reversed()))
+        do {
+            _ = try ProviderCredentials(keyPEM: broken, keyID: "KEYID12345", teamID: "TEAMID1234")
+            XCTFail("a broken key was taken")
+        } catch {
+            XCTAssertEqual(error.kind, .credentials)
+            shown.append(error.message)
+        }
+        do {
+            _ = try ProviderCredentials(keyPEM: "not a key", keyID: "KEYID12345", teamID: "TEAMID1234")
+            XCTFail("text that is no key was taken")
+        } catch {
+            XCTAssertTrue(error.message.contains("not a PEM file"), error.message)
+        }
+        for text in shown {
+            for line in secret + secret.map { String($0.reversed()) } {
+                XCTAssertFalse(text.contains(line), "a line of the signing key shows in: \(text)")
+            }
+        }
     }
 
     func testAKeyReadableByOthersIsWarnedAbout() throws {

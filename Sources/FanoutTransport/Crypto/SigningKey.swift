@@ -36,7 +36,9 @@ package final class ES256PrivateKey: @unchecked Sendable {
 
     /// Loads a private key from PEM text (the contents of a `.p8` file).
     package convenience init(pem: String) throws {
-        let pkey = try Self.parse(Array(pem.utf8), source: "PEM data")
+        var bytes = Array(pem.utf8)
+        defer { bytes.withUnsafeMutableBufferPointer { $0.update(repeating: 0) } }  // Best-effort wipe of this copy.
+        let pkey = try Self.parse(bytes, source: "PEM data")
         try self.init(validated: pkey, source: "PEM data")
     }
 
