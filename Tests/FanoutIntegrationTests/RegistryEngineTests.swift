@@ -40,6 +40,14 @@ final class RegistryEngineTests: XCTestCase {
         if !batch.isEmpty { try await store.apply(batch) }
     }
 
+    /// A registry (clock at the tests' now) with the app and ten live tokens of activity `m`.
+    private func registryWithTenTokensOfM() async throws -> SQLiteRegistryStore {
+        let store = try makeRegistry(clock: TestClock(Self.realNow))
+        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
+        try await registerUpdateTokens(store, activity: "m", tokens: (0..<10).map { ("d\($0)", testDeviceToken($0)) })
+        return store
+    }
+
     private func liveTokens(_ store: SQLiteRegistryStore, activity: String) async throws -> Set<String> {
         var tokens = Set<String>()
         var cursor: RegistryCursor?
@@ -361,10 +369,7 @@ final class RegistryEngineTests: XCTestCase {
 
     /// A job whose timestamp is not newer than what was already sent ends `superseded`, unsent.
     func testAnUpdateNoNewerThanTheLastSentIsSupersededWithoutSending() async throws {
-        let clock = TestClock(Self.realNow)
-        let store = try makeRegistry(clock: clock)
-        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
-        try await registerUpdateTokens(store, activity: "m", tokens: (0..<10).map { ("d\($0)", testDeviceToken($0)) })
+        let store = try await registryWithTenTokensOfM()
         let mock = try MockHarness()
         defer { mock.stop() }
         let engine = try makeEngine(for: mock) { $0.registry = store }
@@ -391,10 +396,7 @@ final class RegistryEngineTests: XCTestCase {
     /// `superseded`, unsent, by the claim of the very job it retries (a gateway retrying after a 429 lost the update
     /// without a word).
     func testARetryOfAnUpdateThatSentNothingIsSent() async throws {
-        let clock = TestClock(Self.realNow)
-        let store = try makeRegistry(clock: clock)
-        try await store.defineApps([RegistryApp(bundleID: Self.app, workspace: "default")])
-        try await registerUpdateTokens(store, activity: "m", tokens: (0..<10).map { ("d\($0)", testDeviceToken($0)) })
+        let store = try await registryWithTenTokensOfM()
         let mock = try MockHarness()
         defer { mock.stop() }
         let engine = try makeEngine(for: mock, loops: 1, connections: 1) { $0.registry = store }
