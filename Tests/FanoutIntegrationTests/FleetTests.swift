@@ -503,6 +503,10 @@ final class FleetTests: XCTestCase {
             }
             try await Task.sleep(for: .milliseconds(5))
         }
+        // Stopped first, so that the kill finds a command in flight (the enqueue's next one waits on the stopped
+        // server): killed between two commands, the client would reconnect before the next and never see a loss.
+        fleet.redis.stopAnswering()
+        try await Task.sleep(for: .milliseconds(300))
         fleet.redis.kill()
         try await Task.sleep(for: .milliseconds(500))
         XCTAssertTrue(enqueue.isRunning, "the enqueue waits for Redis: \(enqueue.stderrText())")

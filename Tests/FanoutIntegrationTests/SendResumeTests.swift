@@ -487,7 +487,8 @@ final class SendResumeTests: XCTestCase {
         try write([tokens[0], "not-a-token", tokens[1], tokens[2]], to: tokensFile)
         let resumed = try await send(mock: mock, registry: nil, resume: true)
         XCTAssertEqual(
-            try resultKeys().sorted(), (["after/\(other)", "f/not-a-token"] + tokens.map { "f/\($0)" }).sorted())
+            try resultKeys().sorted(),
+            (["after/\(other)", "f/line 2 (not hex, not shown)"] + tokens.map { "f/\($0)" }).sorted())
         XCTAssertEqual(resumed.counts.jobs, 2)
         XCTAssertEqual(resumed.counts.notifications, 5)
         XCTAssertEqual(resumed.counts.outcomes.delivered, 4)
