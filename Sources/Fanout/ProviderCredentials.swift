@@ -35,8 +35,8 @@ public struct ProviderCredentials: Sendable, CustomStringConvertible, CustomDebu
         self.teamID = teamID
     }
 
-    /// Credentials from the .p8 key's contents (PEM text, `-----BEGIN PRIVATE KEY-----` …), as a secret store gives
-    /// them. The key is parsed here and only the parsed key is kept, not `keyPEM`.
+    /// Credentials from the .p8 key's contents (its PKCS#8 PEM text, as the .p8 file holds it), as a secret store
+    /// gives them. The key is parsed here and only the parsed key is kept, not `keyPEM`.
     /// - Throws: `.credentials` when `keyPEM` is not an unencrypted PKCS#8 EC P-256 key; the message says what is
     ///   wrong, never what the text holds.
     public init(keyPEM: String, keyID: String, teamID: String) throws(FanoutError) {
