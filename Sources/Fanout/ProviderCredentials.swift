@@ -52,24 +52,22 @@ public struct ProviderCredentials: Sendable, CustomStringConvertible, CustomDebu
     /// `ProviderCredentials(keyID: …, teamID: …, key: <path> | in memory)`: the ids and where the key is, never the
     /// key.
     public var description: String {
-        let source: String
-        switch key {
-        case .file(let path): source = "file \(path)"
-        case .memory: source = "in memory"
-        }
-        return "ProviderCredentials(keyID: \(keyID), teamID: \(teamID), key: \(source))"
+        "ProviderCredentials(keyID: \(keyID), teamID: \(teamID), key: \(keyLocation))"
     }
 
     public var debugDescription: String { description }
 
     /// The ids and where the key is (as `description`), so that `dump` and other mirrors never reach the key.
     public var customMirror: Mirror {
-        let source: String
+        Mirror(self, children: ["keyID": keyID, "teamID": teamID, "key": keyLocation], displayStyle: .struct)
+    }
+
+    /// Where the key is, as descriptions show it: `file <path>` or `in memory`.
+    private var keyLocation: String {
         switch key {
-        case .file(let path): source = path
-        case .memory: source = "in memory"
+        case .file(let path): return "file \(path)"
+        case .memory: return "in memory"
         }
-        return Mirror(self, children: ["keyID": keyID, "teamID": teamID, "key": source], displayStyle: .struct)
     }
 
     /// A warning when the key file can be read by its group or by others (a signing key should be

@@ -1,3 +1,5 @@
+import FanoutCore
+
 /// A `RegistryChange` after `RegistryValidation.validate`: tokens lowercase hex, ids checked, times not negative.
 /// `App` is what a store knows an app by once it has resolved it (the bundle id itself, or SQLite's row).
 package enum ValidatedChange<App> {
@@ -150,11 +152,10 @@ package struct RemovalScope: Sendable, Hashable {
     package let app: String
     package let kind: Kind
 
-    package static let liveActivitySuffix = ".push-type.liveactivity"
-
     package init(topic: String) {
-        if topic.hasSuffix(Self.liveActivitySuffix) && topic.utf8.count > Self.liveActivitySuffix.utf8.count {
-            app = String(topic.dropLast(Self.liveActivitySuffix.count))
+        // The push type's own rule for its topic: a non-empty bundle id followed by the suffix.
+        if PushType.liveactivity.acceptsTopic(topic), let suffix = PushType.liveactivity.requiredTopicSuffix {
+            app = String(topic.dropLast(suffix.count))
             kind = .liveActivity
         } else {
             app = topic

@@ -25,6 +25,9 @@ final class ActivityLedger: Sendable {
     }
     private let state = Mutex(State())
 
+    /// An activity's entry: its app and id (a NUL keeps `a` + `b/c` apart from `a/b` + `c`).
+    static func key(app: String, activityID: String) -> String { app + "\u{0}" + activityID }
+
     /// Activities are forgotten only past this many entries, so a small engine never sweeps.
     static let minimumForgetThreshold = 4096
 
@@ -124,7 +127,7 @@ extension FanoutEngine {
     /// that its retry with the same timestamp is not superseded (`ActivityLedger.release`).
     func releaseActivityClaim(_ job: FanoutJob, run: FanoutRun) {
         guard let (app, id, _) = Self.activityContent(of: job) else { return }
-        activities.release(key: app + "\u{0}" + id, run: run)
+        activities.release(key: ActivityLedger.key(app: app, activityID: id), run: run)
     }
 
     /// The activity a job updates or ends, with its content's timestamp; nil for any other job.
@@ -141,7 +144,7 @@ extension FanoutEngine {
         -> (stale: Bool, send: PreparedJob, demotedByGuard: Bool)
     {
         guard let (app, id, content) = Self.activityContent(of: job) else { return (false, prepared, false) }
-        let key = app + "\u{0}" + id
+        let key = ActivityLedger.key(app: app, activityID: id)
         var persisted: Int64?
         if let registry = configuration.registry {
             do throws(RegistryError) {

@@ -207,7 +207,6 @@ public final class FanoutEngine: Sendable {
             payload: .raw(notification.payload),
             recipients: .tokens([notification.deviceToken]))
         job.singleNotificationID = notification.headers.apnsID.map(APNsIdentifier.init)
-        job.isSend = true
         let collected = Mutex<NotificationResult?>(nil)
         // Storing the result costs next to nothing, so the loop delivers it (no results-thread hop).
         _ = try await run(job, onResult: { result in collected.withLock { $0 = result } }, deliversOnLoop: true)
@@ -536,10 +535,11 @@ public final class FanoutEngine: Sendable {
             return prepared
         } catch let error as FanoutError {
             throw error  // checkBroadcast's, which names the job already
-        } catch let error as NotificationHeaderError {
-            throw FanoutError(.invalidNotification, "\(job.errorPrefix)\(error.description)")
         } catch {
-            throw FanoutError(.invalidNotification, "\(job.errorPrefix)\(error)")
+            // A `send`'s job is its own (`deliversOnLoop`): the caller made no job, so its errors name none.
+            let prefix = run.deliversOnLoop ? "" : "job \(job.id): "
+            let reason = (error as? NotificationHeaderError)?.description ?? "\(error)"
+            throw FanoutError(.invalidNotification, prefix + reason)
         }
     }
 
@@ -610,7 +610,7 @@ public final class FanoutEngine: Sendable {
         _ job: FanoutJob, payload: [UInt8], storagePolicy: ChannelStoragePolicy?, checksJSON: Bool = true
     ) throws(FanoutError) {
         func refuse(_ field: String, _ message: String) -> FanoutError {
-            FanoutError(.invalidNotification, "\(job.errorPrefix)\(field): \(message)")
+            FanoutError(.invalidNotification, "job \(job.id): \(field): \(message)")
         }
         guard job.headers.pushType == .liveactivity else {
             throw refuse("push_type", "a broadcast is a Live Activity push (liveactivity), not \(job.headers.pushType)")

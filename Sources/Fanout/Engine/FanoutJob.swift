@@ -20,11 +20,6 @@ public struct FanoutJob: Sendable {
     public var activityIDAttribute: ActivityIDAttribute?
     /// The `apns-id` of the one notification of a `send` (the caller's own id); nil: one per token.
     var singleNotificationID: APNsIdentifier?
-    /// Whether this is the job a `send` made of its notification: the caller made no job, so errors name none.
-    var isSend = false
-
-    /// What an error about this job starts with: `job <id>: `, or nothing for a `send`'s.
-    var errorPrefix: String { isSend ? "" : "job \(id): " }
 
     public init(
         id: String, workspace: String = "default", headers: NotificationHeaders, payload: JobPayload,

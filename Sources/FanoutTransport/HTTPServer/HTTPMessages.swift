@@ -61,8 +61,7 @@ package struct HTTPResponse: Sendable {
     /// The HTTP/1.1 status line and headers, with `content-length` (unless the status has no body) and `connection`
     /// added and the handler's server-managed headers dropped; CR, LF and (in names) `:` never reach the wire.
     func http1Head(keepAlive: Bool) -> String {
-        let status = (100...999).contains(self.status) ? self.status : 500
-        var text = "HTTP/1.1 \(status) \(Self.reasonPhrase(status))\r\n"
+        var text = "HTTP/1.1 \(wireStatus) \(Self.reasonPhrase(wireStatus))\r\n"
         for header in headers where !Self.isServerManaged(header.name) {
             let name = header.name.filter { $0 != "\r" && $0 != "\n" && $0 != ":" }
             guard !name.isEmpty else { continue }
@@ -73,11 +72,11 @@ package struct HTTPResponse: Sendable {
         return text
     }
 
+    /// The status as written: a handler's out of range (not three digits) is a 500.
+    private var wireStatus: Int { (100...999).contains(status) ? status : 500 }
+
     /// Whether the status carries a body at all (not 1xx, 204 or 304).
-    var hasBody: Bool {
-        let status = (100...999).contains(self.status) ? self.status : 500
-        return !(status == 204 || status == 304 || status < 200)
-    }
+    var hasBody: Bool { !(wireStatus == 204 || wireStatus == 304 || wireStatus < 200) }
 
     /// Whether the server writes `name` itself (or, for HTTP/2, must not write it at all).
     static func isServerManaged(_ name: String) -> Bool {

@@ -191,8 +191,8 @@ final class HTTPRejectedConnection: TCPSocketDelegate {
     func start() {
         socket.delegate = self
         socket.startReading()
-        Array(answer.http1Head(keepAlive: false).utf8).withUnsafeBytes { socket.write(borrowing: $0) }
-        if answer.hasBody { answer.body.withUnsafeBytes { socket.write(borrowing: $0) } }
+        let bytes = Array(answer.http1Head(keepAlive: false).utf8) + (answer.hasBody ? answer.body : [])
+        bytes.withUnsafeBytes { socket.write(borrowing: $0) }  // one write: head and body together
         socket.shutdownWrites()
         // Strong capture: the cycle ends when the timer closes.
         timer.schedule(milliseconds: lingerMilliseconds) { [self] in close() }
