@@ -218,7 +218,7 @@ enum RedisRegistryScripts {
             old, oldregistered, change = '', -math.huge, 'added'
           end
           local newer
-          if token == old then newer = registered >= oldregistered + 60000 else newer = registered >= oldregistered end
+          if token == old then newer = registered > oldregistered else newer = registered >= oldregistered end
           if not newer then
             unchanged = unchanged + 1
             return finish(dismissed)
@@ -318,8 +318,7 @@ enum RedisRegistryScripts {
           return finish()
 
         elseif op == 'remove' then
-          -- ARGV: token, before ('' = whatever its registration time; for a 410, its timestamp less the refresh
-          -- minute, plus one: RegistryValidation.unregisteredCutoff, as SQLite's store uses).
+          -- ARGV: token, before ('' = whatever its registration time; for a 410, its timestamp).
           local token = ARGV[3]
           candidates[#candidates + 1] = token
           for _, slot in ipairs(slotsof(token)) do
@@ -568,7 +567,7 @@ enum RedisRegistryScripts {
           else
             local previous = rec.a ~= '' and tonumber(rec.a) or -math.huge
             local newer
-            if old == token then newer = at >= previous + 60000 else newer = at >= previous end
+            if old == token then newer = at > previous else newer = at >= previous end
             if not newer then
               unchanged = 1
             elseif old == token then
@@ -618,7 +617,7 @@ enum RedisRegistryScripts {
           local newuser = rec.u
           if user ~= '' then newuser = user end
           local changes = token ~= rec.t and at >= previous
-          local refreshed = at >= previous + 60000
+          local refreshed = at > previous
           if not (changes or refreshed or newuser ~= rec.u) then
             unchanged = 1
             return finish()
@@ -642,7 +641,7 @@ enum RedisRegistryScripts {
 
         elseif op == 'remove' then
           -- ARGV: kind ('push' or 'push_to_start'), device, attributes type, token, before ('' = any time; for a
-          -- 410, its timestamp less the refresh minute, plus one).
+          -- 410, its timestamp).
           local kind, device, token = ARGV[3], ARGV[4], ARGV[6]
           local function older(at) return ARGV[7] == '' or (at ~= '' and tonumber(at) < tonumber(ARGV[7])) end
           if kind == 'push' then

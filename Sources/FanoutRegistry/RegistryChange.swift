@@ -28,10 +28,9 @@ public enum RegistryChange: Sendable, Hashable {
         app: String, activityID: String, channelID: String?, storagePolicy: Int? = nil, onlyIfUnbound: Bool = false,
         environment: String? = nil)
     /// APNs answered 410 for `token`: remove it wherever `app` registered it before `timestamp` (the 410 body's Unix
-    /// milliseconds); a later registration means the device registered it again and it stays. Since a registration
-    /// of the same token within a minute leaves the held time unmoved, only a token held at least a minute before
-    /// `timestamp` is removed (the next 410 removes the others). Nil removes it at once (410 `ExpiredToken` carries
-    /// no timestamp).
+    /// milliseconds); a registration at or after it means the device registered it again and it stays (each store
+    /// keeps the exact time of a token's latest registration). Nil removes it at once (410 `ExpiredToken` carries no
+    /// timestamp).
     ///
     /// `topic` is the `apns-topic` the notification was sent with: APNs answers for that topic only, so the token
     /// is removed only from the registrations that topic reaches (`RemovalScope`: an app's Live Activity tokens for

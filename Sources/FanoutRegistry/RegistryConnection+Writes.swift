@@ -290,11 +290,11 @@ extension RegistryConnection {
             change = .added
         }
         // Latest registration wins: an older one (a re-import, a late retry) changes nothing. The same token again
-        // moves its registration time forward only when at least `refreshGranularity` later, so importing a file
-        // twice in a row writes nothing.
+        // moves its registration time forward only when strictly later, so importing a file twice writes nothing,
+        // and the time held is always the latest registration's, which a 410's timestamp is compared with.
         let newer =
             token == existing.token
-            ? registeredAt >= existing.registeredAt &+ RegistryConnection.refreshGranularity
+            ? registeredAt > existing.registeredAt
             : registeredAt >= existing.registeredAt
         guard newer else {
             context.result.unchanged += 1
@@ -563,7 +563,7 @@ extension RegistryConnection {
         }
         let newUser = userID ?? existing.userID
         let tokenChanges = token != existing.token && updatedAt >= existing.updatedAt
-        let refreshed = updatedAt >= existing.updatedAt &+ RegistryConnection.refreshGranularity
+        let refreshed = updatedAt > existing.updatedAt
         guard tokenChanges || refreshed || newUser != existing.userID else {
             context.result.unchanged += 1
             return
@@ -628,7 +628,7 @@ extension RegistryConnection {
             let previous = existing.at ?? .min
             let newer =
                 old == pushToken
-                ? registeredAt >= previous &+ RegistryConnection.refreshGranularity : registeredAt >= previous
+                ? registeredAt > previous : registeredAt >= previous
             guard newer else {
                 context.result.unchanged += 1
                 return
@@ -758,12 +758,6 @@ extension RegistryConnection {
     }
 
     static let eventChunk = 64
-
-    /// How much later a registration of the same token must be to move its registration time (and expiry) forward:
-    /// one minute (`RegistryValidation.refreshGranularity`). A 410 therefore removes a token only when it holds a
-    /// time at least that long before the 410's (`RegistryValidation.unregisteredCutoff`), so a device that
-    /// registered it again at or after the 410 keeps it even when the minute left its time unmoved.
-    static let refreshGranularity = RegistryValidation.refreshGranularity
 
     /// Writes the buffered events: full chunks with one statement each, the rest one by one. SQLite gives the rows of
     /// an INSERT the rowids after the largest one, in order, so a chunk's sequence numbers end at the last rowid.

@@ -6,18 +6,6 @@ package enum RegistryValidation {
     /// The longest activity id, device id, user id, attributes type, channel id or bundle id, in UTF-8 bytes.
     package static let maximumIdentifierBytes = 256
 
-    /// How much later a registration of the same token must be to move its registration time (and expiry) forward:
-    /// one minute, in both stores (the Redis scripts spell it 60000). So a token holds the time of its first
-    /// registration in the minute, and one registered again within it may have been registered later than it holds.
-    package static let refreshGranularity: Int64 = 60_000
-
-    /// The registration times a 410 dated `timestamp` (Unix ms) removes a token at: before `timestamp` less the
-    /// refresh minute, plus one. A token holding a time within the minute before the 410 may have been registered
-    /// again at or after it (the minute hid that registration), so it stays; the next 410 removes it.
-    package static func unregisteredCutoff(_ timestamp: Int64) -> Int64 {
-        timestamp &- refreshGranularity &+ 1
-    }
-
     /// A token as lowercase hex; "" when `allowEmpty` and it is empty (a stop).
     package static func token(_ text: String, field: String, allowEmpty: Bool) throws(RegistryError) -> String {
         if text.isEmpty {

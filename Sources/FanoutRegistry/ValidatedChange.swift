@@ -17,7 +17,7 @@ package enum ValidatedChange<App> {
         app: App, activityID: String, channelID: String?, storagePolicy: Int?, onlyIfUnbound: Bool,
         environment: String?)
     /// Remove `token` from the registrations `scope` reaches (nil: all) where it was registered strictly before
-    /// `before` (nil: whenever). For a 410, `before` is `RegistryValidation.unregisteredCutoff` of its timestamp. The
+    /// `before` (nil: whenever). For a 410, `before` is its timestamp. The
     /// scope's app stays a bundle id, unresolved: an app the store does not know has nothing to remove.
     case removeToken(token: String, before: Int64?, scope: RemovalScope?)
 
@@ -122,11 +122,11 @@ extension RegistryValidation {
                 environment: channelID == nil
                     ? nil : try V.optionalIdentifier(environment, field: "channel_environment"))
         case .unregistered(let token, let timestamp, let topic):
-            // Removed only where registered at least the refresh minute before the 410: a registration within that
-            // minute may hide one at or after it (see `unregisteredCutoff`).
+            // Removed only where registered strictly before the 410's timestamp: each store holds the latest
+            // registration's exact time, so a registration at or after it means the device registered it again.
             return .removeToken(
                 token: try V.token(token, field: "token", allowEmpty: false),
-                before: try V.time(timestamp, field: "timestamp").map(V.unregisteredCutoff),
+                before: try V.time(timestamp, field: "timestamp"),
                 scope: try V.optionalIdentifier(topic, field: "topic").map(RemovalScope.init(topic:)))
         case .invalidToken(let token, let topic):
             return .removeToken(

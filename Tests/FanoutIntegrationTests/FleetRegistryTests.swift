@@ -47,8 +47,7 @@ final class FleetRegistryTests: XCTestCase {
 
         // The registry on Redis, with the default prefix `fanout serve --redis` uses: the activity's live tokens, one
         // stopped and one expired (registered 9 hours ago; update tokens live 8), a second activity bound to a
-        // broadcast channel. The others were registered two minutes ago: a 410 (which mock-apns dates now) removes
-        // only a token registered at least a minute before it.
+        // broadcast channel. The others were registered two minutes ago, before the 410s mock-apns dates now.
         let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redis.url)))
         defer { Task { await client.shutdown() } }
         let store = RedisRegistryStore(client: client)

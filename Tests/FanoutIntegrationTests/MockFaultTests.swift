@@ -147,6 +147,21 @@ final class MockFaultTests: XCTestCase {
         XCTAssertEqual(mock.stats.count(reason: "Unregistered"), 2)
     }
 
+    func testAnUnregisteredLineWithADateAnswersEvery410WithThatDate() throws {
+        let path = temporaryPath("unregistered-dated.txt")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try "\(testDeviceToken(7)) 1700000000123\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let mock = try MockHarness { $0.unregisteredPath = path }
+        defer { mock.stop() }
+        let client = try mock.makeClient()
+        defer { client.close() }
+        for _ in 0..<2 {
+            let response = apnsResponse(try push(client, mock, token: 7))
+            XCTAssertEqual(response?.status, 410)
+            XCTAssertEqual(response?.timestamp, 1_700_000_000_123)
+        }
+    }
+
     // MARK: REFUSED_STREAM, GOAWAY, dropped connections
 
     func testRefuseEveryTwoRefusesEverySecondStream() throws {

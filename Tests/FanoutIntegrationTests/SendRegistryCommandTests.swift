@@ -72,8 +72,7 @@ class SendRegistryCommandTests: XCTestCase {
     /// Imports the registrations: match-7's and match-8's update tokens (devices without users), and the push
     /// devices' regular push tokens (device p-N of user u-(N % 5)).
     private func importRegistrations() throws {
-        // Registered two minutes ago: a 410 removes only a token registered at least a minute before it (one
-        // registered again within the minute keeps its first time), and mock-apns dates its 410s now.
+        // Registered two minutes ago, before the 410s mock-apns dates at the time it answers.
         let at = ", \"registered_at\": \(Int(Date().timeIntervalSince1970) - 120)"
         var lines: [String] = []
         for index in 0..<Self.match7 {

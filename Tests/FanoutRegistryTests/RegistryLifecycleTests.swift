@@ -298,25 +298,17 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         XCTAssertEqual(third.events.map(\.reason), [.unregistered])
     }
 
-    func testA410KeepsATokenRegisteredAgainAfterItsTimestampWithinTheRefreshMinute() async throws {
+    func testA410KeepsATokenRegisteredAgainSecondsAfterItsTimestamp() async throws {
         let directory = try ScratchDirectory()
         let clock = TestClock()
         let store = try await makeStore(in: directory, clock: clock, apps: [app, "com.acme.other"])
         let token = TestTokens.token(1)
         let registeredAt = clock.now
-        try await store.apply([
-            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: token)),
-            .pushToStartToken(.init(app: "com.acme.other", deviceID: "d1", token: token)),
-            .device(.init(app: app, deviceID: "d2", pushToken: token)),
-        ])
-        // The device registers the token again 30 s later: within the refresh minute, so the registry keeps the
-        // first registration time. APNs's 410 is dated between the two registrations: the token must stay.
+        try await store.apply(registrationsOfOneToken(token))
+        // The device registers the token again 30 s later; APNs's 410 is dated between the two registrations, so
+        // the device registered it again after APNs learned it was invalid: the token stays everywhere.
         clock.advance(milliseconds: 30_000)
-        let again = try await store.apply([
-            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: token)),
-            .pushToStartToken(.init(app: "com.acme.other", deviceID: "d1", token: token)),
-            .device(.init(app: app, deviceID: "d2", pushToken: token)),
-        ])
+        let again = try await store.apply(registrationsOfOneToken(token))
         XCTAssertEqual(again.events, [])
         let kept = try await store.recordUnregistered(token: token, timestamp: registeredAt + 10_000)
         XCTAssertEqual(kept.events, [])
@@ -324,10 +316,41 @@ class RegistryLifecycleTests: RegistryStoreTestCase {
         let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
         XCTAssertEqual(live.map(\.token), [token])
 
-        // A 410 a full minute after the held registration time postdates any registration the minute hid.
-        let removed = try await store.recordUnregistered(token: token, timestamp: registeredAt + 60_000)
+        // A 410 dated after the second registration removes it from all three kinds of registration.
+        let removed = try await store.recordUnregistered(token: token, timestamp: registeredAt + 30_001)
         XCTAssertEqual(Set(removed.events.map(\.kind)), [.update, .pushToStart, .push])
         XCTAssertTrue(removed.events.allSatisfy { $0.reason == .unregistered })
+    }
+
+    /// A 410 dated within the first minute after the token's only registration removes it, and the same 410 coming
+    /// again later (APNs dates a 410 with the time it learned of the token's end, which later sends do not move)
+    /// finds nothing left to remove.
+    func testA410DatedSecondsAfterTheOnlyRegistrationRemovesTheToken() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock, apps: [app, "com.acme.other"])
+        let token = TestTokens.token(1)
+        let registeredAt = clock.now
+        try await store.apply(registrationsOfOneToken(token))
+        clock.advance(milliseconds: 30_000)
+        let removed = try await store.recordUnregistered(token: token, timestamp: registeredAt + 20_000)
+        XCTAssertEqual(Set(removed.events.map(\.kind)), [.update, .pushToStart, .push])
+        XCTAssertTrue(removed.events.allSatisfy { $0.reason == .unregistered })
+        let live = try await store.allLiveTokens(activityID: "match-7", now: clock.now)
+        XCTAssertEqual(live, [])
+
+        clock.advance(hours: 1)
+        let again = try await store.recordUnregistered(token: token, timestamp: registeredAt + 20_000)
+        XCTAssertEqual(again.events, [])
+    }
+
+    /// One token registered as an update token, a push-to-start token (of another app) and a device push token.
+    private func registrationsOfOneToken(_ token: String) -> [RegistryChange] {
+        [
+            .updateToken(.init(app: app, activityID: "match-7", deviceID: "d1", token: token)),
+            .pushToStartToken(.init(app: "com.acme.other", deviceID: "d1", token: token)),
+            .device(.init(app: app, deviceID: "d2", pushToken: token)),
+        ]
     }
 
     func testBadDeviceTokenRemovesTheTokenAtOnceWhereverItIsRegistered() async throws {

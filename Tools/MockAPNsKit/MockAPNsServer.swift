@@ -63,14 +63,27 @@ package final class MockAPNsServer: @unchecked Sendable {
                 maxAge: options.tokenMaxAge)
         }
 
-        var unregistered = Set<String>()
+        var unregistered: [String: UnregisteredDate] = [:]
         if let path = options.unregisteredPath {
             guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
                 throw MockStartError("cannot read --unregistered file \(path)")
             }
-            for line in text.split(whereSeparator: \.isNewline) {
-                let token = line.trimmingCharacters(in: .whitespaces).lowercased()
-                if !token.isEmpty { unregistered.insert(token) }
+            for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let fields = line.split(whereSeparator: \.isWhitespace)
+                guard let token = fields.first else { continue }
+                switch fields.count {
+                case 1:
+                    unregistered[token.lowercased()] = .answered
+                case 2:
+                    guard let milliseconds = Int64(fields[1]), milliseconds >= 0 else {
+                        throw MockStartError(
+                            "--unregistered file \(path) line \(index + 1): the date is not Unix milliseconds")
+                    }
+                    unregistered[token.lowercased()] = .fixed(milliseconds)
+                default:
+                    throw MockStartError(
+                        "--unregistered file \(path) line \(index + 1): expected a token and at most a date")
+                }
             }
         }
         let record = try options.recordPath.map { try MockRecord(path: $0) }

@@ -10,14 +10,14 @@ final class MockShared: Sendable {
     let broadcastValidator = BroadcastRequestValidator()
     let channelValidator = ChannelRequestValidator()
     let verifier: ProviderTokenVerifier?
-    let unregistered: Set<String>
+    let unregistered: [String: UnregisteredDate]
     let stats: MockStats
     let record: MockRecord?
     let faults: FaultPlan
     let channels: MockChannels
 
     init(
-        options: MockOptions, verifier: ProviderTokenVerifier?, unregistered: Set<String>, stats: MockStats,
+        options: MockOptions, verifier: ProviderTokenVerifier?, unregistered: [String: UnregisteredDate], stats: MockStats,
         record: MockRecord?, channels: MockChannels
     ) {
         self.options = options
@@ -324,8 +324,12 @@ final class MockRequestHandler: HTTP2ServerHandler {
         if let injected {
             return MockAnswer(status: injected.status, reason: injected.reason, checked: checked)
         }
-        if !shared.unregistered.isEmpty && shared.unregistered.contains(tokenHex(request.head, checked)) {
-            let milliseconds = Int64(Date().timeIntervalSince1970 * 1000)
+        if !shared.unregistered.isEmpty, let date = shared.unregistered[tokenHex(request.head, checked)] {
+            let milliseconds: Int64
+            switch date {
+            case .answered: milliseconds = Int64(Date().timeIntervalSince1970 * 1000)
+            case .fixed(let fixed): milliseconds = fixed
+            }
             return MockAnswer(status: 410, reason: "Unregistered", checked: checked, timestamp: milliseconds)
         }
         return MockAnswer(status: 200, checked: checked)
@@ -420,4 +424,12 @@ private final class DelayedResponses {
             arm()
         }
     }
+}
+
+/// The timestamp mock-apns puts in a 410 Unregistered body for a token of its `--unregistered` file: the time it
+/// answers, or the Unix milliseconds the file's line gives (APNs dates a 410 with the time it learned the token was
+/// no longer valid, which later sends do not move).
+enum UnregisteredDate: Sendable, Equatable {
+    case answered
+    case fixed(Int64)
 }

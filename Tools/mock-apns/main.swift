@@ -25,7 +25,8 @@ let usage = """
       --threads N               event-loop threads (default 1)
       --stats FILE              JSON counters, rewritten every second and on exit
       --record FILE             append "token apns-id" for each accepted notification
-      --unregistered FILE       tokens (one per line) answered 410 Unregistered
+      --unregistered FILE       tokens answered 410 Unregistered, one per line, each optionally followed by the
+                                Unix milliseconds the 410 is dated with (default: when it answers)
       --fail RATE:STATUS:REASON answer that share of requests with that error (repeatable)
       --latency-ms N            delay every answer by N ms
       --goaway-every N          send GOAWAY after every Nth request
