@@ -131,7 +131,7 @@ final class MockChild {
             usleep(20_000)
         }
         if process.isRunning { process.terminate() }
-        throw ProbeError("mock-apns did not start: \((try? String(contentsOfFile: output + ".err")) ?? "")")
+        throw ProbeError("mock-apns did not start: \((try? String(contentsOfFile: output + ".err", encoding: .utf8)) ?? "")")
     }
 
     func stop() {

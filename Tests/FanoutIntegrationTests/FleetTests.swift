@@ -210,7 +210,7 @@ final class FleetTests: XCTestCase {
                 #"{"id": "by-activity", "app": "com.example.app", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", "live_activity": {"event": "update", "content_state": {}}, "activity_id": "match-7"}"#,
                 #"{"id": "empty", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "empty.txt"}"#,
             ].joined(separator: "\n") + "\n").write(toFile: mixed, atomically: true, encoding: .utf8)
-        FileManager.default.createFile(atPath: "\(fleet.directory)/empty.txt", contents: nil)
+        XCTAssertTrue(FileManager.default.createFile(atPath: "\(fleet.directory)/empty.txt", contents: nil))
         let refused = try fleet.run(["enqueue", "--redis", fleet.redis.url, "--jobs", mixed])
         XCTAssertEqual(refused.exitCode, 1, refused.summary)
         XCTAssertEqual(refused.stdoutLines, [#"{"job": "empty", "shards": 0}"#], refused.summary)

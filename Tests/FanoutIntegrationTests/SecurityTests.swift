@@ -99,7 +99,7 @@ final class SecurityTests: XCTestCase {
             XCTAssertTrue(error.message.contains("not a PEM file"), error.message)
         }
         for text in shown {
-            for line in secret + secret.map { String($0.reversed()) } {
+            for line in secret + secret.map({ String($0.reversed()) }) {
                 XCTAssertFalse(text.contains(line), "a line of the signing key shows in: \(text)")
             }
         }

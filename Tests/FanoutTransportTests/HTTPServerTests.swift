@@ -719,7 +719,9 @@ private enum Curl {
         let output = Pipe()
         let errors = FileManager.default.temporaryDirectory.appendingPathComponent(
             "fanout-\(tool)-\(UUID().uuidString)")
-        FileManager.default.createFile(atPath: errors.path, contents: nil)
+        guard FileManager.default.createFile(atPath: errors.path, contents: nil) else {
+            throw CocoaError(.fileWriteUnknown)
+        }
         defer { try? FileManager.default.removeItem(at: errors) }
         process.standardOutput = output
         process.standardError = try FileHandle(forWritingTo: errors)

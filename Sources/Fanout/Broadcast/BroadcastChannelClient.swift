@@ -1,4 +1,4 @@
-public import FanoutCore
+import FanoutCore
 import FanoutTransport
 import Foundation
 
