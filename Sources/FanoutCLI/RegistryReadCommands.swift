@@ -183,7 +183,7 @@ enum ListCommand {
     }
 }
 
-/// `fanout registry stats`: product.md's counts as one JSON object.
+/// `fanout registry stats`: the registry's counts as one JSON object (docs/REGISTRY.md).
 enum StatsCommand {
     static let usage = """
         fanout registry stats: print the registry's counts as one JSON object.
@@ -292,7 +292,7 @@ enum EventsCommand {
                     try await store.events(after: cursor, limit: pageSize)
                 }
                 for event in page.items {
-                    // product.md's line and the kind (RegistryEvent.jsonLine), then the sequence number.
+                    // The event line (docs/REGISTRY.md) and kind (RegistryEvent.jsonLine), then the sequence number.
                     var bytes: [UInt8] = []
                     event.appendJSONLine(to: &bytes)
                     bytes.removeLast()

@@ -224,9 +224,9 @@ enum SendCommand {
             if let cutShort = summary.cutShort {
                 StandardStream.error.write("fanout send: \(cutShort)\n")
             }
-            // The last line of stdout in every case (product.md); without `--results` it follows the results lines.
+            // The last line of stdout in every case (docs/SEND.md); without `--results` it follows the results lines.
             print(line)
-            // Cut short before this run recorded anything: nothing was sent, which product.md's 2 is for.
+            // Cut short before this run recorded anything: nothing was sent, which exit status 2 is for (docs/SEND.md).
             if summary.cutShort != nil && summary.notificationsThisRun == 0 { return 2 }
             return summary.allDelivered ? 0 : 1
         } catch {

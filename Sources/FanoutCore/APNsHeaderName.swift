@@ -1,4 +1,4 @@
-/// The names of the HTTP/2 headers a device push uses (apns-reference section 2), spelled once.
+/// The names of the HTTP/2 headers a device push uses (docs/reference/apns.md, "Request headers"), spelled once.
 ///
 /// HTTP/2 requires lowercase header names, so these are the exact bytes on the wire.
 package enum APNsHeaderName {

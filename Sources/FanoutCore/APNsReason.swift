@@ -1,8 +1,8 @@
 /// The `reason` string of an APNs error response (also used in GOAWAY debug data).
 ///
 /// A struct over the raw string, not an enum: APNs adds reasons over time, and an unknown one must survive intact into
-/// results files and logs. The static members are the device-push reasons of apns-reference section 5, each with the
-/// status APNs sends it with and the class that tells the engine what to do.
+/// results files and logs. The static members are the device-push reasons, each with the status APNs sends it with
+/// and the class that tells the engine what to do (docs/reference/apns.md, "Status codes and reasons").
 public struct APNsReason: Hashable, Sendable, CustomStringConvertible {
     /// The string exactly as APNs sent it.
     public let rawValue: String
@@ -89,7 +89,8 @@ public struct APNsReason: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Whether the remedy includes a new connection: the provider-token reasons (APNs wedges the connection),
-    /// `IdleTimeout`, `ServiceUnavailable` and `Shutdown` (apns-reference section 5, "Action" column).
+    /// `IdleTimeout`, `ServiceUnavailable` and `Shutdown` (the "Action" column of docs/reference/apns.md,
+    /// "Status codes and reasons").
     public var requiresNewConnection: Bool {
         APNsReason.knownReasons[rawValue]?.requiresNewConnection ?? false
     }
@@ -112,7 +113,7 @@ public struct APNsReason: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// apns-reference section 5, as data.
+    /// docs/reference/apns.md, "Status codes and reasons", as data.
     static let knownReasons: [String: Entry] = [
         "BadCollapseId": Entry(400, .configuration),
         "BadDeviceToken": Entry(400, .permanent),

@@ -1,6 +1,7 @@
 /// A broadcast push (iOS 18): one request to a channel, which APNs delivers to every Live Activity subscribed to
-/// it (apns-broadcast.md section 2). `POST /4/broadcasts/apps/{bundle id}` on the ordinary push host, with
-/// `apns-channel-id`, `apns-push-type: liveactivity`, `apns-priority` and `apns-expiration`, and no `apns-topic`.
+/// it (docs/reference/apns-broadcast.md, "Broadcast send"). `POST /4/broadcasts/apps/{bundle id}` on the ordinary
+/// push host, with `apns-channel-id`, `apns-push-type: liveactivity`, `apns-priority` and `apns-expiration`, and no
+/// `apns-topic`.
 public enum BroadcastRequest {
     /// The largest broadcast payload APNs accepts (5 KB); larger gets 413 `PayloadTooLarge`.
     public static let maximumPayloadBytes = 5_120

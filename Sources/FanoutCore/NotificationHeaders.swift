@@ -1,5 +1,5 @@
-/// The request headers of one device push (apns-reference section 2), checked against the rules APNs enforces and
-/// laid out in the order and with the HPACK indexing Apple recommends.
+/// The request headers of one device push (docs/reference/apns.md, "Request headers"), checked against the rules
+/// APNs enforces and laid out in the order and with the HPACK indexing Apple recommends ("HPACK").
 public struct NotificationHeaders: Hashable, Sendable {
     /// The largest `apns-collapse-id` APNs accepts, in UTF-8 bytes.
     public static let maximumCollapseIDBytes = 64

@@ -59,7 +59,7 @@ public struct PushType: Hashable, Sendable, CustomStringConvertible {
     public static let pushtotalk = PushType(.pushtotalk)
     public static let widgets = PushType(.widgets)
 
-    /// Every push type this version knows, in the order of apns-reference section 2.
+    /// Every push type this version knows, in the order of docs/reference/apns.md, "Push types and topics".
     public static let allKnown: [PushType] = Kind.allCases.map(PushType.init)
 
     /// The suffix `apns-topic` must carry after the bundle ID: `""` when the topic is the bare bundle ID, `nil` when
@@ -78,8 +78,8 @@ public struct PushType: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// The largest payload APNs accepts for this type, in bytes (apns-reference section 6). Live Activities sent to a
-    /// device token share the regular 4 KB limit; only VoIP gets 5 KB.
+    /// The largest payload APNs accepts for this type, in bytes (docs/reference/apns.md, "Payload size limits").
+    /// Live Activities sent to a device token share the regular 4 KB limit; only VoIP gets 5 KB.
     public var payloadSizeLimit: Int {
         kind == .voip ? 5120 : 4096
     }

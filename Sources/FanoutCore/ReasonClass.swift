@@ -1,5 +1,5 @@
 /// What a sender should do about a failed notification, derived from APNs's status and reason
-/// (apns-reference section 5, "Class" and "Action" columns).
+/// (the "Class" and "Action" columns of docs/reference/apns.md, "Status codes and reasons").
 ///
 /// A struct over an internal enum so that a class can be added without breaking callers' `switch`es.
 public struct ReasonClass: Hashable, Sendable, CustomStringConvertible {

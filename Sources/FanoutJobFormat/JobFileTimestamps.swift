@@ -1,5 +1,5 @@
 /// The default Live Activity `timestamp` of a job file's jobs: the moment each job is parsed, which `fanout send`
-/// does once the job has a slot to send in (product.md: the moment the job starts sending, one value for the whole
+/// does once the job has a slot to send in (docs/SEND.md: the moment the job starts sending, one value for the whole
 /// job), and, for a job by activity id, later than both the
 /// default the file gave that activity's previous job and the content last sent to the activity (the registry's
 /// record, from any earlier run). An update and the end after it in one file, read in the same second, had one

@@ -15,7 +15,7 @@ package struct ParsedJobLine: Sendable {
     }
 }
 
-/// Turns one line of a job file (product.md, "Job file") into a validated `ParsedJob`.
+/// Turns one line of a job file (the format in docs/SEND.md) into a validated `ParsedJob`.
 ///
 /// ```json
 /// {"id": "match-7-update-12", "workspace": "acme", "topic": "com.acme.app.push-type.liveactivity",

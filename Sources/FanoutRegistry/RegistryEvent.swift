@@ -64,7 +64,7 @@ public struct RegistryEvent: Sendable, Hashable {
         self.reason = reason
     }
 
-    /// The event as product.md's JSON line (without the newline), plus the token kind:
+    /// The event as the JSON line of docs/REGISTRY.md (without the newline), plus the token kind:
     /// `{"at":1764460800000,"app":"com.acme.app","activity_id":"match-7","token":"…","change":"removed",
     /// "reason":"unregistered","kind":"update"}`.
     package var jsonLine: String {

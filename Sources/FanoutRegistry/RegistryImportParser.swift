@@ -29,7 +29,7 @@ package struct RegistryImportError: Error, Hashable, Sendable, CustomStringConve
 
 /// The two import formats.
 package enum RegistryImportFormat: String, Sendable, Hashable {
-    /// One JSON object per line (product.md, `fanout registry import`).
+    /// One JSON object per line (`fanout registry import`, docs/REGISTRY.md).
     case jsonLines = "jsonl"
     /// Comma-separated values with a header row naming the same fields as the JSON lines.
     case csv
@@ -44,7 +44,7 @@ package enum RegistryImportFormat: String, Sendable, Hashable {
 /// Turns import lines into typed registrations, validated (tokens lowercase, ids within limits) but not checked
 /// against the registry (whether the app is defined is the importer's business).
 ///
-/// JSON lines, one of three shapes (product.md); null means absent, unknown keys are refused:
+/// JSON lines, one of three shapes (docs/REGISTRY.md); null means absent, unknown keys are refused:
 /// ```json
 /// {"app": "com.acme.app", "activity_id": "match-7", "token": "<hex>", "device": "d1", "user": "u1"}
 /// {"app": "com.acme.app", "push_to_start_token": "<hex>", "attributes_type": "MatchAttributes", "device": "d1"}

@@ -188,7 +188,7 @@ public struct RegistrySweepResult: Sendable, Hashable {
     public init() {}
 }
 
-/// `fanout registry stats`, as product.md gives it.
+/// `fanout registry stats`, as docs/REGISTRY.md gives it.
 public struct RegistryStats: Sendable, Hashable {
     public var apps = 0
     /// Devices recorded (with or without a push token).

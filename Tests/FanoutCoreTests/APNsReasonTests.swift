@@ -2,7 +2,8 @@ import FanoutCore
 import XCTest
 
 final class APNsReasonTests: XCTestCase {
-    /// apns-reference section 5 (plus the documented decisions): reason, status, class, drops the token, reconnects.
+    /// docs/reference/apns.md, "Status codes and reasons", with its decisions of Fanout's own: reason, status,
+    /// class, drops the token, reconnects.
     let expectations: [(APNsReason, String, Int, ReasonClass, Bool, Bool)] = [
         (.badCollapseId, "BadCollapseId", 400, .configuration, false, false),
         (.badDeviceToken, "BadDeviceToken", 400, .permanent, true, false),

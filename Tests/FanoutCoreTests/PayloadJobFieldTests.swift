@@ -4,7 +4,7 @@ import XCTest
 @testable import FanoutCore
 
 final class PayloadJobFieldTests: XCTestCase {
-    /// The job line of product.md, on one line as in a JSON Lines file.
+    /// The example job line of docs/SEND.md, on one line as in a JSON Lines file.
     static let productJob = #"""
         {"id": "match-7-update-12", "workspace": "acme", "topic": "com.acme.app.push-type.liveactivity", "push_type": "liveactivity", "priority": 10, "expiration": 0, "collapse_id": null, "live_activity": {"event": "update", "timestamp": 1764460800, "content_state": {"home": 2, "away": 1}, "stale_date": null, "dismissal_date": null, "relevance_score": 50, "alert": {"title": "Goal!", "body": "2-1", "sound": "default"}, "attributes_type": null, "attributes": null, "input_push_token": false}, "payload": null, "tokens": ["<hex token>", "..."], "tokens_file": null}
         """#

@@ -228,7 +228,7 @@ final class FleetTests: XCTestCase {
         let status = try status(fleet)
         XCTAssertEqual(status["fleet-0"]?["shards_done"] as? Int, scale.shardsPerJob, "\(status)")
         XCTAssertEqual(status["fleet-0"]?["delivered"] as? Int, scale.tokensPerJob, "\(status)")
-        // Every outcome's count, the new ones (product.md) too.
+        // Every outcome's count (the outcomes of docs/SEND.md), `cancelled` and `superseded` too.
         for outcome in [
             "rejected", "unregistered", "failed", "expired", "rate_limited", "invalid", "cancelled", "superseded",
         ] {

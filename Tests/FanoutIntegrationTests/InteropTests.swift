@@ -33,7 +33,8 @@ final class InteropTests: XCTestCase {
     }
 
     /// `--h2c`: the same over cleartext HTTP/2 with prior knowledge (h2load sends the preface at once for http://),
-    /// given as product.md's synopsis allows, without --auth-key or --no-auth (tokens are then not checked).
+    /// given as the synopsis in docs/MOCK-APNS.md allows, without --auth-key or --no-auth (tokens are then not
+    /// checked).
     func testH2LoadGetsTwoThousand200sFromMockAPNsOverH2C() throws {
         let scratch = try ProcessSupport.temporaryDirectory(for: self, "h2load-h2c")
         try checkH2LoadGetsTwoThousand200s(scratch: scratch, transport: ["--h2c"], scheme: "http", auth: [])

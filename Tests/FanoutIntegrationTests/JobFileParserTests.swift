@@ -10,7 +10,7 @@ final class JobFileParserTests: XCTestCase {
     static let token0 = testDeviceToken(0)
     static let token1 = testDeviceToken(1)
 
-    /// The members of the product.md example line, in order, as JSON text.
+    /// The members of the example job line of docs/SEND.md, in order, as JSON text.
     static let exampleMembers: [(String, String)] = [
         ("id", #""match-7-update-12""#),
         ("workspace", #""acme""#),

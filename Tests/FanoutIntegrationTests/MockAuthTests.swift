@@ -5,8 +5,8 @@ import Foundation
 import MockAPNsKit
 import XCTest
 
-/// mock-apns's provider-token checks (apns-reference section 4) and the one-stream-until-authenticated
-/// rule (section 1).
+/// mock-apns's provider-token checks (docs/reference/apns.md, "Provider tokens") and the
+/// one-stream-until-authenticated rule ("Stream limits").
 final class MockAuthTests: XCTestCase {
     private static let body = Array(#"{"aps":{"alert":"hi"}}"#.utf8)
 

@@ -5,8 +5,9 @@ import Foundation
 import MockAPNsKit
 import XCTest
 
-/// mock-apns's broadcast push (iOS 18) end to end over HTTP/2 and TLS (apns-broadcast.md sections 1 and 2): the
-/// channel-management listener, broadcast sends on the push listener, and their stats. Driven with the raw HTTP/2
+/// mock-apns's broadcast push (iOS 18) end to end over HTTP/2 and TLS: the channel-management listener, broadcast
+/// sends on the push listener, and their stats (docs/reference/apns-broadcast.md, "Channel management API" and
+/// "Broadcast send"). Driven with the raw HTTP/2
 /// client; curl where a test reads response headers the raw client does not keep (`apns-channel-id`,
 /// `apns-request-id`).
 final class MockBroadcastTests: XCTestCase {

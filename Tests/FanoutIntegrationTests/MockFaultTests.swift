@@ -5,7 +5,7 @@ import Foundation
 import MockAPNsKit
 import XCTest
 
-/// mock-apns's fault injection (product.md, mock-apns): injected errors, determinism per seed,
+/// mock-apns's fault injection (docs/MOCK-APNS.md): injected errors, determinism per seed,
 /// unregistered tokens, REFUSED_STREAM, GOAWAY, dropped connections, throttling after a
 /// rejection, latency, and the --stats / --record files.
 final class MockFaultTests: XCTestCase {

@@ -5,8 +5,8 @@ import Foundation
 import XCTest
 
 /// mock-apns's request validation, end to end over HTTP/2 and TLS: one test per row of the rejection
-/// table in RequestValidator.swift (apns-reference sections 2, 5, 6), each with a valid provider token,
-/// checking the status and the JSON `reason`.
+/// table in RequestValidator.swift (docs/reference/apns.md, "Request headers", "Status codes and reasons" and
+/// "Live Activity payloads"), each with a valid provider token, checking the status and the JSON `reason`.
 final class MockValidationTests: XCTestCase {
     private var mock: MockHarness!
     private var client: RawClient!

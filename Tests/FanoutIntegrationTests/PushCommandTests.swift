@@ -350,8 +350,9 @@ final class PushCommandTests: XCTestCase {
         }
     }
 
-    /// product.md: bad arguments give a one-line error. Every command given nothing says what is missing on one
-    /// line of stderr and exits 2 (`fanout channels` printed its 32-line usage on stdout).
+    /// Bad arguments give a one-line error and exit status 2 (each command's guide, e.g. docs/SEND.md). Every
+    /// command given nothing says what is missing on one line of stderr and exits 2 (`fanout channels` printed its
+    /// 32-line usage on stdout).
     func testEveryCommandGivenNoArgumentsExitsTwoWithOneLine() throws {
         let fanout = try ProcessSupport.builtExecutable("fanout")
         let commands = [

@@ -119,7 +119,7 @@ class RegistryCommandTests: XCTestCase {
         XCTAssertEqual(log.map(\.change), ["added", "added", "rotated", "removed"])
         XCTAssertEqual(log.map(\.token), [Self.token(1), Self.token(2), Self.token(3), Self.token(3)])
         XCTAssertEqual(log.last?.reason, "stopped")
-        // The lines are product.md's shape, plus kind and seq; --after resumes after a seq.
+        // The lines have the shape docs/REGISTRY.md gives, plus kind and seq; --after resumes after a seq.
         let lines = try succeed(["events"])
         XCTAssertEqual(
             Set(lines[0].keys), ["at", "app", "activity_id", "token", "change", "reason", "kind", "seq"])

@@ -101,7 +101,7 @@ final class SendCommandTests: XCTestCase {
         XCTAssertEqual(stats["duplicate_apns_ids"] as? Int, 0)
     }
 
-    /// Without `--results` the results lines go to stdout and the summary is still its last line (product.md), so
+    /// Without `--results` the results lines go to stdout and the summary is still its last line (docs/SEND.md), so
     /// `fanout send ... | tail -1` is the summary either way. Before, it went to stderr.
     func testWithoutAResultsFileTheSummaryFollowsTheResultsOnStdout() throws {
         let setup = try start()

@@ -1,4 +1,4 @@
-// The default Live Activity `timestamp` of a job-file job: the moment the job starts sending (product.md), in
+// The default Live Activity `timestamp` of a job-file job: the moment the job starts sending (docs/SEND.md), in
 // process: the job-file driver against an in-process mock-apns that keeps each token's payload.
 import Fanout
 import Foundation

@@ -37,7 +37,7 @@ package enum MockEnvironment: String, Sendable, CaseIterable {
     case development, production
 }
 
-/// Everything `mock-apns` can be told, with the defaults product.md gives.
+/// Everything `mock-apns` can be told, with the defaults docs/MOCK-APNS.md gives.
 package struct MockOptions: Sendable {
     package enum TLSMode: Sendable, Equatable {
         /// Create or reuse a CA, server certificate and signing key in a directory.

@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 
 /// What mock-apns has seen, shared by all its loops. Written as JSON to `--stats` at least once a
-/// second and on exit, in the shape product.md gives.
+/// second and on exit, in the shape docs/MOCK-APNS.md gives.
 package final class MockStats: Sendable {
     private struct Tallies {
         var requests = 0

@@ -2,8 +2,9 @@ import FanoutCore
 import FanoutTransport
 import Foundation
 
-/// The APNs channel management API (iOS 18 broadcast push, apns-broadcast.md section 1): create, read, delete and
-/// list an app's broadcast channels, over HTTP/2 to the management host with the same provider token as pushes: the
+/// The APNs channel management API of iOS 18 broadcast push: create, read, delete and list an app's broadcast
+/// channels (docs/reference/apns-broadcast.md, "Channel management API"), over HTTP/2 to the management host with
+/// the same provider token as pushes: the
 /// process's one token for the key, which every `FanoutEngine` of the process signing with that key also sends
 /// (`ProviderTokenCache.shared`), so creating a channel never mints a second token for the team.
 ///

@@ -374,7 +374,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             retryOrFail(pending, immediately: true)
         } else if reasonClass.isRetryable {
             // `Shutdown`, `ServiceUnavailable` and `IdleTimeout` say this server is going or the connection is stale:
-            // the retry goes to a new connection (apns-reference section 5: reconnect, then back off).
+            // the retry goes to a new connection, then backs off (docs/reference/apns.md, "Status codes and reasons").
             if response.reason?.requiresNewConnection == true && warrantsReconnecting(response, on: connection) {
                 retire(connection)
             }

@@ -1,4 +1,4 @@
-/// Reading the job file's `live_activity` object (product.md):
+/// Reading the job file's `live_activity` object (docs/SEND.md):
 ///
 /// ```json
 /// {"event": "update", "timestamp": 1764460800, "content_state": {"home": 2, "away": 1},

@@ -1,7 +1,7 @@
 /// What a Live Activity push says, before it becomes `{"aps":{…}}`: the job file's `live_activity` object.
 ///
-/// `validate()` applies apns-reference section 6 and names the job-file field at fault; `encode()` validates and
-/// writes the compact payload, once per job, with the keys in a fixed order:
+/// `validate()` applies the rules of docs/reference/apns.md, "Live Activity payloads", and names the job-file field
+/// at fault; `encode()` validates and writes the compact payload, once per job, with the keys in a fixed order:
 /// `timestamp`, `event`, `content-state`, `stale-date`, `dismissal-date`, `relevance-score`, `alert`,
 /// `attributes-type`, `attributes`, `input-push-token`, `input-push-channel`.
 public struct LiveActivityContent: Sendable, Hashable {
@@ -77,8 +77,9 @@ public struct LiveActivityContent: Sendable, Hashable {
         self.inputPushChannel = inputPushChannel
     }
 
-    /// Checks the rules of apns-reference section 6, in the order of the encoded keys; the first failure is thrown,
-    /// naming the job-file field, for example `live_activity.attributes: only allowed with event "start"`.
+    /// Checks the rules of docs/reference/apns.md, "Live Activity payloads", in the order of the encoded keys; the
+    /// first failure is thrown, naming the job-file field, for example
+    /// `live_activity.attributes: only allowed with event "start"`.
     public func validate() throws(PayloadError) {
         let isStart = event == .start
         try Self.checkDate(timestamp, "timestamp")

@@ -17,7 +17,7 @@ public struct PayloadError: Error, Hashable, Sendable, CustomStringConvertible {
     public var description: String { "\(field): \(message)" }
 }
 
-/// The APNs payload size limits (apns-reference section 6).
+/// The APNs payload size limits (docs/reference/apns.md, "Payload size limits").
 public enum PayloadLimits {
     /// The largest payload APNs accepts for `pushType`: 4096 bytes, 5120 for VoIP.
     public static func limit(for pushType: PushType) -> Int {

@@ -24,7 +24,7 @@ package struct SendOptions: Sendable {
     }
 }
 
-/// The run's totals: the summary line of product.md.
+/// The run's totals: the summary line of docs/SEND.md.
 package struct SendSummary: Sendable {
     package var counts: SendCounts
     package var seconds: Double
@@ -143,7 +143,7 @@ package final class JobFileRunner: Sendable {
                     continue
                 }
                 // A slot first, then the parse: a job's default timestamp is the moment it starts sending
-                // (product.md), not the moment its line was read, which behind long jobs can be minutes earlier.
+                // (docs/SEND.md), not the moment its line was read, which behind long jobs can be minutes earlier.
                 if running >= options.concurrentJobs {
                     await group.next()
                     running -= 1

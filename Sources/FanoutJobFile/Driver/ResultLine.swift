@@ -2,7 +2,7 @@ import Fanout
 import FanoutCore
 import Foundation
 
-/// The results file's line for one notification, as product.md gives it:
+/// The results file's line for one notification, as docs/SEND.md gives it:
 /// `{"job":…,"token":…,"outcome":…,"status":…,"reason":…,"apns_id":…,"apns_unique_id":…,"attempts":…,
 /// "latency_ms":…,"timestamp":…}`, written straight into a byte buffer (no JSONSerialization per line).
 package enum ResultLine {

@@ -411,7 +411,7 @@ struct NativeAPI {
 }
 
 extension DispatchRecord {
-    /// `GET /v1/dispatches/{id}`: the summary's counts (product.md), the state and the timing.
+    /// `GET /v1/dispatches/{id}` (docs/SERVE.md): the summary's counts (docs/SEND.md), the state and the timing.
     var json: JSONValue {
         let counts = self.counts
         var members: [JSONObject.Member] = [

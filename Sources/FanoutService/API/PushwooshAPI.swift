@@ -2,8 +2,8 @@ import Fanout
 import FanoutCore
 import FanoutRegistry
 
-/// Pushwoosh's JSON API under `/json/1.3/<method>` (docs: ingest-apis.md section 2), so that an app on the Pushwoosh
-/// SDK and a backend calling Pushwoosh move over by changing the base URL.
+/// Pushwoosh's JSON API under `/json/1.3/<method>` (docs/reference/ingest-apis.md, "Pushwoosh"), so that an app on
+/// the Pushwoosh SDK and a backend calling Pushwoosh move over by changing the base URL.
 ///
 /// Every answer is a JSON object with `status_code` (the SDK resets its base URL when it is missing), and never a
 /// `base_url` (which would move the SDK for good). Success is HTTP 200 with `status_code` 200; a bad argument is

@@ -3,7 +3,7 @@ import FanoutCore
 import FanoutPolicy
 import Foundation
 
-/// `fanout serve --config FILE`: the workspaces, their apps and API keys, and the server's limits (product.md):
+/// `fanout serve --config FILE`: the workspaces, their apps and API keys, and the server's limits (docs/SERVE.md):
 /// ```json
 /// {"listen": "127.0.0.1:8080", "db": "fanout.db", "redis": "redis://host:6379/0", "max_connections": 10000,
 ///  "header_timeout_seconds": 10, "write_timeout_seconds": 30, "threads": 2, "grace_seconds": 10, "max_running_dispatches": 8, "loops": 1, "connections": 2, "max_attempts": 3,

@@ -2,7 +2,7 @@ import CNGHTTP2
 
 /// Apple's HPACK advice for fields whose value is new in every message (`apns-id`, `apns-unique-id`,
 /// `apns-request-id`): send the field with incremental indexing the first time, so that its name enters the dynamic
-/// table, and as a literal that is never indexed from then on (`apns-reference.md`, HPACK).
+/// table, and as a literal that is never indexed from then on (docs/reference/apns.md, "HPACK").
 ///
 /// nghttp2 then refers to the name by its table index instead of spelling it out, so neither side Huffman-codes
 /// the name again: before this, `apns-id` was a new-name literal in every request and every answer. nghttp2 finds

@@ -26,8 +26,9 @@ package struct ChannelRequest: Hashable, Sendable {
     }
 }
 
-/// Checks a channel-management request (apns-broadcast.md section 1) for the mock's management listener. Pure: it
-/// says what the request asks for; whether the channel exists, and the per-app limit, are the store's to answer
+/// Checks a channel-management request (docs/reference/apns-broadcast.md, "Channel management API") for the mock's
+/// management listener. Pure: it says what the request asks for; whether the channel exists, and the per-app limit,
+/// are the store's to answer
 /// (`ChannelNotRegistered`, `CannotCreateChannelConfig`).
 ///
 /// Checks run in this order and the first failure wins (Apple documents no order):

@@ -1,7 +1,8 @@
 import FanoutCore
 
-/// Checks a device-push request the way APNs does (apns-reference sections 2, 5 and 6) and answers with APNs's status
-/// and reason. mock-apns runs it once per request; the JWT is checked separately, with crypto, by the mock.
+/// Checks a device-push request the way APNs does and answers with APNs's status and reason (docs/reference/apns.md:
+/// "Request headers", "Status codes and reasons", "Payload size limits", "Live Activity payloads"). mock-apns runs
+/// it once per request; the JWT is checked separately, with crypto, by the mock.
 ///
 /// Checks run in this order and the first failure wins (APNs does not document its own order):
 ///
@@ -33,9 +34,9 @@ import FanoutCore
 /// - Malformed bodies get `BadPayload`, which APNs does not list for device pushes (see `APNsReason.badPayload`).
 ///   `aps` is required for alert, background, liveactivity and widgets; the PushKit and system types (voip,
 ///   complication, fileprovider, location, pushtotalk, mdm) carry app-defined JSON and need only a JSON object.
-/// - Of the Live Activity keys in apns-reference section 6, only the rules in the table are enforced:
-///   `input-push-token` and `input-push-channel` are not refused on update/end, and `start` does not demand
-///   `attributes`.
+/// - Of the Live Activity keys in docs/reference/apns.md, "Live Activity payloads", only the rules in the table are
+///   enforced: `input-push-token` and `input-push-channel` are not refused on update/end, and `start` does not
+///   demand `attributes`.
 /// - Only duplicates of the headers APNs reads (pseudo-headers, `authorization` and the `apns-*` request headers)
 ///   count; APNs ignores unknown headers, so their duplicates are ignored too.
 /// - A missing `apns-push-type` is treated as `alert`. A missing `apns-priority` is the type's default, so a
