@@ -44,12 +44,9 @@ final class ReadmeExampleTests: XCTestCase {
     private static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
-    /// README's "Library" section: from its heading to the next second-level heading.
+    /// The library guide, docs/LIBRARY.md, whole (the README's library section moved there).
     private func librarySection() throws -> String {
-        let readme = try String(contentsOf: Self.root.appendingPathComponent("README.md"), encoding: .utf8)
-        let start = try XCTUnwrap(readme.range(of: "\n## Library\n"))
-        let end = readme.range(of: "\n## ", range: start.upperBound..<readme.endIndex)?.lowerBound ?? readme.endIndex
-        return String(readme[start.lowerBound..<end])
+        try String(contentsOf: Self.root.appendingPathComponent("docs/LIBRARY.md"), encoding: .utf8)
     }
 
     /// The Library section's list of outcomes names every outcome a result can have (it left out `invalid`).
@@ -60,7 +57,8 @@ final class ReadmeExampleTests: XCTestCase {
             library.range(of: "\n- **", range: start.upperBound..<library.endIndex)?.lowerBound ?? library.endIndex
         let outcomes = library[start.upperBound..<end]
         for outcome in NotificationOutcome.all {
-            XCTAssertTrue(outcomes.contains("`\(outcome.name)`"), "README's Outcomes leave out `\(outcome.name)`")
+            XCTAssertTrue(
+                outcomes.contains("`\(outcome.name)`"), "docs/LIBRARY.md's Outcomes leave out `\(outcome.name)`")
         }
     }
 
@@ -102,7 +100,7 @@ final class ReadmeExampleTests: XCTestCase {
             else { continue }
             checked += 1
             XCTAssertTrue(
-                sourcesHave(name), "README's Library section names `\(name)`, which the library does not have")
+                sourcesHave(name), "docs/LIBRARY.md names `\(name)`, which the library does not have")
         }
         XCTAssertGreaterThan(checked, 10, "the section's names were found")
     }
