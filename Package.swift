@@ -2,23 +2,7 @@
 // Fanout: an APNs fan-out send engine. No package dependencies: the C libraries come from the system
 // (Debian: libuv1-dev, libnghttp2-dev, libssl-dev, libsqlite3-dev, libhiredis-dev) through pkg-config.
 //
-// The module graph (docs/ARCHITECTURE.md draws it):
-//   Fanout (the library) ──> FanoutCore, FanoutPolicy (re-exported), FanoutTransport (internal)
-//   FanoutJobFormat (the job-file line reader and parser; pure Swift, fuzzed on its own) ──> FanoutCore
-//   FanoutJobFile (`fanout send`'s driver; re-exports FanoutJobFormat) ──> Fanout, FanoutJobFormat
-//   FanoutTransport (loops, TCP, TLS, HTTP/2, the HTTP server) ──> FanoutCore, FanoutHTTP1 (the HTTP/1.1 head
-//   parser and chunked decoder; pure Swift, fuzzed on its own)
-//   FanoutObservability (logs, the metrics endpoint) ──> Fanout, FanoutTransport
-//   FanoutCLI (the `fanout` binary) ──> FanoutJobFile, FanoutObservability, Fanout
-//   FanoutRegistry (the token registry: store protocol, SQLite store) ──> FanoutSQLite ──> CSQLite
-//   FanoutRedis (a Redis client on hiredis's async API, on a LoopThread) ──> FanoutTransport, CHiredis, CLibUV,
-//   COpenSSL (SHA-1 for EVALSHA)
-//   FanoutRedisRegistry (the registry's store on Redis) ──> FanoutRegistry, FanoutRedis, FanoutCore
-//   FanoutFleet (issue 14's work on Redis Streams: enqueue, worker, results, status; the team's shared provider token)
-//   ──> FanoutRedis, FanoutJobFile, Fanout, FanoutTransport (the token signer)
-//   FanoutTestSupport, MockAPNsKit (test-only: the HTTP/2 server over FanoutTransport's HTTP2ServerConnection,
-//   test CA, JWT verifier), MockAPNsValidation (the
-//   mock's request validator; pure Swift, fuzzed on its own, re-exported by MockAPNsKit)
+// docs/ARCHITECTURE.md draws the module graph (every target and edge); `make lint` checks it against this file.
 import PackageDescription
 
 /// Library targets see `import X` as an internal import, so a dependency reaches their public API only
@@ -59,49 +43,66 @@ let package = Package(
         // the metrics endpoint), ES256 keys and provider tokens. Everything is `package`.
         .target(
             name: "FanoutTransport",
-            dependencies: ["FanoutCore", "FanoutHTTP1", "CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"]),
+            dependencies: ["FanoutCore", "FanoutHTTP1", "CLibUV", "CNGHTTP2", "COpenSSL", "CFanoutShims"],
+            swiftSettings: internalImports),
         // The HTTP/1.1 request-head parser and chunked-body decoder. Pure Swift with no dependency, so that
         // scripts/fuzz.sh can build it as a module.
-        .target(name: "FanoutHTTP1"),
+        .target(name: "FanoutHTTP1", swiftSettings: internalImports),
         // The only Swift code that imports CSQLite: a small SQLite binding (connections, cached
         // statements, transactions, errors).
-        .target(name: "FanoutSQLite", dependencies: ["CSQLite"]),
+        .target(name: "FanoutSQLite", dependencies: ["CSQLite"], swiftSettings: internalImports),
         // The token registry: the store protocol, its SQLite implementation, lifecycle, change feed, import.
-        .target(name: "FanoutRegistry", dependencies: ["FanoutCore", "FanoutSQLite"]),
+        .target(name: "FanoutRegistry", dependencies: ["FanoutCore", "FanoutSQLite"], swiftSettings: internalImports),
         // A Redis client (issue 14's fleet builds on it): hiredis's async API on a LoopThread, with deadlines,
         // reconnection, LOADING/READONLY retries and scripts. The only Swift that imports CHiredis; everything `package`.
-        .target(name: "FanoutRedis", dependencies: ["FanoutTransport", "CHiredis", "CLibUV", "COpenSSL"]),
+        .target(
+            name: "FanoutRedis", dependencies: ["FanoutTransport", "CHiredis", "CLibUV", "COpenSSL"],
+            swiftSettings: internalImports),
         // The registry's store protocol on Redis (issue 14 item 5): hash-tagged keys per activity and per app, one Lua
         // script per change, pages by cursor, the event log on a stream. No C.
-        .target(name: "FanoutRedisRegistry", dependencies: ["FanoutRegistry", "FanoutRedis", "FanoutCore"]),
+        .target(
+            name: "FanoutRedisRegistry", dependencies: ["FanoutRegistry", "FanoutRedis", "FanoutCore"],
+            swiftSettings: internalImports),
         // The fleet's work on Redis Streams: job lines split into shards on a stream, workers in a consumer group
         // that send them with the engine and write their results to Redis, results and status read back. No C.
         .target(
             name: "FanoutFleet",
-            dependencies: ["Fanout", "FanoutCore", "FanoutJobFile", "FanoutRedis", "FanoutTransport"]),
+            dependencies: [
+                "Fanout", "FanoutCore", "FanoutJobFormat", "FanoutJobLines", "FanoutRedis", "FanoutTransport",
+            ], swiftSettings: internalImports),
         // Flag parsing shared by the binaries.
-        .target(name: "CommandLineSupport"),
+        .target(name: "CommandLineSupport", swiftSettings: internalImports),
         // The public library API for gateway services: the engine, jobs, results, errors.
         .target(
             name: "Fanout", dependencies: ["FanoutCore", "FanoutPolicy", "FanoutRegistry", "FanoutTransport"],
             swiftSettings: internalImports),
         // Job files: the line reader and the line parser, which make plain `ParsedJob`s. Pure Swift, so that
         // scripts/fuzz.sh can build it as a module without the transport.
-        .target(name: "FanoutJobFormat", dependencies: ["FanoutCore"]),
-        // `fanout send`'s driver (results, journal, progress), turning `ParsedJob`s into the engine's `FanoutJob`s.
+        .target(name: "FanoutJobFormat", dependencies: ["FanoutCore"], swiftSettings: internalImports),
+        // Job lines bound to the engine: a `ParsedJob` as the engine's `FanoutJob`, a `NotificationResult` as a results
+        // line. Shared by `fanout send`'s driver, the fleet and the service.
+        .target(
+            name: "FanoutJobLines", dependencies: ["Fanout", "FanoutCore", "FanoutJobFormat"],
+            swiftSettings: internalImports),
+        // `fanout send`'s driver (the run, results file, journal, resume, progress).
         .target(
             name: "FanoutJobFile",
-            dependencies: ["Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFormat", "CommandLineSupport"]),
+            dependencies: [
+                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFormat", "FanoutJobLines", "CommandLineSupport",
+            ], swiftSettings: internalImports),
         // Running a Fanout process: structured logs with redaction, the Prometheus endpoint.
-        .target(name: "FanoutObservability", dependencies: ["Fanout", "FanoutTransport", "CommandLineSupport"]),
+        .target(
+            name: "FanoutObservability", dependencies: ["Fanout", "FanoutTransport", "CommandLineSupport"],
+            swiftSettings: internalImports),
         // `fanout serve`: the HTTP service (native, Pushwoosh- and Braze-shaped APIs), its configuration, keys, rate
         // limits, the durable dispatch queue and the status page.
         .target(
             name: "FanoutService",
             dependencies: [
                 "Fanout", "FanoutCore", "FanoutPolicy", "FanoutRegistry", "FanoutSQLite", "FanoutTransport",
-                "FanoutJobFile", "FanoutObservability", "FanoutRedis", "FanoutFleet", "FanoutRedisRegistry",
-            ]),
+                "FanoutJobFormat", "FanoutJobLines", "FanoutObservability", "FanoutRedis", "FanoutFleet",
+                "FanoutRedisRegistry",
+            ], swiftSettings: internalImports),
         // The `fanout` command (binary name from the product).
         .executableTarget(
             name: "FanoutCLI",
@@ -115,15 +116,17 @@ let package = Package(
         .target(
             name: "FanoutTestSupport",
             dependencies: ["FanoutCore", "FanoutTransport", "CLibUV", "COpenSSL", "CFanoutShims"],
-            path: "Tools/FanoutTestSupport"),
+            path: "Tools/FanoutTestSupport", swiftSettings: internalImports),
         // mock-apns's request validator: APNs's rules for a device push. Pure Swift (FanoutCore only), so that
         // scripts/fuzz.sh can build it as a module; its folder sits inside MockAPNsKit's, which excludes it.
-        .target(name: "MockAPNsValidation", dependencies: ["FanoutCore"], path: "Tools/MockAPNsKit/Validation"),
+        .target(
+            name: "MockAPNsValidation", dependencies: ["FanoutCore"], path: "Tools/MockAPNsKit/Validation",
+            swiftSettings: internalImports),
         // mock-apns: an APNs look-alike (request validation, JWT checks, fault injection, stats).
         .target(
             name: "MockAPNsKit",
             dependencies: ["FanoutCore", "FanoutTransport", "FanoutTestSupport", "MockAPNsValidation"],
-            path: "Tools/MockAPNsKit", exclude: ["Validation"]),
+            path: "Tools/MockAPNsKit", exclude: ["Validation"], swiftSettings: internalImports),
         .executableTarget(
             name: "mock-apns", dependencies: ["MockAPNsKit", "CommandLineSupport"], path: "Tools/mock-apns"),
 
@@ -167,7 +170,7 @@ let package = Package(
         .testTarget(
             name: "FanoutServiceTests",
             dependencies: [
-                "FanoutService", "Fanout", "FanoutCore", "FanoutRegistry", "FanoutTransport", "FanoutJobFile",
+                "FanoutService", "Fanout", "FanoutCore", "FanoutRegistry", "FanoutTransport", "FanoutJobLines",
                 "FanoutTestSupport", "MockAPNsKit",
             ]),
         .testTarget(name: "FanoutRedisTests", dependencies: ["FanoutRedis", "FanoutTestSupport"]),
@@ -175,7 +178,8 @@ let package = Package(
         .testTarget(
             name: "FanoutIntegrationTests",
             dependencies: [
-                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "FanoutJobFile", "FanoutObservability",
+                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutTransport", "FanoutJobFile", "FanoutJobLines",
+                "FanoutObservability",
                 "FanoutTestSupport", "MockAPNsKit", "FanoutRedis", "FanoutFleet", "FanoutRegistry",
                 "FanoutRedisRegistry", "FanoutSQLite",
             ]),

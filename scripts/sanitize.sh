@@ -73,10 +73,9 @@ run_one() {
     # XCTest.awaitUsingExpectation keeps the async test cases alive), and ~1,000 indirect leaks hang off it: the test
     # cases and whatever they hold, product objects included, so every run would be "leaking" without a project bug.
     # (The fuzz targets do check leaks, per input: scripts/fuzz.sh.)
-    # ASan's quarantine is 16 MB, not its default 256: freed blocks wait there before reuse, so the default made
-    # FaultMatrixTests' bound on resident memory growth (50 MB) measure ASan's quarantine filling (+61 to +245 MB
-    # on 2026-12-02, at 1526a30 and at f059578 alike) instead of the engine. A use after free is still caught
-    # while the block is in the 16 MB.
+    # ASan's quarantine is 16 MB, not its default 256: freed blocks wait there before reuse, so the default would make
+    # FaultMatrixTests' bound on resident memory growth (50 MB) measure ASan's quarantine filling (+61 to +245 MB)
+    # instead of the engine. A use after free is still caught while the block is in the 16 MB.
     TSAN_OPTIONS="suppressions=$root/scripts/tsan-suppressions.txt halt_on_error=0 exitcode=0 second_deadlock_stack=1 log_path=$reports/tsan ${TSAN_OPTIONS:-}" \
         ASAN_OPTIONS="detect_leaks=0 quarantine_size_mb=16 log_path=$reports/asan ${ASAN_OPTIONS:-}" \
         FANOUT_TIME_SCALE=$([ "$san" = thread ] && echo 10 || echo 3) \

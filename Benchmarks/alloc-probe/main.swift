@@ -131,7 +131,8 @@ final class MockChild {
             usleep(20_000)
         }
         if process.isRunning { process.terminate() }
-        throw ProbeError("mock-apns did not start: \((try? String(contentsOfFile: output + ".err", encoding: .utf8)) ?? "")")
+        throw ProbeError(
+            "mock-apns did not start: \((try? String(contentsOfFile: output + ".err", encoding: .utf8)) ?? "")")
     }
 
     func stop() {

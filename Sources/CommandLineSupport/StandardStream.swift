@@ -1,10 +1,10 @@
 import Glibc
 
 /// Standard output and standard error for a binary's own lines, written with write(2). Foundation's
-/// `FileHandle.write(_:)` traps when the reader has gone (EPIPE: the binaries ignore SIGPIPE, for their sockets), so
-/// `fanout enqueue ... | head -1` crashed halfway through the enqueue, and `fanout send ... 2>&1 | head` at its next
-/// progress line. A line the reader can no longer take is dropped, as `print` drops it, and the command goes on with
-/// its work and its exit status. Unbuffered, as `FileHandle` was: it keeps its order with other raw writes to the
+/// `FileHandle.write(_:)` traps when the reader has gone (EPIPE: the binaries ignore SIGPIPE, for their sockets), which
+/// would crash `fanout enqueue ... | head -1` halfway through the enqueue, and `fanout send ... 2>&1 | head` at its
+/// next progress line. A line the reader can no longer take is dropped, as `print` drops it, and the command goes on
+/// with its work and its exit status. Unbuffered, like `FileHandle`: it keeps its order with other raw writes to the
 /// descriptor (a results file on stdout); `print`'s buffered lines go out at exit.
 package enum StandardStream: Sendable {
     case output, error

@@ -7,7 +7,7 @@ import FanoutRedis
 import FanoutRedisRegistry
 import Foundation
 
-/// The fleet's commands (issue 14, work on Redis Streams): `enqueue`, `worker`, `results`, `status`. Each opens its
+/// The fleet's commands (work shared through Redis Streams): `enqueue`, `worker`, `results`, `status`. Each opens its
 /// Redis connection first and answers a PING, so an unreachable server (or a `rediss://` URL) is a one-line error and
 /// exit status 2 before anything else happens.
 enum FleetCommands {

@@ -14,7 +14,7 @@ enum ServeCommand {
         /messages/live_activity/, /healthz, /metrics, and the status page at /. HTTP/1.1 and HTTP/2 (h2 over TLS,
         prior knowledge without). Prints "listening on HOST:PORT" once it accepts connections.
 
-          --config FILE      workspaces, apps, API key digests and limits (JSON; see the README)
+          --config FILE      workspaces, apps, API key digests and limits (JSON; see docs/SERVE.md)
           --listen HOST:PORT where to listen (port 0: a free port); overrides the config's "listen"
           --db FILE          the SQLite file for the registry and the dispatch queue; overrides "db"
           --redis URL        keep the registry on Redis instead, shared by every fanout serve given the same URL

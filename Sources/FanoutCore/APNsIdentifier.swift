@@ -104,8 +104,8 @@ package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible, Compac
     }
 
     /// The halves of a lowercase canonical UUID; nil for anything else (uppercase too: it must read back as sent).
-    /// Four characters at a time (`fourDigits`): a byte-at-a-time loop was 5% of a fan-out's CPU, for the two ids of
-    /// every answer.
+    /// Four characters at a time (`fourDigits`): a byte-at-a-time loop would be 5% of a fan-out's CPU, for the two ids
+    /// of every answer.
     private static func parse(_ bytes: UnsafeRawBufferPointer) -> (high: UInt64, low: UInt64)? {
         guard bytes.count == APNsID.length, bytes[8] == UInt8(ascii: "-"), bytes[13] == UInt8(ascii: "-"),
             bytes[18] == UInt8(ascii: "-"), bytes[23] == UInt8(ascii: "-"),

@@ -9,7 +9,7 @@ package enum ASCIIBytes {
     /// The eight lowercase hex digits of `value`, most significant first, as the eight bytes of a little-endian
     /// word (store it with `storeBytes(of: digits.littleEndian, ...)`), all at once: the nibbles spread one per
     /// byte, then "0" added to each and 39 more ("a" - "0" - 10) to those of 10 and above. Ids and tokens are
-    /// spelled into every request and results line, and a nibble-at-a-time loop was 2% of `fanout send`'s CPU.
+    /// spelled into every request and results line, and a nibble-at-a-time loop would be 2% of `fanout send`'s CPU.
     @inline(__always)
     package static func lowercaseHexWord(of value: UInt32) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101

@@ -20,7 +20,7 @@ public enum BroadcastRequest {
         bundleID: String, channelID: String, priority: Int, expiration: Int64, authority: String
     ) throws(NotificationHeaderError) -> [HeaderField] {
         guard !bundleID.isEmpty, !bundleID.utf8.contains(where: ASCIIBytes.isForbiddenInHeaderValue),
-            !bundleID.contains("/"), !bundleID.hasSuffix(".push-type.liveactivity")
+            !bundleID.contains("/"), !bundleID.hasSuffix(PushType.liveactivity.topic(forBundleID: ""))
         else {
             throw NotificationHeaderError(
                 field: ":path", reason: .badTopic, message: "\"\(bundleID)\" is not a bare bundle id")

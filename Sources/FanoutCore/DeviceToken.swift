@@ -40,7 +40,7 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
 
     /// Whether `bytes` are a valid token in lowercase (an even count in `hexLengthRange`, every byte 0-9 or a-f),
     /// eight bytes at a time; false says only "not that", and `scan` then decides (the feeding task checks every
-    /// token of a job, and a byte-at-a-time check was 1.5% of a fan-out's CPU).
+    /// token of a job, and a byte-at-a-time check would be 1.5% of a fan-out's CPU).
     static func isLowercaseHex(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         let count = bytes.count
         guard hexLengthRange.contains(count), count % 8 == 0, let base = bytes.baseAddress else { return false }

@@ -27,7 +27,7 @@ public struct PushType: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Parses a header value's bytes as `init?(rawValue:)` parses text, with no String: mock-apns reads one per
-    /// request, and the String switch behind `Kind(rawValue:)` was 1% of its CPU.
+    /// request, and the String switch behind `Kind(rawValue:)` would be 1% of its CPU.
     package init?(utf8 bytes: UnsafeBufferPointer<UInt8>) {
         for (kind, spelling) in Self.spellings where spelling.count == bytes.count {
             var index = 0
@@ -76,6 +76,13 @@ public struct PushType: Hashable, Sendable, CustomStringConvertible {
         case .pushtotalk: return ".voip-ptt"
         case .widgets: return ".push-type.widgets"
         }
+    }
+
+    /// The `apns-topic` for a notification of this type to the app `bundleID`: the bundle ID with the suffix this type
+    /// requires (`com.acme.app.push-type.liveactivity` for Live Activities). An `mdm` topic has no suffix: it is the
+    /// UID itself.
+    public func topic(forBundleID bundleID: String) -> String {
+        bundleID + (requiredTopicSuffix ?? "")
     }
 
     /// The largest payload APNs accepts for this type, in bytes (docs/reference/apns.md, "Payload size limits").

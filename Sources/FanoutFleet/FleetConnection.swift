@@ -1,4 +1,4 @@
-import FanoutRedis
+package import FanoutRedis
 
 /// A failure of a fleet command, with the one-line message the CLI prints. `unavailable` (Redis cannot be reached,
 /// or the URL is refused) is the CLI's exit status 2.

@@ -1,7 +1,7 @@
-import Fanout
+package import Fanout
 import FanoutCore
-import FanoutJobFile
-import FanoutRedis
+import FanoutJobFormat
+package import FanoutRedis
 import Foundation
 
 /// `fanout enqueue`: each job line of a job file becomes shards on the fleet's stream.

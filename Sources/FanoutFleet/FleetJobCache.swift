@@ -3,10 +3,10 @@ import Synchronization
 /// The job lines a worker has parsed, so that a job's many shards parse its line once; at most `capacity` of them,
 /// the least recently used dropped first.
 ///
-/// Keyed by the job id and the enqueue's own id (`enqueue_id`, `FleetEnqueuer`), not the job id alone: a job whose
-/// keys were deleted can be enqueued again under its id, and a worker that kept the first line by id sent the second
-/// job with it (its priority, its payload). Bounded, because a worker runs for days through any number of jobs, and
-/// a line read again costs one `HMGET` and a parse per job, not per shard.
+/// Keyed by the job id and the enqueue's own id (`enqueue_id`, `FleetEnqueuer`), not the job id alone: a job whose keys
+/// were deleted can be enqueued again under its id, and a worker that kept the first line by id alone would send the
+/// second job with it (its priority, its payload). Bounded, because a worker runs for days through any number of jobs,
+/// and a line read again costs one `HMGET` and a parse per job, not per shard.
 final class FleetJobCache<Value: Sendable>: Sendable {
     struct Key: Hashable, Sendable {
         var job: String

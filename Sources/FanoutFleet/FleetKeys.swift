@@ -1,4 +1,4 @@
-import FanoutRedis
+package import FanoutRedis
 
 /// Where the fleet keeps its work in Redis. Every key of one job carries the job id as a hash tag
 /// (`fanout:job:{ID}:...`), so that a job's keys share a slot on Redis Cluster and its scripts may touch them

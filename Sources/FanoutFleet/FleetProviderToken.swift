@@ -1,12 +1,11 @@
 import Fanout
-import FanoutRedis
-import FanoutTransport
+package import FanoutRedis
+package import FanoutTransport
 import Foundation
 import Synchronization
 
-/// One APNs provider token per team for the whole fleet (issue 14, item 4): minted by one worker under a Redis lock,
-/// read by the others, and refreshed once by the fleet. Apple allows one new token per team every 20 minutes, not one
-/// per process.
+/// One APNs provider token per team for the whole fleet: minted by one worker under a Redis lock, read by the others,
+/// and refreshed once by the fleet. Apple allows one new token per team every 20 minutes, not one per process.
 ///
 /// | Key | Type | What |
 /// |---|---|---|

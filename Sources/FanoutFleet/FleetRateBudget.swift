@@ -1,9 +1,9 @@
-import Fanout
-import FanoutRedis
+package import Fanout
+package import FanoutRedis
 import Synchronization
 
-/// One rate budget per workspace for the whole fleet (issue 14, item 3): the workspace's token buckets live in Redis,
-/// and each worker leases capacity from them in chunks, so that most decisions are answered from memory.
+/// One rate budget per workspace for the whole fleet: the workspace's token buckets live in Redis, and each worker
+/// leases capacity from them in chunks, so that most decisions are answered from memory.
 ///
 /// | Key | Type | What |
 /// |---|---|---|

@@ -1,6 +1,6 @@
 import Fanout
-import FanoutJobFile
-import FanoutRedis
+package import FanoutJobLines
+package import FanoutRedis
 import Foundation
 
 /// Reading the fleet's jobs back: `fanout results` and `fanout status`.

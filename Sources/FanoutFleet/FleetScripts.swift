@@ -13,7 +13,7 @@ enum FleetScripts {
     /// new (always, but after a claim or a late write), the records are appended as they came and the counts added as
     /// given; otherwise only the new positions' records are kept, and counted from their lines. So a batch costs a
     /// handful of Redis calls and one pass over its positions, whatever its size (an HSETNX and an HINCRBY per result
-    /// cost two calls per notification, and about three times Redis's CPU). Returns how many were written.
+    /// would cost two calls per notification, and about three times Redis's CPU). Returns how many were written.
     static let recordResults = RedisScript(
         """
         local first = tonumber(ARGV[1])

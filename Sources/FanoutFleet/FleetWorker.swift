@@ -1,6 +1,7 @@
-import Fanout
-import FanoutJobFile
-import FanoutRedis
+package import Fanout
+import FanoutJobFormat
+import FanoutJobLines
+package import FanoutRedis
 import Foundation
 import Synchronization
 
@@ -105,8 +106,8 @@ package final class FleetWorker: Sendable {
     /// against it, so a shard still waiting on Redis then is left pending instead of holding up the stop.
     private let cutOff = StopSignal()
     /// Yields once on `stop()`: a child task of `run()`'s group waits on it, so that a loop waiting for a slot (every
-    /// shard still sending) wakes at the stop instead of when a shard ends, which with a hung APNs was only after the
-    /// request timeouts and retries, long past the grace period.
+    /// shard still sending) wakes at the stop instead of when a shard ends, which with a hung APNs would be only after
+    /// the request timeouts and retries, long past the grace period.
     private let stopRequests = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
     /// Parsed job lines by job id and enqueue id (a job's shards share one), the least recently used dropped.
     private let jobs = FleetJobCache<Result<ParsedJob, FleetError>>()
@@ -182,7 +183,7 @@ package final class FleetWorker: Sendable {
             var readID = "0"
             var claimCursor = "0-0"
             // XAUTOCLAIM is tried at most every `claimCheck` (a dead worker's shards wait `claimIdle` anyway), not on
-            // every turn: on every turn it was one more Redis call per shard.
+            // every turn, where it would be one more Redis call per shard.
             let claimCheck = min(options.claimIdle / 4, .seconds(1))
             var lastClaim: ContinuousClock.Instant?
             var failures = 0
@@ -496,7 +497,7 @@ package final class FleetWorker: Sendable {
             let flusher = Task {
                 // Checks the buffer every 20 ms: writes a full batch at once, a partial one after `interval`. Results
                 // Redis does not take stay buffered and go with the next write; the first failure of a run of them,
-                // and the write that ends it, are logged (the results were silently late while Redis was down).
+                // and the write that ends it, are logged, so results are never silently late while Redis is down.
                 var last = ContinuousClock.now
                 var failing = false
                 while !Task.isCancelled {

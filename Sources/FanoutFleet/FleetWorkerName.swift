@@ -1,4 +1,4 @@
-import FanoutRedis
+package import FanoutRedis
 import Foundation
 
 /// A live worker's hold on its consumer name: two live workers under one name (`--name`, or the default host-PID that

@@ -1,11 +1,10 @@
-/// The default Live Activity `timestamp` of a job file's jobs: the moment each job is parsed, which `fanout send`
-/// does once the job has a slot to send in (docs/SEND.md: the moment the job starts sending, one value for the whole
-/// job), and, for a job by activity id, later than both the
-/// default the file gave that activity's previous job and the content last sent to the activity (the registry's
-/// record, from any earlier run). An update and the end after it in one file, read in the same second, had one
-/// timestamp, and the end was refused as `superseded` (its content no newer): the activity stayed on screen; so
-/// was a later file's default behind the seconds an earlier file's many updates had run ahead. A `timestamp` the
-/// line gives is used as it is.
+/// The default Live Activity `timestamp` of a job file's jobs: the moment each job is parsed, which `fanout send` does
+/// once the job has a slot to send in (docs/SEND.md: the moment the job starts sending, one value for the whole job),
+/// and, for a job by activity id, later than both the default the file gave that activity's previous job and the
+/// content last sent to the activity (the registry's record, from any earlier run). Otherwise an update and the end
+/// after it in one file, read in the same second, would share one timestamp, and the end would be refused as
+/// `superseded` (its content no newer), leaving the activity on screen; and a later file's default could be behind the
+/// seconds an earlier file's many updates ran ahead. A `timestamp` the line gives is used as it is.
 package struct JobFileTimestamps {
     private let parser = JobLineParser()
     private var lastDefault: [String: Int64] = [:]

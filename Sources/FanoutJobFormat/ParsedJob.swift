@@ -1,4 +1,4 @@
-import FanoutCore
+package import FanoutCore
 
 /// A job as one job line describes it: plain values, checked and ready to send. `FanoutJobFile` turns it into the
 /// engine's `FanoutJob`; this module stays pure Swift (FanoutCore only), so the parser can be fuzzed on its own.

@@ -1,6 +1,6 @@
 import CommandLineSupport
 import Fanout
-import Foundation
+package import Foundation
 
 /// Structured logs, one line per event, on stderr (`--log-format text|json`).
 ///

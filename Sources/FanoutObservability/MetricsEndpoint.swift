@@ -1,5 +1,5 @@
-import Fanout
-import FanoutTransport
+package import Fanout
+package import FanoutTransport
 
 /// Serves a registry at `GET /metrics` in the Prometheus text format (`--metrics-listen HOST:PORT`), on its own
 /// loop thread of the transport's `HTTPServer`. Other paths get 404, other methods 405. A scrape comes every few

@@ -53,14 +53,6 @@ struct RateBuckets: Sendable {
         }
     }
 
-    static func priority(atIndex index: Int) -> Int {
-        switch index {
-        case 0: return 10
-        case 1: return 5
-        default: return 1
-        }
-    }
-
     /// A budget turned into rates (units per microsecond) and capacities (units).
     struct Config: Sendable {
         let workspaceRate: Int

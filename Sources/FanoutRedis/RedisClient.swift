@@ -1,4 +1,4 @@
-import FanoutTransport
+package import FanoutTransport
 
 // Why hiredis's async API on a libuv loop (a `LoopThread`), and not the synchronous API on a thread of its own:
 //
@@ -51,7 +51,7 @@ package struct RedisConfiguration: Sendable {
 /// - **Reconnection** starts as soon as a connection is lost or an attempt fails, with bounded, jittered backoff,
 ///   whether or not commands are waiting.
 /// - **Connection loss** fails the commands in flight with `.connectionLost`: they may have run, so they are not
-///   re-sent; the caller decides (most of issue 14's commands are idempotent or scripted).
+///   re-sent; the caller decides (most of the fleet's commands are idempotent or scripted).
 /// - **LOADING / READONLY** answers (Redis loading its dataset after a restart; a replica after a failover) are
 ///   retried with backoff until the deadline, then fail with `.timeout` naming the last answer. In a batch only the
 ///   commands so answered are re-sent (LOADING means they did not run).

@@ -1,5 +1,5 @@
 import FanoutRedis
-import FanoutRegistry
+package import FanoutRegistry
 
 /// Paged reads: each page is one script call on one activity's or one app's keys. Cursors: a position for an
 /// activity's tokens (the order set's, see `RedisRegistryScripts.activity`), `index:number` for lists of users or devices (the list position and

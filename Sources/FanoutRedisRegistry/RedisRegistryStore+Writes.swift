@@ -1,5 +1,5 @@
 import FanoutRedis
-import FanoutRegistry
+package import FanoutRegistry
 
 /// A change after validation (`RegistryValidation.validate`); its app is the bundle id.
 typealias RedisChange = ValidatedChange<String>

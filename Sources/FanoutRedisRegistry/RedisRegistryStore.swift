@@ -1,5 +1,5 @@
-import FanoutRedis
-import FanoutRegistry
+package import FanoutRedis
+package import FanoutRegistry
 import Synchronization
 
 /// The registry on Redis, shared by every `fanout serve` and worker pointed at the same server: the same observable

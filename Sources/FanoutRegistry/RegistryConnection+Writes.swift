@@ -742,8 +742,8 @@ extension RegistryConnection {
     // MARK: Events and counters
 
     /// Logs an event. Events are buffered and written `eventChunk` rows per INSERT (the statement overhead of a
-    /// single-row INSERT per event was a tenth of a bulk import's time); `flushEvents` writes the rest and gives them
-    /// their sequence numbers before the transaction commits.
+    /// single-row INSERT per event would be a tenth of a bulk import's time); `flushEvents` writes the rest and gives
+    /// them their sequence numbers before the transaction commits.
     func recordEvent(
         app: AppRef, activityID: String?, deviceID: String?, token: String, kind: RegistryEvent.TokenKind,
         change: RegistryEvent.Change, reason: RegistryEvent.Reason?, in context: inout WriteContext

@@ -1,5 +1,5 @@
 import CSQLite
-import Foundation
+package import Foundation
 
 /// One prepared statement: bind parameters, step through rows, read columns, reset.
 ///

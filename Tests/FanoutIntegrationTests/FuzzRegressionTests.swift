@@ -5,6 +5,7 @@
 import Fanout
 import FanoutCore
 import FanoutJobFile
+import FanoutJobLines
 import Foundation
 import MockAPNsKit
 import XCTest

@@ -3,6 +3,7 @@ import Fanout
 import FanoutCore
 import FanoutJobFile
 import FanoutJobFormat
+import FanoutJobLines
 import Foundation
 import XCTest
 

@@ -1,6 +1,7 @@
 // The results writer between flushes: lines reach the file every `writeThreshold` bytes, unsynced and without a
 // journal, so a killed `fanout send` loses (and sends again on resume) only the few it had not written.
 import Fanout
+import FanoutJobLines
 import Foundation
 import XCTest
 

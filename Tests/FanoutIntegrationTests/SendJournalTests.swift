@@ -1,5 +1,6 @@
 // The resume journal's hand-written JSON reads back, through the `Codable` decoder `load` uses, as what was written.
 import Fanout
+import FanoutJobLines
 import Foundation
 import XCTest
 

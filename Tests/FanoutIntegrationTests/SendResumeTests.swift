@@ -3,6 +3,7 @@
 // give every (job, token) exactly one line, send nothing finished again, and sum in its summary what the results
 // file holds; a second --resume must add nothing.
 import Fanout
+import FanoutJobLines
 import FanoutRegistry
 import Foundation
 import MockAPNsKit

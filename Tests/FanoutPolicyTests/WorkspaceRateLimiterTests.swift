@@ -111,17 +111,4 @@ final class WorkspaceRateLimiterTests: XCTestCase {
         XCTAssertEqual(limiter.decide(priority: 10, clock: clock), .admit(priority: 10))
         XCTAssertGreaterThanOrEqual(clock.nanoseconds(), first)
     }
-
-    func testBenchmarkReportsDecisionsPerSecond() {
-        let count = ProcessInfo.processInfo.environment["FANOUT_POLICY_BENCHMARK_COUNT"].flatMap { Int($0) } ?? 30_000
-        let rate = WorkspaceRateLimiter.benchmarkDecisions(count: count)
-        XCTAssertGreaterThan(rate, 0)
-        print("rate-limiter decisions per second: \(Int(rate)) (\(count) decisions)")
-    }
-
-    /// No decisions is a rate of 0, not a trap (it was a precondition).
-    func testBenchmarkOfNoDecisionsIsZero() {
-        XCTAssertEqual(WorkspaceRateLimiter.benchmarkDecisions(count: 0), 0)
-        XCTAssertEqual(WorkspaceRateLimiter.benchmarkDecisions(count: -1), 0)
-    }
 }

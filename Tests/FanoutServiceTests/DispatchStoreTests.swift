@@ -1,6 +1,6 @@
 import Fanout
 import FanoutCore
-import FanoutJobFile
+import FanoutJobLines
 import FanoutRegistry
 import FanoutSQLite
 import FanoutService

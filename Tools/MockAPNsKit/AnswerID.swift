@@ -4,7 +4,7 @@ import FanoutCore
 /// `apns-unique-id`: written straight into the new string's storage (or the answer's header bytes) by
 /// `APNsIdentifier.write(into:)`, eight hex digits at a time, computed rather than looked up in a shared table (whose
 /// access showed, with its retain and bounds checks, in mock-apns's profile). Appending pieces to a reused string
-/// instead, to avoid the allocation, cost more than the allocation.
+/// instead, to avoid the allocation, would cost more than the allocation.
 package enum AnswerID {
     package static func generate(using generator: inout some RandomNumberGenerator) -> String {
         String(unsafeUninitializedCapacity: APNsID.length) { buffer in

@@ -1,5 +1,5 @@
 import FanoutCore
-import FanoutTestSupport
+package import FanoutTestSupport
 import FanoutTransport
 import Foundation
 

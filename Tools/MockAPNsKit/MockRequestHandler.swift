@@ -17,7 +17,8 @@ final class MockShared: Sendable {
     let channels: MockChannels
 
     init(
-        options: MockOptions, verifier: ProviderTokenVerifier?, unregistered: [String: UnregisteredDate], stats: MockStats,
+        options: MockOptions, verifier: ProviderTokenVerifier?, unregistered: [String: UnregisteredDate],
+        stats: MockStats,
         record: MockRecord?, channels: MockChannels
     ) {
         self.options = options
@@ -50,10 +51,11 @@ extension MockShared {
     func authenticate(
         _ request: HTTP2ServerRequest, connection: HTTP2ServerConnection, state: MockConnectionState
     ) -> MockAnswer? {
-        // `verifier?.maxAge`, not `guard let verifier`: binding the verifier copied it (three references) per request.
+        // `verifier?.maxAge`, not `guard let verifier`: binding the verifier would copy it (three references) per
+        // request.
         guard let maxAge = verifier?.maxAge else { return nil }
         // The connection's last valid token again: compare its bytes and check its age, without making a String of
-        // it or hashing it into the shared cache (that was a quarter of the mock's CPU per request).
+        // it or hashing it into the shared cache (which would be a quarter of the mock's CPU per request).
         if let issuedAt = state.lastIssuedAt,
             APNsRequestValidator.authorization(in: request.head, equals: state.lastAuthorization)
         {

@@ -135,9 +135,9 @@ package final class MockStats: Sendable {
     /// Set while a background fold (`foldSoon`) is queued or running.
     private let folding = Atomic<Bool>(false)
 
-    /// Folds the loops' counts in soon, on another thread (a loop whose digests piled up): folding on the loop
-    /// held up its answers for the milliseconds the sets took, a periodic stall in every latency measured against
-    /// the mock (every 32,768 answers, tens of milliseconds when a set of millions grew). One fold at a time.
+    /// Folds the loops' counts in soon, on another thread (a loop whose digests piled up): folding on the loop would
+    /// hold up its answers for the milliseconds the sets take, a periodic stall in every latency measured against the
+    /// mock (tens of milliseconds when a set of millions grows). One fold at a time.
     fileprivate func foldSoon() {
         guard folding.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged else { return }
         DispatchQueue.global().async { [self] in

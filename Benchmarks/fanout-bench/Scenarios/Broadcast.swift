@@ -1,6 +1,6 @@
 import Foundation
 
-/// broadcast: what an iOS 18 broadcast channel saves one Live Activity update (issue 13's closing figure).
+/// broadcast: what an iOS 18 broadcast channel saves one Live Activity update.
 ///
 /// A mock-apns of its own, with `--manage-listen` (the channel management API) and `--stats`; one channel created
 /// with `fanout channels create`. Then, each run, interleaved:

@@ -3,7 +3,7 @@ import FanoutTestSupport
 import Foundation
 import Synchronization
 
-/// fleet: the fleet on Redis (issue 14) against `fanout send` of the same jobs, in the same run.
+/// fleet: the fleet on Redis against `fanout send` of the same jobs, in the same run.
 ///
 /// A redis-server of its own (free port, temporary directory, no persistence) and, for every measurement, a fresh
 /// mock-apns with `--record` (so duplicates are counted per measurement). The jobs: `jobs` job lines, each a 1 KiB

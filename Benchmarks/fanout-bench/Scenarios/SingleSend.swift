@@ -4,7 +4,7 @@ import Foundation
 /// second (`--send-rate`) for 5 seconds (0.5 s with --quick), each from a task of its own, due on a fixed schedule
 /// whatever the earlier sends are doing. 1 loop, 1 connection, 1000 streams and the 1 KiB payload of
 /// throughput-1c. Reports the achieved rate, each send's latency from its due time, and the child's
-/// CPU microseconds per notification beside throughput-1c's in this run (issue 15's goal: at most 2×).
+/// CPU microseconds per notification beside throughput-1c's in this run (the goal: at most 2×).
 ///
 /// The child's CPU is the whole process's, so it includes the scheduler thread, which stands for the
 /// gateway: it sleeps until each send is due and starts a `Task` for it (the wake-up of a cooperative
@@ -63,7 +63,7 @@ func runSingleSend(_ bench: BenchContext) throws {
             format: "; refused as overloaded (maxPendingSends) %.0f [%.0f-%.0f] of %d", refused.median, refused.min,
             refused.max, Int(spread(runs, "notifications").median)) : ""
     // What a request sent alone costs the machine whoever sends it: h2load's lone request as a multiple of
-    // throughput-1c's CPU per notification, the floor under issue 15's 2x (its wake-ups and system calls are the
+    // throughput-1c's CPU per notification, the floor under the 2x goal (its wake-ups and system calls are the
     // kernel's and hypervisor's, not the client's).
     let floorRatio = h2loadPer.flatMap { per in bench.throughput1cCPUPerNotification.map { per.median / $0 } }
     let h2loadText =

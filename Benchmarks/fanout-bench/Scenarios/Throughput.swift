@@ -44,7 +44,7 @@ func runThroughput(_ bench: BenchContext, loops: Int, connections: Int) throws {
                             connections: connections, streams: streams, payloadBytes: 1024, tokensFile: tokensFile))
                 })
             h2loadCPU.append((childrenCPUSeconds() - childrenBefore) / Double(tokens) * 1e6)
-            // The former reference, one token over and over, for comparison (less work for the mock).
+            // A second reference, one token over and over, for comparison (less work for the mock).
             h2OneTokenRates.append(
                 try measureH2load(
                     h2load: h2load, work: bench.work, mock: bench.mock, requests: tokens, connections: connections,

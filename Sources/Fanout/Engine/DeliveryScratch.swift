@@ -2,9 +2,9 @@
 /// results (one entry per run of a job's results, not one per result). Used by one thread at a time, and kept for
 /// its capacity.
 ///
-/// The results live in storage of its own, so that delivering moves each one out: read through an array (or a
-/// buffer pointer's subscript) to be handed on, a result was copied, a reference-counting call for each of its
-/// Strings and ids (scripts/count-arc.sh counts them).
+/// The results live in storage of its own, so that delivering moves each one out: read through an array (or a buffer
+/// pointer's subscript) to be handed on, a result would be copied, a reference-counting call for each of its Strings
+/// and ids (scripts/count-arc.sh counts them).
 final class DeliveryScratch {
     /// Owned: allocated by `append` when full (the old storage's results moved over), freed in deinit; `count`
     /// results from the start are initialized.
@@ -32,7 +32,7 @@ final class DeliveryScratch {
         }
         (storage! + count).initialize(to: result)
         count += 1
-        // `runs.count - 1`, not `runs.indices.last`: that allocated once per result in a debug build.
+        // `runs.count - 1`, not `runs.indices.last`: that allocates once per result in a debug build.
         if !runs.isEmpty && runs[runs.count - 1].run === run {
             runs[runs.count - 1].count += 1
         } else {

@@ -84,7 +84,7 @@ final class EngineShared: Sendable {
     /// Jobs' notifications in flight (`run`, `submit`).
     let limiter: InFlightLimiter
     /// `send`s' notifications in flight, apart from the jobs': a job's permits come back only as its results are
-    /// delivered, so behind a job whose `onResult` is slow, a `send` waiting in the same queue waited seconds.
+    /// delivered, so behind a job whose `onResult` is slow, a `send` waiting in the same queue would wait seconds.
     let sendLimiter: InFlightLimiter
     /// Where tokens APNs invalidated are reported (`FanoutEngine.invalidTokens`).
     let invalidTokens: AsyncStream<InvalidatedToken>.Continuation
@@ -750,13 +750,13 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         defer { made.inUse = false }
         let metrics = configuration.metrics
         // Through buffer pointers, and with the runs apart from the results: an element read through an array's
-        // subscript, or a field of a (run, result) tuple's, was copied whole (each String and enum of a result, a
+        // subscript, or a field of a (run, result) tuple's, is copied whole (each String and enum of a result, a
         // reference-counting call each: about twenty per notification, counted with scripts/count-arc.sh), and a
         // buffer pointer's subscript lends it in place.
         var sends = 0
         batch.withUnsafeBufferPointer { batch in
             for index in batch.indices {
-                // By pointer: an element lent to a method (even `borrowing`) was copied whole first.
+                // By pointer: an element lent to a method (even `borrowing`) is copied whole first.
                 let finished = batch.baseAddress! + index
                 let pending = finished.pointee.pending
                 if pending.job.run.deliversOnLoop { sends += 1 }
@@ -792,8 +792,8 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         }
     }
 
-    /// One finished notification's result, made in one expression (a result made and then filled in was copied
-    /// out), and what it reports (metrics, an invalidated token) on the way.
+    /// One finished notification's result, made in one expression (a result made and then filled in would be
+    /// copied out), and what it reports (metrics, an invalidated token) on the way.
     private func makeResult(
         _ finished: UnsafePointer<FinishedNotification>, pending: PendingNotification, metrics: FanoutMetrics?
     ) -> NotificationResult {

@@ -462,7 +462,7 @@ public final class FanoutEngine: Sendable {
     }
 
     /// The engine loop whose thread this is, if any (a task on `sendExecutor()`). An index loop: `first(where:)` and
-    /// `for … in` each allocated once per call in a debug build (unspecialized), which the allocation test counts.
+    /// `for … in` each allocate once per call in a debug build (unspecialized), which the allocation test counts.
     private func loopOfThisThread() -> EngineLoop? {
         var index = 0
         while index < loops.count {
@@ -475,9 +475,9 @@ public final class FanoutEngine: Sendable {
     /// One `invalid` result without a token: a job that failed validation, or the unread rest of a job whose
     /// recipients broke mid-read.
     ///
-    /// `feed`'s helpers that make results are out of line (`@inline(never)`): inlined, each result's temporaries
-    /// became part of `feed`'s async frame, which a task allocates whole when `feed` is called and holds while it
-    /// waits for room in flight (9.4 KB of it before, for a `send` as for a million-token job).
+    /// `feed`'s helpers that make results are out of line (`@inline(never)`): inlined, each result's temporaries would
+    /// become part of `feed`'s async frame, which a task allocates whole when `feed` is called and holds while it waits
+    /// for room in flight (about 9.4 KB of it, for a `send` as for a million-token job).
     @inline(never) private static func recordInvalid(_ run: FanoutRun, jobID: String, reason: String) {
         run.didSubmit(1)
         run.record(NotificationResult(jobID: jobID, token: nil, outcome: .invalid, reason: reason))
@@ -502,7 +502,8 @@ public final class FanoutEngine: Sendable {
     ///
     /// Only a job addressed through the registry awaits anything here, and the encoding is a synchronous function of
     /// its own: a task allocates an async function's whole frame (every local it holds across an await) when it is
-    /// called, and these frames were most of the 26 KB that each `send` waiting for room in flight held.
+    /// called, and as async frames these steps would be most of the 26 KB that each `send` waiting for room in flight
+    /// would hold.
     private func prepare(_ job: FanoutJob, run: FanoutRun) async throws(FanoutError) -> PreparedJob {
         try checkNotShutDown()
         switch job.recipients {
@@ -670,9 +671,9 @@ public final class FanoutEngine: Sendable {
     /// no channel (and no `input_push_token`) subscribes the new activity to the channel already bound, if any.
     ///
     /// An activity keeps its channel, as `BroadcastChannelClient.createChannel(forActivity:)` has it: a start naming
-    /// another channel than the one bound is refused before anything is sent or changed, naming both. Rebinding
-    /// lost the bound channel's id while it still counted against the app's 10,000 (nothing would delete it), and
-    /// cut the activity's updates off from the devices subscribed to it.
+    /// another channel than the one bound is refused before anything is sent or changed, naming both. Rebinding would
+    /// lose the bound channel's id while it still counted against the app's 10,000 (nothing would delete it), and cut
+    /// the activity's updates off from the devices subscribed to it.
     ///
     /// A start by the id of an activity that has ended begins a new session under that id: the activity is live
     /// again (as a token registered after the end makes it), so its channel is not deleted at the old dismissal

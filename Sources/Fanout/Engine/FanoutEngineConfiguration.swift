@@ -129,7 +129,7 @@ public struct FanoutEngineConfiguration: Sendable {
     var effectiveMaxPendingSends: Int { maxPendingSends ?? max(16_384, 8 * effectiveMaxInFlight) }
 
     /// The longest time any setting may be: a day. The loops count time in milliseconds in 64 bits, and a time
-    /// anywhere near `Duration`'s range overflowed there, on the loop thread, at the first send.
+    /// anywhere near `Duration`'s range would overflow there, on the loop thread, at the first send.
     static let longestDuration = Duration.seconds(86_400)
 
     /// Refuses a time below 1 ms (or below 0 with `allowsZero`) or above `longestDuration`, naming `field`.

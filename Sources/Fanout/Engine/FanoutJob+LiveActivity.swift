@@ -11,7 +11,7 @@ extension FanoutJob {
         FanoutJob(
             id: id, workspace: workspace,
             headers: NotificationHeaders(
-                pushType: .liveactivity, topic: bundleID + ".push-type.liveactivity", priority: priority,
+                pushType: .liveactivity, topic: PushType.liveactivity.topic(forBundleID: bundleID), priority: priority,
                 expiration: expiration, collapseID: collapseID),
             payload: .liveActivity(content), recipients: recipients)
     }

@@ -33,7 +33,7 @@ public final class FanoutRun: Sendable {
     /// The loop that finishes a notification of this run delivers its result itself, at the end of its turn,
     /// instead of handing it to its results thread. Only for runs whose `onResult` is the engine's own and costs
     /// next to nothing (`FanoutEngine.send` keeps the result for its caller): the results thread exists so that a
-    /// caller's slow handler cannot stall a loop, and for a lone send its wake-up was a third of the loop's CPU.
+    /// caller's slow handler cannot stall a loop, and for a lone send its wake-up would be a third of the loop's CPU.
     let deliversOnLoop: Bool
     private let started = DispatchTime.now()
     private let cancelledFlag = Atomic<Bool>(false)

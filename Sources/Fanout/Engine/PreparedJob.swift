@@ -147,7 +147,7 @@ final class ConstantHeaders: Sendable {
 
 /// The constant headers of an engine's recent jobs, by their `NotificationHeaders` (without `apns-id` and bearer
 /// token, which are not among them). A gateway calling `send` per request repeats a few header sets (topic, push
-/// type, priority): each job then finds its headers checked and its block encoded, where building them took about
+/// type, priority): each job then finds its headers checked and its block encoded, where building them takes about
 /// 9 µs of a one-token job's CPU (`perf record` of single-send: `constantFields` 3 µs, `HeaderBlock.init` 4 µs and the
 /// rest). Headers that vary per job (an `apns-expiration` per request) only fill it: at `capacity` entries it starts
 /// over.

@@ -1,5 +1,6 @@
 import CommandLineSupport
 import Fanout
+package import FanoutJobLines
 import Foundation
 import Synchronization
 

@@ -1,4 +1,5 @@
 import Fanout
+import FanoutJobLines
 import Foundation
 import Synchronization
 

@@ -1,5 +1,6 @@
 import Fanout
 import FanoutCore
+import FanoutJobLines
 import Foundation
 
 /// The checkpoint that makes `fanout send --resume` possible without reading the whole results
@@ -146,34 +147,4 @@ struct LineRanges: Equatable {
 package struct SendError: Error, CustomStringConvertible, Sendable {
     package let description: String
     init(_ description: String) { self.description = description }
-}
-
-/// Totals of a `fanout send` run (cumulative across `--resume`).
-package struct SendCounts: Codable, Equatable, Sendable {
-    package var jobs = 0
-    package var payloadEncodings = 0
-    /// Notifications sent at priority 5 by the activity priority-10 guard.
-    package var demoted = 0
-    /// Broadcast requests among the notifications (results with a `channel`).
-    package var broadcasts = 0
-    /// Notifications by outcome, and retries.
-    package var outcomes = OutcomeCounts()
-
-    package init() {}
-
-    private enum CodingKeys: String, CodingKey {
-        case jobs, payloadEncodings, demoted, broadcasts, outcomes
-    }
-
-    /// A journal written before broadcasts existed has no `broadcasts`: none were sent.
-    package init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        jobs = try container.decode(Int.self, forKey: .jobs)
-        payloadEncodings = try container.decode(Int.self, forKey: .payloadEncodings)
-        demoted = try container.decodeIfPresent(Int.self, forKey: .demoted) ?? 0
-        broadcasts = try container.decodeIfPresent(Int.self, forKey: .broadcasts) ?? 0
-        outcomes = try container.decode(OutcomeCounts.self, forKey: .outcomes)
-    }
-
-    package var notifications: Int { outcomes.total }
 }

@@ -1,5 +1,6 @@
 import Fanout
 import FanoutCore
+import FanoutJobLines
 import Foundation
 
 /// What an earlier, killed run left for `fanout send --resume`: its journal, with the results written after the

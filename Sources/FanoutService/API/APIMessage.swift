@@ -1,5 +1,5 @@
-import FanoutCore
-import FanoutTransport
+package import FanoutCore
+package import FanoutTransport
 
 /// One API request as the router sees it, whatever the protocol it came over.
 package struct APIRequest: Sendable {

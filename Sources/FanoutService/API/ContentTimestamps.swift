@@ -20,7 +20,7 @@ final class ContentTimestamps: Sendable {
         let key = app + "\u{0}" + activityID
         return try assigned.withLock { assigned throws(APIError) -> T in
             // A floor past the latest date a content may carry (a registry written before such dates were refused)
-            // counts as that date: the next timestamp is then refused as too late, where floor + 1 overflowed.
+            // counts as that date: the next timestamp is then refused as too late, where floor + 1 would overflow.
             let floor = min(max(assigned[key] ?? .min, lastSent ?? .min), LiveActivityContent.latestDate)
             let timestamp = floor == .min ? now : max(now, floor + 1)
             let result = try commit(timestamp)

@@ -91,7 +91,7 @@ struct DispatchSpec {
     ) -> DispatchSpec {
         var members: [JSONObject.Member] = [
             .init(key: "id", value: .string(placeholderID)), .init(key: "workspace", value: .string(app.workspace)),
-            .init(key: "topic", value: .string(app.bundleID + ".push-type.liveactivity")),
+            .init(key: "topic", value: .string(PushType.liveactivity.topic(forBundleID: app.bundleID))),
             .init(key: "push_type", value: "liveactivity"),
             .init(key: "priority", value: .integer(Int64(priority))),
             .init(key: "live_activity", value: fields.jobLineObject),

@@ -1,7 +1,7 @@
-import Fanout
-import FanoutObservability
+package import Fanout
+package import FanoutObservability
 import FanoutPolicy
-import FanoutRegistry
+package import FanoutRegistry
 import Foundation
 
 /// What every API flavour shares: who a key belongs to, the workspace budgets, the registry, the dispatch store and

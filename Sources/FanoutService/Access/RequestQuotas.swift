@@ -1,4 +1,4 @@
-import FanoutPolicy
+package import FanoutPolicy
 import Foundation
 import Synchronization
 

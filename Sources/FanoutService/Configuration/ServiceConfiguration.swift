@@ -1,6 +1,6 @@
-import Fanout
+package import Fanout
 import FanoutCore
-import FanoutPolicy
+package import FanoutPolicy
 import Foundation
 
 /// `fanout serve --config FILE`: the workspaces, their apps and API keys, and the server's limits (docs/SERVE.md):

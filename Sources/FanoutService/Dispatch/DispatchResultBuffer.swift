@@ -1,5 +1,5 @@
-import Fanout
-import Foundation
+package import Fanout
+package import Foundation
 
 /// Batches one dispatch's results from the engine's threads into `DispatchStore.appendResults` transactions, off
 /// those threads.

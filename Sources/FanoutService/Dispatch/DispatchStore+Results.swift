@@ -1,5 +1,5 @@
-import Fanout
-import FanoutJobFile
+package import Fanout
+import FanoutJobLines
 import FanoutSQLite
 
 extension DispatchStore {

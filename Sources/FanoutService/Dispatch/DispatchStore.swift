@@ -1,4 +1,4 @@
-import Fanout
+package import Fanout
 import FanoutRegistry
 import FanoutSQLite
 import Foundation

@@ -1,8 +1,8 @@
 import Fanout
 import FanoutCore
-import FanoutJobFile
 import FanoutJobFormat
-import FanoutRegistry
+import FanoutJobLines
+package import FanoutRegistry
 import Foundation
 import Synchronization
 

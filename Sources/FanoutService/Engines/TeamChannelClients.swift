@@ -1,5 +1,5 @@
-import Fanout
-import FanoutRegistry
+package import Fanout
+package import FanoutRegistry
 
 /// One broadcast channel management client per APNs team, management host and CA, shared by the team's apps
 /// (like `TeamEngines`), made at start for every app that has a management host. Each sends its team's one provider

@@ -1,4 +1,4 @@
-import Fanout
+package import Fanout
 import FanoutRegistry
 
 /// One `FanoutEngine` per APNs team and endpoint, shared by that team's apps: a team has one provider token and

@@ -1,5 +1,5 @@
 import Fanout
-import FanoutJobFile
+import FanoutJobLines
 import FanoutRedis
 import Foundation
 import Synchronization

@@ -1,5 +1,5 @@
 import COpenSSL
-import Foundation
+package import Foundation
 
 /// An ES256 (ECDSA P-256 + SHA-256) private key: the APNs auth key from a `.p8` file.
 ///

@@ -1,5 +1,5 @@
 import CFanoutShims
-import CLibUV
+package import CLibUV
 import Foundation
 import Synchronization
 
@@ -58,9 +58,9 @@ package final class LoopThread: @unchecked Sendable {
         var stopping = false
     }
     private let queue = Mutex(Queue())
-    /// Loop thread only: an empty array, with the capacity of an earlier drain, that the next drain swaps in for
-    /// the queue's, so that a drain allocates nothing. (Copying the tasks out and `removeAll(keepingCapacity:)` on
-    /// the queue's array allocated a new buffer every time, since the copy still shared the old one.)
+    /// Loop thread only: an empty array, with the capacity of an earlier drain, that the next drain swaps in for the
+    /// queue's, so that a drain allocates nothing. (Copying the tasks out and `removeAll(keepingCapacity:)` on the
+    /// queue's array would allocate a new buffer every time, since the copy would still share the old one.)
     private var spareTasks: [@Sendable () -> Void] = []
     private var flushList: [LoopFlushable] = []
     /// Loop thread only: the flush list's other buffer, swapped in as `spareTasks` is (one allocation a turn less).

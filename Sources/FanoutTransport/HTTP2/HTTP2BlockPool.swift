@@ -52,7 +52,7 @@ final class HTTP2BlockPool {
     }
 
     /// The smallest class that holds `size` bytes, -1 for none: log2 of `size` rounded up, less log2 of 32, from
-    /// the leading zeros (a loop over the classes was a branch per class for every nghttp2 allocation).
+    /// the leading zeros (a loop over the classes would be a branch per class for every nghttp2 allocation).
     static func sizeClass(for size: Int) -> Int {
         guard size > smallestClass else { return 0 }
         let index = Int.bitWidth - (size - 1).leadingZeroBitCount - smallestClass.trailingZeroBitCount
@@ -102,7 +102,7 @@ final class HTTP2BlockPool {
 // Each recovers the pool from nghttp2's mem_user_data (an unretained pointer, valid while the session lives).
 
 /// Lends `body` the pool without a retain and release around the call (`_withUnsafeGuaranteedRef`: the session holds
-/// the pool for as long as nghttp2 can call these; a retain pair per call was 1% of the sender's loop thread).
+/// the pool for as long as nghttp2 can call these; a retain pair per call would be 1% of the sender's loop thread).
 private func withPool<R>(_ userData: UnsafeMutableRawPointer?, _ body: (HTTP2BlockPool) -> R) -> R {
     guard let userData else { preconditionFailure("nghttp2 allocator without user data") }
     return Unmanaged<HTTP2BlockPool>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)

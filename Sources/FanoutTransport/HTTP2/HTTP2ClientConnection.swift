@@ -538,8 +538,8 @@ final class ClientStream {
         }
     }
 
-    /// Built in one expression: a local made first and then filled was copied into the result and destroyed (a
-    /// retain and a release of each of its references, twice per response).
+    /// Built in one expression: a local made first and then filled would be copied into the result and destroyed
+    /// (a retain and a release of each of its references, twice per response).
     func makeResponse(status: Int) -> HTTP2Response {
         HTTP2Response(
             status: status, apnsID: apnsID, apnsUniqueID: apnsUniqueID, channelID: channelID, requestID: requestID,

@@ -1,4 +1,4 @@
-import FanoutCore
+package import FanoutCore
 
 /// One request for an HTTP/2 client connection: shared constant headers, the per-request path and
 /// optional `apns-id`, and a shared body.

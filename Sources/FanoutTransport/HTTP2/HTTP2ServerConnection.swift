@@ -1,5 +1,5 @@
 import CNGHTTP2
-import FanoutCore
+package import FanoutCore
 import Foundation
 
 /// A complete request received by a server connection.

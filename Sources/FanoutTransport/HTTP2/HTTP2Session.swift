@@ -1,5 +1,5 @@
 import CLibUV
-import CNGHTTP2
+package import CNGHTTP2
 import Foundation
 
 /// Which end of an HTTP/2 connection a session plays.
@@ -284,8 +284,8 @@ package final class HTTP2Session: SecureChannelDelegate {
         guard let nghttp2, !isClosed, failure == nil else {
             return .failure(TransportError(.connectionClosed, "the HTTP/2 session is closed"))
         }
-        // The closures below capture these, not `request`: capturing the whole struct copied it (a retain and a
-        // release of each of its references, per request).
+        // The closures below capture these, not `request`: capturing the whole struct would copy it (a retain and
+        // a release of each of its references, per request).
         let head = request.head
         let apnsID = request.apnsID
         let streamID: Int32 = withPath(of: request) { pathBytes in

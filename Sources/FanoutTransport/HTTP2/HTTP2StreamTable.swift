@@ -3,7 +3,7 @@
 ///
 /// HTTP/2 stream ids of one side are odd and only grow, so the streams open at once sit in a window of ids:
 /// each id has its slot in a power-of-two array (`(id >> 1) & mask`), found with a shift and a mask instead of a
-/// `Dictionary`'s seeded hash (which was about 2% of the sender's loop thread). A stream that is still open when a
+/// `Dictionary`'s seeded hash (which would be about 2% of the sender's loop thread). A stream that is still open when a
 /// later id needs its slot (one slow stream while thousands of others pass it) goes to a small dictionary,
 /// looked in only while it holds anything. Once warm, nothing is allocated per stream.
 ///

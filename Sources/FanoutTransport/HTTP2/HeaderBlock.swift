@@ -76,8 +76,8 @@ package final class HeaderBlock: Sendable {
     }
 
     /// nghttp2 copies neither the names nor the values of the block's headers (the same bytes for every request of a
-    /// job: copying them, and lowercasing the names, was about 2% of the loop thread's time): it reads them when it
-    /// sends the HEADERS frame, after `nghttp2_submit_request` returns, so the block must live until then.
+    /// job: copying them, and lowercasing the names, would be about 2% of the loop thread's time): it reads them when
+    /// it sends the HEADERS frame, after `nghttp2_submit_request` returns, so the block must live until then.
     /// `HTTP2Session` holds it until nghttp2's outbound queue is empty.
     private static let notCopied = UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue | NGHTTP2_NV_FLAG_NO_COPY_VALUE.rawValue)
 

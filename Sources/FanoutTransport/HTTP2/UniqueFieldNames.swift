@@ -4,10 +4,10 @@ import CNGHTTP2
 /// `apns-request-id`): send the field with incremental indexing the first time, so that its name enters the dynamic
 /// table, and as a literal that is never indexed from then on (docs/reference/apns.md, "HPACK").
 ///
-/// nghttp2 then refers to the name by its table index instead of spelling it out, so neither side Huffman-codes
-/// the name again: before this, `apns-id` was a new-name literal in every request and every answer. nghttp2 finds
-/// the name in its table by itself; this only decides which message enters it. When other headers later push
-/// that entry out of the 4 KiB table the name is spelled again, which is correct, only dearer.
+/// nghttp2 then refers to the name by its table index instead of spelling it out, so neither side Huffman-codes the
+/// name again (were it never indexed, `apns-id` would be a new-name literal in every request and every answer). nghttp2
+/// finds the name in its table by itself; this only decides which message enters it. When other headers later push that
+/// entry out of the 4 KiB table the name is spelled again, which is correct, only dearer.
 ///
 /// One per session, confined to its loop.
 struct UniqueFieldNames {

@@ -3,8 +3,8 @@
 /// `prepend` puts an item before all others (a retry that must go first). Once warm it allocates
 /// nothing per item. `@inlinable` so that other modules get a specialised copy on their hot paths, and `public`
 /// (the module is no product, so no library user sees it) because Swift 6.3 does not specialise an `@inlinable
-/// package` generic in another module: the engine's `pump` called the generic `popFirst`, with a metadata lookup
-/// per notification, until this was `public`.
+/// package` generic in another module: as `package`, the engine's `pump` would call the generic `popFirst`, with a
+/// metadata lookup per notification.
 public struct FIFOQueue<Element> {
     @usableFromInline var items: [Element?] = []
     @usableFromInline var head = 0

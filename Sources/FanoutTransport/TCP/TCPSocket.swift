@@ -1,4 +1,4 @@
-import CLibUV
+package import CLibUV
 import Foundation
 
 /// What a TCP socket tells its owner. All calls happen on the socket's loop thread.

@@ -168,9 +168,9 @@ package final class TLSEngine {
     /// Ciphertext waiting for the socket.
     package var pendingCiphertext: Int { CFanoutShims_BIO_pending(networkOut) }
 
-    /// Owned: allocated on first use, grown as needed, freed in deinit. Where `withCiphertext` reads the output
-    /// BIO, so a flush allocates nothing. (Lending the BIO's own memory and resetting it was dearer: a memory BIO's
-    /// reset clears its whole capacity, 5.5% of the sender's loop thread.)
+    /// Owned: allocated on first use, grown as needed, freed in deinit. Where `withCiphertext` reads the output BIO, so
+    /// a flush allocates nothing. (Lending the BIO's own memory and resetting it would be dearer: a memory BIO's reset
+    /// clears its whole capacity, 5.5% of the sender's loop thread.)
     private var ciphertextScratch: UnsafeMutableRawBufferPointer?
 
     /// Lends `body` all waiting ciphertext, read out of the output BIO into a reused buffer: `body` must write

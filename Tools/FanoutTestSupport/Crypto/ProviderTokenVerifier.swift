@@ -1,5 +1,5 @@
 import FanoutCore
-import FanoutTransport
+package import FanoutTransport
 import Synchronization
 
 /// The claims of a provider token whose signature checked out.

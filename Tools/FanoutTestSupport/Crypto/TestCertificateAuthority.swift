@@ -1,6 +1,6 @@
 import CFanoutShims
 import COpenSSL
-import FanoutTransport
+package import FanoutTransport
 import Foundation
 
 /// The files mock-apns (`--tls-dir DIR`) and tests need: a CA, a server certificate and key signed by it,

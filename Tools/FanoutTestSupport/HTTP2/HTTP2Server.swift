@@ -1,5 +1,5 @@
 import CLibUV
-import FanoutTransport
+package import FanoutTransport
 import Foundation
 import Synchronization
 

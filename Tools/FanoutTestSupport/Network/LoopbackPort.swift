@@ -1,4 +1,4 @@
-import Foundation
+package import Foundation
 
 /// Loopback TCP ports for tests that start servers which cannot report the port they bound (nghttpd,
 /// `redis-server`, whose `--port 0` disables TCP).

@@ -1,4 +1,4 @@
-import FanoutCore
+package import FanoutCore
 
 /// An APNs-style refusal of a request: the status and reason mock-apns answers with.
 package struct APNsRejection: Error, Hashable, Sendable, CustomStringConvertible {

@@ -1,4 +1,4 @@
-import FanoutCore
+package import FanoutCore
 
 // The pieces the broadcast-send and channel-management validators share: the reasons of Apple's broadcast error page
 // (docs/reference/apns-broadcast.md, "Error reasons") that FanoutCore's device-push table lacks, channel ids,

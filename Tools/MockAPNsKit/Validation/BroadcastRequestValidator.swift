@@ -71,8 +71,8 @@ package struct BroadcastRequestValidator: Sendable {
 
     package init() {}
 
-    /// Whether the path belongs to the broadcast API (`/4/...`): mock-apns routes on it before the device
-    /// validator runs, with a byte comparison and no parsing, so the device path stays as fast as it was.
+    /// Whether the path belongs to the broadcast API (`/4/...`): mock-apns routes on it before the device validator
+    /// runs, with a byte comparison and no parsing, so the broadcast API adds no parsing to the device path.
     @inline(__always)
     package static func isBroadcastPath(_ path: String) -> Bool {
         path.utf8.starts(with: "/4/".utf8)

@@ -1,4 +1,4 @@
-import FanoutCore
+package import FanoutCore
 
 /// The shape of the last body one loop checked. A fan-out sends one payload to every token, so most bodies are the
 /// last one again, and comparing a few hundred bytes costs far less than parsing them as JSON. The same bytes give

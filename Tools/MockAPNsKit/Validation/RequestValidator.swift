@@ -1,4 +1,4 @@
-import FanoutCore
+package import FanoutCore
 
 /// Checks a device-push request the way APNs does and answers with APNs's status and reason (docs/reference/apns.md:
 /// "Request headers", "Status codes and reasons", "Payload size limits", "Live Activity payloads"). mock-apns runs

@@ -1,4 +1,4 @@
-import FanoutCore
+package import FanoutCore
 
 /// A device-push request that passed `APNsRequestValidator`, with its headers already parsed, so that mock-apns can
 /// check the JWT, record the token and echo the `apns-id` without reading the headers a second time.

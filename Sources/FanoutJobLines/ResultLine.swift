@@ -1,4 +1,4 @@
-import Fanout
+package import Fanout
 import FanoutCore
 import Foundation
 
@@ -56,7 +56,7 @@ package enum ResultLine {
     }
 
     /// `value` in decimal, written in place (no String per number: this runs once per result field).
-    static func appendDecimal(_ value: Int64, to output: inout [UInt8]) {
+    package static func appendDecimal(_ value: Int64, to output: inout [UInt8]) {
         if value < 0 { output.append(UInt8(ascii: "-")) }
         var magnitude = value.magnitude
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: Int64.min has 19 digits
@@ -73,7 +73,7 @@ package enum ResultLine {
 
     /// `value` as `%.1f` prints it. A whole number (every latency the engine measures: its clock counts
     /// milliseconds) is written in place; anything else goes through `String(format:)`.
-    static func appendOneDecimal(_ value: Double, to output: inout [UInt8]) {
+    package static func appendOneDecimal(_ value: Double, to output: inout [UInt8]) {
         if value == value.rounded(), value.magnitude < 1e15 {
             if value == 0 && value.sign == .minus { output.append(UInt8(ascii: "-")) }
             appendDecimal(Int64(value), to: &output)

@@ -1,5 +1,5 @@
-import Fanout
-import FanoutJobFormat
+package import Fanout
+package import FanoutJobFormat
 
 extension FanoutJob {
     /// The engine's job for a parsed job line.
