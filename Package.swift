@@ -88,7 +88,8 @@ let package = Package(
         .target(
             name: "FanoutJobFile",
             dependencies: [
-                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFormat", "FanoutJobLines", "CommandLineSupport",
+                "Fanout", "FanoutCore", "FanoutPolicy", "FanoutJobFormat", "FanoutJobLines", "FanoutTransport",
+                "CommandLineSupport",
             ], swiftSettings: internalImports),
         // Running a Fanout process: structured logs with redaction, the Prometheus endpoint.
         .target(

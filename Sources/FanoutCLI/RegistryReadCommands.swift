@@ -313,12 +313,16 @@ enum EventsCommand {
 enum StopSignals {
     private static let flag = Atomic<Bool>(false)
 
-    /// Catches both signals from now on; the sources must be kept (and are cancelled) by the caller.
-    static func install() -> [any DispatchSourceSignal] {
+    /// Catches both signals from now on, calling `onSignal` too; the sources must be kept (and are cancelled) by the
+    /// caller.
+    static func install(onSignal: @escaping @Sendable () -> Void = {}) -> [any DispatchSourceSignal] {
         [SIGINT, SIGTERM].map { number in
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { StopSignals.flag.store(true, ordering: .relaxed) }
+            source.setEventHandler {
+                StopSignals.flag.store(true, ordering: .relaxed)
+                onSignal()
+            }
             source.resume()
             return source
         }

@@ -16,15 +16,16 @@ enum SendCommand {
         usage: fanout send --jobs FILE [--results FILE] [--summary FILE] [--config FILE]
                            [--endpoint HOST:PORT | --sandbox | --production] [--ca-file PEM]
                            [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS]
-                           [--connections N] [--loops N] [--resume] [--progress auto|always|never]
+                           [--connections N] [--loops N] [--resume] [--follow] [--progress auto|always|never]
                            [--invalid-tokens FILE] [--concurrent-jobs N] [--registry FILE|URL]
                            [--metrics-listen HOST:PORT] [--log-format text|json]
 
-          --jobs FILE           the job file (JSON Lines, one job per line; see the README)
+          --jobs FILE           the job file (JSON Lines, one job per line; see docs/SEND.md); - reads
+                                standard input. A pipe or FIFO is read until its writer closes it
           --results FILE        one JSON line per (job, token); default: standard output
           --summary FILE        also write the final summary line there
           --config FILE         JSON: endpoint, ca_file, key_path, key_id, team_id, loops, connections,
-                                max_attempts, request_timeout_seconds, rate_limits (see the README);
+                                max_attempts, request_timeout_seconds, rate_limits (see docs/SEND.md);
                                 flags override it
           --request-timeout SECONDS
                                 how long one request may wait for APNs's answer (default 30); past it
@@ -32,6 +33,11 @@ enum SendCommand {
                                 failed with reason Timeout
           --resume              continue the run recorded in --results FILE's journal after a crash:
                                 finished notifications are not sent again
+          --follow              treat the job file as a queue: send each job as soon as its line is
+                                complete, wait for more at the end, and stop at SIGINT or SIGTERM
+                                (finishing the jobs started, then the summary). A rotated or
+                                truncated file is read again from its start, as tail -F does. With
+                                --results, --resume after a kill goes on after the last finished job
           --invalid-tokens FILE tokens APNs invalidated, as JSON lines (token, reason, timestamp, job)
           --registry FILE|URL   the token registry (fanout registry) that jobs naming activity_id,
                                 push_to_start, users or devices are resolved from; tokens APNs
@@ -70,6 +76,7 @@ enum SendCommand {
         var summary: String?
         var invalidTokens: String?
         var resume = false
+        var follow = false
         var progress = ProgressReporter.Mode.auto
         var concurrentJobs = 16
         var cursor = ArgumentCursor(arguments)
@@ -84,6 +91,7 @@ enum SendCommand {
             case "--connections": options.connections = try cursor.int(in: 1...256)
             case "--concurrent-jobs": concurrentJobs = try cursor.int(in: 1...10_000)
             case "--resume": resume = true
+            case "--follow": follow = true
             case "--metrics-listen":
                 let text = try cursor.string()
                 guard MetricsEndpoint.parseListenAddress(text) != nil else {
@@ -116,6 +124,7 @@ enum SendCommand {
         send.summaryPath = summary
         send.invalidTokensPath = invalidTokens
         send.resume = resume
+        send.follow = follow
         send.progress = progress
         send.concurrentJobs = concurrentJobs
         options.send = send
@@ -156,7 +165,9 @@ enum SendCommand {
         } catch {
             return fail(error.message)
         }
-        guard let send = options.send, FileManager.default.isReadableFile(atPath: send.jobsPath) else {
+        guard var send = options.send,
+            send.jobsPath == JobFileReader.standardInput || FileManager.default.isReadableFile(atPath: send.jobsPath)
+        else {
             return fail("job file \(options.send?.jobsPath ?? "") cannot be read")
         }
         if let url = options.registryPath, url.hasPrefix("redis://") || url.hasPrefix("rediss://") {
@@ -202,8 +213,13 @@ enum SendCommand {
                 "loops": String(configuration.loops), "connections_per_loop": String(configuration.connectionsPerLoop),
                 "metrics": endpoint.map { "127.0.0.1:\($0.port)" } ?? "off",
             ])
+        send.notice = { message in logger.info(message) }
+        let runner = JobFileRunner(engine: engine, options: send)
+        // With --follow, SIGINT and SIGTERM end the reading; the jobs started finish and the summary is written.
+        let signals = send.follow ? StopSignals.install { runner.stopFollowing() } : []
+        defer { signals.forEach { $0.cancel() } }
         do {
-            let summary = try await JobFileRunner(engine: engine, options: send).run()
+            let summary = try await runner.run()
             let line = summary.jsonLine
             logger.info(
                 "send finished",

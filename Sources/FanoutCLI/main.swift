@@ -9,6 +9,7 @@ let usage = """
     commands:
       send      send every job of a job file, with results, summary and resume (fanout send --help)
       validate  check a job file line by line; nothing is sent (fanout validate --help)
+      append    append checked job lines to a job file that fanout send --follow reads (fanout append --help)
       push      send one notification and print APNs's answer (fanout push --help)
       registry  the token registry: register, import, list, end, prune, stats, events (fanout registry --help)
       channels  an app's broadcast channels (iOS 18): create, read, delete, list (fanout channels --help)
@@ -28,6 +29,8 @@ case "send":
     status = await SendCommand.run(arguments)
 case "validate":
     status = ValidateCommand.run(arguments)
+case "append":
+    status = AppendCommand.run(arguments)
 case "push":
     status = await PushCommand.run(arguments)
 case "registry":

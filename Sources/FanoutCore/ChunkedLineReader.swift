@@ -56,19 +56,50 @@ package final class ChunkedLineReader {
     /// Everything in `buffer[start..<scanned]` is known to hold no newline, so a long line is scanned only once.
     private var scanned = 0
     private var atEnd = false
+    /// Follow mode: the end of the file is only where its writers have got to. A line counts once its `\n` is
+    /// read; the bytes after the last one stay buffered until the rest of their line arrives.
+    private let followsAppends: Bool
+    /// The bytes read from the file so far (a follower compares it with the file's size to see a truncation).
+    package private(set) var bytesRead = 0
     /// What `fill` grows the buffer with before a read overwrites it.
     private static let zeros = [UInt8](repeating: 0, count: defaultChunkSize)
 
     /// Opens `path` for reading; throws when it does not exist, cannot be read or is a directory.
+    /// - Parameter followsAppends: read complete lines only and never reach an end: `nextLine` returns nil when no
+    ///   complete line has been written yet, and a later call reads what was appended meanwhile.
     package init(
         path: String, chunkSize: Int = ChunkedLineReader.defaultChunkSize,
-        maximumLineLength: Int = ChunkedLineReader.defaultMaximumLineLength
+        maximumLineLength: Int = ChunkedLineReader.defaultMaximumLineLength, followsAppends: Bool = false
     ) throws(FileReadError) {
         precondition(chunkSize > 0 && maximumLineLength > 0, "chunkSize and maximumLineLength must be positive")
         self.path = path
         self.chunkSize = chunkSize
         self.maximumLineLength = maximumLineLength
+        self.followsAppends = followsAppends
         descriptor = try ReadableFile.openForReading(path)
+    }
+
+    /// Reads an open descriptor, which the reader then owns and closes (standard input's duplicate for a job file
+    /// named `-`). `path` is what messages call it.
+    package init(
+        descriptor: Int32, path: String, chunkSize: Int = ChunkedLineReader.defaultChunkSize,
+        maximumLineLength: Int = ChunkedLineReader.defaultMaximumLineLength
+    ) {
+        precondition(chunkSize > 0 && maximumLineLength > 0, "chunkSize and maximumLineLength must be positive")
+        self.path = path
+        self.chunkSize = chunkSize
+        self.maximumLineLength = maximumLineLength
+        self.descriptor = descriptor
+        followsAppends = false
+    }
+
+    /// The open file's device and inode, and its size now; nil once it is closed. A follower compares them with
+    /// what its path names now, to see the file replaced (a rotation) or truncated.
+    package func openFileStatus() -> (device: UInt64, inode: UInt64, size: Int)? {
+        guard descriptor >= 0 else { return nil }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { return nil }
+        return (UInt64(status.st_dev), UInt64(status.st_ino), Int(status.st_size))
     }
 
     deinit {
@@ -111,7 +142,7 @@ package final class ChunkedLineReader {
                 scanned = start
                 return range
             }
-            try fill()
+            guard try fill() || !followsAppends else { return nil }
         }
     }
 
@@ -127,8 +158,10 @@ package final class ChunkedLineReader {
         return found
     }
 
-    /// Drops the bytes already returned and appends the next chunk; marks the end of the file when nothing is left.
-    private func fill() throws(FileReadError) {
+    /// Drops the bytes already returned and appends the next chunk; marks the end of the file when nothing is left
+    /// (not when following appends). False when the read found nothing.
+    @discardableResult
+    private func fill() throws(FileReadError) -> Bool {
         if start > 0 {
             buffer.removeSubrange(0..<start)
             scanned -= start
@@ -152,10 +185,13 @@ package final class ChunkedLineReader {
         switch result {
         case .success(let count):
             buffer.removeLast(chunkSize - count)
+            bytesRead += count
             if count == 0 {
+                if followsAppends { return false }
                 atEnd = true
                 closeFile()
             }
+            return count > 0
         case .failure(let error):
             buffer.removeLast(chunkSize)
             closeFile()
@@ -208,6 +244,15 @@ package enum ReadableFile {
             throw FileReadError(.unreadable, "is a directory")
         }
         return descriptor
+    }
+
+    /// What `path` names, for a reader that must know whether it can read it twice: a regular file (with its size in
+    /// bytes) can be, a pipe, FIFO, socket or terminal cannot. `-` is standard input. Nil when it cannot be examined.
+    package static func kind(of path: String) -> (isRegular: Bool, size: Int)? {
+        var status = stat()
+        let result = path == "-" ? fstat(STDIN_FILENO, &status) : stat(path, &status)
+        guard result == 0 else { return nil }
+        return ((status.st_mode & S_IFMT) == S_IFREG, Int(status.st_size))
     }
 
     /// Nil when `path` names a file that can be opened for reading; why not otherwise.

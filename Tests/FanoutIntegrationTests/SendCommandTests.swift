@@ -126,6 +126,57 @@ final class SendCommandTests: XCTestCase {
         XCTAssertFalse(run.stderrLines.contains { $0.contains("\"payload_encodings\"") }, "no second summary on stderr")
     }
 
+    // MARK: Job files that are streams
+
+    /// Writes jobs `a` and `b` (one alert token each) to two files, and runs `shell` (a `sh -c` script in which
+    /// `"$@"` is `fanout send` with the setup's arguments and `--jobs JOBS`) as the producer and the sender of a
+    /// stream. The producer writes job `a`, pauses 2 s (longer than any of the sender's timers and deadlines), then
+    /// writes job `b` and closes: both must be read and sent, once.
+    private func sendThroughAPausingProducer(jobsArgument: String, shell: String) throws {
+        let setup = try start()
+        for (name, index) in [("a", 1), ("b", 2)] {
+            try writeLines(
+                [
+                    #"{"id": "\#(name)", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": ["\#(token(index))"]}"#
+                ], to: "\(setup.directory)/\(name).jsonl")
+        }
+        let results = "\(setup.directory)/results.jsonl"
+        var arguments = setup.sendArguments(jobs: jobsArgument, results: results)
+        arguments.insert(setup.fanout, at: 0)
+        let run = try ProcessSupport.run(
+            "/bin/sh", ["-c", shell, "sh"] + arguments, currentDirectory: setup.directory, timeout: 60)
+        XCTAssertEqual(run.exitCode, 0, run.summary)
+        let lines = try readResults(results)
+        XCTAssertEqual(lines.map(\.job).sorted(), ["a", "b"], run.summary)
+        XCTAssertEqual(lines.map(\.outcome), ["delivered", "delivered"], run.summary)
+        let summary = try summary(run)
+        XCTAssertEqual(summary["jobs"] as? Int, 2, run.summary)
+        XCTAssertEqual(summary["notifications"] as? Int, 2, run.summary)
+    }
+
+    func testAFIFOIsReadUntilItsWriterClosesIt() throws {
+        try sendThroughAPausingProducer(
+            jobsArgument: "q", shell: #"mkfifo q && { (cat a.jsonl; sleep 2; cat b.jsonl) > q & } && exec "$@""#)
+    }
+
+    func testAPipeNamedAsDevStdinIsReadUntilItsWriterClosesIt() throws {
+        try sendThroughAPausingProducer(
+            jobsArgument: "/dev/stdin", shell: #"(cat a.jsonl; sleep 2; cat b.jsonl) | "$@""#)
+    }
+
+    func testADashReadsTheJobsFromStandardInput() throws {
+        try sendThroughAPausingProducer(jobsArgument: "-", shell: #"(cat a.jsonl; sleep 2; cat b.jsonl) | "$@""#)
+    }
+
+    func testResumeRefusesAJobFileThatIsAStream() throws {
+        let setup = try start()
+        var arguments = setup.sendArguments(jobs: "-", results: "\(setup.directory)/results.jsonl", extra: ["--resume"])
+        arguments.insert(setup.fanout, at: 0)
+        let run = try ProcessSupport.run("/bin/sh", ["-c", #"echo | "$@""#, "sh"] + arguments, timeout: 30)
+        XCTAssertEqual(run.exitCode, 2, run.summary)
+        XCTAssertTrue(run.stderr.contains("cannot be read again"), run.summary)
+    }
+
     /// The one-job file both pipe tests send: two alert tokens.
     private func writePipedJob(_ setup: Setup) throws -> String {
         let jobs = "\(setup.directory)/jobs.jsonl"

@@ -19,6 +19,11 @@ package struct SendOptions: Sendable {
     package var progress: ProgressReporter.Mode = .auto
     /// The longest job line read (`JobFileReader`'s limit): a longer one stops the run. Tests lower it.
     package var maximumJobLineLength = JobFileReader.defaultMaximumLineLength
+    /// Keep reading the job file as producers append to it, until `JobFileRunner.stopFollowing()`
+    /// (`FollowedJobFile`).
+    package var follow = false
+    /// Told what the run notices about its job file (a rotation, a truncation), for the log.
+    package var notice: (@Sendable (String) -> Void)?
 
     package init(jobsPath: String) {
         self.jobsPath = jobsPath
@@ -30,10 +35,22 @@ package struct SendOptions: Sendable {
 package final class JobFileRunner: Sendable {
     private let engine: FanoutEngine
     private let options: SendOptions
+    /// The followed job file once open, for `stopFollowing()`; and whether a stop came first.
+    private let following = Mutex<(file: FollowedJobFile?, stopped: Bool)>((nil, false))
 
     package init(engine: FanoutEngine, options: SendOptions) {
         self.engine = engine
         self.options = options
+    }
+
+    /// With `follow`: stops reading the job file. The jobs already started run to the end and are recorded, and
+    /// `run()` returns its summary. Any thread, at any time.
+    package func stopFollowing() {
+        let file = following.withLock { state -> FollowedJobFile? in
+            state.stopped = true
+            return state.file
+        }
+        file?.stop()
     }
 
     /// Runs every job of the file. Throws `SendError` (nothing sent) when the job file or results
@@ -43,29 +60,61 @@ package final class JobFileRunner: Sendable {
     /// read (that job is left unfinished for `--resume`, the others run to the end).
     package func run() async throws -> SendSummary {
         let started = DispatchTime.now()
-        let jobsSize = try fileSize(options.jobsPath)
-        var reader: JobFileReader
-        do {
-            reader = try JobFileReader(path: options.jobsPath, maximumLineLength: options.maximumJobLineLength)
-        } catch {
-            throw SendError(error.description)
+        var reader: JobFileReader?
+        if !options.follow {
+            do {
+                reader = try JobFileReader(path: options.jobsPath, maximumLineLength: options.maximumJobLineLength)
+            } catch {
+                throw SendError(error.description)
+            }
         }
+        guard let jobFile = ReadableFile.kind(of: options.jobsPath) else {
+            throw SendError("job file \(options.jobsPath) cannot be read")
+        }
+        // A pipe, FIFO or standard input can be read once only: nothing else reads it (no count for the progress
+        // line), and a journal of it could not be resumed, since its lines cannot be read again.
+        if options.resume && !jobFile.isRegular {
+            throw SendError(
+                "--resume: job file \(options.jobsPath) is a pipe or other stream, which cannot be read again; "
+                    + "resume needs a regular file")
+        }
+        if options.follow && !jobFile.isRegular {
+            throw SendError(
+                "--follow: job file \(options.jobsPath) is a pipe or other stream; it is read until its writer "
+                    + "closes it without --follow")
+        }
+        let jobsSize = jobFile.size
         let resume = try SendResume.load(options: options, jobsSize: jobsSize)
+        let followed = try options.follow ? openFollowedJobFile(resume: resume) : nil
+        defer { followed?.stop() }
+        let directory = followed?.directory ?? reader?.directory ?? "."
         let invalidTokensFile = try openInvalidTokensFile(resuming: resume.isResuming)
         let writer = try ResultsWriter(
             path: options.resultsPath, journal: options.resultsPath != nil, jobsFile: options.jobsPath,
             jobsFileSize: jobsSize, resumeFrom: resume.journal, fileLength: resume.fileLength)
+        if let followed { writer.follow(followed.openFile) }
         let countsAtStart = writer.counts.notifications
+        // With --follow, how far producers are ahead: on the progress line and, with metrics, in /metrics.
+        let lagGauge =
+            followed == nil
+            ? nil
+            : engine.configuration.metrics?.registry.gauge(
+                "fanout_send_queue_lag_bytes", help: "Bytes of the followed job file written and not read yet.")
         let flusher = DispatchSource.makeTimerSource(queue: .global())
         flusher.schedule(deadline: .now() + .milliseconds(200), repeating: .milliseconds(200))
         // A failed flush is kept by the writer; the final flush below throws it and ends the run.
-        flusher.setEventHandler { _ = Result { try writer.flush() } }
+        flusher.setEventHandler {
+            _ = Result { try writer.flush() }
+            if let followed, let lagGauge { lagGauge.set(followed.lagBytes) }
+        }
         flusher.resume()
         let invalidTokens = invalidTokensFile.map(startInvalidTokensWriter)
         let progress = ProgressReporter(mode: options.progress) { writer.counts }
+        if let followed { progress.showQueueLag { followed.lagBytes } }
         progress.start()
         defer { progress.stop() }
         let counting = Task.detached { [options] in
+            guard jobFile.isRegular, !options.follow else { return }
             if let total = Self.countNotifications(jobsPath: options.jobsPath) { progress.setTotal(total) }
         }
         defer { counting.cancel() }
@@ -82,7 +131,23 @@ package final class JobFileRunner: Sendable {
             reading: while true {
                 let next: JobFileReader.Line?
                 do {
-                    next = try reader.nextLine()
+                    if let followed {
+                        switch try await followed.next() {
+                        case .line(let line): next = line
+                        case .stopped: next = nil
+                        case .replaced(let why):
+                            options.notice?(why)
+                            // The old file's jobs finish first, so that the journal can name the new file as the
+                            // one to resume from (its lines after the old one's, all finished).
+                            await group.waitForAll()
+                            running = 0
+                            guard try await followed.openNewFile() else { break reading }
+                            writer.follow(followed.openFile)
+                            continue reading
+                        }
+                    } else {
+                        next = try reader?.nextLine()
+                    }
                 } catch {
                     stoppedReading = SendError("\(error)")
                     break reading
@@ -106,7 +171,7 @@ package final class JobFileRunner: Sendable {
                 }
                 let registry = engine.configuration.registry
                 var parsed = await timestamps.parse(
-                    line: line.bytes, lineNumber: line.number, jobFileDirectory: reader.directory,
+                    line: line.bytes, lineNumber: line.number, jobFileDirectory: directory,
                     now: Int64(Date().timeIntervalSince1970),
                     lastSent: { app, activityID in
                         try? await registry?.activity(app: app, activityID: activityID)?.lastContentTimestamp
@@ -175,6 +240,39 @@ package final class JobFileRunner: Sendable {
         return SendSummary(
             counts: counts, seconds: seconds, rate: Double(counts.notifications - countsAtStart) / max(seconds, 1e-9),
             cutShort: cutShort, notificationsThisRun: counts.notifications - countsAtStart)
+    }
+
+    /// The followed job file, from where an earlier run's journal stopped: the same file (by device and inode) goes
+    /// on with its line numbers; another file at the path (rotated while no sender ran) is read from its start, its
+    /// lines numbered after every line the journal knows, and the log says so.
+    private func openFollowedJobFile(resume: SendResume) throws -> FollowedJobFile {
+        guard let status = ReadableFile.kind(of: options.jobsPath), status.isRegular else {
+            throw SendError("job file \(options.jobsPath) cannot be read")
+        }
+        var base = 0
+        if let followed = resume.journal?.followed {
+            if FollowedJobFile.identity(ofPath: options.jobsPath) == followed.file {
+                base = followed.lineNumberBase
+            } else {
+                base = resume.journal?.highestLine ?? 0
+                options.notice?(
+                    "job file \(options.jobsPath) is not the file the journal followed (rotated while stopped); "
+                        + "reading it from its start, after line \(base)")
+            }
+        }
+        let file: FollowedJobFile
+        do {
+            file = try FollowedJobFile(
+                path: options.jobsPath, maximumLineLength: options.maximumJobLineLength, lineNumberBase: base)
+        } catch {
+            throw SendError(error.description)
+        }
+        let stopped = following.withLock { state -> Bool in
+            state.file = file
+            return state.stopped
+        }
+        if stopped { file.stop() }
+        return file
     }
 
     /// Runs one job, its results into `writer`. A job that fails validation gets its one `invalid` line and is
@@ -289,13 +387,6 @@ package final class JobFileRunner: Sendable {
                 }
             }
         }
-    }
-
-    private func fileSize(_ path: String) throws -> Int {
-        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-            let size = attributes[.size] as? NSNumber
-        else { throw SendError("job file \(path) cannot be read") }
-        return size.intValue
     }
 }
 

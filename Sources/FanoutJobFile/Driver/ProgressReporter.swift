@@ -22,11 +22,18 @@ package final class ProgressReporter: @unchecked Sendable {
     /// Notifications the whole run will have, once a background count of the job file is done
     /// (-1 until then).
     private let total = Atomic<Int>(-1)
+    /// With `--follow`: the bytes of the job file not read yet.
+    private let queueLag = Mutex<(@Sendable () -> Int)?>(nil)
 
     package init(mode: Mode, counts: @escaping @Sendable () -> SendCounts) {
         self.mode = mode
         self.counts = counts
         interactive = isatty(STDERR_FILENO) == 1
+    }
+
+    /// Shows, with `--follow`, how far the job file's producers are ahead: the bytes written and not read yet.
+    package func showQueueLag(_ bytes: @escaping @Sendable () -> Int) {
+        queueLag.withLock { $0 = bytes }
     }
 
     /// Sets the run's total, enabling the done/total fraction and the ETA.
@@ -73,9 +80,10 @@ package final class ProgressReporter: @unchecked Sendable {
             counts.outcomes.delivered, counts.outcomes.rejected, counts.outcomes.unregistered, counts.outcomes.failed,
             counts.outcomes.expired, counts.outcomes.rateLimited,
             counts.outcomes.invalid, counts.outcomes.cancelled, counts.outcomes.superseded)
-        let text = String(
+        var text = String(
             format: "%d jobs, %@ notifications (%.0f/s): %@, %d retries, %.0f s", counts.jobs, done, rate, outcomes,
             counts.outcomes.retries, seconds)
+        if let lag = queueLag.withLock({ $0 }) { text += ", queue: \(lag()) bytes unread" }
         let line = interactive ? "\r\u{1B}[2K" + text + (final ? "\n" : "") : "fanout: " + text + "\n"
         StandardStream.error.write(line)
     }

@@ -43,10 +43,12 @@ final class ResultsWriter: Sendable {
     private let journalPath: String?
     private let jobsFile: String
     private let jobsFileSize: Int
+    /// With `--follow`: the file being read, for the journal.
+    private let followed = Mutex<SendJournal.FollowedFile?>(nil)
     private let offset: Mutex<Int>
 
-    /// 64 KiB: about 200 lines, a write(2) every few hundred results. (It was a full flush past 1 MiB, about
-    /// 3,000 lines a SIGKILL could lose and a resumed run would send again.)
+    /// 64 KiB: about 200 lines, a write(2) every few hundred results, and at most about that many lines a SIGKILL can
+    /// lose and a resumed run then sends again (1 MiB would be about 3,000).
     static let writeThreshold = 64 << 10
 
     /// Opens (appending) the results file at `path`, or standard output when nil.
@@ -148,6 +150,14 @@ final class ResultsWriter: Sendable {
     /// The first failure to write the results or the journal, if one happened (the run stops reading new jobs).
     var failure: SendError? { writeFailure.withLock { $0 } }
 
+    /// With `--follow`: the file now read (its identity, and the line number its first line follows), recorded in
+    /// every later journal.
+    func follow(_ file: (identity: String, lineNumberBase: Int)?) {
+        followed.withLock {
+            $0 = file.map { SendJournal.FollowedFile(file: $0.identity, lineNumberBase: $0.lineNumberBase) }
+        }
+    }
+
     /// - Throws: the first failure to write the results or the journal, now and on every later call.
     func flush(syncAndJournal: Bool = true) throws {
         if let failure = writeFailure.withLock({ $0 }) { throw failure }
@@ -175,7 +185,8 @@ final class ResultsWriter: Sendable {
                 }
                 let journal = SendJournal(
                     jobsFile: jobsFile, jobsFileSize: jobsFileSize, resultsOffset: end,
-                    finishedLines: state.finished.ranges, partial: partial, counts: state.counts)
+                    finishedLines: state.finished.ranges, partial: partial, counts: state.counts,
+                    followed: followed.withLock { $0 })
                 return (bytes, journal)
             }
             var written = 0

@@ -38,6 +38,19 @@ struct SendJournal: Codable, Equatable {
     /// Jobs in progress, by line number.
     var partial: [String: PartialJob]
     var counts: SendCounts
+    /// With `--follow`: the file being read (`FollowedJobFile.identity`) and the line number its first line follows
+    /// (a rotation's new file continues the old one's numbering). Nil for a job file read once.
+    var followed: FollowedFile? = nil
+
+    struct FollowedFile: Codable, Equatable {
+        var file: String
+        var lineNumberBase: Int
+    }
+
+    /// The highest job line the journal knows of, finished or in progress.
+    var highestLine: Int {
+        max(finishedLines.last?.last ?? 0, partial.keys.compactMap { Int($0) }.max() ?? 0)
+    }
 
     static func path(forResults results: String) -> String { results + ".journal" }
 
@@ -47,7 +60,7 @@ struct SendJournal: Codable, Equatable {
     }
 
     /// The journal as JSON with the keys `Codable` reads back (`load`), written straight into bytes: `JSONEncoder`
-    /// took about a microsecond per out-of-order position, and a running job has thousands of them, five times a
+    /// takes about a microsecond per out-of-order position, and a running job has thousands of them, five times a
     /// second (3% of a 500,000-token `fanout send`'s CPU). Only the small `counts` go through `JSONEncoder`.
     func encoded() throws -> [UInt8] {
         var output: [UInt8] = []
@@ -95,6 +108,13 @@ struct SendJournal: Codable, Equatable {
         }
         literal("},\"counts\":")
         output.append(contentsOf: try JSONEncoder().encode(counts))
+        if let followed {
+            literal(",\"followed\":{\"file\":")
+            JSONStringEscaping.appendString(followed.file, to: &output)
+            literal(",\"lineNumberBase\":")
+            integer(followed.lineNumberBase)
+            literal("}")
+        }
         literal("}")
         return output
     }

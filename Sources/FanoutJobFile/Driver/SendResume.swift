@@ -63,7 +63,10 @@ struct SendResume {
                     + "version \(SendJournal.currentVersion)); resume with that one, or run without --resume to start over"
             )
         }
-        guard journal.jobsFile == options.jobsPath, journal.jobsFileSize == jobsSize else {
+        // A followed job file grows (or is rotated) between runs: its journal names where reading goes on.
+        guard journal.jobsFile == options.jobsPath,
+            options.follow ? journal.followed != nil : journal.jobsFileSize == jobsSize
+        else {
             throw SendError(
                 "--resume: the journal belongs to \(journal.jobsFile) (\(journal.jobsFileSize) bytes), not this job file"
             )
@@ -100,10 +103,10 @@ struct SendResume {
         }
     }
 
-    /// Where in the results file an earlier run's lines of the registry-addressed job on `line` can start: its
-    /// journal entry's `tokensFrom`; the start of the file for an entry without one (written before
-    /// the field existed; such a journal is version 1, which `load` now refuses); the tail for a job the journal does not know (begun after the checkpoint, or not at all). Nil when
-    /// not resuming.
+    /// Where in the results file an earlier run's lines of the registry-addressed job on `line` can start: its journal
+    /// entry's `tokensFrom`; the start of the file for an entry without one (written before the field existed; such a
+    /// journal is version 1, which `load` refuses); the tail for a job the journal does not know (begun after the
+    /// checkpoint, or not at all). Nil when not resuming.
     func registryLinesStart(line: Int) -> Int? {
         guard let journal else { return nil }
         guard let partial = journal.partial[String(line)] else { return journal.resultsOffset }
