@@ -217,6 +217,9 @@ package final class JobFileRunner: Sendable {
                     let engine = self.engine
                     group.addTask {
                         await Self.send(job, line: number, engine: engine, writer: writer, unfinished: unfinished)
+                        // Following a queue, a job's results go out when it ends, not at the next 200 ms flush:
+                        // a producer waiting for them sees them in milliseconds. (The journal keeps its cadence.)
+                        if followed != nil { _ = try? writer.flush(syncAndJournal: false) }
                     }
                 }
             }
