@@ -158,6 +158,15 @@ let package = Package(
             name: "alloc-probe", dependencies: ["Fanout", "CAllocationCounter"], path: "Benchmarks/alloc-probe"),
 
         .testTarget(name: "FanoutCoreTests", dependencies: ["FanoutCore"]),
+        .testTarget(name: "FanoutTests", dependencies: ["Fanout"]),
+        .testTarget(name: "FanoutSQLiteTests", dependencies: ["FanoutSQLite"]),
+        .testTarget(
+            name: "FanoutJobFormatTests",
+            dependencies: ["FanoutJobFormat", "FanoutJobLines", "FanoutJobFile", "Fanout", "FanoutCore"]),
+        .testTarget(name: "FanoutJobLinesTests", dependencies: ["FanoutJobLines", "Fanout", "FanoutCore"]),
+        .testTarget(name: "FanoutJobFileTests", dependencies: ["FanoutJobFile", "FanoutJobLines", "Fanout"]),
+        .testTarget(name: "FanoutObservabilityTests", dependencies: ["FanoutObservability", "Fanout"]),
+        .testTarget(name: "FanoutFleetTests", dependencies: ["FanoutFleet"]),
         .testTarget(name: "FanoutPolicyTests", dependencies: ["FanoutPolicy"]),
         .testTarget(
             name: "FanoutRegistryTests",

@@ -1,10 +1,9 @@
 // The results file's line: written by `ResultLine.append`, read back by `ResultLine.parse` when a run resumes.
 import Fanout
 import FanoutCore
-import FanoutJobLines
 import XCTest
 
-@testable import FanoutJobFile
+@testable import FanoutJobLines
 
 final class ResultLineTests: XCTestCase {
     func testLinesReadBackAsTheyWereWritten() {

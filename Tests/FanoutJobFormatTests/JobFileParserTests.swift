@@ -173,7 +173,7 @@ final class JobFileParserTests: XCTestCase {
     }
 
     func testTokensFileIsResolvedRelativeToTheJobFileDirectory() throws {
-        let directory = try ProcessSupport.temporaryDirectory(for: self, "jobfile")
+        let directory = try temporaryDirectory("jobfile")
         try FileManager.default.createDirectory(atPath: directory + "/lists", withIntermediateDirectories: true)
         try Data("\(Self.token0)\n".utf8).write(to: URL(fileURLWithPath: directory + "/lists/tokens.txt"))
         let jobsPath = directory + "/jobs.jsonl"
@@ -414,7 +414,7 @@ final class JobFileParserTests: XCTestCase {
         assertRefused(
             Self.jobLine(["tokens": nil, "tokens_file": #""lists/missing.txt""#]), field: "tokens_file",
             prefix: #"tokens_file "/jobs/lists/missing.txt" does not exist"#)
-        let directory = try ProcessSupport.temporaryDirectory(for: self, "jobfile")
+        let directory = try temporaryDirectory("jobfile")
         assertRefused(
             Self.jobLine(["tokens": nil, "tokens_file": "\"\(directory)\""]), field: "tokens_file",
             prefix: "tokens_file \"\(directory)\" cannot be read: is a directory")
@@ -434,7 +434,7 @@ final class JobFileParserTests: XCTestCase {
     // MARK: Reader
 
     func testReaderStreamsAHundredThousandLinesWithTheirNumbers() throws {
-        let directory = try ProcessSupport.temporaryDirectory(for: self, "jobfile")
+        let directory = try temporaryDirectory("jobfile")
         let path = directory + "/jobs.jsonl"
         var text = ""
         text.reserveCapacity(4_000_000)
@@ -470,7 +470,7 @@ final class JobFileParserTests: XCTestCase {
     }
 
     func testBlankLinesAreSkippedButCounted() throws {
-        let directory = try ProcessSupport.temporaryDirectory(for: self, "jobfile")
+        let directory = try temporaryDirectory("jobfile")
         let path = directory + "/jobs.jsonl"
         let long = String(repeating: "a", count: 10_000)
         let text = "\u{FEFF}{\"a\": 1}\n\n   \r\n{\"b\": 2}\r\n\"\(long)\"\n\n{\"c\": 3}"
@@ -494,7 +494,7 @@ final class JobFileParserTests: XCTestCase {
     }
 
     func testMissingOrUnreadableJobFileThrowsWithThePath() throws {
-        let directory = try ProcessSupport.temporaryDirectory(for: self, "jobfile")
+        let directory = try temporaryDirectory("jobfile")
         let missing = directory + "/nope.jsonl"
         XCTAssertThrowsError(try JobFileReader(path: missing)) { error in
             XCTAssertEqual((error as? JobFileError)?.path, missing)
@@ -507,7 +507,7 @@ final class JobFileParserTests: XCTestCase {
     }
 
     func testLineLongerThanTheMaximumIsAnError() throws {
-        let directory = try ProcessSupport.temporaryDirectory(for: self, "jobfile")
+        let directory = try temporaryDirectory("jobfile")
         let path = directory + "/jobs.jsonl"
         try Data(("{}\n" + String(repeating: " ", count: 5000) + "{}\n").utf8).write(to: URL(fileURLWithPath: path))
         let reader = try JobFileReader(path: path, chunkSize: 1024, maximumLineLength: 2048)
