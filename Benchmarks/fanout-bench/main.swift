@@ -71,6 +71,15 @@ let usage = """
                                            by the fleet's Lua scripts included) and Redis's CPU per notification.
                                            Every run checked: one delivered result per token, no duplicate at the
                                            mock. --quick: 20,000 tokens in 4 jobs, shards of 1,000
+                          follow           fanout send --follow (the real binary) against the shared mock, its job
+                                           file a queue: the bench appends one-token alert jobs at 1,000/s for 10 s
+                                           (each line one write(2) on an O_APPEND descriptor, on a fixed schedule)
+                                           and reads the results lines from its stdout: latency from each job's
+                                           scheduled append to its results line, p50/p99/p99.9/max (goal p99 <=
+                                           10 ms), with the producer's lag and the engine's wire time beside it;
+                                           then SIGTERM (exit 0, the summary last). The sender's CPU per job
+                                           against fanout send --jobs of the same jobs as a finished file in the
+                                           same run (cpu_vs_file, goal <= 2). --quick: 1 s
       --json FILE       also write the results as JSON (one object per scenario)
       --report DIR      also write DIR/index.html (DIR made when missing): one self-contained page, inline CSS
                         and hand-written SVG, no script, nothing fetched. The machine (cores, load average
@@ -91,7 +100,7 @@ let usage = """
 
 let allScenarios = [
     "throughput-1c", "throughput-4c", "fanout-scaling", "many-jobs", "single-send", "encode", "ratelimit", "faults",
-    "load", "peer-aioapns", "registry", "serve", "broadcast", "fleet",
+    "load", "peer-aioapns", "registry", "serve", "broadcast", "fleet", "follow",
 ]
 /// Left out of `--quick` unless named: installing aioapns alone takes longer than the rest.
 let slowScenarios: Set = ["peer-aioapns"]
@@ -165,6 +174,7 @@ func runParent(_ options: Options) throws -> Int32 {
         case "serve": try runServe(bench)
         case "broadcast": try runBroadcast(bench)
         case "fleet": try runFleet(bench)
+        case "follow": try runFollow(bench)
         default: break
         }
     }

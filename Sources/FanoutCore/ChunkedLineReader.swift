@@ -63,6 +63,9 @@ package final class ChunkedLineReader {
     package private(set) var bytesRead = 0
     /// What `fill` grows the buffer with before a read overwrites it.
     private static let zeros = [UInt8](repeating: 0, count: defaultChunkSize)
+    /// Follow mode's read buffer, kept across reads: a followed file is read a line or two at a time, and growing
+    /// `buffer` by a zeroed chunk for each read (as a bulk read does) would copy 256 KiB per job line.
+    private var followScratch: [UInt8] = []
 
     /// Opens `path` for reading; throws when it does not exist, cannot be read or is a directory.
     /// - Parameter followsAppends: read complete lines only and never reach an end: `nextLine` returns nil when no
@@ -170,6 +173,7 @@ package final class ChunkedLineReader {
         guard buffer.count <= maximumLineLength else {
             throw FileReadError(.lineTooLong, "line \(lineNumber + 1) is longer than \(maximumLineLength) bytes")
         }
+        if followsAppends { return try fillFollowing() }
         let oldCount = buffer.count
         // Room for the read, zeroed from an array (one copy in any build): appending `repeatElement(0, ...)`
         // walks it an element at a time in a debug build, allocating on each, 262,144 times per chunk.
@@ -194,6 +198,20 @@ package final class ChunkedLineReader {
             return count > 0
         case .failure(let error):
             buffer.removeLast(chunkSize)
+            closeFile()
+            throw error
+        }
+    }
+
+    /// `fill` in follow mode: reads into the kept scratch buffer and appends what came. False when nothing did.
+    private func fillFollowing() throws(FileReadError) -> Bool {
+        if followScratch.isEmpty { followScratch = [UInt8](repeating: 0, count: chunkSize) }
+        switch followScratch.withUnsafeMutableBufferPointer({ ReadableFile.readChunk(descriptor, into: $0) }) {
+        case .success(let count):
+            buffer.append(contentsOf: followScratch[..<count])
+            bytesRead += count
+            return count > 0
+        case .failure(let error):
             closeFile()
             throw error
         }

@@ -51,7 +51,7 @@ final class FollowedJobFile: @unchecked Sendable {
         self.lineNumberBase = lineNumberBase
         reader = try JobFileReader(
             path: path, maximumLineLength: maximumLineLength, followsAppends: true, lineNumberBase: lineNumberBase)
-        watcher = FileChangeWatcher(path: path)
+        watcher = FileChangeWatcher(path: path, recheckInterval: Self.recheckInterval)
     }
 
     /// The open file's identity (`identity(device:inode:)`), and the line number its first line follows.
@@ -69,7 +69,10 @@ final class FollowedJobFile: @unchecked Sendable {
     var lagBytes: Int { lag.load(ordering: .relaxed) }
     private let lag = Atomic<Int>(0)
 
+    private var linesSinceLagMeasured = 0
+
     private func measureLag() {
+        linesSinceLagMeasured = 0
         guard let status = reader.openFileStatus() else { return }
         lag.store(max(0, status.size - reader.bytesRead), ordering: .relaxed)
     }
@@ -79,12 +82,14 @@ final class FollowedJobFile: @unchecked Sendable {
         while true {
             if stopped.load(ordering: .acquiring) { return .stopped }
             if let line = try reader.nextLine() {
-                measureLag()
+                // The lag is measured every 64 lines while producers are ahead, and at every wait.
+                linesSinceLagMeasured += 1
+                if linesSinceLagMeasured >= 64 { measureLag() }
                 return .line(line)
             }
             measureLag()
             if let why = replacement() { return .replaced(why) }
-            _ = await watcher.waitForChange(timeout: Self.recheckInterval)
+            _ = await watcher.waitForChange()
         }
     }
 
@@ -99,7 +104,7 @@ final class FollowedJobFile: @unchecked Sendable {
                 lineNumberBase = base
                 return true
             }
-            _ = await watcher.waitForChange(timeout: Self.recheckInterval)
+            _ = await watcher.waitForChange()
         }
         return false
     }

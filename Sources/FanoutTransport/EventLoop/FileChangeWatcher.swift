@@ -4,17 +4,16 @@ import Synchronization
 
 /// Wakes a reader that follows a growing file (`fanout send --follow`): a libuv fs-event watch (inotify on Linux) on
 /// the file's directory, filtered to the file's name, so that an append, a truncation, a rename away (a rotation) and
-/// a new file of that name each wake it. Each wait has a deadline, so a change the watch did not report (a file
-/// system without inotify, a network mount) is still seen within it: the reader then checks the file itself.
+/// a new file of that name each wake it. A repeating recheck timer ends any wait at least every `recheckInterval`,
+/// so a change the watch did not report (a file system without inotify, a network mount) is still seen: the reader
+/// then checks the file itself. A wait costs no call to the watch's thread.
 ///
-/// The watch runs on a loop thread of its own. `waitForChange(timeout:)` may be called from any task, one at a time.
+/// The watch runs on a loop thread of its own. `waitForChange()` may be called from any task, one at a time.
 package final class FileChangeWatcher: Sendable {
     private struct State {
         /// A change seen since the last wait returned.
         var pending = false
         var waiter: CheckedContinuation<Bool, Never>?
-        /// Bumped by each wait, so that a wait's deadline does not end a later one.
-        var generation = 0
         var closed = false
     }
 
@@ -38,8 +37,13 @@ package final class FileChangeWatcher: Sendable {
     /// the reader.
     package var isWatching: Bool { watching.load(ordering: .acquiring) }
 
-    /// Watches `path`'s directory for changes to `path`'s name.
-    package init(path: String) {
+    /// Watches `path`'s directory for changes to `path`'s name; waits end at least every `recheckInterval`.
+    package init(path: String, recheckInterval: Duration = .seconds(1)) {
+        let interval = UInt64(
+            max(
+                1,
+                recheckInterval.components.seconds * 1000
+                    + recheckInterval.components.attoseconds / 1_000_000_000_000_000))
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
         thread = LoopThread(name: "fanout-watch")
@@ -48,7 +52,12 @@ package final class FileChangeWatcher: Sendable {
         let thread = self.thread
         let owner = UncheckedSendableBox(Unmanaged.passUnretained(self).toOpaque())
         let started = thread.runAndWait { () -> Bool in
-            handles.timer = LoopTimer(loop: thread)
+            let timer = LoopTimer(loop: thread)
+            timer.schedule(milliseconds: interval, repeatMilliseconds: interval) {
+                let watcher = Unmanaged<FileChangeWatcher>.fromOpaque(owner.value).takeUnretainedValue()
+                watcher.wake(changed: false)
+            }
+            handles.timer = timer
             let event = UnsafeMutablePointer<uv_fs_event_t>.allocate(capacity: 1)
             guard uv_fs_event_init(thread.loop, event) == 0 else {
                 event.deallocate()
@@ -65,36 +74,21 @@ package final class FileChangeWatcher: Sendable {
         watching.store(started, ordering: .releasing)
     }
 
-    /// Waits until a change of the file is seen (true), or `timeout` passes (false). A change seen since the last
-    /// wait returned ends this one at once. After `close()`, returns at once.
-    package func waitForChange(timeout: Duration) async -> Bool {
-        let milliseconds =
-            UInt64(max(0, timeout.components.seconds)) * 1000
-            + UInt64(max(0, timeout.components.attoseconds) / 1_000_000_000_000_000)
-        return await withCheckedContinuation { continuation in
-            let generation = state.withLock { state -> Int? in
+    /// Waits until a change of the file is seen (true), or the recheck timer ticks (false). A change seen since the
+    /// last wait returned ends this one at once. After `close()`, returns at once.
+    package func waitForChange() async -> Bool {
+        await withCheckedContinuation { continuation in
+            let immediate = state.withLock { state -> Bool? in
                 if state.pending || state.closed {
                     let changed = state.pending
                     state.pending = false
-                    continuation.resume(returning: changed)
-                    return nil
+                    return changed
                 }
                 precondition(state.waiter == nil, "one waitForChange at a time")
                 state.waiter = continuation
-                state.generation += 1
-                return state.generation
+                return nil
             }
-            guard let generation else { return }
-            let handles = self.handles
-            do {
-                try thread.execute { [self] in
-                    handles.value.timer?.schedule(milliseconds: milliseconds) { [self] in
-                        wake(changed: false, generation: generation)
-                    }
-                }
-            } catch {
-                wake(changed: false, generation: generation)
-            }
+            if let immediate { continuation.resume(returning: immediate) }
         }
     }
 
@@ -123,15 +117,12 @@ package final class FileChangeWatcher: Sendable {
     /// On the loop: an event for `name` (or one that names no file) is a change.
     fileprivate func eventSeen(name: String?) {
         guard name == nil || name == handles.value.name else { return }
-        handles.value.timer?.stop()
-        wake(changed: true, generation: nil)
+        wake(changed: true)
     }
 
-    /// Ends the current wait with `changed`; with no wait, remembers a change for the next. A deadline
-    /// (`generation` given) ends only the wait it was set for.
-    private func wake(changed: Bool, generation: Int?) {
+    /// Ends the current wait with `changed`; with no wait, remembers a change for the next (a tick is not kept).
+    fileprivate func wake(changed: Bool) {
         let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
-            if let generation, generation != state.generation { return nil }
             guard let waiter = state.waiter else {
                 if changed { state.pending = true }
                 return nil
