@@ -3,6 +3,13 @@
 import Fanout
 
 // README-EXAMPLE-BEGIN
+/// Sends one alert to one device; the call gives up after 5 s (`failed`, reason `DeadlineExceeded`).
+func sendGoalAlert(engine: FanoutEngine, deviceToken: String) async throws -> NotificationResult {
+    let alert = try PushNotification.alert(
+        AlertPayload(title: "Goal!", body: "2-1"), to: deviceToken, app: "com.acme.app")
+    return try await engine.send(alert, timeout: .seconds(5))
+}
+
 /// Sends a score update to every Live Activity token in a file, and drops the tokens APNs says are gone.
 func sendScoreUpdate(
     engine: FanoutEngine, tokensFile: String, home: Int, away: Int, at timestamp: Int64

@@ -20,11 +20,13 @@ final class ReadmeExampleTests: XCTestCase {
         let engine = try FanoutEngine(configuration: configuration)
         let summary = try await sendScoreUpdate(
             engine: engine, tokensFile: file, home: 2, away: 1, at: Int64(Date().timeIntervalSince1970))
+        let alertResult = try await sendGoalAlert(engine: engine, deviceToken: testDeviceToken(7))
         await engine.shutdown()
 
         XCTAssertEqual(summary.counts.delivered, 500)
         XCTAssertEqual(summary.payloadEncodings, 1)
-        XCTAssertEqual(mock.stats.accepted, 500)
+        XCTAssertEqual(mock.stats.accepted, 501)
+        XCTAssertEqual(alertResult.outcome, .delivered, alertResult.reason ?? "")
     }
 
     func testReadmeShowsThisExampleVerbatim() throws {

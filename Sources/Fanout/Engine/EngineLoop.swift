@@ -208,7 +208,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             if isStopping {
                 finish(pending, outcome: .failed, reason: "NotSent")
             } else if pending.job.run.isCancelled {
-                finish(pending, outcome: .cancelled, reason: "Cancelled")
+                finish(pending, outcome: pending.job.run.stopOutcome, reason: pending.job.run.stopReason)
             } else {
                 waiting.append(pending)
             }
@@ -330,7 +330,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             handle(pending, response: response, connection: connection)
         case .failure(.cancelled):
             // Only a cancelled job cancels its streams.
-            finish(pending, outcome: .cancelled, reason: "Cancelled")
+            finish(pending, outcome: pending.job.run.stopOutcome, reason: pending.job.run.stopReason)
         case .failure(let failure):
             if failure.isSafeToRetry && pending.freeResends < Self.maxFreeResends {
                 // The server did not act on it: send again at once, without counting an attempt.
@@ -339,7 +339,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
                 if isStopping {
                     finish(pending, outcome: .failed, reason: "NotSent")
                 } else if pending.job.run.isCancelled {
-                    finish(pending, outcome: .cancelled, reason: "Cancelled")
+                    finish(pending, outcome: pending.job.run.stopOutcome, reason: pending.job.run.stopReason)
                 } else {
                     waiting.prepend(pending)
                 }
@@ -390,7 +390,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         _ pending: PendingNotification, immediately: Bool = false, lostWith connection: HTTP2ClientConnection? = nil
     ) {
         if pending.job.run.isCancelled {
-            finish(pending, outcome: .cancelled, reason: "Cancelled")
+            finish(pending, outcome: pending.job.run.stopOutcome, reason: pending.job.run.stopReason)
             return
         }
         if pending.job.run.isSuperseded {
@@ -645,12 +645,12 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             pending.connection?.cancel(pending.requestID)
         }
         for pending in waiting.removeAll(where: { $0.job.run === run }) {
-            finish(pending, outcome: .cancelled, reason: "Cancelled")
+            finish(pending, outcome: pending.job.run.stopOutcome, reason: pending.job.run.stopReason)
         }
         var kept: [PendingNotification] = []
         for pending in delayed {
             if pending.job.run === run {
-                finish(pending, outcome: .cancelled, reason: "Cancelled")
+                finish(pending, outcome: pending.job.run.stopOutcome, reason: pending.job.run.stopReason)
             } else {
                 kept.append(pending)
             }

@@ -40,6 +40,8 @@ public final class FanoutEngine: Sendable {
     private let idSeedCount = Atomic<UInt64>(0)
     /// `send` calls under way, held to `configuration.maxPendingSends`.
     private let pendingSends = Atomic<Int>(0)
+    /// The deadlines of calls given a timeout.
+    private let deadlines = CallDeadlines()
     /// Latest-wins and the priority-10 guard, per activity.
     let activities = ActivityLedger()
     /// Tokens APNs invalidated (410, BadDeviceToken, DeviceTokenNotForTopic), from every job, for the
@@ -141,21 +143,27 @@ public final class FanoutEngine: Sendable {
     ///
     /// Cancelling the calling task cancels the job (see `FanoutRun.cancel()`): it returns soon after,
     /// with the notifications that were not answered counted as `cancelled`.
+    /// - Parameter timeout: how long the whole job may take: waiting for budget and for room in flight, every
+    ///   attempt and backoff. When it passes, every notification not answered yet ends `failed` with reason
+    ///   `DeadlineExceeded` (open streams are reset), and the call returns. Nil: no deadline.
     /// - Throws: `.shutdown` once `shutdown()` has begun; `.invalidNotification` for a job that fails
     ///   validation (which also gets one `invalid` result).
-    public func run(_ job: FanoutJob, onResult: @escaping @Sendable (NotificationResult) -> Void)
-        async throws(FanoutError)
-        -> JobSummary
-    {
-        try await run(job, onResult: onResult, deliversOnLoop: false)
+    public func run(
+        _ job: FanoutJob, timeout: Duration? = nil, onResult: @escaping @Sendable (NotificationResult) -> Void
+    ) async throws(FanoutError) -> JobSummary {
+        try await run(job, timeout: timeout, onResult: onResult, deliversOnLoop: false)
     }
 
-    /// `run(_:onResult:)`; `deliversOnLoop` is `send`'s (see `FanoutRun.deliversOnLoop`).
+    /// `run(_:timeout:onResult:)`; `deliversOnLoop` is `send`'s (see `FanoutRun.deliversOnLoop`).
     private func run(
-        _ job: FanoutJob, onResult: @escaping @Sendable (NotificationResult) -> Void, deliversOnLoop: Bool
+        _ job: FanoutJob, timeout: Duration?, onResult: @escaping @Sendable (NotificationResult) -> Void,
+        deliversOnLoop: Bool
     ) async throws(FanoutError) -> JobSummary {
         try checkNotShutDown()
         let run = makeRun(jobID: job.id, onResult: onResult, deliversOnLoop: deliversOnLoop)
+        if let timeout { try FanoutEngineConfiguration.checkTime("timeout", timeout) }
+        let deadline = timeout.map { deadlines.add(run, deadline: .now + $0) }
+        defer { if let deadline { deadlines.remove(deadline) } }
         let outcome = await withTaskCancellationHandler { () async -> Result<JobSummary, FanoutError> in
             do throws(FanoutError) {
                 try await feed(job, into: run)
@@ -182,12 +190,17 @@ public final class FanoutEngine: Sendable {
     }
 
     /// Sends one notification and returns its result (APNs's answer, or why there was none: a
-    /// connection failure, `Timeout` after the last attempt, `cancelled` when the calling task was
-    /// cancelled). An `apnsID` in the headers is used as the request's `apns-id`.
+    /// connection failure, `Timeout` after the last attempt, `DeadlineExceeded` when `timeout` passed, `cancelled`
+    /// when the calling task was cancelled). An `apnsID` in the headers is used as the request's `apns-id`.
+    /// - Parameter timeout: how long the call may take in all (waiting for budget and room in flight, every attempt
+    ///   and backoff); past it the notification ends `failed`, reason `DeadlineExceeded`, and nothing of it is left
+    ///   running. Default: `configuration.sendTimeout` (30 s).
     /// - Throws: `.shutdown` once `shutdown()` has begun; `.invalidNotification` for a bad token,
     ///   header or payload (nothing is sent); `.overloaded` when `maxPendingSends` calls are already under way
     ///   (nothing is sent).
-    public func send(_ notification: PushNotification) async throws(FanoutError) -> NotificationResult {
+    public func send(_ notification: PushNotification, timeout: Duration? = nil) async throws(FanoutError)
+        -> NotificationResult
+    {
         guard DeviceToken(notification.deviceToken) != nil else {
             throw FanoutError(.invalidNotification, "device token is not 64 to 200 hex digits")
         }
@@ -209,7 +222,10 @@ public final class FanoutEngine: Sendable {
         job.singleNotificationID = notification.headers.apnsID.map(APNsIdentifier.init)
         let collected = Mutex<NotificationResult?>(nil)
         // Storing the result costs next to nothing, so the loop delivers it (no results-thread hop).
-        _ = try await run(job, onResult: { result in collected.withLock { $0 = result } }, deliversOnLoop: true)
+        _ = try await run(
+            job, timeout: timeout ?? configuration.sendTimeout,
+            onResult: { result in collected.withLock { $0 = result } },
+            deliversOnLoop: true)
         guard let result = collected.withLock({ $0 }) else {
             preconditionFailure("a finished job of one token has one result")
         }
@@ -236,11 +252,16 @@ public final class FanoutEngine: Sendable {
     private enum FeedStop {
         case shutdown
         case cancelled
+        /// The call's deadline passed (`FanoutRun.expire()`).
+        case deadline
         case superseded
+
+        /// A cancel of `run`: by its caller, or by its deadline.
+        static func cancel(of run: FanoutRun) -> FeedStop { run.deadlinePassed ? .deadline : .cancelled }
 
         var outcome: NotificationOutcome {
             switch self {
-            case .shutdown: return .failed
+            case .shutdown, .deadline: return .failed
             case .cancelled: return .cancelled
             case .superseded: return .superseded
             }
@@ -249,6 +270,7 @@ public final class FanoutEngine: Sendable {
             switch self {
             case .shutdown: return "NotSent"
             case .cancelled: return "Cancelled"
+            case .deadline: return "DeadlineExceeded"
             case .superseded: return "Superseded"
             }
         }
@@ -291,7 +313,7 @@ public final class FanoutEngine: Sendable {
             if run.isSuperseded {
                 stop = .superseded
             } else if run.isCancelled || Task.isCancelled {
-                stop = .cancelled
+                stop = .cancel(of: run)
             } else if isShuttingDown() {
                 stop = .shutdown
             }
@@ -299,7 +321,7 @@ public final class FanoutEngine: Sendable {
         func stopped(by admission: Admission) -> FeedStop? {
             switch admission {
             case .notSent: return .shutdown
-            case .cancelled: return .cancelled
+            case .cancelled: return .cancel(of: run)
             default: return nil
             }
         }
@@ -430,9 +452,10 @@ public final class FanoutEngine: Sendable {
                 continue
             }
             guard case .send(let target) = admission else { continue }
-            guard await limiter.acquire(batch.count) else {
-                stop = .cancelled
-                recordStopped(.cancelled)
+            guard await limiter.acquire(batch.count, for: run) else {
+                let cancel = FeedStop.cancel(of: run)
+                stop = cancel
+                recordStopped(cancel)
                 continue
             }
             checkStop()
@@ -581,11 +604,12 @@ public final class FanoutEngine: Sendable {
             run.record(result)
             return nil
         }
-        guard await shared.limiter.acquire(1) else {
-            result.outcome = .cancelled
-            result.reason = "Cancelled"
+        guard await shared.limiter.acquire(1, for: run) else {
+            let cancel = FeedStop.cancel(of: run)
+            result.outcome = cancel.outcome
+            result.reason = cancel.reason
             run.record(result)
-            return .cancelled
+            return cancel
         }
         let pending = PendingNotification(
             job: broadcast, token: RecipientToken(channel), apnsID: .random(using: &random),
@@ -752,6 +776,7 @@ public final class FanoutEngine: Sendable {
             await waitUntilStopped()
             return
         }
+        deadlines.close()
         let (limiter, sendLimiter) = (shared.limiter, shared.sendLimiter)
         await withTaskGroup(of: Void.self) { group in
             group.addTask {

@@ -32,8 +32,9 @@ public struct FanoutEngineConfiguration: Sendable {
     /// gateway's burst faster than APNs answers would otherwise grow without bound. Jobs (`run`, `submit`) are not
     /// counted; at least 1. Default: 8 times the in-flight limit, at least 16,384 (about 200 MB of waiting calls).
     public var maxPendingSends: Int?
-    /// Workspace rate budgets (250,000 requests/hour per workspace by default, counted per job,
-    /// refused with `rate_limited` when out). Nil: no limit.
+    /// Workspace rate budgets, opt-in: nil (the default) sends whatever the engine is given, as fast as APNs takes
+    /// it. `RateLimiterRegistry()` gives every workspace 250,000 requests an hour (counted per job, refused with
+    /// `rate_limited` when out), as `fanout send` and `fanout serve` do by default.
     public var rateLimits: RateLimiterRegistry?
     /// Where rate decisions are made instead of `rateLimits`' in-process buckets (`fanout worker` shares one budget
     /// per workspace through Redis). Used only while `rateLimits` is set, which still gives the budgets. Nil: in
@@ -72,6 +73,11 @@ public struct FanoutEngineConfiguration: Sendable {
     /// like a lost connection: retried with the same `apns-id` (it counts as an attempt), and after the
     /// last attempt it ends `failed` with reason `Timeout`; 1 ms to 1 day. Nil: wait as long as the connection lives.
     public var requestTimeout: Duration?
+    /// How long `send(_:)` may take in all when the call gives no timeout of its own: waiting for budget and room in
+    /// flight, every attempt and backoff; past it the notification ends `failed` with reason `DeadlineExceeded`.
+    /// 1 ms to 1 day; nil: no deadline (bounded only by `maxAttempts` × `requestTimeout` and the backoffs). Jobs
+    /// (`run`, `submit`) have no default deadline: a large one takes as long as its tokens need.
+    public var sendTimeout: Duration?
     /// Connection attempts in a row that may fail before a loop fails its waiting notifications (1 to 1,000,000).
     public var maxConnectAttempts: Int
     /// How long one connection attempt (TCP and TLS) may take; 1 ms to 1 day.
@@ -107,12 +113,13 @@ public struct FanoutEngineConfiguration: Sendable {
         activityIDAttribute = .fanout
         priority10UpdatesPerHour = [:]
         metrics = nil
-        rateLimits = try! RateLimiterRegistry()  // the default budget is valid
+        rateLimits = nil
         maxAttempts = 8
         retryBudgetRatio = 0.2
         retryBase = .milliseconds(100)
         retryCap = .seconds(5)
         requestTimeout = .seconds(30)
+        sendTimeout = .seconds(30)
         maxConnectAttempts = 5
         connectTimeout = .seconds(10)
         pingInterval = .seconds(15)
@@ -171,6 +178,7 @@ public struct FanoutEngineConfiguration: Sendable {
         try check("retryBase", retryBase, allowsZero: true)
         try check("retryCap", retryCap, allowsZero: true)
         if let requestTimeout { try check("requestTimeout", requestTimeout) }
+        if let sendTimeout { try check("sendTimeout", sendTimeout) }
         try check("connectTimeout", connectTimeout)
         try check("pingInterval", pingInterval)
         try check("overloadReconnectInterval", overloadReconnectInterval, allowsZero: true)

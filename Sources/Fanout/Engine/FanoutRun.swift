@@ -38,6 +38,11 @@ public final class FanoutRun: Sendable {
     private let started = DispatchTime.now()
     private let cancelledFlag = Atomic<Bool>(false)
     private let supersededFlag = Atomic<Bool>(false)
+    /// The run was stopped by its deadline (`expire()`), not by a caller's cancel: what it stops ends `failed`,
+    /// reason `DeadlineExceeded`. Set before `cancelledFlag`.
+    private let deadlineFlag = Atomic<Bool>(false)
+    /// Ends the wait the run's feeding is in (for room in flight), when the run is stopped while it waits.
+    private let waitCanceller = Mutex<(@Sendable () -> Void)?>(nil)
     /// Tells the engine's loops to drop this run's queued notifications and reset its open streams.
     private let cancelOnLoops: @Sendable (FanoutRun) -> Void
     /// The task feeding a `submit`ted job, cancelled with the run.
@@ -96,11 +101,36 @@ public final class FanoutRun: Sendable {
         guard cancelledFlag.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else { return }
         feeder.withLock { $0 }?.cancel()
+        waitCanceller.withLock { $0 }?()
         cancelOnLoops(self)
     }
 
-    /// Whether `cancel()` was called.
+    /// Whether `cancel()` was called (or the run's deadline passed).
     public var isCancelled: Bool { cancelledFlag.load(ordering: .acquiring) }
+
+    /// Stops the run because its call's deadline passed: as `cancel()`, but what it stops ends `failed` with
+    /// reason `DeadlineExceeded`.
+    func expire() {
+        deadlineFlag.store(true, ordering: .releasing)
+        cancel()
+    }
+
+    /// Whether the run was stopped by its deadline.
+    var deadlinePassed: Bool { deadlineFlag.load(ordering: .acquiring) }
+
+    /// The outcome of a notification the run's stop ended: `cancelled`, or `failed` once its deadline passed.
+    var stopOutcome: NotificationOutcome { deadlinePassed ? .failed : .cancelled }
+    /// Its reason: `Cancelled` or `DeadlineExceeded`.
+    var stopReason: String { deadlinePassed ? "DeadlineExceeded" : "Cancelled" }
+
+    /// Runs `wait` (a wait for room in flight) so that stopping the run ends it: `cancel` is how to end it, and it
+    /// is called at once when the run is stopped already.
+    func stoppable<T>(_ wait: () async -> T, cancel: @escaping @Sendable () -> Void) async -> T {
+        waitCanceller.withLock { $0 = cancel }
+        if isCancelled { cancel() }
+        defer { waitCanceller.withLock { $0 = nil } }
+        return await wait()
+    }
 
     /// A newer update for the same activity replaced this job: what is not on the wire yet ends
     /// `superseded`.

@@ -17,6 +17,8 @@ final class InFlightLimiter: Sendable {
         var waiters = FIFOQueue<Waiter>()
         /// Waiters removed by cancellation while still queued: skipped when they reach the head.
         var cancelledWaiters = Set<UInt64>()
+        /// Waiters given an id on the slow path and not answered yet (queued, or about to be).
+        var unanswered = Set<UInt64>()
         var nextWaiterID: UInt64 = 0
         var emptyWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     }
@@ -29,9 +31,10 @@ final class InFlightLimiter: Sendable {
         state = Mutex(State(available: capacity))
     }
 
-    /// Waits until `count` permits (at most `capacity`) are free, then takes them. FIFO.
-    /// - Returns: false, with no permit taken, when the waiting task was cancelled.
-    func acquire(_ count: Int) async -> Bool {
+    /// Waits until `count` permits (at most `capacity`) are free, then takes them. FIFO. A wait for `run` ends too
+    /// when the run is stopped (cancelled, or its deadline passed).
+    /// - Returns: false, with no permit taken, when the waiting task was cancelled or the run stopped.
+    func acquire(_ count: Int, for run: FanoutRun? = nil) async -> Bool {
         let count = min(count, capacity)
         if Task.isCancelled { return false }
         // Room now and nobody queued ahead (the usual case, and always so for a gateway's one-token jobs): one lock,
@@ -42,15 +45,28 @@ final class InFlightLimiter: Sendable {
                 return nil
             }
             state.nextWaiterID += 1
+            state.unanswered.insert(state.nextWaiterID)
             return state.nextWaiterID
         }
         guard let id else { return true }
-        return await withTaskCancellationHandler {
+        if let run {
+            return await run.stoppable({ await wait(id: id, count: count) }, cancel: { self.cancelWaiter(id) })
+        }
+        return await wait(id: id, count: count)
+    }
+
+    /// The queued part of `acquire`: waits as waiter `id` for `count` permits.
+    private func wait(id: UInt64, count: Int) async -> Bool {
+        await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let ready = state.withLock { state -> Bool? in
-                    if Task.isCancelled { return false }
+                    if Task.isCancelled || state.cancelledWaiters.remove(id) != nil {
+                        state.unanswered.remove(id)
+                        return false
+                    }
                     if state.waiters.isEmpty && state.available >= count {
                         state.available -= count
+                        state.unanswered.remove(id)
                         return true
                     }
                     state.waiters.append(Waiter(id: id, count: count, continuation: continuation))
@@ -115,8 +131,10 @@ final class InFlightLimiter: Sendable {
     /// A waiter whose task was cancelled: resumed with false now; its place in the queue is skipped.
     private func cancelWaiter(_ id: UInt64) {
         let (cancelled, woken) = state.withLock { state -> (Waiter?, [Waiter]) in
-            guard let waiter = state.waiters.first(where: { $0.id == id }) else { return (nil, []) }
+            // Answered already: nothing to cancel. Not queued yet: refused when it comes (`wait` finds its id).
+            guard state.unanswered.remove(id) != nil else { return (nil, []) }
             state.cancelledWaiters.insert(id)
+            guard let waiter = state.waiters.first(where: { $0.id == id }) else { return (nil, []) }
             // The head may have been the one blocking the others.
             return (waiter, Self.takeSatisfiedWaiters(&state))
         }
@@ -133,6 +151,7 @@ final class InFlightLimiter: Sendable {
             }
             guard head.count <= state.available else { break }
             state.available -= head.count
+            state.unanswered.remove(head.id)
             woken.append(state.waiters.popFirst()!)
         }
         return woken

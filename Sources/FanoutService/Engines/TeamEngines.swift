@@ -45,6 +45,8 @@ package final class TeamEngines: Sendable {
             engineConfiguration.loops = configuration.loopsPerEngine
             engineConfiguration.connectionsPerLoop = configuration.connectionsPerLoop
             engineConfiguration.maxAttempts = configuration.maxAttempts
+            // Each workspace's send budget: the library's is opt-in; the service keeps 250,000 an hour.
+            engineConfiguration.rateLimits = try? RateLimiterRegistry()
             engineConfiguration.registry = registry
             engineConfiguration.warningHandler = warn
             engineConfiguration.metrics = metrics
