@@ -461,7 +461,7 @@ final class SendResumeTests: XCTestCase {
     /// A tokens file that opens but fails at read (an I/O error: here a symlink to /proc/self/mem, whose first read
     /// is EIO) ends its job with no line and unfinished, and the run with an error naming the job; the job after it
     /// runs to the end. Once the file reads, `--resume` sends its tokens (a malformed line in it is one recipient's
-    /// `rejected` result, not a failed read), and the job that finished is not sent again.
+    /// `unregistered` result, not a failed read), and the job that finished is not sent again.
     func testATokensFileThatFailsMidReadLeavesItsJobToResume() async throws {
         let mock = try MockHarness { $0.capturePayloads = true }
         addTeardownBlock { mock.stop() }
@@ -493,7 +493,7 @@ final class SendResumeTests: XCTestCase {
         XCTAssertEqual(resumed.counts.jobs, 2)
         XCTAssertEqual(resumed.counts.notifications, 5)
         XCTAssertEqual(resumed.counts.outcomes.delivered, 4)
-        XCTAssertEqual(resumed.counts.outcomes.rejected, 1)
+        XCTAssertEqual(resumed.counts.outcomes.unregistered, 1)
         XCTAssertEqual(resumed.counts.outcomes.invalid, 0)
         XCTAssertEqual(
             mock.stats.payloadsByToken.mapValues(\.count),

@@ -357,7 +357,8 @@ public final class FanoutEngine: Sendable {
         }
         @inline(never) func recordRejected(_ token: RecipientToken, _ position: Int) {
             run.didSubmit(1)
-            run.record(result(token, position, .rejected, "BadDeviceToken"))
+            // A malformed token ends as APNs's BadDeviceToken does: one outcome for a dead token wherever it is found.
+            run.record(result(token, position, .unregistered, "BadDeviceToken"))
         }
         @inline(never) func recordRateLimited(retryAfter: Double) {
             for _ in batch {

@@ -24,7 +24,8 @@ public struct NotificationOutcome: Hashable, Sendable, CustomStringConvertible {
     public static var delivered: NotificationOutcome { NotificationOutcome(code: 0) }
     /// APNs refused it for good (a request or configuration error); do not resend unchanged.
     public static var rejected: NotificationOutcome { NotificationOutcome(code: 1) }
-    /// The token should be dropped: 410, BadDeviceToken or DeviceTokenNotForTopic.
+    /// The token should be dropped: 410, BadDeviceToken or DeviceTokenNotForTopic from APNs, or a token Fanout found
+    /// malformed (BadDeviceToken, never sent).
     public static var unregistered: NotificationOutcome { NotificationOutcome(code: 2) }
     /// Transient errors until the retry budget ran out, or never sent (shutdown).
     public static var failed: NotificationOutcome { NotificationOutcome(code: 3) }
@@ -44,6 +45,28 @@ public struct NotificationOutcome: Hashable, Sendable, CustomStringConvertible {
     public static let all: [NotificationOutcome] = [
         delivered, rejected, unregistered, failed, expired, rateLimited, invalid, cancelled, superseded,
     ]
+
+    /// Every outcome, for an exhaustive `switch` (`switch result.outcome.kind { ... }`). The results file and the
+    /// APIs name them as `name` does: `delivered`, `rejected`, `unregistered`, `failed`, `expired`,
+    /// `rate_limited`, `invalid`, `cancelled`, `superseded`.
+    public enum Kind: Sendable, Hashable, CaseIterable {
+        case delivered, rejected, unregistered, failed, expired, rateLimited, invalid, cancelled, superseded
+    }
+
+    /// Which outcome this is, to switch over.
+    public var kind: Kind {
+        switch code {
+        case 0: .delivered
+        case 1: .rejected
+        case 2: .unregistered
+        case 3: .failed
+        case 4: .expired
+        case 5: .rateLimited
+        case 6: .invalid
+        case 7: .cancelled
+        default: .superseded
+        }
+    }
 
     /// The outcome a results line names (`"rate_limited"`, ...); an unknown name reads as `invalid`.
     public init(named name: String) {
@@ -135,6 +158,54 @@ extension NotificationResult {
         self.position = position
         self.channel = channel
     }
+}
+
+/// What a caller should do about a result: the outcome and APNs's reason, read together.
+public enum NotificationAction: Sendable, Hashable, CaseIterable {
+    /// Nothing: delivered, or ended by the caller's own choice (cancelled, superseded, expired as asked).
+    case none
+    /// Drop the token: APNs (410, BadDeviceToken, DeviceTokenNotForTopic) or Fanout found it dead or malformed.
+    case dropToken
+    /// Send it again later: a passing failure (5xx, APNs's 429 `TooManyRequests`, a timeout or deadline, a lost
+    /// connection) or the workspace's own budget (`rate_limited`, see `retryAfterSeconds`).
+    case retryLater
+    /// Fix the notification: its headers or payload were refused (`BadTopic`, `PayloadTooLarge`, an `invalid` job).
+    case fixRequest
+    /// Fix the sender's credentials or environment: the provider token, key, team or certificate was refused.
+    case fixCredentials
+}
+
+extension NotificationResult {
+    /// APNs's reason as the typed `APNsReason` (an unknown one keeps its text); nil when APNs gave none (Fanout's own
+    /// reasons: `NotSent`, `Cancelled`, `DeadlineExceeded`, ...).
+    public var apnsReason: APNsReason? {
+        guard status != nil, let reason else { return nil }
+        return APNsReason(reason)
+    }
+
+    /// The recipient's position in its job (0-based, in recipient order); nil for a job-level result.
+    public var recipientIndex: Int? { position >= 0 ? position : nil }
+
+    /// What to do about this result.
+    public var action: NotificationAction {
+        switch outcome.kind {
+        case .delivered, .cancelled, .superseded, .expired: return .none
+        case .unregistered: return .dropToken
+        case .failed, .rateLimited: return .retryLater
+        case .invalid: return .fixRequest
+        case .rejected:
+            guard let reason = apnsReason else { return .fixRequest }
+            if Self.credentialReasons.contains(reason) || status == 403 { return .fixCredentials }
+            return .fixRequest
+        }
+    }
+
+    /// Refusals that name the sender's credentials or environment rather than the notification.
+    private static let credentialReasons: Set<APNsReason> = [
+        .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden, .invalidProviderToken,
+        .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken,
+        .topicDisallowed,
+    ]
 }
 
 /// Counts of one job's (or a whole run's) outcomes.
