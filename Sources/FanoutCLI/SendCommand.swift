@@ -149,6 +149,9 @@ enum SendCommand {
         if let timeout = connection.requestTimeout { configuration.requestTimeout = timeout }
         // The job-file driver waits for budget rather than refusing (RateBudget.jobFileDefault).
         configuration.rateLimits = try config.rateLimits()
+        // A resent notification keeps its apns-id in the results file (and a resumed run's), as the job-file
+        // contract says.
+        configuration.apnsIDs = .fanout
         return configuration
     }
 

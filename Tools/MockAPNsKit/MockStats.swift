@@ -170,6 +170,10 @@ package final class MockStats: Sendable {
     /// How many distinct valid provider tokens were seen.
     package var distinctProviderTokens: Int { merged { $0.providerTokens.count } }
 
+    /// How many distinct `apns-id`s requests carried (a request without one, answered with an id of the mock's own,
+    /// adds none).
+    package var distinctRequestAPNsIDs: Int { merged { $0.apnsIDs.count } }
+
     func recordChannelCount(_ count: Int) { tallies.withLock { $0.channels = count } }
 
     func recordRefused() { tallies.withLock { $0.streamsRefused += 1 } }

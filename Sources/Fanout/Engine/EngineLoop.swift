@@ -57,6 +57,12 @@ final class PendingNotification: @unchecked Sendable {
     /// What a spare record holds as its token and id.
     private static let noToken = RecipientToken.text("")
     private static let noID = APNsIdentifier.uuid(high: 0, low: 0)
+    /// The id of a notification APNs gives its id to (`APNsIDAssignment.apns`): none is sent, and its result carries
+    /// the one APNs answers with.
+    static let assignedByAPNs = noID
+
+    /// Whether the request carries an `apns-id` of Fanout's (or the caller's).
+    var sendsAPNsID: Bool { apnsID != PendingNotification.noID }
 
     /// Makes the record spare: it lets go of its job (and so of the job's run and result handler) and strings.
     fileprivate func clear() {
@@ -289,7 +295,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             // A broadcast carries no apns-id (Apple lists only apns-request-id for it).
             head: head, path: broadcastPath ?? "/3/device/",
             pathSuffix: broadcastPath == nil ? pending.token : nil,
-            apnsID: broadcastPath != nil ? nil : pending.apnsID, body: job.body)
+            apnsID: broadcastPath != nil || !pending.sendsAPNsID ? nil : pending.apnsID, body: job.body)
         if let slot = freeWireSlots.popLast() {
             pending.wireSlot = slot
             onWire[slot] = pending
@@ -323,7 +329,9 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         switch result {
         case .success(let http) where http.status == 200:
             pending.lastStatus = 200
-            finish(pending, outcome: .delivered, status: 200, apnsUniqueID: http.apnsUniqueIDValue)
+            finish(
+                pending, outcome: .delivered, status: 200, apnsID: pending.sendsAPNsID ? nil : http.apnsIDValue,
+                apnsUniqueID: http.apnsUniqueIDValue)
         case .success(let http):
             let response = APNsResponse.parse(
                 status: http.status, apnsID: http.apnsID, apnsUniqueID: http.apnsUniqueID, body: http.body)
@@ -467,12 +475,12 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     private func finish(
         _ pending: PendingNotification, outcome: NotificationOutcome, response: APNsResponse? = nil,
         reason: String? = nil,
-        status: Int? = nil, apnsUniqueID: APNsIdentifier? = nil
+        status: Int? = nil, apnsID: APNsIdentifier? = nil, apnsUniqueID: APNsIdentifier? = nil
     ) {
         let finished = FinishedNotification(
             pending: pending, outcome: outcome, status: status ?? response?.status ?? pending.lastStatus,
             reason: response?.reason?.rawValue ?? reason ?? (outcome == .delivered ? nil : pending.lastReason),
-            apnsID: response?.apnsID.map(APNsIdentifier.init),
+            apnsID: apnsID ?? response?.apnsID.map(APNsIdentifier.init),
             apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID.map(APNsIdentifier.init),
             timestamp: response?.timestamp,
             latencyMilliseconds: pending.firstSentAt == 0 ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt))
@@ -816,7 +824,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         return NotificationResult(
             jobID: job.id, tokenValue: isBroadcast ? nil : pending.token, outcome: finished.pointee.outcome,
             status: finished.pointee.status, reason: finished.pointee.reason,
-            apnsIDValue: finished.pointee.apnsID ?? (isBroadcast ? nil : pending.apnsID),
+            apnsIDValue: finished.pointee.apnsID ?? (isBroadcast || !pending.sendsAPNsID ? nil : pending.apnsID),
             apnsUniqueIDValue: finished.pointee.apnsUniqueID, attempts: pending.attempts,
             latencyMilliseconds: finished.pointee.latencyMilliseconds, timestamp: finished.pointee.timestamp,
             position: pending.position, channel: isBroadcast ? pending.token.string : nil)

@@ -374,6 +374,7 @@ public final class FanoutEngine: Sendable {
         /// Makes the batch's records and hands them to the next loop; false when that loop has stopped. The
         /// per-notification objects (path, apns-id) are made here, on the feeding task's thread, so the loop thread
         /// only sends; records of finished notifications are filled again, new ones are made only past those.
+        let assignsIDs = configuration.apnsIDs == .fanout
         @inline(never) func handOver(sending target: PreparedJob) -> Bool {
             // A task running on one of the loops (`sendExecutor`) hands its notifications to that loop.
             let engineLoop = loopOfThisThread() ?? loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
@@ -381,7 +382,9 @@ public final class FanoutEngine: Sendable {
             notifications.reserveCapacity(batch.count)
             engineLoop.takeSpares(upTo: batch.count, into: &notifications)
             for (index, entry) in batch.enumerated() {
-                let apnsID = job.singleNotificationID ?? .random(using: &random)
+                let apnsID =
+                    job.singleNotificationID
+                    ?? (assignsIDs ? .random(using: &random) : PendingNotification.assignedByAPNs)
                 if index < notifications.count {
                     notifications[index].reuse(
                         job: target, token: entry.token, apnsID: apnsID, position: entry.position)

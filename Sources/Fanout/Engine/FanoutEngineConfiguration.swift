@@ -9,6 +9,16 @@ import Foundation
 ///
 /// One engine talks to one endpoint with one team's credentials (APNs allows one team per
 /// connection); run one engine per team.
+/// Who gives each notification its `apns-id`.
+public enum APNsIDAssignment: Sendable, Hashable {
+    /// APNs: the request carries none, and APNs assigns one and returns it in its answer, which every result then
+    /// carries. What APNs does with a request without an id, and what Pushy and APNSwift send by default.
+    case apns
+    /// Fanout: each notification gets a random version 4 UUID before it is first sent, kept across its retries, so a
+    /// caller can correlate a notification before its answer, and a resend after a lost connection keeps its id.
+    case fanout
+}
+
 public struct FanoutEngineConfiguration: Sendable {
     /// Takes a warning the engine carries on through: a message and its fields (no secrets).
     public typealias WarningHandler = @Sendable (_ message: String, _ fields: [String: String]) -> Void
@@ -56,6 +66,10 @@ public struct FanoutEngineConfiguration: Sendable {
     /// device allows (it depends on the device and on NSSupportsLiveActivitiesFrequentUpdates), so a
     /// limit is a choice each app makes from what it sees (throttled updates arriving late).
     public var priority10UpdatesPerHour: [String: Int]
+    /// Who gives each notification its `apns-id` (default `.apns`: APNs assigns it, and the result carries it).
+    /// `fanout send`, `fanout worker` and `fanout serve` use `.fanout`, so that a resent notification keeps its id
+    /// in their results. A `send` whose headers carry an `apnsID` sends that one either way.
+    public var apnsIDs: APNsIDAssignment
     /// Where the engine counts outcomes, retries, in-flight work, connections and round trips
     /// (served by `MetricsEndpoint`); nil: not counted.
     public var metrics: FanoutMetrics?
@@ -113,6 +127,7 @@ public struct FanoutEngineConfiguration: Sendable {
         activityIDAttribute = .fanout
         priority10UpdatesPerHour = [:]
         metrics = nil
+        apnsIDs = .apns
         rateLimits = nil
         maxAttempts = 8
         retryBudgetRatio = 0.2

@@ -47,6 +47,8 @@ package final class TeamEngines: Sendable {
             engineConfiguration.maxAttempts = configuration.maxAttempts
             // Each workspace's send budget: the library's is opt-in; the service keeps 250,000 an hour.
             engineConfiguration.rateLimits = try? RateLimiterRegistry()
+            // A dispatch's results keep each notification's id across its resends, as `fanout send`'s do.
+            engineConfiguration.apnsIDs = .fanout
             engineConfiguration.registry = registry
             engineConfiguration.warningHandler = warn
             engineConfiguration.metrics = metrics
