@@ -70,11 +70,12 @@ fuzz: deps-build
 sanitize: deps
 	@bash scripts/sanitize.sh
 
-## lint: formatting (swift format), the module graph docs/ARCHITECTURE.md draws against Package.swift, and a build of
-## every target with warnings as errors.
+## lint: formatting (swift format), the module graph docs/ARCHITECTURE.md draws against Package.swift, the README's
+## figures against docs/BENCHMARKS.md, and a build of every target with warnings as errors.
 lint: deps-build
 	$(SWIFT) format lint --strict --recursive Sources Tools Benchmarks Tests Fuzz Package.swift
 	python3 scripts/module-graph.py
+	python3 scripts/check-readme-figures.py
 	SWIFT=$(SWIFT) bash scripts/check-warnings.sh
 
 format:
