@@ -15,12 +15,22 @@ public struct NotificationHeaders: Hashable, Sendable {
     public var collapseID: String?
     /// `apns-id`, a canonical UUID; nil lets APNs generate one.
     public var apnsID: String?
-    /// The provider JWT, without the `bearer ` prefix; nil on certificate connections.
-    public var bearerToken: String?
+    /// The provider JWT, without the `bearer ` prefix; nil on certificate connections. The engine adds its own token
+    /// to each connection's requests, so a gateway never sets it; mock-apns's tests do.
+    package var bearerToken: String?
 
     public init(
         pushType: PushType, topic: String, priority: Int? = nil, expiration: Int64? = nil, collapseID: String? = nil,
-        apnsID: String? = nil, bearerToken: String? = nil
+        apnsID: String? = nil
+    ) {
+        self.init(
+            pushType: pushType, topic: topic, priority: priority, expiration: expiration, collapseID: collapseID,
+            apnsID: apnsID, bearerToken: nil)
+    }
+
+    package init(
+        pushType: PushType, topic: String, priority: Int? = nil, expiration: Int64? = nil, collapseID: String? = nil,
+        apnsID: String? = nil, bearerToken: String?
     ) {
         self.pushType = pushType
         self.topic = topic

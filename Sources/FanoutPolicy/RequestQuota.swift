@@ -4,34 +4,34 @@
 /// A token bucket: it holds at most `burst` requests and refills at `requestsPerHour`. A request takes one token or
 /// is refused with the time until one is there (`Retry-After`). Time is passed in (nanoseconds on any monotonic
 /// origin) so tests drive it; the reset time is reported on the wall clock the caller gives.
-public struct RequestQuotaRule: Sendable, Hashable {
-    public var requestsPerHour: Int
+package struct RequestQuotaRule: Sendable, Hashable {
+    package var requestsPerHour: Int
     /// Requests that may arrive at once after a quiet spell.
-    public var burst: Int
+    package var burst: Int
 
-    public init(requestsPerHour: Int, burst: Int) {
+    package init(requestsPerHour: Int, burst: Int) {
         precondition(requestsPerHour > 0 && burst > 0, "a quota needs a positive rate and burst")
         self.requestsPerHour = requestsPerHour
         self.burst = burst
     }
 
     /// `burstSeconds` of the hourly rate (at least one request).
-    public init(requestsPerHour: Int, burstSeconds: Int) {
+    package init(requestsPerHour: Int, burstSeconds: Int) {
         self.init(requestsPerHour: requestsPerHour, burst: max(1, requestsPerHour * burstSeconds / 3600))
     }
 }
 
 /// What one request was told.
-public struct RequestQuotaDecision: Sendable, Hashable {
-    public var admitted: Bool
+package struct RequestQuotaDecision: Sendable, Hashable {
+    package var admitted: Bool
     /// `X-RateLimit-Limit`: the hourly rate.
-    public var limit: Int
+    package var limit: Int
     /// `X-RateLimit-Remaining`: whole requests left in the bucket after this one.
-    public var remaining: Int
+    package var remaining: Int
     /// `X-RateLimit-Reset`: Unix seconds at which the bucket is full again.
-    public var resetAtUnixSeconds: Int64
+    package var resetAtUnixSeconds: Int64
     /// `Retry-After` for a refused request: whole seconds until one request is admitted (at least 1).
-    public var retryAfterSeconds: Int
+    package var retryAfterSeconds: Int
 
     /// A decision taken elsewhere (a bucket shared by several processes, in Redis).
     package init(admitted: Bool, limit: Int, remaining: Int, resetAtUnixSeconds: Int64, retryAfterSeconds: Int) {
@@ -44,15 +44,15 @@ public struct RequestQuotaDecision: Sendable, Hashable {
 }
 
 /// One workspace's bucket. Not thread-safe by itself: the caller holds it in a lock (`RequestQuotas`).
-public struct RequestQuota: Sendable {
-    public let rule: RequestQuotaRule
+package struct RequestQuota: Sendable {
+    package let rule: RequestQuotaRule
     /// Tokens in micro-requests, so that refills of a slow rate are not lost to rounding.
     private var microTokens: Int64
     private var lastRefill: UInt64?
 
     private static let scale: Int64 = 1_000_000
 
-    public init(rule: RequestQuotaRule) {
+    package init(rule: RequestQuotaRule) {
         self.rule = rule
         microTokens = Int64(rule.burst) * Self.scale
     }
@@ -61,7 +61,7 @@ public struct RequestQuota: Sendable {
     /// - Parameters:
     ///   - now: monotonic nanoseconds.
     ///   - wallClockSeconds: Unix seconds now, for the reset time.
-    public mutating func take(now: UInt64, wallClockSeconds: Double) -> RequestQuotaDecision {
+    package mutating func take(now: UInt64, wallClockSeconds: Double) -> RequestQuotaDecision {
         refill(to: now)
         let admitted = microTokens >= Self.scale
         if admitted { microTokens -= Self.scale }

@@ -3,11 +3,11 @@
 /// "retry budget"). A small floor lets a quiet sender still retry.
 ///
 /// Not thread-safe: each engine loop keeps its own, so the hot path takes no lock.
-public struct RetryBudget: Sendable {
+package struct RetryBudget: Sendable {
     /// Retries allowed per first attempt in the window (0.2: at most 20% extra load).
-    public let ratio: Double
+    package let ratio: Double
     /// Retries always allowed per window, whatever the traffic.
-    public let floor: Int
+    package let floor: Int
     private let bucketNanoseconds: UInt64
     private var firstAttempts: [Int]
     private var retries: [Int]
@@ -15,7 +15,7 @@ public struct RetryBudget: Sendable {
 
     /// - Parameters:
     ///   - windowSeconds: length of the sliding window, kept in one-second buckets.
-    public init(ratio: Double = 0.2, floor: Int = 10, windowSeconds: Int = 10) {
+    package init(ratio: Double = 0.2, floor: Int = 10, windowSeconds: Int = 10) {
         precondition(ratio >= 0 && floor >= 0 && windowSeconds >= 1)
         self.ratio = ratio
         self.floor = floor
@@ -37,12 +37,12 @@ public struct RetryBudget: Sendable {
     }
 
     /// Counts a notification's first send.
-    public mutating func recordFirstAttempt(now: UInt64) {
+    package mutating func recordFirstAttempt(now: UInt64) {
         firstAttempts[bucket(now)] += 1
     }
 
     /// Whether one more retry fits in the budget; when it does, it is counted.
-    public mutating func tryRetry(now: UInt64) -> Bool {
+    package mutating func tryRetry(now: UInt64) -> Bool {
         let current = bucket(now)
         let slot = now / bucketNanoseconds
         let span = UInt64(firstAttempts.count - 1)
