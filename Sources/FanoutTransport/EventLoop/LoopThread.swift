@@ -1,5 +1,6 @@
 import CFanoutShims
 package import CLibUV
+import COpenSSL
 import Foundation
 import Synchronization
 
@@ -144,6 +145,10 @@ package final class LoopThread: @unchecked Sendable {
         while wakesInFlight.load(ordering: .acquiring) != 0 { sched_yield() }
         close(wakeReadFD)
         close(wakeWriteFD)
+        // This thread's OpenSSL state (TLS, signing) goes now, while the library is surely alive: left to the
+        // thread's exit, its destructor can run after a process that returned from `shutdown()` and called `exit`
+        // has cleaned OpenSSL up (atexit), and free what that cleanup freed already (a double free at exit).
+        OPENSSL_thread_stop()
         hasExitedFlag.store(true, ordering: .releasing)
         exited.signal()
     }
