@@ -7,7 +7,7 @@ TEST_TOOLS := nghttp2-client nghttp2-server curl openssl python3 chromium redis-
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR := .demo
 
-.PHONY: deps deps-build deps-test deps-demo build release test demo soak fuzz sanitize lint format clean
+.PHONY: deps deps-build deps-test deps-demo build release test demo gateway-example soak fuzz sanitize lint format clean
 
 ## deps: install the C libraries and the test tools (h2load, nghttpd, curl, python3 for the Pushwoosh SDK
 ## script, chromium for the status page in a headless browser, redis-server for the Redis client's tests) when
@@ -48,11 +48,17 @@ release: deps-build
 	$(SWIFT) build -c release
 
 ## test: the whole suite (what CI runs), then fanout-bench --quick once so the benchmarks never rot
-## (no speed is asserted).
+## (no speed is asserted), then the gateway example, built as a package of its own would be.
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 	"$$($(SWIFT) build --show-bin-path)/fanout-bench" --quick
+	@SWIFT=$(SWIFT) bash scripts/gateway-example.sh
+
+## gateway-example: examples/gateway (its own SwiftPM package on the Fanout library, its own .build) against two
+## mock-apns: an alert, a 10,000-token Live Activity job, 6,000 concurrent sends, a 200 ms deadline.
+gateway-example: deps-build
+	@SWIFT=$(SWIFT) bash scripts/gateway-example.sh
 
 ## demo: mock-apns with fresh TLS material on a free port, examples/jobs.jsonl through `fanout send`.
 demo: deps-demo release
@@ -73,13 +79,13 @@ sanitize: deps
 ## lint: formatting (swift format), the module graph docs/ARCHITECTURE.md draws against Package.swift, the README's
 ## figures against docs/BENCHMARKS.md, and a build of every target with warnings as errors.
 lint: deps-build
-	$(SWIFT) format lint --strict --recursive Sources Tools Benchmarks Tests Fuzz Package.swift
+	$(SWIFT) format lint --strict --recursive Sources Tools Benchmarks Tests Fuzz Package.swift examples/gateway/Sources
 	python3 scripts/module-graph.py
 	python3 scripts/check-readme-figures.py
 	SWIFT=$(SWIFT) bash scripts/check-warnings.sh
 
 format:
-	$(SWIFT) format --in-place --recursive Sources Tools Benchmarks Tests Fuzz Package.swift
+	$(SWIFT) format --in-place --recursive Sources Tools Benchmarks Tests Fuzz Package.swift examples/gateway/Sources
 
 clean:
 	rm -rf .build $(DEMO_DIR)
