@@ -64,9 +64,10 @@ final class BroadcastTests: XCTestCase {
     /// as the engine does. Before, the channel client failed every request until its token's own refresh, 50
     /// minutes on.
     func testAnExpiredProviderTokenIsRefreshedAndTheRequestSentAgain() async throws {
+        let maxAge: Int64 = 1
         let strict = try MockHarness {
             $0.manageListen = MockListenAddress(host: "127.0.0.1", port: 0)
-            $0.tokenMaxAge = 1
+            $0.tokenMaxAge = maxAge
         }
         defer { strict.stop() }
         let signer = try ProviderTokenSigner(
@@ -80,8 +81,14 @@ final class BroadcastTests: XCTestCase {
         defer { client.shutdown() }
         let channel = try await client.create(app: Self.app, storagePolicy: .mostRecentMessageStored)
         let first = try tokens.currentToken()
-        // Past the mock's age limit: whole seconds of the token's iat, so a little over 2 s.
-        try await Task.sleep(for: .milliseconds(2_200))
+        // Past the mock's age limit: it refuses a token once the clock, in whole seconds, is more than `maxAge` past
+        // the token's iat. Wait for that clock (a little over 1 to 2 s), not for a guessed time.
+        let issuedAt = try XCTUnwrap(tokens.issuedAt)
+        let deadline = Date().addingTimeInterval(10)
+        while Int64(time(nil)) <= issuedAt + maxAge && Date() < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        XCTAssertGreaterThan(Int64(time(nil)), issuedAt + maxAge, "the token is past the mock's age limit")
         let policy = try await client.read(app: Self.app, channelID: channel)
         XCTAssertEqual(policy, .mostRecentMessageStored)
         // Only a refusal mints within refreshAfter (3000 s): the read was refused once, then sent with this one.

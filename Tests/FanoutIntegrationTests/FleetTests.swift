@@ -265,16 +265,34 @@ final class FleetTests: XCTestCase {
         try (lines.joined(separator: "\n") + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
         let enqueued = try fleet.run(["enqueue", "--redis", fleet.redis.url, "--jobs", jobs])
         XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
-        let workers = try startWorkers(fleet, count: 3)
-        try await Task.sleep(for: .seconds(16))
-        for worker in workers { worker.kill(SIGTERM) }
-        for worker in workers { _ = worker.waitForExit(timeout: 20) }
-
         let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.redis.url)))
         defer { Task { await client.shutdown() } }
         func finished(_ id: String) async throws -> Int64? {
             try await client.command(["HGET", RedisArgument("fanout:job:{\(id)}"), "finished_at"]).integer
         }
+        func finishedCount(_ workspace: String, _ count: Int) async throws -> Int {
+            var done = 0
+            for job in 0..<count where try await finished("\(workspace)-\(job)") != nil { done += 1 }
+            return done
+        }
+        let workers = try startWorkers(fleet, count: 3)
+        // Until 25 of acme's jobs are done (the burst's 4 and 21 at the rate: what the checks of the rate below need)
+        // and all of other's; then stop while acme's last ones are still to come (the workers finish the shards they
+        // hold, at the budget's rate, before they exit).
+        let deadline = Date().addingTimeInterval(60 * testTimeScale)
+        var acmeDone = 0
+        var otherDone = 0
+        while acmeDone < 25 || otherDone < 10 {
+            guard Date() < deadline else {
+                return XCTFail("acme finished \(acmeDone) of 25 jobs, other \(otherDone) of 10, in time")
+            }
+            try await Task.sleep(for: .milliseconds(100))
+            acmeDone = try await finishedCount("acme", 40)
+            otherDone = try await finishedCount("other", 10)
+        }
+        for worker in workers { worker.kill(SIGTERM) }
+        for worker in workers { _ = worker.waitForExit(timeout: 20) }
+
         var acme: [Int64] = []
         for job in 0..<40 { if let at = try await finished("acme-\(job)") { acme.append(at) } }
         acme.sort()
@@ -503,12 +521,31 @@ final class FleetTests: XCTestCase {
             }
             try await Task.sleep(for: .milliseconds(5))
         }
-        // Stopped first, so that the kill finds a command in flight (the enqueue's next one waits on the stopped
-        // server): killed between two commands, the client would reconnect before the next and never see a loss.
-        fleet.redis.stopAnswering()
-        try await Task.sleep(for: .milliseconds(300))
+        // Writes held first, so that the kill finds a command in flight: the enqueue's next write waits in the server,
+        // read and postponed (a client Redis holds is `blocked`). Killed between two commands, the client would
+        // reconnect before the next and never see a loss.
+        _ = try await client.command(["CLIENT", "PAUSE", "60000", "WRITE"])
+        func blockedClients() async -> Int {
+            guard case .bytes(let info)? = try? await client.command(["INFO", "clients"]) else { return 0 }
+            let line = String(decoding: info, as: UTF8.self).split(whereSeparator: \.isNewline)
+                .first { $0.hasPrefix("blocked_clients:") }
+            return line.flatMap { Int($0.dropFirst("blocked_clients:".count)) } ?? 0
+        }
+        let held = Date().addingTimeInterval(10 * testTimeScale)
+        while await blockedClients() == 0 {
+            guard Date() < held, enqueue.isRunning else {
+                return XCTFail("no command of the enqueue was held by the server: \(enqueue.stderrText())")
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
         fleet.redis.kill()
-        try await Task.sleep(for: .milliseconds(500))
+        // The enqueue sees the lost connection and says it tries again (the check that it rides the outage out,
+        // rather than exiting, is that it is still running after saying so).
+        let noticed = Date().addingTimeInterval(10 * testTimeScale)
+        while !enqueue.stderrText().contains("trying again") && enqueue.isRunning && Date() < noticed {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        XCTAssertTrue(enqueue.stderrText().contains("trying again"), "no retry logged: \(enqueue.stderrText())")
         XCTAssertTrue(enqueue.isRunning, "the enqueue waits for Redis: \(enqueue.stderrText())")
         try fleet.redis.restart()
 

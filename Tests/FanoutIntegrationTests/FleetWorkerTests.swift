@@ -267,8 +267,10 @@ final class FleetWorkerTests: XCTestCase {
         let reading = await consumerIsReading(client)
         XCTAssertTrue(reading, "the first worker never read from the stream")
 
-        // Past the first one's claim-idle (1 s), idle all along: its hold is still refreshed.
-        try await Task.sleep(for: .milliseconds(1_500))
+        // Past the first one's claim-idle (1 s), idle all along: its hold is still refreshed. Redis says when the hold
+        // as it stands now would expire; wait until then, and it must still be there (a heartbeat extended it).
+        let outlived = try await holdOutlivesItsExpiry("same", client: client)
+        XCTAssertTrue(outlived, "the idle worker's hold on its name was not refreshed")
         let engine = try makeEngine(for: mock, loops: 1, connections: 1)
         let writer = try await FleetConnection.connect(redis.url)
         let reader = try await FleetConnection.connect(redis.url, commandTimeout: .seconds(11))
@@ -317,7 +319,11 @@ final class FleetWorkerTests: XCTestCase {
         } catch {
             XCTAssertTrue(error.message.hasPrefix("another worker named dead is running"), error.message)
         }
-        try await Task.sleep(for: .milliseconds(700))
+        // Nobody refreshes it: Redis drops the key once its 500 ms are up.
+        let expired = await eventuallyAsync {
+            (try? await client.command(["EXISTS", RedisArgument(FleetWorkerName.key("dead"))])) == .integer(0)
+        }
+        XCTAssertTrue(expired, "the dead worker's hold did not expire")
         let taken = try await FleetWorkerName.claim("dead", expiry: .milliseconds(500), client: client)
         XCTAssertEqual(taken.name, "dead")
         await client.shutdown()
@@ -467,6 +473,24 @@ final class FleetWorkerTests: XCTestCase {
         XCTAssertEqual(mock.stats.snapshot()["accepted_by_priority"] as? [String: Int], ["5": 2])
         XCTAssertEqual(mock.stats.accepted, new.count, "nothing of the deleted enqueue was sent")
         await client.shutdown()
+    }
+
+    /// Whether the hold on `name` is still there past the moment it would expire unrefreshed: reads its time to live
+    /// (PTTL) now, then watches the key until that moment has passed. False as soon as the key is gone.
+    private func holdOutlivesItsExpiry(_ name: String, client: RedisClient) async throws -> Bool {
+        let key = RedisArgument(FleetWorkerName.key(name))
+        guard let ttl = try await client.command(["PTTL", key]).integer, ttl > 0 else { return false }
+        // Counted from the reply (after Redis read its clock), plus the millisecond PTTL rounds off: not before the
+        // real expiry.
+        let expiry = ContinuousClock.now + .milliseconds(ttl + 1)
+        while true {
+            // The time first: a key that is there after this moment is there past the expiry.
+            let asked = ContinuousClock.now
+            let left = try await client.command(["PTTL", key]).integer ?? -2
+            guard left > 0 else { return false }
+            if asked > expiry { return true }
+            try await Task.sleep(for: .milliseconds(20))
+        }
     }
 
     /// Polls the async `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.

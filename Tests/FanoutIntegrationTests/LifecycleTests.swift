@@ -90,8 +90,11 @@ final class LifecycleTests: XCTestCase {
         let log = ResultLog()
         let waiting = (100..<1100).map { testDeviceToken($0) }
         let second = Task { try await engine.run(scoreUpdateJob(id: "waiting", tokens: waiting)) { log.add($0) } }
-        // Parked in the limiter: nothing of it can finish while the engine is full.
-        try await Task.sleep(for: .milliseconds(100))
+        // Its payload encoded (the engine's third): the job is checked and on its way to the in-flight limiter, where
+        // it parks, since the engine is full. (Whether it has parked yet is not visible from here: a cancel that comes
+        // first ends the job the same way, without the wait.) Nothing of it can finish while the engine is full.
+        let prepared = await eventually { engine.payloadEncodings == 3 }
+        XCTAssertTrue(prepared, "the waiting job was never prepared: \(engine.payloadEncodings) payloads encoded")
         XCTAssertEqual(log.total, 0)
         let cancelledAt = ContinuousClock.now
         second.cancel()

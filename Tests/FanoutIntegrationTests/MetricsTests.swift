@@ -403,6 +403,7 @@ enum HTTPTestClient {
                 break  // the server closed on us (an oversized request): read what it answered
             }
             offset += sent
+            // The scenario: a client that sends its request in pieces, each a moment after the last.
             if chunkSize != nil { usleep(2000) }
         }
 

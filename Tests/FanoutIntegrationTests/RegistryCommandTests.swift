@@ -306,7 +306,7 @@ class RegistryCommandTests: XCTestCase {
             connection = sqlite3.connect(sys.argv[1], isolation_level=None)
             connection.execute("BEGIN EXCLUSIVE")
             print("locked", flush=True)
-            time.sleep(30)
+            time.sleep(30)  # holds the lock until the test kills it (the scenario, not a wait)
             """
         let holder = try RunningProcess(python, ["-c", script, database])
         defer { holder.kill(SIGKILL) }

@@ -13,6 +13,8 @@ final class ScriptedHandler: HTTP2ServerHandler, @unchecked Sendable {
     private var paths: [Int32: String] = [:]
     private var closes: [(path: String, errorCode: UInt32)] = []
     let received = Atomic<Int>(0)
+    /// `/late/...` answers made so far (each when its timer fired, whether or not its stream was still open).
+    let lateAnswersMade = Atomic<Int>(0)
 
     func serverConnection(_ connection: HTTP2ServerConnection, didReceive request: HTTP2ServerRequest) {
         received.add(1, ordering: .relaxed)
@@ -25,6 +27,7 @@ final class ScriptedHandler: HTTP2ServerHandler, @unchecked Sendable {
             timer.schedule(milliseconds: delay) {
                 connection.respond(streamID: request.streamID, status: 200)
                 timer.close()
+                self.lateAnswersMade.add(1, ordering: .relaxed)
             }
             return
         }
@@ -159,6 +162,16 @@ final class HTTP2DeadlineTests: XCTestCase {
         XCTAssertEqual(response.status, 200)
     }
 
+    /// One request answered at once, sent after everything before it: the server answers it after every answer it
+    /// made before the request came, and the client reads those first (one connection, in order). Once it is
+    /// complete, no earlier answer is still on its way to the client.
+    private func roundTrip() throws {
+        let after = TaggedResults()
+        submit(["/round-trip"], into: after)
+        XCTAssertTrue(after.wait(for: 1), "the round trip was not answered")
+        XCTAssertEqual(try XCTUnwrap(after.all("/round-trip").first).result.status, 200)
+    }
+
     /// Connects with `timeout`, warms up, sends `paths` in one loop turn and waits for them all.
     private func sendAfterWarmUp(_ paths: [String], timeout: Duration) throws -> TaggedResults {
         connect(timeout: timeout)
@@ -264,7 +277,9 @@ final class HTTP2DeadlineTests: XCTestCase {
             }
             XCTAssertTrue(results.wait(for: 2 * (round + 1)))
         }
-        usleep(100_000)
+        // Each B's answer left the server before the round trip's: once that is in, a B answered after its cancel
+        // has been read (and dropped) by the client.
+        try roundTrip()
         XCTAssertEqual(results.count, 40, "no request completed twice")
         for round in 0..<20 {
             XCTAssertEqual(results.all("/pair/\(round)/a").first?.result.status, 200)
@@ -277,7 +292,12 @@ final class HTTP2DeadlineTests: XCTestCase {
         // reset (nghttp2 drops them).
         let paths = (0..<200).map { "/late/\(90 + $0 % 21)/\($0)" }
         let results = try sendAfterWarmUp(paths, timeout: .milliseconds(100))
-        usleep(400_000)  // time for late answers to arrive
+        // Every late answer made by the server (its timer fired; a reset stream's answer goes nowhere), then a round
+        // trip behind them: no answer to these requests can still reach the client.
+        let deadline = Date().addingTimeInterval(5 * testTimeScale)
+        while handler.lateAnswersMade.load(ordering: .relaxed) < paths.count && Date() < deadline { usleep(1_000) }
+        XCTAssertEqual(handler.lateAnswersMade.load(ordering: .relaxed), paths.count, "the server made every answer")
+        try roundTrip()
         XCTAssertEqual(results.count, paths.count, "every request completed exactly once")
         var answered = 0
         var timedOut = 0
