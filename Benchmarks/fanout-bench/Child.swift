@@ -39,6 +39,9 @@ struct ChildOptions {
     var registry: String?
     /// The activity whose tokens are read or sent to (the registry modes).
     var activity: String?
+    /// `apnsIDs = .fanout`: the engine gives each notification a random id and sends it (the old behaviour), instead
+    /// of the default `.apns` (no `apns-id` sent, APNs assigns one). throughput-1c and -4c measure both.
+    var fanoutIDs = false
 
     func arguments() -> [String] {
         var arguments = [
@@ -52,6 +55,7 @@ struct ChildOptions {
         if onLoop { arguments.append("--on-loop") }
         if let registry { arguments += ["--registry", registry] }
         if let activity { arguments += ["--activity", activity] }
+        if fanoutIDs { arguments.append("--fanout-ids") }
         return arguments
     }
 
@@ -79,6 +83,7 @@ struct ChildOptions {
             case "--on-loop": options.onLoop = true
             case "--registry": options.registry = try cursor.string()
             case "--activity": options.activity = try cursor.string()
+            case "--fanout-ids": options.fanoutIDs = true
             default: throw UsageError("--child: unknown option \(flag)")
             }
         }
@@ -96,6 +101,7 @@ struct ChildOptions {
         configuration.loops = loops
         configuration.connectionsPerLoop = connections
         configuration.maxConcurrentStreams = streams
+        if fanoutIDs { configuration.apnsIDs = .fanout }
         if unlimitedJobs {
             configuration.rateLimits = try RateLimiterRegistry(
                 defaultBudget: RateBudget(requestsPerHour: 1_000_000_000))

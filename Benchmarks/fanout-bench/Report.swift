@@ -192,10 +192,17 @@ func comparisonChart(_ entry: [String: Any]) -> (String, String, [ReportBar])? {
     case "throughput-1c", "throughput-4c":
         bars = [
             reportBar(entry, "rate", label: "Fanout", reference: false),
+            reportBar(entry, "rate_fanout_ids", label: "Fanout, fanout ids", reference: false),
             reportBar(entry, "h2load_rate", label: "h2load", reference: true),
         ]
         if let ratio = entry["ratio_vs_h2load"] { note = String(format: "ratio vs h2load %.2f", number(ratio)) }
         if let paired = entry["ratio_vs_h2load_paired"] { note += String(format: " (run by run %.2f)", number(paired)) }
+        if let ratio = entry["ratio_vs_h2load_fanout_ids"] {
+            note += String(format: "; with apnsIDs .fanout %.2f", number(ratio))
+            if let paired = entry["ratio_vs_h2load_fanout_ids_paired"] {
+                note += String(format: " (run by run %.2f)", number(paired))
+            }
+        }
         note += note.isEmpty ? "" : "; "
         note += "\(Int(number(entry["connections"]))) connection(s), \(Int(number(entry["streams"]))) streams"
     case "peer-aioapns":

@@ -11,7 +11,12 @@ let usage = """
                         named with --quick). Scenarios:
                           throughput-1c    one job, 1 KiB Live Activity payload, 1 loop, 1 connection, vs h2load -c 1;
                                            the ratio of the medians and the median of run-by-run ratios;
-                                           also each client's CPU per request and the mock's under each
+                                           also each client's CPU per request and the mock's under each.
+                                           Every run measures the engine twice, in alternating order, then
+                                           h2load: with the default apnsIDs .apns (no apns-id sent) and with
+                                           .fanout (an id per notification, sent; its figures end in
+                                           _fanout_ids: ratio_vs_h2load_fanout_ids, its CPU per notification,
+                                           the mock's CPU per request under it)
                           throughput-4c    the same with 2 loops and 4 connections, vs h2load -c 4
                           fanout-scaling   one job from a tokens file of 10,000, 100,000 and 1,000,000 tokens:
                                            rate, CPU microseconds per notification, peak RSS, growth ratios
