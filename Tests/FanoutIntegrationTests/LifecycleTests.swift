@@ -90,11 +90,9 @@ final class LifecycleTests: XCTestCase {
         let log = ResultLog()
         let waiting = (100..<1100).map { testDeviceToken($0) }
         let second = Task { try await engine.run(scoreUpdateJob(id: "waiting", tokens: waiting)) { log.add($0) } }
-        // Its payload encoded (the engine's third): the job is checked and on its way to the in-flight limiter, where
-        // it parks, since the engine is full. (Whether it has parked yet is not visible from here: a cancel that comes
-        // first ends the job the same way, without the wait.) Nothing of it can finish while the engine is full.
-        let prepared = await eventually { engine.payloadEncodings == 3 }
-        XCTAssertTrue(prepared, "the waiting job was never prepared: \(engine.payloadEncodings) payloads encoded")
+        // The job is parked in the in-flight limiter, since the engine is full: nothing of it can finish.
+        let parked = await eventually { engine.waitingForRoom == 1 }
+        XCTAssertTrue(parked, "the job never parked for room: \(engine.waitingForRoom) waiting")
         XCTAssertEqual(log.total, 0)
         let cancelledAt = ContinuousClock.now
         second.cancel()

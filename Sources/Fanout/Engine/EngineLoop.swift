@@ -115,6 +115,8 @@ final class EngineShared: Sendable {
 
     /// Notifications in flight, jobs' and sends'.
     var inFlight: Int { limiter.inFlight + sendLimiter.inFlight }
+    /// Feeds parked for room in flight, jobs' and sends'.
+    var waitingForRoom: Int { limiter.waiting + sendLimiter.waiting }
 }
 
 /// The part of the engine on one loop thread: its connections, the notifications waiting for a

@@ -132,6 +132,9 @@ public final class FanoutEngine: Sendable {
     /// Notifications accepted and not yet finished.
     public var inFlight: Int { shared.inFlight }
 
+    /// Jobs and sends parked until room in flight frees up (for tests that need one parked).
+    package var waitingForRoom: Int { shared.waitingForRoom }
+
     /// Whether `shutdown()` has begun (for tests of a second call).
     package var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
 

@@ -128,6 +128,9 @@ final class InFlightLimiter: Sendable {
 
     var inFlight: Int { state.withLock { capacity - $0.available } }
 
+    /// Waiters queued for permits (not counting those cancelled and not yet skipped): for tests that need a job parked.
+    var waiting: Int { state.withLock { $0.waiters.count - $0.cancelledWaiters.count } }
+
     /// A waiter whose task was cancelled: resumed with false now; its place in the queue is skipped.
     private func cancelWaiter(_ id: UInt64) {
         let (cancelled, woken) = state.withLock { state -> (Waiter?, [Waiter]) in
