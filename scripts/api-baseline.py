@@ -39,7 +39,8 @@ def dump(module, build):
 def lines(node, module, path, out):
     for child in node.get("children", []):
         kind = child.get("kind", "")
-        if kind in SKIPPED_KINDS:
+        # `package` declarations are in the dump too, marked internal: they are not a library user's API.
+        if kind in SKIPPED_KINDS or child.get("isInternal"):
             continue
         name = child.get("name", "")
         printed = child.get("printedName", name)
