@@ -16,3 +16,12 @@ ASN1_TIME *CFanoutShims_X509_getm_notBefore(X509 *x509) { return X509_getm_notBe
 ASN1_TIME *CFanoutShims_X509_getm_notAfter(X509 *x509) { return X509_getm_notAfter(x509); }
 int CFanoutShims_ERR_GET_REASON(unsigned long error) { return ERR_GET_REASON(error); }
 int CFanoutShims_set_current_thread_name(const char *name) { return pthread_setname_np(pthread_self(), name); }
+
+/* OpenSSL initialised, before main, without its exit-time cleanup (OPENSSL_INIT_NO_ATEXIT). By default OpenSSL frees
+ * its global state in an atexit handler; a loop thread still finishing (a Redis client's or an engine's, shut down
+ * without being waited for, or whose thread-local destructors run after shutdown() returned) then uses or frees
+ * that state again, and a process that calls exit crashes (SIGSEGV or a double free in libcrypto). The memory is
+ * the process's to give back when it ends. */
+__attribute__((constructor)) static void CFanoutShims_init_openssl(void) {
+    OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
+}

@@ -145,9 +145,9 @@ package final class LoopThread: @unchecked Sendable {
         while wakesInFlight.load(ordering: .acquiring) != 0 { sched_yield() }
         close(wakeReadFD)
         close(wakeWriteFD)
-        // This thread's OpenSSL state (TLS, signing) goes now, while the library is surely alive: left to the
-        // thread's exit, its destructor can run after a process that returned from `shutdown()` and called `exit`
-        // has cleaned OpenSSL up (atexit), and free what that cleanup freed already (a double free at exit).
+        // This thread's OpenSSL state (TLS, signing) goes now rather than in the thread's exit destructors. OpenSSL
+        // has no exit-time cleanup in this process (CFanoutShims initialises it with OPENSSL_INIT_NO_ATEXIT), so
+        // neither this nor those destructors can meet state an `exit` freed.
         OPENSSL_thread_stop()
         hasExitedFlag.store(true, ordering: .releasing)
         exited.signal()
