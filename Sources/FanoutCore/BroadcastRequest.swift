@@ -1,5 +1,5 @@
 /// A broadcast push (iOS 18): one request to a channel, which APNs delivers to every Live Activity subscribed to
-/// it (docs/reference/apns-broadcast.md, "Broadcast send"). `POST /4/broadcasts/apps/{bundle id}` on the ordinary
+/// it (docs/reference/broadcast-channels.md, "Broadcast send"). `POST /4/broadcasts/apps/{bundle id}` on the ordinary
 /// push host, with `apns-channel-id`, `apns-push-type: liveactivity`, `apns-priority` and `apns-expiration`, and no
 /// `apns-topic`.
 public enum BroadcastRequest {

@@ -6,7 +6,7 @@ import MockAPNsKit
 import XCTest
 
 /// mock-apns's broadcast push (iOS 18) end to end over HTTP/2 and TLS: the channel-management listener, broadcast
-/// sends on the push listener, and their stats (docs/reference/apns-broadcast.md, "Channel management API" and
+/// sends on the push listener, and their stats (docs/reference/broadcast-channels.md, "Channel management API" and
 /// "Broadcast send"). Driven with the raw HTTP/2
 /// client; curl where a test reads response headers the raw client does not keep (`apns-channel-id`,
 /// `apns-request-id`).

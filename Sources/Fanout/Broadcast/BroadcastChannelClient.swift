@@ -3,7 +3,7 @@ import FanoutTransport
 import Foundation
 
 /// The APNs channel management API of iOS 18 broadcast push: create, read, delete and list an app's broadcast
-/// channels (docs/reference/apns-broadcast.md, "Channel management API"), over HTTP/2 to the management host with
+/// channels (docs/reference/broadcast-channels.md, "Channel management API"), over HTTP/2 to the management host with
 /// the same provider token as pushes: the
 /// process's one token for the key, which every `FanoutEngine` of the process signing with that key also sends
 /// (`ProviderTokenCache.shared`), so creating a channel never mints a second token for the team.

@@ -2,7 +2,7 @@ import Fanout
 import FanoutCore
 
 /// Braze's Live Activity endpoints, `POST /messages/live_activity/start` and `/update`
-/// (docs/reference/ingest-apis.md, "Braze"), so that a backend calling Braze moves over by changing the base URL.
+/// (docs/reference/braze-pushwoosh.md, "Braze"), so that a backend calling Braze moves over by changing the base URL.
 /// Server key as `Authorization: Bearer`.
 /// Success is `201 {"message": "success"}` (plus the `dispatch_id`); a bad body is `400 {"error": "..."}` as
 /// these endpoints document it; the other refusals use Braze's `{"message": "..."}` envelope.

@@ -2,7 +2,7 @@ import Fanout
 import FanoutCore
 import FanoutRegistry
 
-/// Pushwoosh's JSON API under `/json/1.3/<method>` (docs/reference/ingest-apis.md, "Pushwoosh"), so that an app on
+/// Pushwoosh's JSON API under `/json/1.3/<method>` (docs/reference/braze-pushwoosh.md, "Pushwoosh"), so that an app on
 /// the Pushwoosh SDK and a backend calling Pushwoosh move over by changing the base URL.
 ///
 /// Every answer is a JSON object with `status_code` (the SDK resets its base URL when it is missing), and never a

@@ -20,7 +20,7 @@ package struct ServiceRouter: Sendable {
     /// The HTTP server's own answers (a body over the limit, a timeout, a malformed head, too many connections),
     /// given before any API has the request, so in one JSON shape that every API's clients read: native and Braze
     /// clients read `error`, the Pushwoosh SDK `status_code` and `status_message`. Without a `status_code` the SDK
-    /// resets its base URL to Pushwoosh's own (docs/reference/ingest-apis.md, "Pushwoosh iOS SDK"): one 413 would
+    /// resets its base URL to Pushwoosh's own (docs/reference/braze-pushwoosh.md, "Pushwoosh iOS SDK"): one 413 would
     /// move an app off Fanout.
     package static func serverAnswer(status: Int, message: String) -> APIResponse {
         var response = APIResponse.json(

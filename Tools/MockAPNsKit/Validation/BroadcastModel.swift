@@ -1,7 +1,7 @@
 package import FanoutCore
 
 // The pieces the broadcast-send and channel-management validators share: the reasons of Apple's broadcast error page
-// (docs/reference/apns-broadcast.md, "Error reasons") that FanoutCore's device-push table lacks, channel ids,
+// (docs/reference/broadcast-channels.md, "Error reasons") that FanoutCore's device-push table lacks, channel ids,
 // storage policies, the `apns-request-id` form and the bundle id in a path. All 400, so `APNsRejection(_:)` gives
 // them the right status.
 

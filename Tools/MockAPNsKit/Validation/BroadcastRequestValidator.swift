@@ -26,7 +26,7 @@ package struct ValidatedBroadcast: Hashable, Sendable {
 }
 
 /// Checks a broadcast send, `POST /4/broadcasts/apps/{bundleId}` on the push listener, as
-/// docs/reference/apns-broadcast.md, "Broadcast send", describes APNs's rules, and answers with APNs's status and
+/// docs/reference/broadcast-channels.md, "Broadcast send", describes APNs's rules, and answers with APNs's status and
 /// reason. Pure: the one piece of state it needs, the
 /// channel's storage policy, comes from the `channelPolicy` lookup, so the fuzzer can drive it.
 ///

@@ -26,7 +26,7 @@ package struct ChannelRequest: Hashable, Sendable {
     }
 }
 
-/// Checks a channel-management request (docs/reference/apns-broadcast.md, "Channel management API") for the mock's
+/// Checks a channel-management request (docs/reference/broadcast-channels.md, "Channel management API") for the mock's
 /// management listener. Pure: it says what the request asks for; whether the channel exists, and the per-app limit,
 /// are the store's to answer
 /// (`ChannelNotRegistered`, `CannotCreateChannelConfig`).
