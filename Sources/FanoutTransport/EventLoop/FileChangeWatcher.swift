@@ -25,6 +25,7 @@ package final class FileChangeWatcher: Sendable {
     /// The fs-event handle and the deadline timer. The event handle holds an unretained pointer to the watcher
     /// (`data`), valid until `close()`, which closes the handle (and frees it in its close callback) on the loop.
     private final class Handles {
+        /// Owned: allocated in init on the loop, freed in its close callback after `close()` closes it.
         var event: UnsafeMutablePointer<uv_fs_event_t>?
         var timer: LoopTimer?
         let name: String
@@ -50,6 +51,8 @@ package final class FileChangeWatcher: Sendable {
         handles = UncheckedSendableBox(Handles(name: url.lastPathComponent))
         let handles = self.handles.value
         let thread = self.thread
+        // Unretained: the timer's closure and the fs-event handle's `data` point at this watcher, which closes both
+        // (in `close()`, called by `deinit` at the latest) before it goes, so they never outlive it.
         let owner = UncheckedSendableBox(Unmanaged.passUnretained(self).toOpaque())
         let started = thread.runAndWait { () -> Bool in
             let timer = LoopTimer(loop: thread)
@@ -92,14 +95,19 @@ package final class FileChangeWatcher: Sendable {
         }
     }
 
-    /// Ends the watch and any wait (which returns false); the watcher's thread exits.
+    deinit {
+        close()
+    }
+
+    /// Ends the watch and any wait (which returns false); the watcher's thread exits. Idempotent.
     package func close() {
-        let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
-            guard !state.closed else { return nil }
+        let (first, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Bool, Never>?) in
+            guard !state.closed else { return (false, nil) }
             state.closed = true
             defer { state.waiter = nil }
-            return state.waiter
+            return (true, state.waiter)
         }
+        guard first else { return }
         waiter?.resume(returning: false)
         let handles = self.handles
         try? thread.execute {
