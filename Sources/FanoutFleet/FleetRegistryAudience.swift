@@ -54,7 +54,7 @@ struct RegistryAudience: Sendable {
             query = .pushToStart(app: app, attributesType: attributesType, selection: selection)
         case .devices(let app, let selection):
             query = .devices(app: app, selection: selection)
-        case .tokens, .file, .channel:
+        case .tokens, .file, .sequence, .channel:
             preconditionFailure("only registry-addressed jobs have an audience")
         }
         let app = query.app

@@ -537,7 +537,7 @@ public final class FanoutEngine: Sendable {
     private func prepare(_ job: FanoutJob, run: FanoutRun) async throws(FanoutError) -> PreparedJob {
         try checkNotShutDown()
         switch job.recipients {
-        case .tokens, .file, .channel:
+        case .tokens, .file, .sequence, .channel:
             return try encode(job, run: run)
         case .activity(let app, _), .pushToStart(let app, _, _, _), .devices(let app, _):
             try await checkRegistry(knows: app, jobID: job.id)

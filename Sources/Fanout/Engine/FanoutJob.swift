@@ -40,6 +40,8 @@ public enum Recipients: Sendable {
     case tokens([String])
     /// A file of hex tokens, one per line (blank lines skipped).
     case file(path: String)
+    /// Hex tokens streamed from the caller's own `AsyncSequence` (a database cursor), pulled while sending.
+    case sequence(TokenSequence)
     /// Every live update token of an activity in the engine's registry (`update` and `end` events).
     case activity(app: String, id: String)
     /// The push-to-start tokens of the selected devices for an attributes type (`start` events).

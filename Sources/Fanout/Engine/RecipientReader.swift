@@ -4,11 +4,14 @@ import FanoutRegistry
 /// Reads a job's recipients one token at a time, in recipient order: inline, from a tokens file, or
 /// from the registry a page at a time, so a million-token activity never sits in memory.
 struct RecipientReader {
-    // Exactly one of the three is set. Separate optionals rather than an enum with payloads, so that each
+    // Exactly one of the four is set. Separate optionals rather than an enum with payloads, so that each
     // token advances its source in place (`inline!.next()`), with no copy of it in and out per token.
     private var inline: IndexingIterator<[String]>?
     private var file: TokenFileReader?
     private var pager: RegistryPager?
+    private var sequence: (any TokenIterator)?
+    /// How many tokens `sequence` has yielded, for a failure's message.
+    private var sequenceYielded = 0
     /// Why reading stopped before the end, when it did: `next()` then returns nil as at the end.
     private(set) var failure: FanoutError?
     /// How many tokens there are at most, when that is known before reading (inline tokens, a channel): a job's
@@ -31,6 +34,8 @@ struct RecipientReader {
             knownCount = tokens.count
         case .file(let path):
             file = try TokenFileReader(path: path)
+        case .sequence(let tokens):
+            sequence = tokens.iterator()
         case .activity(let app, let id):
             self.pager = pager(.activity(app: app, id: id))
         case .pushToStart(let app, let attributesType, let selection, _):
@@ -51,6 +56,16 @@ struct RecipientReader {
             if token == nil { failure = file!.failure }
             return token
         }
+        if let sequence {
+            do {
+                guard let token = try await sequence.next() else { return nil }
+                sequenceYielded += 1
+                return RecipientToken(token)
+            } catch {
+                failure = FanoutError(.invalidNotification, "recipients sequence failed: \(error)")
+                return nil
+            }
+        }
         do {
             return try await pager!.next().map(RecipientToken.init)
         } catch {
@@ -63,6 +78,7 @@ struct RecipientReader {
     var position: String {
         if let file { return " (after line \(file.lineNumber))" }
         if let pager { return " (after \(pager.delivered) recipients)" }
+        if sequence != nil { return " (after \(sequenceYielded) recipients)" }
         return ""
     }
 }

@@ -99,7 +99,7 @@ struct SendResume {
     static func isRegistryAddressed(_ recipients: Recipients) -> Bool {
         switch recipients {
         case .activity, .pushToStart, .devices: return true
-        case .tokens, .file, .channel: return false
+        case .tokens, .file, .sequence, .channel: return false
         }
     }
 

@@ -214,7 +214,7 @@ package final class Dispatcher: Sendable {
             }
             let channel = try? await registry.activity(app: app, activityID: id)?.channelID
             return live + (channel == nil ? 0 : 1)
-        case .file, .pushToStart, .devices: return nil
+        case .file, .sequence, .pushToStart, .devices: return nil
         }
     }
 
