@@ -354,7 +354,7 @@ func childLoad(_ options: ChildOptions) async throws -> ([String: Any], Bool) {
                         summaryInput.yield(
                             try? await engine.run(job) { result in
                                 log.finished(base + result.position)
-                                onWire.record(base + result.position, UInt64(result.latencyMilliseconds * 1e6) + 1)
+                                onWire.record(base + result.position, UInt64(result.latencyNanoseconds) + 1)
                             })
                     }
                     jobs += 1

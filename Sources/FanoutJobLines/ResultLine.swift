@@ -41,7 +41,7 @@ package enum ResultLine {
         key(",\"attempts\":")
         integer(Int64(result.attempts))
         key(",\"latency_ms\":")
-        appendOneDecimal(result.latencyMilliseconds, to: &output)
+        appendTenths(ofNanoseconds: result.latencyNanoseconds, to: &output)
         key(",\"timestamp\":")
         integer(result.timestamp)
         if let channel = result.channel {
@@ -71,17 +71,13 @@ package enum ResultLine {
         }
     }
 
-    /// `value` as `%.1f` prints it. A whole number (every latency the engine measures: its clock counts
-    /// milliseconds) is written in place; anything else goes through `String(format:)`.
-    package static func appendOneDecimal(_ value: Double, to output: inout [UInt8]) {
-        if value == value.rounded(), value.magnitude < 1e15 {
-            if value == 0 && value.sign == .minus { output.append(UInt8(ascii: "-")) }
-            appendDecimal(Int64(value), to: &output)
-            output.append(UInt8(ascii: "."))
-            output.append(UInt8(ascii: "0"))
-        } else {
-            output.append(contentsOf: String(format: "%.1f", value).utf8)
-        }
+    /// Nanoseconds as milliseconds with one decimal, rounded half up (`1_250_000` is `1.3`), written in place.
+    package static func appendTenths(ofNanoseconds nanoseconds: Int64, to output: inout [UInt8]) {
+        let tenths = (nanoseconds.magnitude + 50_000) / 100_000
+        if nanoseconds < 0 && tenths > 0 { output.append(UInt8(ascii: "-")) }
+        appendDecimal(Int64(tenths / 10), to: &output)
+        output.append(UInt8(ascii: "."))
+        output.append(UInt8(ascii: "0") + UInt8(tenths % 10))
     }
 
     /// What resuming needs of a results line: whose it is, and what it counts for in the summary.

@@ -339,6 +339,32 @@ final class EngineTests: XCTestCase {
         }
     }
 
+    /// Latency is measured on a high-resolution clock from the first send to the answer: a loopback answer takes a
+    /// fraction of a millisecond (not a whole number of them), and an answer the mock holds 30 ms takes at least that.
+    func testLatencyHasSubMillisecondPrecisionAndCoversTheWholeRoundTrip() async throws {
+        let fast = try MockHarness()
+        defer { fast.stop() }
+        let slow = try MockHarness { $0.latencyMilliseconds = 30 }
+        defer { slow.stop() }
+        let notification = try PushNotification.alert(
+            AlertPayload(title: "t", body: "b"), to: testDeviceToken(1), app: "com.example.app")
+        let fastEngine = try makeEngine(for: fast, loops: 1, connections: 1)
+        _ = try await fastEngine.send(notification)  // connects; the next sends find the connection ready
+        var latencies: [Duration] = []
+        for _ in 0..<5 { latencies.append(try await fastEngine.send(notification).latency) }
+        await fastEngine.shutdown()
+        XCTAssertTrue(latencies.allSatisfy { $0 > .zero && $0 < .seconds(5) }, "\(latencies)")
+        XCTAssertTrue(
+            latencies.contains { $0.components.attoseconds % 1_000_000_000_000_000 != 0 },
+            "whole milliseconds only: \(latencies)")
+        let slowEngine = try makeEngine(for: slow, loops: 1, connections: 1)
+        let held = try await slowEngine.send(notification)
+        await slowEngine.shutdown()
+        XCTAssertEqual(held.outcome, .delivered)
+        XCTAssertGreaterThanOrEqual(held.latency, .milliseconds(30))
+        XCTAssertEqual(held.latencyMilliseconds, held.latency / .milliseconds(1), accuracy: 1e-9)
+    }
+
     func testShutdownDuringALargeJobAccountsForEveryNotification() async throws {
         let mock = try MockHarness { $0.latencyMilliseconds = 20 }
         defer { mock.stop() }

@@ -12,7 +12,7 @@ final class ResultLineTests: XCTestCase {
         full.status = 200
         full.apnsID = "eabeae54-14a8-11e5-b60b-1697f925ec7b"
         full.attempts = 2
-        full.latencyMilliseconds = 12.34
+        full.latency = .microseconds(12_340)
         full.retryAfterSeconds = 1.5
         let invalid = NotificationResult(jobID: "é😀", token: nil, outcome: .invalid, reason: "line 3: bad")
         var broadcast = NotificationResult(jobID: "m7", token: nil, outcome: .delivered, reason: nil)
@@ -50,17 +50,21 @@ final class ResultLineTests: XCTestCase {
         XCTAssertEqual(ResultLine.parse(packed.dropLast())?.token, token)
     }
 
-    /// Numbers are written in place, not through String(format:): the same text as before.
+    /// Numbers are written in place, not through String(format:); latency as milliseconds with one decimal.
     func testNumbersReadAsFormatPrintsThem() {
         for value: Int64 in [0, 7, -7, 10, 200, 429, 1_733_000_000_000, .max, .min] {
             var output: [UInt8] = []
             ResultLine.appendDecimal(value, to: &output)
             XCTAssertEqual(String(decoding: output, as: UTF8.self), String(value))
         }
-        for value in [0, -0.0, 1, 12, 999, 1e14, 12.34, 0.05, 0.25, -3.5, 1e16, 123_456.789] {
+        let tenths: [(Int64, String)] = [
+            (0, "0.0"), (49_999, "0.0"), (50_000, "0.1"), (340_000, "0.3"), (1_250_000, "1.3"), (12_340_000, "12.3"),
+            (999_960_000, "1000.0"), (-3_500_000, "-3.5"), (-40_000, "0.0"), (Int64.max, "9223372036854.8"),
+        ]
+        for (nanoseconds, text) in tenths {
             var output: [UInt8] = []
-            ResultLine.appendOneDecimal(value, to: &output)
-            XCTAssertEqual(String(decoding: output, as: UTF8.self), String(format: "%.1f", value), "\(value)")
+            ResultLine.appendTenths(ofNanoseconds: nanoseconds, to: &output)
+            XCTAssertEqual(String(decoding: output, as: UTF8.self), text, "\(nanoseconds)")
         }
     }
 

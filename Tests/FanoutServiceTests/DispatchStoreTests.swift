@@ -335,7 +335,7 @@ final class DispatchStoreTests: XCTestCase {
         var result = NotificationResult(
             jobID: "match-7", token: token(position), outcome: outcome, status: outcome == .delivered ? 200 : nil,
             apnsID: "8F1E2D3C-4B5A-6978-8695-A4B3C2D1E0F\(position % 10)", attempts: attempts,
-            latencyMilliseconds: 12.5)
+            latency: .microseconds(12_500))
         result.position = position
         return result
     }

@@ -26,7 +26,7 @@ final class PendingNotification: @unchecked Sendable {
     /// Sends the server never acted on (refused, above a GOAWAY's last stream, failed before leaving), resent at
     /// once without counting an attempt: up to `EngineLoop.maxFreeResends`, then each counts.
     @exclusivity(unchecked) var freeResends = 0
-    /// Loop clock (ms) of the first send, for latency.
+    /// The loop's high-resolution clock (ns, `LoopThread.readClock()`) at the first send, for latency.
     @exclusivity(unchecked) var firstSentAt: UInt64 = 0
     @exclusivity(unchecked) var lastStatus: Int?
     @exclusivity(unchecked) var lastReason: String?
@@ -240,6 +240,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             }
         }
         let now = loop.nowMilliseconds
+        let clock = loop.readClock()
         var nowSeconds: Int64 = 0  // read only if a job has an expiration
         var lastJob: PreparedJob?
         var head: HeaderBlock?
@@ -266,7 +267,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
                         lastJob = job
                         head = job.headerBlock(bearer: bearer)
                     }
-                    send(pending, job: job, head: head!, on: connection, now: now)
+                    send(pending, job: job, head: head!, on: connection, now: now, clock: clock)
                 }
             }
             if waiting.isEmpty { break }
@@ -283,10 +284,10 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
 
     private func send(
         _ pending: PendingNotification, job: PreparedJob, head: HeaderBlock, on connection: HTTP2ClientConnection,
-        now: UInt64
+        now: UInt64, clock: UInt64
     ) {
         if pending.firstSentAt == 0 {
-            pending.firstSentAt = now
+            pending.firstSentAt = clock
             retryBudget.recordFirstAttempt(now: now * 1_000_000)
         }
         pending.attempts += 1
@@ -474,6 +475,14 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         pump()
     }
 
+    /// From the first send to now: an answer's time is the clock the read that brought it took; a notification
+    /// ended by the loop itself (a timeout, a failure) reads the clock.
+    private func latency(of pending: PendingNotification, answered: Bool) -> Int64 {
+        guard pending.firstSentAt != 0 else { return 0 }
+        let now = answered ? loop.clockNanoseconds : loop.readClock()
+        return Int64(bitPattern: now &- pending.firstSentAt)
+    }
+
     private func finish(
         _ pending: PendingNotification, outcome: NotificationOutcome, response: APNsResponse? = nil,
         reason: String? = nil,
@@ -485,7 +494,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             apnsID: apnsID ?? response?.apnsID.map(APNsIdentifier.init),
             apnsUniqueID: apnsUniqueID ?? response?.apnsUniqueID.map(APNsIdentifier.init),
             timestamp: response?.timestamp,
-            latencyMilliseconds: pending.firstSentAt == 0 ? 0 : Double(loop.nowMilliseconds - pending.firstSentAt))
+            latencyNanoseconds: latency(of: pending, answered: response != nil))
         if finishedThisTurn.isEmpty && finishedOnLoopThisTurn.isEmpty { handOverAtTurnEnd.schedule() }
         if pending.job.run.deliversOnLoop {
             // `send`'s result goes to its waiting caller, not to a handler: the loop delivers it at the end of the
@@ -812,7 +821,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         if let metrics {
             metrics.record(finished.pointee.outcome, reason: finished.pointee.reason)
             if finished.pointee.status != nil {
-                metrics.apnsRoundTrip.observe(finished.pointee.latencyMilliseconds / 1000)
+                metrics.apnsRoundTrip.observe(Double(finished.pointee.latencyNanoseconds) / 1e9)
             }
         }
         if finished.pointee.outcome == .unregistered && !isBroadcast {
@@ -828,7 +837,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             status: finished.pointee.status, reason: finished.pointee.reason,
             apnsIDValue: finished.pointee.apnsID ?? (isBroadcast || !pending.sendsAPNsID ? nil : pending.apnsID),
             apnsUniqueIDValue: finished.pointee.apnsUniqueID, attempts: pending.attempts,
-            latencyMilliseconds: finished.pointee.latencyMilliseconds, timestamp: finished.pointee.timestamp,
+            latencyNanoseconds: finished.pointee.latencyNanoseconds, timestamp: finished.pointee.timestamp,
             position: pending.position, channel: isBroadcast ? pending.token.string : nil)
     }
 }

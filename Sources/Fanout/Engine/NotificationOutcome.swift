@@ -108,8 +108,18 @@ public struct NotificationResult: Sendable {
     package var apnsUniqueIDValue: APNsIdentifier?
     /// Attempts that reached APNs or may have (refused and unprocessed streams do not count).
     public var attempts: Int
-    /// From the first send to the final answer, in milliseconds.
-    public var latencyMilliseconds: Double
+    /// From the first send to the final answer, on the loop's high-resolution clock (read once per batch of
+    /// answers, so its resolution is a loop turn: microseconds on a busy loop). Zero for a result never sent.
+    public var latency: Duration {
+        get { .nanoseconds(latencyNanoseconds) }
+        set {
+            let (seconds, attoseconds) = newValue.components
+            latencyNanoseconds = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        }
+    }
+    /// `latency` in milliseconds, as the results file's `latency_ms` gives it.
+    public var latencyMilliseconds: Double { Double(latencyNanoseconds) / 1_000_000 }
+    package var latencyNanoseconds: Int64 = 0
     /// The 410 body's `timestamp` (milliseconds since the epoch).
     public var timestamp: Int64?
     /// For `rate_limited`: seconds until the workspace budget would admit it.
@@ -121,7 +131,7 @@ public struct NotificationResult: Sendable {
 
     public init(
         jobID: String, token: String?, outcome: NotificationOutcome, status: Int? = nil, reason: String? = nil,
-        apnsID: String? = nil, apnsUniqueID: String? = nil, attempts: Int = 0, latencyMilliseconds: Double = 0,
+        apnsID: String? = nil, apnsUniqueID: String? = nil, attempts: Int = 0, latency: Duration = .zero,
         timestamp: Int64? = nil, retryAfterSeconds: Double? = nil
     ) {
         self.jobID = jobID
@@ -132,9 +142,9 @@ public struct NotificationResult: Sendable {
         apnsIDValue = apnsID.map(APNsIdentifier.init)
         apnsUniqueIDValue = apnsUniqueID.map(APNsIdentifier.init)
         self.attempts = attempts
-        self.latencyMilliseconds = latencyMilliseconds
         self.timestamp = timestamp
         self.retryAfterSeconds = retryAfterSeconds
+        self.latency = latency
     }
 }
 
@@ -142,7 +152,7 @@ extension NotificationResult {
     /// Every field as the engine has it, in one expression.
     package init(
         jobID: String, tokenValue: RecipientToken?, outcome: NotificationOutcome, status: Int?, reason: String?,
-        apnsIDValue: APNsIdentifier?, apnsUniqueIDValue: APNsIdentifier?, attempts: Int, latencyMilliseconds: Double,
+        apnsIDValue: APNsIdentifier?, apnsUniqueIDValue: APNsIdentifier?, attempts: Int, latencyNanoseconds: Int64,
         timestamp: Int64?, position: Int, channel: String?
     ) {
         self.jobID = jobID
@@ -153,7 +163,7 @@ extension NotificationResult {
         self.apnsIDValue = apnsIDValue
         self.apnsUniqueIDValue = apnsUniqueIDValue
         self.attempts = attempts
-        self.latencyMilliseconds = latencyMilliseconds
+        self.latencyNanoseconds = latencyNanoseconds
         self.timestamp = timestamp
         self.position = position
         self.channel = channel

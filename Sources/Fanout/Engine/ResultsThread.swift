@@ -14,7 +14,7 @@ struct FinishedNotification {
     let apnsID: APNsIdentifier?
     let apnsUniqueID: APNsIdentifier?
     let timestamp: Int64?
-    let latencyMilliseconds: Double
+    let latencyNanoseconds: Int64
 }
 
 /// One loop's results thread: the loop hands it the notifications it finished, once per loop turn, and this thread

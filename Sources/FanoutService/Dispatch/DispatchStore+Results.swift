@@ -193,7 +193,8 @@ extension DispatchStore {
                         outcome: NotificationOutcome(code: statement.int64(at: 2)),
                         status: statement.optionalInt64(at: 3).map { Int($0) }, reason: statement.optionalString(at: 4),
                         apnsID: statement.optionalString(at: 5), apnsUniqueID: statement.optionalString(at: 6),
-                        attempts: Int(statement.int64(at: 7)), latencyMilliseconds: statement.double(at: 8),
+                        attempts: Int(statement.int64(at: 7)),
+                        latency: .microseconds(Int64(statement.double(at: 8) * 1000)),
                         timestamp: statement.optionalInt64(at: 9), retryAfterSeconds: statement.optionalDouble(at: 10))
                     result.position = position >= 0 ? Int(position) : -1
                     result.channel = statement.optionalString(at: 12)

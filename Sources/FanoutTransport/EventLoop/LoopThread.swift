@@ -53,6 +53,8 @@ package final class LoopThread: @unchecked Sendable {
     private static let drainsBeforeBlocking = 8
     /// Loop thread only: set once the handles are closed (the prepare callback must not start the idle handle then).
     private var handlesClosed = false
+    /// Loop thread only: the high-resolution clock as `readClock()` last read it (`clockNanoseconds`).
+    var lastClockNanoseconds: UInt64 = 0
 
     private struct Queue {
         var tasks: [@Sendable () -> Void] = []

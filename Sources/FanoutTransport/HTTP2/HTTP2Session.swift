@@ -536,6 +536,7 @@ package final class HTTP2Session: SecureChannelDelegate {
     package func channel(_ channel: SecureChannel, didRead plaintext: UnsafeRawBufferPointer) {
         guard let nghttp2, failure == nil else { return }
         lastReadMilliseconds = uv_now(loop.loop)
+        loop.readClock()  // the time of every answer this read brings (`LoopThread.clockNanoseconds`)
         pingOutstanding = false
         depth += 1
         let consumed = nghttp2_session_mem_recv(

@@ -154,7 +154,7 @@ do {
         printLine([
             "step": .string("alert"), "outcome": .string(result.outcome.name),
             "reason": result.reason.map(Field.string) ?? .null,
-            "latency_ms": .number(result.latencyMilliseconds, digits: 1),
+            "latency_ms": .number(result.latency / .milliseconds(1), digits: 2),
             "call_ms": .number(milliseconds(took), digits: 1),
         ])
         expect(
