@@ -8,6 +8,8 @@ public struct PushNotification: Sendable {
     /// The payload: one JSON object, sent as given. Anything else (empty, not JSON, an array) is refused by `send`
     /// with `.invalidNotification`, and nothing is sent.
     public var payload: [UInt8]
+    /// The workspace whose budget it draws on, when the engine has budgets (`configuration.rateLimits`).
+    public var workspace = "default"
 
     public init(deviceToken: String, headers: NotificationHeaders, payload: [UInt8]) {
         self.deviceToken = deviceToken

@@ -163,4 +163,46 @@ final class PolicyTests: XCTestCase {
         XCTAssertEqual(other.counts.delivered, 10, "another workspace is not affected")
         XCTAssertEqual(mock.stats.accepted, 10 + 8 - limited.count)
     }
+
+    /// A caller chooses per call what an exhausted budget does: waiting where the budget rejects, rejecting where it
+    /// waits, and a wait ended by the call's deadline.
+    func testACallChoosesBetweenWaitingForTheBudgetAndRejectingAtOnce() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        // Both: one a second with a 10-second burst, so priority 10 may take 5 at once (see the test above).
+        let rejecting = RateBudget(requestsPerHour: 3600, burstSeconds: 10, policy: .reject)
+        let waiting = RateBudget(requestsPerHour: 3600, burstSeconds: 10, policy: .wait)
+        // One every 10 seconds: past its first 5, the next is 10 s away.
+        let slow = RateBudget(requestsPerHour: 360, burstSeconds: 100, policy: .wait)
+        let registry = try RateLimiterRegistry(overrides: ["rejecting": rejecting, "waiting": waiting, "slow": slow])
+        let engine = try makeEngine(mock) { $0.rateLimits = registry }
+        func notification(_ index: Int, workspace: String) throws -> PushNotification {
+            var notification = try PushNotification.alert(
+                AlertPayload(title: "t", body: "b"), to: testDeviceToken(index), app: "com.example.app")
+            notification.workspace = workspace
+            return notification
+        }
+        var waited: [NotificationResult] = []
+        for index in 0..<7 {
+            waited.append(try await engine.send(notification(index, workspace: "rejecting"), overBudget: .wait))
+        }
+        XCTAssertEqual(waited.map(\.outcome), Array(repeating: .delivered, count: 7), "waited past the burst")
+        var rejected: [NotificationResult] = []
+        for index in 0..<6 {
+            rejected.append(try await engine.send(notification(10 + index, workspace: "waiting"), overBudget: .reject))
+        }
+        XCTAssertEqual(rejected.prefix(5).map(\.outcome), Array(repeating: .delivered, count: 5))
+        XCTAssertEqual(rejected.last?.outcome, .rateLimited, "rejected at once, though the budget waits")
+        XCTAssertTrue((rejected.last?.retryAfterSeconds).map { $0 > 0 && $0 <= 1.5 } ?? false, "\(rejected.last!)")
+        for index in 0..<5 { _ = try await engine.send(notification(20 + index, workspace: "slow")) }
+        let started = ContinuousClock.now
+        let late = try await engine.send(
+            notification(30, workspace: "slow"), timeout: .milliseconds(200), overBudget: .wait)
+        let elapsed = ContinuousClock.now - started
+        await engine.shutdown()
+        XCTAssertEqual(late.outcome, .failed)
+        XCTAssertEqual(late.reason, "DeadlineExceeded")
+        XCTAssertLessThan(elapsed, .seconds(2), "the deadline ends a wait for a budget 10 s away")
+        XCTAssertEqual(mock.stats.accepted, 7 + 5 + 5)
+    }
 }

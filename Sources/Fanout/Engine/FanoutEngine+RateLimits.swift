@@ -19,7 +19,8 @@ extension FanoutEngine {
     /// admits them; under `demote`
     /// a priority-10 job may be admitted at priority 5.
     func admit(
-        _ job: FanoutJob, prepared: PreparedJob, demoted: inout PreparedJob?, cost: Int, isShuttingDown: () -> Bool
+        _ job: FanoutJob, prepared: PreparedJob, demoted: inout PreparedJob?, cost: Int, run: FanoutRun,
+        isShuttingDown: () -> Bool
     ) async -> Admission {
         guard let limits = configuration.rateLimits else { return .send(prepared) }
         let priority = job.headers.effectivePriority
@@ -39,13 +40,23 @@ extension FanoutEngine {
                 let lower = demoted ?? PreparedJob(demoting: prepared, to: admitted)
                 demoted = lower
                 return .send(lower)
-            case .reject(let retryAfter):
+            case .reject(let retryAfter) where job.overBudget != .wait:
                 return .rateLimited(retryAfterSeconds: Double(retryAfter) / 1e9)
-            case .wait(let until):
+            case .wait(let until) where job.overBudget == .reject:
+                return .rateLimited(retryAfterSeconds: Double(until > now ? until - now : 0) / 1e9)
+            case .reject, .wait:
                 if isShuttingDown() { return .notSent }
-                let pause = min(until > now ? until - now : 0, 100_000_000)
+                // Cancelled, or its deadline passed (`FanoutRun.expire`): the caller's task may still be running.
+                if run.isCancelled { return .cancelled }
+                let pause =
+                    switch decision {
+                    case .wait(let until): until > now ? until - now : 0
+                    case .reject(let retryAfter): retryAfter
+                    case .admit: UInt64(0)
+                    }
+                // Short naps, so that a deadline or a cancel ends the wait within 20 ms.
                 do {
-                    try await Task.sleep(nanoseconds: max(pause, 1_000_000))
+                    try await Task.sleep(nanoseconds: min(max(pause, 1_000_000), 20_000_000))
                 } catch {
                     return .cancelled  // Task.sleep throws only when the task is cancelled
                 }

@@ -195,14 +195,17 @@ public final class FanoutEngine: Sendable {
     /// Sends one notification and returns its result (APNs's answer, or why there was none: a
     /// connection failure, `Timeout` after the last attempt, `DeadlineExceeded` when `timeout` passed, `cancelled`
     /// when the calling task was cancelled). An `apnsID` in the headers is used as the request's `apns-id`.
-    /// - Parameter timeout: how long the call may take in all (waiting for budget and room in flight, every attempt
-    ///   and backoff); past it the notification ends `failed`, reason `DeadlineExceeded`, and nothing of it is left
-    ///   running. Default: `configuration.sendTimeout` (30 s).
+    /// - Parameters:
+    ///   - timeout: how long the call may take in all (waiting for budget and room in flight, every attempt and
+    ///     backoff); past it the notification ends `failed`, reason `DeadlineExceeded`, and nothing of it is left
+    ///     running. Default: `configuration.sendTimeout` (30 s).
+    ///   - overBudget: with workspace budgets, whether to wait for the budget (within `timeout`) or end
+    ///     `rate_limited` at once; nil: the budget's own policy.
     /// - Throws: `.shutdown` once `shutdown()` has begun; `.invalidNotification` for a bad token,
     ///   header or payload (nothing is sent); `.overloaded` when `maxPendingSends` calls are already under way
     ///   (nothing is sent).
-    public func send(_ notification: PushNotification, timeout: Duration? = nil) async throws(FanoutError)
-        -> NotificationResult
+    public func send(_ notification: PushNotification, timeout: Duration? = nil, overBudget: OverBudget? = nil)
+        async throws(FanoutError) -> NotificationResult
     {
         guard DeviceToken(notification.deviceToken) != nil else {
             throw FanoutError(.invalidNotification, "device token is not 64 to 200 hex digits")
@@ -219,10 +222,12 @@ public final class FanoutEngine: Sendable {
         }
         defer { pendingSends.subtract(1, ordering: .relaxed) }
         var job = FanoutJob(
-            id: notification.headers.apnsID ?? "single", headers: notification.headers,
+            id: notification.headers.apnsID ?? "single", workspace: notification.workspace,
+            headers: notification.headers,
             payload: .raw(notification.payload),
             recipients: .tokens([notification.deviceToken]))
         job.singleNotificationID = notification.headers.apnsID.map(APNsIdentifier.init)
+        job.overBudget = overBudget
         let collected = Mutex<NotificationResult?>(nil)
         // Storing the result costs next to nothing, so the loop delivers it (no results-thread hop).
         _ = try await run(
@@ -333,7 +338,7 @@ public final class FanoutEngine: Sendable {
         var jobAdmission: Admission = .send(prepared)
         if !countsNotifications && stop == nil {
             jobAdmission = await admit(
-                job, prepared: prepared, demoted: &demoted, cost: 1, isShuttingDown: isShuttingDown)
+                job, prepared: prepared, demoted: &demoted, cost: 1, run: run, isShuttingDown: isShuttingDown)
             stop = stopped(by: jobAdmission)
         }
         // A batch takes one in-flight permit per notification, so it can never be larger than the limit.
@@ -447,7 +452,8 @@ public final class FanoutEngine: Sendable {
             var admission = jobAdmission
             if countsNotifications && stop == nil {
                 admission = await admit(
-                    job, prepared: prepared, demoted: &demoted, cost: batch.count, isShuttingDown: isShuttingDown)
+                    job, prepared: prepared, demoted: &demoted, cost: batch.count, run: run,
+                    isShuttingDown: isShuttingDown)
                 stop = stop ?? stopped(by: admission)
             }
             if let stop {

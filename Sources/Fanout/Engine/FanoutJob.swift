@@ -18,6 +18,10 @@ public struct FanoutJob: Sendable {
     /// `configuration.activityIDAttribute`. One engine may serve apps on several SDKs (`fanout serve` answers
     /// Fanout's, Pushwoosh's and Braze's APIs), so each job may say where its app's SDK reads the id.
     public var activityIDAttribute: ActivityIDAttribute?
+    /// What this job does when its workspace budget (`configuration.rateLimits`) is out: nil follows the budget's
+    /// own policy; `.wait` holds it until the budget admits it (bounded by the call's deadline), `.reject` ends the
+    /// rest at once `rate_limited` with a retry-after. No effect without budgets.
+    public var overBudget: OverBudget?
     /// The `apns-id` of the one notification of a `send` (the caller's own id); nil: one per token.
     var singleNotificationID: APNsIdentifier?
 
@@ -31,6 +35,14 @@ public struct FanoutJob: Sendable {
         self.payload = payload
         self.recipients = recipients
     }
+}
+
+/// What a call does when its workspace's budget is out, chosen per job or per `send`.
+public enum OverBudget: Sendable, Hashable {
+    /// Wait until the budget admits it, within the call's deadline (past it: `failed`, `DeadlineExceeded`).
+    case wait
+    /// End `rate_limited` at once, with `retryAfterSeconds` saying when the budget would admit it.
+    case reject
 }
 
 /// Who a job goes to. A file and the registry are read in pages while sending, never loaded whole, so a
