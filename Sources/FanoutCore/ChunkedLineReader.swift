@@ -61,6 +61,9 @@ package final class ChunkedLineReader {
     private let followsAppends: Bool
     /// The bytes read from the file so far (a follower compares it with the file's size to see a truncation).
     package private(set) var bytesRead = 0
+    /// The bytes of the lines returned so far: the file offset where the next line starts (`bytesRead` less what is
+    /// buffered and not returned yet).
+    package var bytesConsumed: Int { bytesRead - (buffer.count - start) }
     /// What `fill` grows the buffer with before a read overwrites it.
     private static let zeros = [UInt8](repeating: 0, count: defaultChunkSize)
     /// Follow mode's read buffer, kept across reads: a followed file is read a line or two at a time, and growing

@@ -88,6 +88,9 @@ package final class JobFileReader {
     /// The bytes read from the file so far.
     package var bytesRead: Int { lines.bytesRead }
 
+    /// The bytes of the lines returned so far: where the next line starts.
+    package var bytesConsumed: Int { lines.bytesConsumed }
+
     /// The open file's device, inode and size (`ChunkedLineReader.openFileStatus`).
     package func openFileStatus() -> (device: UInt64, inode: UInt64, size: Int)? { lines.openFileStatus() }
 

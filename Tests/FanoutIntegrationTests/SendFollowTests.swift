@@ -165,6 +165,37 @@ final class SendFollowTests: XCTestCase {
         XCTAssertTrue(sender.stderrText().contains("was replaced (rotated)"), sender.stderrText())
     }
 
+    /// While the sender is held back (one job at a time, each answered after 4 s), producers run ahead: the progress
+    /// line says how many complete job lines are unread and how long the oldest has waited.
+    func testTheProgressLineShowsTheJobsProducersAreAheadAndTheOldestAge() throws {
+        let slow = try MockAPNsProcess(arguments: [
+            "--listen", "127.0.0.1:0", "--tls-dir", "\(directory)/tls", "--latency-ms", "4000",
+        ])
+        defer { _ = try? slow.stop() }
+        try ((0..<30).map { Self.job("queued-\($0)", firstToken: $0, tokens: 1) }.joined(separator: "\n") + "\n")
+            .write(toFile: queue, atomically: true, encoding: .utf8)
+        var arguments = sendArguments(["--concurrent-jobs", "1"])
+        arguments[arguments.firstIndex(of: "localhost:\(mock.port)")!] = "localhost:\(slow.port)"
+        arguments[arguments.firstIndex(of: "never")!] = "always"
+        let sender = try RunningProcess(fanout, arguments, environment: ProcessSupport.cleanEnvironment())
+        let deadline = Date().addingTimeInterval(30)
+        var queueLine: Substring?
+        while queueLine == nil && Date() < deadline {
+            queueLine = sender.stderrText().split(separator: "\n").first { $0.contains("queue: ") }
+            if queueLine == nil { usleep(100_000) }
+        }
+        _ = try sender.stop(timeout: 30)
+        let line = try XCTUnwrap(queueLine, "no progress line with the queue: \(sender.stderrText())")
+        // "queue: N jobs (B bytes) unread, oldest S s": the first line comes 5 s in, when at most two jobs are done.
+        let numbers = line.split(separator: "queue: ")[1].split(whereSeparator: { !"0123456789.".contains($0) })
+        guard numbers.count >= 3 else { return XCTFail("no count, bytes and age: \(line)") }
+        let jobs = try XCTUnwrap(Int(numbers[0]), String(line))
+        let oldest = try XCTUnwrap(Double(numbers[2]), String(line))
+        XCTAssertGreaterThanOrEqual(jobs, 25, String(line))
+        XCTAssertLessThan(jobs, 30, String(line))
+        XCTAssertGreaterThanOrEqual(oldest, 3, String(line))
+    }
+
     /// A line counts once its newline is written: a producer that has written half a line has written no job, and
     /// the job goes out when the rest of its line arrives. Had the sender taken the half line for a line, it would
     /// have recorded it (and the rest) as `invalid` jobs.

@@ -52,6 +52,9 @@ final class FollowedJobFile: @unchecked Sendable {
         reader = try JobFileReader(
             path: path, maximumLineLength: maximumLineLength, followsAppends: true, lineNumberBase: lineNumberBase)
         watcher = FileChangeWatcher(path: path, recheckInterval: Self.recheckInterval)
+        queueLag = FollowedQueueLag(path: path)
+        openIdentity = openFile?.identity
+        publishPosition()
     }
 
     /// The open file's identity (`identity(device:inode:)`), and the line number its first line follows.
@@ -65,16 +68,13 @@ final class FollowedJobFile: @unchecked Sendable {
     /// The directory that `tokens_file` paths in the job lines are resolved against.
     var directory: String { reader.directory }
 
-    /// The bytes written to the open file and not read yet, as of the last line read (or wait begun). Any thread.
-    var lagBytes: Int { lag.load(ordering: .relaxed) }
-    private let lag = Atomic<Int>(0)
+    /// How far producers are ahead (measured by the caller's timer). The reading task tells it where it is.
+    let queueLag: FollowedQueueLag
+    /// The open file's identity, for `queueLag`.
+    private var openIdentity: String?
 
-    private var linesSinceLagMeasured = 0
-
-    private func measureLag() {
-        linesSinceLagMeasured = 0
-        guard let status = reader.openFileStatus() else { return }
-        lag.store(max(0, status.size - reader.bytesRead), ordering: .relaxed)
+    private func publishPosition() {
+        queueLag.readerAt(identity: openIdentity, bytesRead: reader.bytesConsumed)
     }
 
     /// The next complete line; waits for one to be written.
@@ -82,12 +82,9 @@ final class FollowedJobFile: @unchecked Sendable {
         while true {
             if stopped.load(ordering: .acquiring) { return .stopped }
             if let line = try reader.nextLine() {
-                // The lag is measured every 64 lines while producers are ahead, and at every wait.
-                linesSinceLagMeasured += 1
-                if linesSinceLagMeasured >= 64 { measureLag() }
+                publishPosition()
                 return .line(line)
             }
-            measureLag()
             if let why = replacement() { return .replaced(why) }
             _ = await watcher.waitForChange()
         }
@@ -102,6 +99,8 @@ final class FollowedJobFile: @unchecked Sendable {
                 reader = try JobFileReader(
                     path: path, maximumLineLength: maximumLineLength, followsAppends: true, lineNumberBase: base)
                 lineNumberBase = base
+                openIdentity = openFile?.identity
+                publishPosition()
                 return true
             }
             _ = await watcher.waitForChange()

@@ -95,22 +95,35 @@ package final class JobFileRunner: Sendable {
         if let followed { writer.follow(followed.openFile) }
         let countsAtStart = writer.counts.notifications
         // With --follow, how far producers are ahead: on the progress line and, with metrics, in /metrics.
-        let lagGauge =
-            followed == nil
-            ? nil
-            : engine.configuration.metrics?.registry.gauge(
-                "fanout_send_queue_lag_bytes", help: "Bytes of the followed job file written and not read yet.")
+        let registry = followed == nil ? nil : engine.configuration.metrics?.registry
+        let lagGauges = registry.map { registry in
+            (
+                bytes: registry.gauge(
+                    "fanout_send_queue_lag_bytes", help: "Bytes of the followed job file written and not read yet."),
+                jobs: registry.gauge(
+                    "fanout_send_queue_lag_jobs", help: "Complete job lines of the followed job file not read yet."),
+                age: registry.gauge(
+                    "fanout_send_queue_oldest_unread_seconds",
+                    help: "How long the oldest unread job line has waited since the sender saw it (whole seconds).")
+            )
+        }
         let flusher = DispatchSource.makeTimerSource(queue: .global())
         flusher.schedule(deadline: .now() + .milliseconds(200), repeating: .milliseconds(200))
         // A failed flush is kept by the writer; the final flush below throws it and ends the run.
         flusher.setEventHandler {
             _ = Result { try writer.flush() }
-            if let followed, let lagGauge { lagGauge.set(followed.lagBytes) }
+            guard let followed else { return }
+            let lag = followed.queueLag.measure()
+            if let lagGauges {
+                lagGauges.bytes.set(lag.bytes)
+                lagGauges.jobs.set(lag.jobs)
+                lagGauges.age.set(lag.oldestAge.map { Int($0.components.seconds) } ?? 0)
+            }
         }
         flusher.resume()
         let invalidTokens = invalidTokensFile.map(startInvalidTokensWriter)
         let progress = ProgressReporter(mode: options.progress) { writer.counts }
-        if let followed { progress.showQueueLag { followed.lagBytes } }
+        if let followed { progress.showQueueLag { followed.queueLag.latest } }
         progress.start()
         defer { progress.stop() }
         let counting = Task.detached { [options] in

@@ -23,7 +23,7 @@ package final class ProgressReporter: @unchecked Sendable {
     /// (-1 until then).
     private let total = Atomic<Int>(-1)
     /// With `--follow`: the bytes of the job file not read yet.
-    private let queueLag = Mutex<(@Sendable () -> Int)?>(nil)
+    private let queueLag = Mutex<(@Sendable () -> FollowedQueueLag.Reading)?>(nil)
 
     package init(mode: Mode, counts: @escaping @Sendable () -> SendCounts) {
         self.mode = mode
@@ -31,9 +31,10 @@ package final class ProgressReporter: @unchecked Sendable {
         interactive = isatty(STDERR_FILENO) == 1
     }
 
-    /// Shows, with `--follow`, how far the job file's producers are ahead: the bytes written and not read yet.
-    package func showQueueLag(_ bytes: @escaping @Sendable () -> Int) {
-        queueLag.withLock { $0 = bytes }
+    /// Shows, with `--follow`, how far the job file's producers are ahead: the job lines and bytes written and not
+    /// read yet, and how long the oldest has waited.
+    func showQueueLag(_ lag: @escaping @Sendable () -> FollowedQueueLag.Reading) {
+        queueLag.withLock { $0 = lag }
     }
 
     /// Sets the run's total, enabling the done/total fraction and the ETA.
@@ -83,7 +84,10 @@ package final class ProgressReporter: @unchecked Sendable {
         var text = String(
             format: "%d jobs, %@ notifications (%.0f/s): %@, %d retries, %.0f s", counts.jobs, done, rate, outcomes,
             counts.outcomes.retries, seconds)
-        if let lag = queueLag.withLock({ $0 }) { text += ", queue: \(lag()) bytes unread" }
+        if let lag = queueLag.withLock({ $0 }).map({ $0() }) {
+            text += ", queue: \(lag.jobs) jobs (\(lag.bytes) bytes) unread"
+            if let age = lag.oldestAge { text += String(format: ", oldest %.1f s", age / .seconds(1)) }
+        }
         let line = interactive ? "\r\u{1B}[2K" + text + (final ? "\n" : "") : "fanout: " + text + "\n"
         StandardStream.error.write(line)
     }
