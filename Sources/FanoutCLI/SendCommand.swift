@@ -194,11 +194,17 @@ enum SendCommand {
         var endpoint: MetricsEndpoint?
         if let listen = options.metricsListen {
             let metrics = FanoutMetrics()
-            configuration.metrics = metrics
+            configuration.metricsListener = metrics
             do {
                 endpoint = try MetricsEndpoint(registry: metrics.registry, listen: listen)
             } catch {
                 return fail("--metrics-listen \(listen): \(error.message)")
+            }
+            if send.follow {
+                // How far producers are ahead of the reading, in /metrics beside the progress line.
+                let lag = metrics.registry.gauge(
+                    "fanout_send_queue_lag_bytes", help: "Bytes of the followed job file written and not read yet.")
+                send.queueLag = { lag.set($0) }
             }
         }
         defer { endpoint?.shutdown() }

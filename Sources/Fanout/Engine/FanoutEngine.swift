@@ -243,7 +243,10 @@ public final class FanoutEngine: Sendable {
         jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?, deliversOnLoop: Bool = false
     ) -> FanoutRun {
         let loops = self.loops
-        return FanoutRun(jobID: jobID, onResult: onResult, deliversOnLoop: deliversOnLoop) { run in
+        return FanoutRun(
+            jobID: jobID, onResult: onResult, deliversOnLoop: deliversOnLoop,
+            metricsListener: configuration.metricsListener
+        ) { run in
             for engineLoop in loops {
                 // A stopped loop has already ended everything it held.
                 try? engineLoop.loop.execute { engineLoop.cancel(run) }
@@ -364,10 +367,8 @@ public final class FanoutEngine: Sendable {
             run.record(result(token, position, .unregistered, "BadDeviceToken"))
         }
         @inline(never) func recordRateLimited(retryAfter: Double) {
-            for _ in batch {
-                configuration.metrics?.recordRateLimited(
-                    workspace: job.workspace, priority: job.headers.effectivePriority)
-            }
+            configuration.metricsListener?.notificationsRateLimited(
+                workspace: job.workspace, priority: job.headers.effectivePriority, count: batch.count)
             for (token, position) in batch {
                 var limited = result(token, position, .rateLimited, "RateLimited")
                 limited.retryAfterSeconds = retryAfter

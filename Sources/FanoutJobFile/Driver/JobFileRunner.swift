@@ -24,6 +24,9 @@ package struct SendOptions: Sendable {
     package var follow = false
     /// Told what the run notices about its job file (a rotation, a truncation), for the log.
     package var notice: (@Sendable (String) -> Void)?
+    /// With `follow`: told every 200 ms how many bytes of the job file are written and not read yet (`fanout send`
+    /// puts it in /metrics).
+    package var queueLag: (@Sendable (Int) -> Void)?
 
     package init(jobsPath: String) {
         self.jobsPath = jobsPath
@@ -94,18 +97,14 @@ package final class JobFileRunner: Sendable {
             jobsFileSize: jobsSize, resumeFrom: resume.journal, fileLength: resume.fileLength)
         if let followed { writer.follow(followed.openFile) }
         let countsAtStart = writer.counts.notifications
-        // With --follow, how far producers are ahead: on the progress line and, with metrics, in /metrics.
-        let lagGauge =
-            followed == nil
-            ? nil
-            : engine.configuration.metrics?.registry.gauge(
-                "fanout_send_queue_lag_bytes", help: "Bytes of the followed job file written and not read yet.")
+        // With --follow, how far producers are ahead: on the progress line and to `queueLag`.
+        let queueLag = options.queueLag
         let flusher = DispatchSource.makeTimerSource(queue: .global())
         flusher.schedule(deadline: .now() + .milliseconds(200), repeating: .milliseconds(200))
         // A failed flush is kept by the writer; the final flush below throws it and ends the run.
         flusher.setEventHandler {
             _ = Result { try writer.flush() }
-            if let followed, let lagGauge { lagGauge.set(followed.lagBytes) }
+            if let followed, let queueLag { queueLag(followed.lagBytes) }
         }
         flusher.resume()
         let invalidTokens = invalidTokensFile.map(startInvalidTokensWriter)
