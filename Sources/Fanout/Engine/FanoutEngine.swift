@@ -146,9 +146,12 @@ public final class FanoutEngine: Sendable {
     ///
     /// Cancelling the calling task cancels the job (see `FanoutRun.cancel()`): it returns soon after,
     /// with the notifications that were not answered counted as `cancelled`.
-    /// - Parameter timeout: how long the whole job may take: waiting for budget and for room in flight, every
-    ///   attempt and backoff. When it passes, every notification not answered yet ends `failed` with reason
-    ///   `DeadlineExceeded` (open streams are reset), and the call returns. Nil: no deadline.
+    /// - Parameters:
+    ///   - job: what to send, and to whom.
+    ///   - timeout: how long the whole job may take: waiting for budget and for room in flight, every
+    ///     attempt and backoff. When it passes, every notification not answered yet ends `failed` with reason
+    ///     `DeadlineExceeded` (open streams are reset), and the call returns. Nil: no deadline.
+    ///   - onResult: called with each notification's result.
     /// - Throws: `.shutdown` once `shutdown()` has begun; `.invalidNotification` for a job that fails
     ///   validation (which also gets one `invalid` result).
     public func run(
@@ -195,9 +198,12 @@ public final class FanoutEngine: Sendable {
     /// Sends one notification and returns its result (APNs's answer, or why there was none: a
     /// connection failure, `Timeout` after the last attempt, `DeadlineExceeded` when `timeout` passed, `cancelled`
     /// when the calling task was cancelled). An `apnsID` in the headers is used as the request's `apns-id`.
-    /// - Parameter timeout: how long the call may take in all (waiting for budget and room in flight, every attempt
-    ///   and backoff); past it the notification ends `failed`, reason `DeadlineExceeded`, and nothing of it is left
-    ///   running. Default: `configuration.sendTimeout` (30 s).
+    /// - Parameters:
+    ///   - notification: one device's notification (`PushNotification.alert(_:to:app:priority:expiration:collapseID:)`
+    ///     and the other typed constructors make one).
+    ///   - timeout: how long the call may take in all (waiting for budget and room in flight, every attempt
+    ///     and backoff); past it the notification ends `failed`, reason `DeadlineExceeded`, and nothing of it is
+    ///     left running. Default: `configuration.sendTimeout` (30 s).
     /// - Throws: `.shutdown` once `shutdown()` has begun; `.invalidNotification` for a bad token,
     ///   header or payload (nothing is sent); `.overloaded` when `maxPendingSends` calls are already under way
     ///   (nothing is sent).
