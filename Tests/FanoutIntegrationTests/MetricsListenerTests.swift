@@ -52,6 +52,27 @@ final class DeliveredCounter: FanoutMetricsListener {
     }
 }
 
+// LIBRARY-EXAMPLE-BEGIN
+/// Notifications delivered, tokens to drop and retries, for a StatsD or Prometheus client to read.
+final class GatewayMetrics: FanoutMetricsListener {
+    let delivered = Atomic<Int>(0)
+    let dropTokens = Atomic<Int>(0)
+    let retries = Atomic<Int>(0)
+
+    func notificationFinished(outcome: NotificationOutcome, reason: String?, latency: Duration?) {
+        switch outcome.kind {
+        case .delivered: delivered.add(1, ordering: .relaxed)
+        case .unregistered: dropTokens.add(1, ordering: .relaxed)
+        default: break
+        }
+    }
+
+    func notificationRetried(reason: String?) {
+        retries.add(1, ordering: .relaxed)
+    }
+}
+// LIBRARY-EXAMPLE-END
+
 final class MetricsListenerTests: XCTestCase {
     private let app = "com.example.app"
 
@@ -196,6 +217,29 @@ final class MetricsListenerTests: XCTestCase {
         XCTAssertEqual(events.finished.count, 1)
         XCTAssertEqual(events.finished.first?.outcome, .failed)
         XCTAssertNil(events.finished.first?.latency)
+    }
+
+    /// docs/LIBRARY.md's listener, compiled above, counts a send's outcome; the guide shows it verbatim.
+    func testTheGuidesListenerCountsAndIsShownVerbatim() async throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let metrics = GatewayMetrics()
+        let engine = try makeEngine(for: mock, loops: 1, connections: 1) { $0.metricsListener = metrics }
+        let result = try await engine.send(.alert(AlertPayload(body: "hi"), to: testDeviceToken(20), app: app))
+        await engine.shutdown()
+        XCTAssertEqual(result.outcome, .delivered)
+        XCTAssertEqual(metrics.delivered.load(ordering: .relaxed), 1)
+        XCTAssertEqual(metrics.dropTokens.load(ordering: .relaxed), 0)
+
+        let here = URL(fileURLWithPath: #filePath)
+        let source = try String(contentsOf: here, encoding: .utf8)
+        let begin = try XCTUnwrap(source.range(of: "// LIBRARY-EXAMPLE-BEGIN\n"))
+        let end = try XCTUnwrap(source.range(of: "\n// LIBRARY-EXAMPLE-END"))
+        let example = String(source[begin.upperBound..<end.lowerBound])
+        let guide = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("docs/LIBRARY.md")
+        let library = try String(contentsOf: guide, encoding: .utf8)
+        XCTAssertTrue(library.contains(example), "docs/LIBRARY.md must show GatewayMetrics as compiled here")
     }
 
     /// A listener that implements only `notificationFinished` compiles and counts (the rest are no-ops).
