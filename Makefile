@@ -7,7 +7,7 @@ TEST_TOOLS := nghttp2-client nghttp2-server curl openssl python3 chromium redis-
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR := .demo
 
-.PHONY: deps deps-build deps-test deps-demo build release test demo gateway-example api-baseline soak fuzz sanitize lint format clean
+.PHONY: deps deps-build deps-test deps-demo build release test demo gateway-example api-baseline docs soak fuzz sanitize lint format clean
 
 ## deps: install the C libraries and the test tools (h2load, nghttpd, curl, python3 for the Pushwoosh SDK
 ## script, chromium for the status page in a headless browser, redis-server for the Redis client's tests) when
@@ -77,18 +77,25 @@ sanitize: deps
 	@bash scripts/sanitize.sh
 
 ## lint: formatting (swift format), the module graph docs/ARCHITECTURE.md draws against Package.swift, the README's
-## figures against docs/BENCHMARKS.md, a build of every target with warnings as errors, and import Fanout's public
-## API against its baseline (api/Fanout.txt).
+## figures against docs/BENCHMARKS.md, a build of every target with warnings as errors, import Fanout's public
+## API against its baseline (api/Fanout.txt), and its DocC reference (make docs, on the same build).
 lint: deps-build
 	$(SWIFT) format lint --strict --recursive Sources Tools Benchmarks Tests Fuzz Package.swift examples/gateway/Sources
 	python3 scripts/module-graph.py
 	python3 scripts/check-readme-figures.py
 	SWIFT=$(SWIFT) bash scripts/check-warnings.sh
 	python3 scripts/api-baseline.py --build-dir .build/lint/debug
+	SWIFT=$(SWIFT) bash scripts/docs.sh --build-dir .build/lint/debug
 
 ## api-baseline: record a deliberate change of import Fanout's public API in api/Fanout.txt (make lint checks it).
 api-baseline: build
 	python3 scripts/api-baseline.py --build-dir "$$($(SWIFT) build --show-bin-path)" --update
+
+## docs: the DocC reference of import Fanout (Sources/Fanout/Fanout.docc and the doc comments) into
+## .build/docs/Fanout.doccarchive, with the toolchain's swift-symbolgraph-extract and docc (no plugin); a broken
+## symbol link fails it.
+docs: deps-build
+	@SWIFT=$(SWIFT) bash scripts/docs.sh
 
 format:
 	$(SWIFT) format --in-place --recursive Sources Tools Benchmarks Tests Fuzz Package.swift examples/gateway/Sources

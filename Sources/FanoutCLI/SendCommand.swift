@@ -194,11 +194,26 @@ enum SendCommand {
         var endpoint: MetricsEndpoint?
         if let listen = options.metricsListen {
             let metrics = FanoutMetrics()
-            configuration.metrics = metrics
+            configuration.metricsListener = metrics
             do {
                 endpoint = try MetricsEndpoint(registry: metrics.registry, listen: listen)
             } catch {
                 return fail("--metrics-listen \(listen): \(error.message)")
+            }
+            if send.follow {
+                // How far producers are ahead of the reading, in /metrics beside the progress line.
+                let bytes = metrics.registry.gauge(
+                    "fanout_send_queue_lag_bytes", help: "Bytes of the followed job file written and not read yet.")
+                let jobs = metrics.registry.gauge(
+                    "fanout_send_queue_lag_jobs", help: "Complete job lines of the followed job file not read yet.")
+                let age = metrics.registry.gauge(
+                    "fanout_send_queue_oldest_unread_seconds",
+                    help: "How long the oldest unread job line has waited since the sender saw it (whole seconds).")
+                send.queueLag = { lagBytes, lagJobs, oldestAge in
+                    bytes.set(lagBytes)
+                    jobs.set(lagJobs)
+                    age.set(oldestAge.map { Int($0.components.seconds) } ?? 0)
+                }
             }
         }
         defer { endpoint?.shutdown() }

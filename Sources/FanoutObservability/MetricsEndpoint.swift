@@ -1,4 +1,4 @@
-package import Fanout
+import Fanout
 package import FanoutTransport
 
 /// Serves a registry at `GET /metrics` in the Prometheus text format (`--metrics-listen HOST:PORT`), on its own

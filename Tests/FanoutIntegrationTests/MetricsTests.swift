@@ -276,7 +276,7 @@ final class MetricsTests: XCTestCase {
         let mock = try MockHarness()
         defer { mock.stop() }
         let engines = try [first, second].map { metrics in
-            try makeEngine(for: mock, loops: 1, connections: 1) { $0.metrics = metrics }
+            try makeEngine(for: mock, loops: 1, connections: 1) { $0.metricsListener = metrics }
         }
         let headers = NotificationHeaders(pushType: .alert, topic: "com.example.app")
         for (index, engine) in engines.enumerated() {

@@ -115,8 +115,10 @@ extension BroadcastChannelClient {
     /// A channel APNs refuses to delete stays bound for the next call and the others are still deleted (one stuck
     /// channel first in line stopped every later one, for every team); the first refusal is then thrown, saying how
     /// many were deleted.
-    /// - Parameter apps: only these apps' channels (the apps of this client's team); nil: every app. Other apps'
-    ///   channels are paged past, so a team's come up however many of another team's are ahead of them.
+    /// - Parameters:
+    ///   - registry: the registry whose ended channels are deleted and then unbound.
+    ///   - apps: only these apps' channels (the apps of this client's team); nil: every app. Other apps'
+    ///     channels are paged past, so a team's come up however many of another team's are ahead of them.
     public func pruneEndedChannels(registry: any RegistryStore, apps: Set<String>? = nil)
         async throws(BroadcastChannelError) -> EndedChannelsPrune
     {

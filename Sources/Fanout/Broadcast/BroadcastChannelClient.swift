@@ -30,6 +30,7 @@ public final class BroadcastChannelClient: Sendable {
 
     /// - Parameters:
     ///   - endpoint: the management host (`production`, `sandbox`, or a mock's `HOST:PORT`).
+    ///   - credentials: the team's signing key, as the engine's (`ProviderCredentials`).
     ///   - caFile: a CA to trust instead of the system's (a mock's test CA).
     ///   - requestTimeout: each call's deadline, 1 ms to 1 day (else `FanoutError(.configuration)`).
     public convenience init(

@@ -1,7 +1,7 @@
 import Dispatch
 import Synchronization
 
-/// The deadlines of an engine's calls (`send(_:timeout:)`, `run(_:timeout:onResult:)`): one timer for all of them,
+/// The deadlines of an engine's calls (`send(_:timeout:overBudget:)`, `run(_:timeout:onResult:)`): one timer for all of them,
 /// armed for the earliest, that stops each run whose deadline passes (`FanoutRun.expire()`). A call that ends first
 /// takes its run out, so the engine holds no finished run.
 ///

@@ -135,6 +135,9 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     let loop: LoopThread
     private let shared: EngineShared
     private var configuration: FanoutEngineConfiguration { shared.configuration }
+    /// The configuration's listener, read from here rather than through the configuration (a struct of some forty
+    /// fields behind `shared`) at each event.
+    private let metricsListener: (any FanoutMetricsListener)?
     @exclusivity(unchecked) private var slots: [ConnectionSlot]
     /// Connections that got GOAWAY and are finishing their streams.
     @exclusivity(unchecked) private var draining: [ObjectIdentifier: HTTP2ClientConnection] = [:]
@@ -177,6 +180,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     init(loop: LoopThread, shared: EngineShared) {
         self.loop = loop
         self.shared = shared
+        metricsListener = shared.configuration.metricsListener
         slots = (0..<shared.configuration.connectionsPerLoop).map { _ in ConnectionSlot() }
         retryBudget = RetryBudget(ratio: shared.configuration.retryBudgetRatio)
         // No more than can be in flight at once: past that, the feeding side could not use them.
@@ -309,6 +313,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         pending.connection = connection
         // No closure per notification: the connection hands `pending` back to `request(_:didComplete:on:)`.
         pending.requestID = connection.submit(request, context: pending, handler: self)
+        metricsListener?.notificationSent(attempt: pending.attempts)
     }
 
     /// HTTP2ResponseHandler: a notification's stream ended; `context` is its PendingNotification.
@@ -413,7 +418,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             return
         }
         if immediately {
-            configuration.metrics?.retries.increment()
+            metricsListener?.notificationRetried(reason: pending.lastReason)
             waiting.prepend(pending)
             return
         }
@@ -422,7 +427,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
                 pending, outcome: .failed, reason: "RetryBudgetExhausted: " + (pending.lastReason ?? "transient error"))
             return
         }
-        configuration.metrics?.retries.increment()
+        metricsListener?.notificationRetried(reason: pending.lastReason)
         let ceiling = min(
             configuration.retryCap.wholeMilliseconds,
             configuration.retryBase.wholeMilliseconds << UInt64(min(pending.attempts, 20)))
@@ -590,7 +595,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         case .ready:
             endpointDown = nil
             if readyConnections.insert(ObjectIdentifier(connection)).inserted {
-                configuration.metrics?.openConnections.increment()
+                metricsListener?.connectionAdded()
             }
             slot.failures = 0
             consecutiveConnectFailures = 0
@@ -602,7 +607,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         case .closed(let error):
             draining[ObjectIdentifier(connection)] = nil
             if readyConnections.remove(ObjectIdentifier(connection)) != nil {
-                configuration.metrics?.openConnections.decrement()
+                metricsListener?.connectionRemoved()
             }
             guard slot.connection === connection else { return }
             slot.connection = nil
@@ -618,6 +623,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     /// A connection ended before it carried anything: back off, and after too many failures in a
     /// row fail what waits (a wrong CA or an unreachable endpoint must not hang a job).
     private func connectionFailed(_ slot: ConnectionSlot, error: TransportError) {
+        metricsListener?.connectionFailed(reason: error.message)
         consecutiveConnectFailures += 1
         lastConnectError = error
         let permanent = [.tlsUnknownCA, .tlsHostnameMismatch, .tlsCertificateInvalid, .tlsNoH2, .tlsConfiguration]
@@ -767,7 +773,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         let made = scratch.inUse ? DeliveryScratch() : scratch
         made.inUse = true
         defer { made.inUse = false }
-        let metrics = configuration.metrics
+        let metricsListener = self.metricsListener
         // Through buffer pointers, and with the runs apart from the results: an element read through an array's
         // subscript, or a field of a (run, result) tuple's, is copied whole (each String and enum of a result, a
         // reference-counting call each: about twenty per notification, counted with scripts/count-arc.sh), and a
@@ -779,7 +785,8 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
                 let finished = batch.baseAddress! + index
                 let pending = finished.pointee.pending
                 if pending.job.run.deliversOnLoop { sends += 1 }
-                made.append(makeResult(finished, pending: pending, metrics: metrics), of: pending.job.run)
+                made.append(
+                    makeResult(finished, pending: pending, metricsListener: metricsListener), of: pending.job.run)
                 // Nothing else refers to the record: it left the waiting queue, the delayed list and the on-the-wire
                 // table before it was finished, and its stream's completion has run.
                 pending.clear()
@@ -797,7 +804,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         // feeding side waits, and no more than the in-flight limit is ever queued here.
         if made.count > sends { shared.limiter.release(made.count - sends) }
         if sends > 0 { shared.sendLimiter.release(sends) }
-        metrics?.inFlight.set(shared.inFlight)
+        metricsListener?.notificationsInFlight(shared.inFlight)
         var counts = OutcomeCounts()
         var broadcasts = 0
         made.drain { run, result in
@@ -812,17 +819,20 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     }
 
     /// One finished notification's result, made in one expression (a result made and then filled in would be
-    /// copied out), and what it reports (metrics, an invalidated token) on the way.
+    /// copied out), and what it reports (the metrics listener, an invalidated token) on the way.
     private func makeResult(
-        _ finished: UnsafePointer<FinishedNotification>, pending: PendingNotification, metrics: FanoutMetrics?
+        _ finished: UnsafePointer<FinishedNotification>, pending: PendingNotification,
+        metricsListener: (any FanoutMetricsListener)?
     ) -> NotificationResult {
         let job = pending.job
         let isBroadcast = job.isBroadcast
-        if let metrics {
-            metrics.record(finished.pointee.outcome, reason: finished.pointee.reason)
-            if finished.pointee.status != nil {
-                metrics.apnsRoundTrip.observe(Double(finished.pointee.latencyNanoseconds) / 1e9)
-            }
+        if let metricsListener {
+            // The latency of an answer; a notification that got none (never sent, its connection lost) has none.
+            let latency =
+                finished.pointee.status == nil
+                ? nil : Duration.nanoseconds(finished.pointee.latencyNanoseconds)
+            metricsListener.notificationFinished(
+                outcome: finished.pointee.outcome, reason: finished.pointee.reason, latency: latency)
         }
         if finished.pointee.outcome == .unregistered && !isBroadcast {
             let invalidated = InvalidatedToken(

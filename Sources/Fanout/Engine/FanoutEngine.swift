@@ -146,9 +146,12 @@ public final class FanoutEngine: Sendable {
     ///
     /// Cancelling the calling task cancels the job (see `FanoutRun.cancel()`): it returns soon after,
     /// with the notifications that were not answered counted as `cancelled`.
-    /// - Parameter timeout: how long the whole job may take: waiting for budget and for room in flight, every
-    ///   attempt and backoff. When it passes, every notification not answered yet ends `failed` with reason
-    ///   `DeadlineExceeded` (open streams are reset), and the call returns. Nil: no deadline.
+    /// - Parameters:
+    ///   - job: what to send, and to whom.
+    ///   - timeout: how long the whole job may take: waiting for budget and for room in flight, every
+    ///     attempt and backoff. When it passes, every notification not answered yet ends `failed` with reason
+    ///     `DeadlineExceeded` (open streams are reset), and the call returns. Nil: no deadline.
+    ///   - onResult: called with each notification's result.
     /// - Throws: `.shutdown` once `shutdown()` has begun; `.invalidNotification` for a job that fails
     ///   validation (which also gets one `invalid` result).
     public func run(
@@ -196,6 +199,8 @@ public final class FanoutEngine: Sendable {
     /// connection failure, `Timeout` after the last attempt, `DeadlineExceeded` when `timeout` passed, `cancelled`
     /// when the calling task was cancelled). An `apnsID` in the headers is used as the request's `apns-id`.
     /// - Parameters:
+    ///   - notification: one device's notification (`PushNotification.alert(_:to:app:priority:expiration:collapseID:)`
+    ///     and the other typed constructors make one).
     ///   - timeout: how long the call may take in all (waiting for budget and room in flight, every attempt and
     ///     backoff); past it the notification ends `failed`, reason `DeadlineExceeded`, and nothing of it is left
     ///     running. Default: `configuration.sendTimeout` (30 s).
@@ -248,7 +253,10 @@ public final class FanoutEngine: Sendable {
         jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?, deliversOnLoop: Bool = false
     ) -> FanoutRun {
         let loops = self.loops
-        return FanoutRun(jobID: jobID, onResult: onResult, deliversOnLoop: deliversOnLoop) { run in
+        return FanoutRun(
+            jobID: jobID, onResult: onResult, deliversOnLoop: deliversOnLoop,
+            metricsListener: configuration.metricsListener
+        ) { run in
             for engineLoop in loops {
                 // A stopped loop has already ended everything it held.
                 try? engineLoop.loop.execute { engineLoop.cancel(run) }
@@ -369,10 +377,8 @@ public final class FanoutEngine: Sendable {
             run.record(result(token, position, .unregistered, "BadDeviceToken"))
         }
         @inline(never) func recordRateLimited(retryAfter: Double) {
-            for _ in batch {
-                configuration.metrics?.recordRateLimited(
-                    workspace: job.workspace, priority: job.headers.effectivePriority)
-            }
+            configuration.metricsListener?.notificationsRateLimited(
+                workspace: job.workspace, priority: job.headers.effectivePriority, count: batch.count)
             for (token, position) in batch {
                 var limited = result(token, position, .rateLimited, "RateLimited")
                 limited.retryAfterSeconds = retryAfter

@@ -70,9 +70,9 @@ public struct FanoutEngineConfiguration: Sendable {
     /// `fanout send`, `fanout worker` and `fanout serve` use `.fanout`, so that a resent notification keeps its id
     /// in their results. A `send` whose headers carry an `apnsID` sends that one either way.
     public var apnsIDs: APNsIDAssignment
-    /// Where the engine counts outcomes, retries, in-flight work, connections and round trips
-    /// (served by `MetricsEndpoint`); nil: not counted.
-    public var metrics: FanoutMetrics?
+    /// Told of every notification's requests, retries and outcome, of connections and of in-flight work, for the
+    /// caller's own metrics (`FanoutMetricsListener`). Nil (the default): nothing is reported, at no cost.
+    public var metricsListener: (any FanoutMetricsListener)?
     /// Attempts per notification for errors that may have reached APNs (5xx, 429, lost connections,
     /// timeouts); at least 1.
     public var maxAttempts: Int
@@ -126,7 +126,7 @@ public struct FanoutEngineConfiguration: Sendable {
         warningHandler = nil
         activityIDAttribute = .fanout
         priority10UpdatesPerHour = [:]
-        metrics = nil
+        metricsListener = nil
         apnsIDs = .apns
         rateLimits = nil
         maxAttempts = 8

@@ -3,7 +3,15 @@ public import FanoutCore
 extension FanoutJob {
     /// A Live Activity job: fixes `apns-push-type: liveactivity` and the topic
     /// `<bundleID>.push-type.liveactivity`, so the pair cannot be got wrong.
-    /// - Parameter priority: 10 delivers at once but draws on the device's budget; 5 does not.
+    /// - Parameters:
+    ///   - id: the job's id, in its results.
+    ///   - workspace: whose rate budget it draws on (`FanoutEngineConfiguration.rateLimits`).
+    ///   - bundleID: the app's bundle id; the topic is made from it.
+    ///   - content: the event (`start`, `update`, `end`), its content state and alert.
+    ///   - priority: 10 delivers at once but draws on the device's budget; 5 does not.
+    ///   - expiration: `apns-expiration` in UNIX seconds (0: deliver once without storing); nil: no header.
+    ///   - collapseID: `apns-collapse-id`; nil: none.
+    ///   - recipients: the activities' push tokens (or push-to-start tokens, for a `start`).
     public static func liveActivity(
         id: String, workspace: String = "default", bundleID: String, content: LiveActivityContent, priority: Int = 10,
         expiration: Int64? = nil, collapseID: String? = nil, recipients: Recipients

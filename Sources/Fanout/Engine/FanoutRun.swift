@@ -35,6 +35,9 @@ public final class FanoutRun: Sendable {
     /// next to nothing (`FanoutEngine.send` keeps the result for its caller): the results thread exists so that a
     /// caller's slow handler cannot stall a loop, and for a lone send its wake-up would be a third of the loop's CPU.
     let deliversOnLoop: Bool
+    /// Told of the outcomes `record` gives (those of notifications that never reached a loop; a loop's results thread
+    /// tells it of the others).
+    private let metricsListener: (any FanoutMetricsListener)?
     private let started = DispatchTime.now()
     private let cancelledFlag = Atomic<Bool>(false)
     private let supersededFlag = Atomic<Bool>(false)
@@ -75,9 +78,10 @@ public final class FanoutRun: Sendable {
 
     init(
         jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?, deliversOnLoop: Bool,
-        cancelOnLoops: @escaping @Sendable (FanoutRun) -> Void
+        metricsListener: (any FanoutMetricsListener)? = nil, cancelOnLoops: @escaping @Sendable (FanoutRun) -> Void
     ) {
         self.jobID = jobID
+        self.metricsListener = metricsListener
         self.onResult = onResult
         self.deliversOnLoop = deliversOnLoop
         self.cancelOnLoops = cancelOnLoops
@@ -182,6 +186,7 @@ public final class FanoutRun: Sendable {
     /// Records one notification's outcome: delivers and counts it. Called exactly once per notification that never
     /// reached a loop, on any thread (a loop's results go through `deliver` and `countDelivered`).
     func record(_ result: NotificationResult) {
+        metricsListener?.notificationFinished(outcome: result.outcome, reason: result.reason, latency: nil)
         deliver(result)
         finishIfDone { state in
             state.counts.add(result)

@@ -24,6 +24,9 @@ package struct SendOptions: Sendable {
     package var follow = false
     /// Told what the run notices about its job file (a rotation, a truncation), for the log.
     package var notice: (@Sendable (String) -> Void)?
+    /// With `follow`: told every 200 ms how far producers are ahead (`FollowedQueueLag`): the bytes and complete job
+    /// lines written and not read yet, and how long the oldest has waited (`fanout send` puts them in /metrics).
+    package var queueLag: (@Sendable (_ bytes: Int, _ jobs: Int, _ oldestAge: Duration?) -> Void)?
 
     package init(jobsPath: String) {
         self.jobsPath = jobsPath
@@ -94,19 +97,8 @@ package final class JobFileRunner: Sendable {
             jobsFileSize: jobsSize, resumeFrom: resume.journal, fileLength: resume.fileLength)
         if let followed { writer.follow(followed.openFile) }
         let countsAtStart = writer.counts.notifications
-        // With --follow, how far producers are ahead: on the progress line and, with metrics, in /metrics.
-        let registry = followed == nil ? nil : engine.configuration.metrics?.registry
-        let lagGauges = registry.map { registry in
-            (
-                bytes: registry.gauge(
-                    "fanout_send_queue_lag_bytes", help: "Bytes of the followed job file written and not read yet."),
-                jobs: registry.gauge(
-                    "fanout_send_queue_lag_jobs", help: "Complete job lines of the followed job file not read yet."),
-                age: registry.gauge(
-                    "fanout_send_queue_oldest_unread_seconds",
-                    help: "How long the oldest unread job line has waited since the sender saw it (whole seconds).")
-            )
-        }
+        // With --follow, how far producers are ahead: on the progress line and to `queueLag`.
+        let queueLag = options.queueLag
         let flusher = DispatchSource.makeTimerSource(queue: .global())
         flusher.schedule(deadline: .now() + .milliseconds(200), repeating: .milliseconds(200))
         // A failed flush is kept by the writer; the final flush below throws it and ends the run.
@@ -114,11 +106,7 @@ package final class JobFileRunner: Sendable {
             _ = Result { try writer.flush() }
             guard let followed else { return }
             let lag = followed.queueLag.measure()
-            if let lagGauges {
-                lagGauges.bytes.set(lag.bytes)
-                lagGauges.jobs.set(lag.jobs)
-                lagGauges.age.set(lag.oldestAge.map { Int($0.components.seconds) } ?? 0)
-            }
+            queueLag?(lag.bytes, lag.jobs, lag.oldestAge)
         }
         flusher.resume()
         let invalidTokens = invalidTokensFile.map(startInvalidTokensWriter)

@@ -1,4 +1,4 @@
-package import Fanout
+import Fanout
 package import FanoutObservability
 import FanoutPolicy
 package import FanoutRegistry

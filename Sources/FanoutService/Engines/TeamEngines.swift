@@ -1,4 +1,5 @@
 package import Fanout
+package import FanoutObservability
 import FanoutRegistry
 
 /// One `FanoutEngine` per APNs team and endpoint, shared by that team's apps: a team has one provider token and
@@ -51,7 +52,7 @@ package final class TeamEngines: Sendable {
             engineConfiguration.apnsIDs = .fanout
             engineConfiguration.registry = registry
             engineConfiguration.warningHandler = warn
-            engineConfiguration.metrics = metrics
+            engineConfiguration.metricsListener = metrics
             engineConfiguration.tokenSource = tokenSources[app.teamID]
             let engine: FanoutEngine
             do {

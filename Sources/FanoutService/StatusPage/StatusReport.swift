@@ -1,5 +1,6 @@
 import Fanout
 import FanoutCore
+import FanoutObservability
 import Foundation
 
 /// `GET /v1/status`: what the status page shows for the caller's workspace: its newest dispatches with their

@@ -10,18 +10,18 @@ import Synchronization
 /// family already registered, so that two users of one registry (two `FanoutMetrics`, one per engine) share it and
 /// their counts add up; the first registration's HELP text stays. Registering a name again with another type,
 /// other label names or other buckets is a programming error and traps, naming the metric.
-public final class MetricsRegistry: Sendable {
+package final class MetricsRegistry: Sendable {
     private let families = Mutex<[any ExpositionFamily]>([])
 
-    public init() {}
+    package init() {}
 
     /// Registers an unlabeled counter.
-    public func counter(_ name: String, help: String) -> MetricCounter {
+    package func counter(_ name: String, help: String) -> MetricCounter {
         counter(name, help: help, labelNames: []).labels([])
     }
 
     /// Registers a counter family with these label names.
-    public func counter(_ name: String, help: String, labelNames: [String], maxLabelSets: Int = 1000)
+    package func counter(_ name: String, help: String, labelNames: [String], maxLabelSets: Int = 1000)
         -> MetricFamily<MetricCounter>
     {
         register(
@@ -34,12 +34,12 @@ public final class MetricsRegistry: Sendable {
     }
 
     /// Registers an unlabeled gauge.
-    public func gauge(_ name: String, help: String) -> MetricGauge {
+    package func gauge(_ name: String, help: String) -> MetricGauge {
         gauge(name, help: help, labelNames: []).labels([])
     }
 
     /// Registers a gauge family with these label names.
-    public func gauge(_ name: String, help: String, labelNames: [String], maxLabelSets: Int = 1000)
+    package func gauge(_ name: String, help: String, labelNames: [String], maxLabelSets: Int = 1000)
         -> MetricFamily<MetricGauge>
     {
         register(
@@ -52,12 +52,12 @@ public final class MetricsRegistry: Sendable {
     }
 
     /// Registers an unlabeled histogram with these bucket upper bounds (finite, ascending; `+Inf` is implicit).
-    public func histogram(_ name: String, help: String, buckets: [Double]) -> MetricHistogram {
+    package func histogram(_ name: String, help: String, buckets: [Double]) -> MetricHistogram {
         histogram(name, help: help, buckets: buckets, labelNames: []).labels([])
     }
 
     /// Registers a histogram family with these bucket upper bounds and label names.
-    public func histogram(
+    package func histogram(
         _ name: String, help: String, buckets: [Double], labelNames: [String], maxLabelSets: Int = 1000
     ) -> MetricFamily<MetricHistogram> {
         precondition(!labelNames.contains("le"), "histogram label `le` is reserved")
@@ -85,7 +85,7 @@ public final class MetricsRegistry: Sendable {
     }
 
     /// Every family, in registration order, in the Prometheus text format.
-    public func exposition() -> String {
+    package func exposition() -> String {
         let families = self.families.withLock { $0 }
         var output = ""
         output.reserveCapacity(families.count * 256)
@@ -95,50 +95,50 @@ public final class MetricsRegistry: Sendable {
 }
 
 /// A metric that only goes up. Thread-safe and lock-free.
-public final class MetricCounter: Sendable {
+package final class MetricCounter: Sendable {
     private let storage = Atomic<Int>(0)
 
-    public init() {}
+    package init() {}
 
-    public func increment(by amount: Int = 1) {
+    package func increment(by amount: Int = 1) {
         precondition(amount >= 0, "a counter only goes up")
         storage.wrappingAdd(amount, ordering: .relaxed)
     }
 
-    public var value: Int { storage.load(ordering: .relaxed) }
+    package var value: Int { storage.load(ordering: .relaxed) }
 }
 
 /// A metric that goes up and down. Thread-safe and lock-free.
-public final class MetricGauge: Sendable {
+package final class MetricGauge: Sendable {
     private let storage = Atomic<Int>(0)
 
-    public init() {}
+    package init() {}
 
-    public func increment(by amount: Int = 1) {
+    package func increment(by amount: Int = 1) {
         storage.wrappingAdd(amount, ordering: .relaxed)
     }
 
-    public func decrement(by amount: Int = 1) {
+    package func decrement(by amount: Int = 1) {
         storage.wrappingSubtract(amount, ordering: .relaxed)
     }
 
-    public func set(_ value: Int) {
+    package func set(_ value: Int) {
         storage.store(value, ordering: .relaxed)
     }
 
-    public var value: Int { storage.load(ordering: .relaxed) }
+    package var value: Int { storage.load(ordering: .relaxed) }
 }
 
 /// Counts observations into fixed buckets and sums them. Thread-safe and lock-free.
-public final class MetricHistogram: Sendable {
+package final class MetricHistogram: Sendable {
     /// The finite upper bounds, ascending; a last bucket (`+Inf`) takes the rest.
-    public let upperBounds: [Double]
+    package let upperBounds: [Double]
     /// One count per bucket (not cumulative), `upperBounds.count + 1` of them.
     private let counts: [AtomicCount]
     /// The bit pattern of the sum of observations, updated by compare-and-exchange.
     private let sumBits = Atomic<UInt64>(0)
 
-    public init(buckets: [Double]) {
+    package init(buckets: [Double]) {
         precondition(buckets.allSatisfy { $0.isFinite }, "histogram bounds must be finite (+Inf is implicit)")
         precondition(zip(buckets, buckets.dropFirst()).allSatisfy { $0 < $1 }, "histogram bounds must ascend")
         upperBounds = buckets
@@ -146,7 +146,7 @@ public final class MetricHistogram: Sendable {
     }
 
     /// Records one observation. NaN is ignored.
-    public func observe(_ value: Double) {
+    package func observe(_ value: Double) {
         guard !value.isNaN else { return }
         var index = 0
         while index < upperBounds.count && value > upperBounds[index] { index += 1 }
@@ -162,20 +162,20 @@ public final class MetricHistogram: Sendable {
     }
 
     /// Records a duration in seconds.
-    public func observe(_ duration: Duration) {
+    package func observe(_ duration: Duration) {
         let (seconds, attoseconds) = duration.components
         observe(Double(seconds) + Double(attoseconds) * 1e-18)
     }
 
     /// A consistent-enough copy: cumulative counts per bound (the last is `+Inf`, equal to `count`), and the sum.
-    public struct Snapshot: Sendable {
-        public var upperBounds: [Double]
-        public var cumulativeCounts: [Int]
-        public var sum: Double
-        public var count: Int { cumulativeCounts.last ?? 0 }
+    package struct Snapshot: Sendable {
+        package var upperBounds: [Double]
+        package var cumulativeCounts: [Int]
+        package var sum: Double
+        package var count: Int { cumulativeCounts.last ?? 0 }
     }
 
-    public func snapshot() -> Snapshot {
+    package func snapshot() -> Snapshot {
         var running = 0
         let cumulative = counts.map { cell -> Int in
             running += cell.storage.load(ordering: .relaxed)
@@ -206,10 +206,10 @@ private final class AtomicCount: Sendable {
 }
 
 /// One metric name with its HELP, TYPE and label names, and one child metric per set of label values.
-public final class MetricFamily<Metric: AnyObject & Sendable>: Sendable {
-    public let name: String
-    public let help: String
-    public let labelNames: [String]
+package final class MetricFamily<Metric: AnyObject & Sendable>: Sendable {
+    package let name: String
+    package let help: String
+    package let labelNames: [String]
     let type: String
     /// A histogram's bucket bounds; empty for the other types.
     let buckets: [Double]
@@ -221,7 +221,7 @@ public final class MetricFamily<Metric: AnyObject & Sendable>: Sendable {
     private let children = Mutex<[[String]: Metric]>([:])
 
     /// The label value that stands for every label set past `maxLabelSets`.
-    public static var overflowLabelValue: String { "_overflow" }
+    package static var overflowLabelValue: String { "_overflow" }
 
     init(
         name: String, help: String, type: String, labelNames: [String], maxLabelSets: Int, buckets: [Double] = [],
@@ -247,12 +247,12 @@ public final class MetricFamily<Metric: AnyObject & Sendable>: Sendable {
     }
 
     /// The child for these label values (one per label name, in order), made on first use.
-    public func labels(_ values: String...) -> Metric {
+    package func labels(_ values: String...) -> Metric {
         labels(values)
     }
 
     /// The child for these label values (one per label name, in order), made on first use.
-    public func labels(_ values: [String]) -> Metric {
+    package func labels(_ values: [String]) -> Metric {
         precondition(values.count == labelNames.count, "\(name) takes \(labelNames.count) label values")
         return children.withLock { children in
             if let existing = children[values] { return existing }

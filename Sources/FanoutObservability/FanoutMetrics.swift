@@ -1,4 +1,7 @@
-/// The metrics Fanout publishes, registered in one `MetricsRegistry` under their product names:
+package import Fanout
+
+/// The metrics the `fanout` commands and `fanout serve` publish at `/metrics`: an engine's `FanoutMetricsListener`
+/// that counts its events in one `MetricsRegistry`, under these names:
 ///
 /// - `fanout_notifications_total{outcome,reason}`: notifications by final outcome and APNs reason (`reason=""`
 ///   when there is none, as for `delivered`).
@@ -8,32 +11,32 @@
 /// - `fanout_rate_limited_total{workspace,priority}`: requests a workspace budget refused or delayed.
 /// - `fanout_apns_round_trip_seconds`: time from writing a request to APNs's answer.
 ///
-/// Every update is an atomic add; `record(_:reason:)` without a reason takes no lock.
+/// Every update is an atomic add; an outcome without a reason takes no lock.
 ///
 /// Several `FanoutMetrics` may be made on one registry (one per engine, when a process runs one engine per APNs team
 /// behind one metrics endpoint): they share the families, so the counters and the histogram add up across engines.
 /// One `FanoutMetrics` may also be shared by several engines, as `fanout serve` does. Either way,
 /// `fanout_notifications_in_flight` is set by each engine to its own count, so with several engines it shows the
 /// last one to update it, not the sum.
-public final class FanoutMetrics: Sendable {
-    public let registry: MetricsRegistry
-    public let notifications: MetricFamily<MetricCounter>
-    public let retries: MetricCounter
-    public let inFlight: MetricGauge
-    public let openConnections: MetricGauge
-    public let rateLimited: MetricFamily<MetricCounter>
-    public let apnsRoundTrip: MetricHistogram
+package final class FanoutMetrics: FanoutMetricsListener {
+    package let registry: MetricsRegistry
+    package let notifications: MetricFamily<MetricCounter>
+    package let retries: MetricCounter
+    package let inFlight: MetricGauge
+    package let openConnections: MetricGauge
+    package let rateLimited: MetricFamily<MetricCounter>
+    package let apnsRoundTrip: MetricHistogram
     /// `fanout_notifications_total{outcome=..., reason=""}` for each outcome, looked up without a lock.
     private let withoutReason: [NotificationOutcome: MetricCounter]
 
     /// The round-trip histogram's bounds, in seconds: 1 ms to 10 s.
-    public static let roundTripBuckets: [Double] = [
+    package static let roundTripBuckets: [Double] = [
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
     ]
 
     /// Registers Fanout's metrics in `registry`, or takes them as they are when another `FanoutMetrics` already
     /// registered them there (shared: counts from both add up).
-    public init(registry: MetricsRegistry = MetricsRegistry()) {
+    package init(registry: MetricsRegistry = MetricsRegistry()) {
         self.registry = registry
         notifications = registry.counter(
             "fanout_notifications_total", help: "Notifications by final outcome and APNs reason.",
@@ -57,7 +60,7 @@ public final class FanoutMetrics: Sendable {
     }
 
     /// Counts one notification that ended with `outcome`, and APNs's (or Fanout's) reason if any.
-    public func record(_ outcome: NotificationOutcome, reason: String? = nil) {
+    package func record(_ outcome: NotificationOutcome, reason: String? = nil) {
         if reason == nil || reason == "", let counter = withoutReason[outcome] {
             counter.increment()
         } else {
@@ -66,12 +69,39 @@ public final class FanoutMetrics: Sendable {
     }
 
     /// Counts one request that a workspace budget refused or delayed.
-    public func recordRateLimited(workspace: String, priority: Int) {
+    package func recordRateLimited(workspace: String, priority: Int) {
         rateLimited.labels(workspace, String(priority)).increment()
     }
 
     /// Records one APNs round trip.
-    public func observeRoundTrip(seconds: Double) {
+    package func observeRoundTrip(seconds: Double) {
         apnsRoundTrip.observe(seconds)
+    }
+
+    // MARK: FanoutMetricsListener
+
+    package func notificationFinished(outcome: NotificationOutcome, reason: String?, latency: Duration?) {
+        record(outcome, reason: reason)
+        if let latency { apnsRoundTrip.observe(latency) }
+    }
+
+    package func notificationRetried(reason: String?) {
+        retries.increment()
+    }
+
+    package func notificationsRateLimited(workspace: String, priority: Int, count: Int) {
+        rateLimited.labels(workspace, String(priority)).increment(by: count)
+    }
+
+    package func notificationsInFlight(_ count: Int) {
+        inFlight.set(count)
+    }
+
+    package func connectionAdded() {
+        openConnections.increment()
+    }
+
+    package func connectionRemoved() {
+        openConnections.decrement()
     }
 }
