@@ -3,15 +3,15 @@ SHELL := /bin/bash
 SWIFT ?= swift
 # Packages the build needs (found through pkg-config) and the tools the interop and serve tests use.
 BUILD_PACKAGES := libuv1-dev libnghttp2-dev libssl-dev libsqlite3-dev libhiredis-dev pkg-config
-TEST_TOOLS := nghttp2-client nghttp2-server curl openssl python3 chromium redis-server
+TEST_TOOLS := nghttp2-client nghttp2-server curl openssl python3 chromium redis-server tinyproxy
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR := .demo
 
 .PHONY: deps deps-build deps-test deps-demo build release test demo gateway-example api-baseline docs soak fuzz sanitize lint format clean
 
 ## deps: install the C libraries and the test tools (h2load, nghttpd, curl, python3 for the Pushwoosh SDK
-## script, chromium for the status page in a headless browser, redis-server for the Redis client's tests) when
-## missing.
+## script, chromium for the status page in a headless browser, redis-server for the Redis client's tests,
+## tinyproxy for the proxy tests) when missing.
 deps: deps-build deps-test
 
 deps-build:
@@ -29,6 +29,7 @@ deps-test:
 	command -v python3 >/dev/null || missing="$$missing python3"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v tinyproxy >/dev/null || [ -x /usr/sbin/tinyproxy ] || missing="$$missing tinyproxy"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \

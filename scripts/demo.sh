@@ -9,6 +9,8 @@
 # the device key, a broadcast channel created for the activity, an update by activity id, the dispatch read back.
 # Exits 0 when every part behaves as expected.
 set -euo pipefail
+# The demo's mock is on this machine: an HTTPS_PROXY of the environment (which fanout honours) must not carry it.
+export NO_PROXY="${NO_PROXY:+$NO_PROXY,}localhost,127.0.0.1"
 bin=$(swift build -c release --show-bin-path)
 demo=.demo
 rm -rf "$demo" && mkdir -p "$demo"

@@ -35,6 +35,8 @@ enum ChannelsCommand {
                                 APNS_TEAM_ID
           --request-timeout SECONDS
                                 how long to wait for APNs's answer (default 30)
+          --proxy URL|none      reach Apple through this HTTP proxy (CONNECT; http://[user:password@]host:port);
+                                default HTTPS_PROXY unless NO_PROXY names the host; none: directly
 
         Prints one JSON line: create {"channel": ID, "policy": N}; read {"channel": ID, "policy": N};
         delete {"deleted": ID}; list {"channels": [...]}; prune {"deleted": N, "other_environment": N}.
@@ -117,7 +119,8 @@ enum ChannelsCommand {
             let credentials = try connection.credentials()
             client = try BroadcastChannelClient(
                 endpoint: endpoint, credentials: credentials, caFile: connection.caFile,
-                requestTimeout: connection.requestTimeout ?? .seconds(30))
+                requestTimeout: connection.requestTimeout ?? .seconds(30),
+                proxy: try connection.proxy(for: endpoint.host, environment: ProcessInfo.processInfo.environment))
         } catch {
             return fail("\(error)")
         }

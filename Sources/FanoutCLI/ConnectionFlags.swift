@@ -12,6 +12,9 @@ struct ConnectionFlags {
     var teamID: String?
     /// `--request-timeout SECONDS`: how long one request may wait for APNs's answer.
     var requestTimeout: Duration?
+    /// `--proxy URL|none`: the HTTP proxy to reach Apple through, or `none` for a direct connection whatever
+    /// `HTTPS_PROXY` says. Unset: `HTTPS_PROXY` and `NO_PROXY`, as curl reads them.
+    var proxy: String?
 
     /// Takes `flag` (and its value) if it is one of these; returns false for any other flag.
     mutating func take(_ flag: String, from cursor: inout ArgumentCursor) throws(UsageError) -> Bool {
@@ -26,6 +29,7 @@ struct ConnectionFlags {
         case "--key-id": keyID = try cursor.string()
         case "--team-id": teamID = try cursor.string()
         case "--request-timeout": requestTimeout = try cursor.seconds()
+        case "--proxy": proxy = try cursor.string()
         default: return false
         }
         return true
@@ -40,6 +44,19 @@ struct ConnectionFlags {
         keyID = keyID ?? fallback.keyID ?? environment["APNS_KEY_ID"]
         teamID = teamID ?? fallback.teamID ?? environment["APNS_TEAM_ID"]
         requestTimeout = requestTimeout ?? fallback.requestTimeout
+        proxy = proxy ?? fallback.proxy
+    }
+
+    /// The proxy for connections to `host`: `--proxy` (or the config file's `proxy`), else the environment's
+    /// `HTTPS_PROXY` unless `NO_PROXY` names the host; nil for `none` or when none applies. The error names what is
+    /// wrong without the password.
+    func proxy(for host: String, environment: [String: String]) throws(UsageError) -> APNsProxy? {
+        do {
+            guard let proxy else { return try APNsProxy.fromEnvironment(for: host, environment: environment) }
+            return proxy == "none" ? nil : try APNsProxy(url: proxy)
+        } catch {
+            throw UsageError(proxy == nil ? error.message : "--proxy: \(error.message)")
+        }
     }
 
     /// The provider-token credentials, or the one-line error naming every way to give them.

@@ -99,7 +99,7 @@ enum FleetCommands {
             usage: fanout worker --redis URL [--config FILE] [--name NAME] [--claim-idle SECONDS]
                                  [--concurrent-shards N] [--endpoint HOST:PORT | --sandbox | --production]
                                  [--ca-file PEM] [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS]
-                                 [--connections N] [--loops N] [--log-format text|json]
+                                 [--connections N] [--loops N] [--proxy URL|none] [--log-format text|json]
 
             \(redisHelp)
               --config FILE         fanout send's config file (endpoint, credentials, loops, connections, ...);

@@ -14,6 +14,7 @@ enum PushCommand {
                            [--push-type TYPE] [--priority 10|5|1] [--expiration UNIX] [--collapse-id ID]
                            [--apns-id UUID] [--endpoint HOST:PORT | --sandbox | --production] [--ca-file PEM]
                            [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS] [--attempts N]
+                           [--proxy URL|none]
 
           --token HEX           device token (64 to 200 hex digits)
           --topic TOPIC         apns-topic: the bundle id, with the push type's suffix
@@ -29,6 +30,8 @@ enum PushCommand {
           --request-timeout SECONDS
                                 how long to wait for APNs's answer (default 30); past it the stream is
                                 reset, and the notification may or may not have been delivered
+          --proxy URL|none      reach Apple through this HTTP proxy (CONNECT; http://[user:password@]host:port);
+                                default HTTPS_PROXY unless NO_PROXY names the host; none: directly
           --attempts N          sends for an error that may be transient (5xx, 429, a lost connection,
                                 a timeout), default 1; refused or unprocessed streams are resent up to
                                 8 times besides
@@ -126,6 +129,12 @@ enum PushCommand {
         let endpoint = options.connection.endpoint ?? .production
         var configuration = FanoutEngineConfiguration(
             endpoint: endpoint, credentials: options.credentials, caFile: options.connection.caFile)
+        do {
+            configuration.proxy = try options.connection.proxy(
+                for: endpoint.host, environment: ProcessInfo.processInfo.environment)
+        } catch {
+            return fail(error.message)
+        }
         // One notification: one loop, one connection, no workspace budget; connection failures end it
         // at once instead of after a round of reconnects.
         configuration.loops = 1

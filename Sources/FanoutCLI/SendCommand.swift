@@ -15,7 +15,7 @@ enum SendCommand {
 
         usage: fanout send --jobs FILE [--results FILE] [--summary FILE] [--config FILE]
                            [--endpoint HOST:PORT | --sandbox | --production] [--ca-file PEM]
-                           [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS]
+                           [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS] [--proxy URL|none]
                            [--connections N] [--loops N] [--resume] [--follow] [--progress auto|always|never]
                            [--invalid-tokens FILE] [--concurrent-jobs N] [--registry FILE|URL]
                            [--metrics-listen HOST:PORT] [--log-format text|json]
@@ -25,12 +25,14 @@ enum SendCommand {
           --results FILE        one JSON line per (job, token); default: standard output
           --summary FILE        also write the final summary line there
           --config FILE         JSON: endpoint, ca_file, key_path, key_id, team_id, loops, connections,
-                                max_attempts, request_timeout_seconds, rate_limits (see docs/SEND.md);
+                                max_attempts, request_timeout_seconds, rate_limits, proxy (see docs/SEND.md);
                                 flags override it
           --request-timeout SECONDS
                                 how long one request may wait for APNs's answer (default 30); past it
                                 the stream is reset and retried, and after the last attempt it ends
                                 failed with reason Timeout
+          --proxy URL|none      reach Apple through this HTTP proxy (CONNECT; http://[user:password@]host:port);
+                                default HTTPS_PROXY unless NO_PROXY names the host; none: directly
           --resume              continue the run recorded in --results FILE's journal after a crash:
                                 finished notifications are not sent again
           --follow              treat the job file as a queue: send each job as soon as its line is
@@ -141,6 +143,7 @@ enum SendCommand {
         var configuration = FanoutEngineConfiguration(
             endpoint: connection.endpoint ?? .production, credentials: try connection.credentials(configFile: true),
             caFile: connection.caFile)
+        configuration.proxy = try connection.proxy(for: configuration.endpoint.host, environment: environment)
         if let loops = options.loops ?? config.loops { configuration.loops = loops }
         if let connections = options.connections ?? config.connections {
             configuration.connectionsPerLoop = connections

@@ -8,7 +8,7 @@ import Foundation
 /// `fanout send --config FILE`: a JSON object such as
 /// `{"endpoint": "localhost:8443" | "sandbox" | "production", "ca_file": "...", "key_path": "...",
 ///   "key_id": "...", "team_id": "...", "loops": 2, "connections": 2, "max_attempts": 8,
-///   "request_timeout_seconds": 30,
+///   "request_timeout_seconds": 30, "proxy": "http://user:password@proxy.example.com:3128" | "none",
 ///   "rate_limits": {"default": {"requests_per_hour": 250000, "burst_seconds": 60,
 ///                   "counting": "job" | "notification", "policy": "wait" | "reject" | "demote"},
 ///                   "workspaces": {"acme": {...}}}}`.
@@ -24,7 +24,7 @@ struct SendConfigFile {
 
     static let keys: Set<String> = [
         "endpoint", "ca_file", "key_path", "key_id", "team_id", "loops", "connections", "max_attempts",
-        "request_timeout_seconds", "rate_limits",
+        "request_timeout_seconds", "rate_limits", "proxy",
     ]
 
     static func load(_ path: String?) throws(UsageError) -> SendConfigFile {
@@ -60,6 +60,7 @@ struct SendConfigFile {
             config.connection.endpoint = APNsEndpoint(host: host, port: port)
         }
         config.connection.caFile = try string("ca_file")
+        config.connection.proxy = try string("proxy")
         config.connection.keyPath = try string("key_path")
         config.connection.keyID = try string("key_id")
         config.connection.teamID = try string("team_id")

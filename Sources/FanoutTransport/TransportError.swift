@@ -39,6 +39,11 @@ package struct TransportError: Error, Sendable, CustomStringConvertible, Equatab
         /// Output waited a whole write timeout without any of it leaving (a peer that does not read): the connection
         /// was closed.
         package static let writeTimeout = Kind(name: "write-timeout")
+        /// The HTTP proxy refused the `CONNECT` (an answer other than 2xx, or none it could send) or closed the
+        /// connection before answering.
+        package static let proxyRefused = Kind(name: "proxy-refused")
+        /// The HTTP proxy wants other credentials (407) or forbids the destination (403): trying again will not help.
+        package static let proxyAuthentication = Kind(name: "proxy-authentication")
         /// The connection was closed by our side (shutdown).
         package static let cancelled = Kind(name: "cancelled")
         /// The event loop has stopped (or is stopping) and refuses new work.

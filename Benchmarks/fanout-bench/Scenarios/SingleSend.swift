@@ -126,6 +126,9 @@ func runSingleSend(_ bench: BenchContext) throws {
     }
     if let onLoopRatio { entry["on_loop_engine_cpu_ratio_vs_throughput_1c"] = onLoopRatio }
     if let h2loadPer {
+        // The goal's figure: a plain send's CPU (the whole process's, as h2load's is) over h2load's lone request.
+        entry["ratio_vs_h2load_single"] = cpuPer.median / h2loadPer.median
+        entry["on_loop_ratio_vs_h2load_single"] = onLoopPer.median / h2loadPer.median
         entry["on_loop_cpu_ratio_vs_h2load_isolated"] = onLoopPer.median / h2loadPer.median
         entry["h2load_isolated_cpu_us_per_request"] = h2loadPer.median
         entry["h2load_isolated_cpu_us_per_request_min"] = h2loadPer.min

@@ -26,6 +26,7 @@ public final class BroadcastChannelClient: Sendable {
     private let tls: TLSClientContext
     private let tokens: any ProviderTokenSource
     private let requestTimeout: Duration
+    private let proxy: APNsProxy?
     private let connection = ConnectionSlot()
 
     /// - Parameters:
@@ -33,24 +34,26 @@ public final class BroadcastChannelClient: Sendable {
     ///   - credentials: the team's signing key, as the engine's (`ProviderCredentials`).
     ///   - caFile: a CA to trust instead of the system's (a mock's test CA).
     ///   - requestTimeout: each call's deadline, 1 ms to 1 day (else `FanoutError(.configuration)`).
+    ///   - proxy: the HTTP proxy to reach the host through, as the engine's (`FanoutEngineConfiguration.proxy`).
     public convenience init(
         endpoint: APNsEndpoint, credentials: ProviderCredentials, caFile: String? = nil,
-        requestTimeout: Duration = .seconds(30)
+        requestTimeout: Duration = .seconds(30), proxy: APNsProxy? = nil
     ) throws(FanoutError) {
         try self.init(
             endpoint: endpoint,
             tokenSource: credentials.makeTokenCache(refreshAfter: .seconds(3000), minimumInterval: .seconds(1200)),
-            caFile: caFile, requestTimeout: requestTimeout)
+            caFile: caFile, requestTimeout: requestTimeout, proxy: proxy)
     }
 
     /// A client that takes its provider token from `tokenSource`: the one the team's engines send (`fanout serve
     /// --redis` gives both its team's `FleetProviderToken`, one token for every process on that Redis).
     package init(
         endpoint: APNsEndpoint, tokenSource: any ProviderTokenSource, caFile: String? = nil,
-        requestTimeout: Duration = .seconds(30)
+        requestTimeout: Duration = .seconds(30), proxy: APNsProxy? = nil
     ) throws(FanoutError) {
         try FanoutEngineConfiguration.checkTime("requestTimeout", requestTimeout)
         self.endpoint = endpoint
+        self.proxy = proxy
         environment = endpoint.apnsEnvironment ?? endpoint.authority
         self.requestTimeout = requestTimeout
         tokens = tokenSource
@@ -166,9 +169,11 @@ public final class BroadcastChannelClient: Sendable {
     {
         let loop = self.loop
         let connection = self.connection
-        let configuration = HTTP2ClientConfiguration(
+        var connectionConfiguration = HTTP2ClientConfiguration(
             host: endpoint.host, port: endpoint.port, tls: tls.configuration, maxConcurrentStreams: 100,
             requestTimeout: requestTimeout)
+        connectionConfiguration.proxy = proxy?.proxy
+        let configuration = connectionConfiguration
         let tls = self.tls
         return await withCheckedContinuation { continuation in
             do {

@@ -554,6 +554,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             pingIntervalMilliseconds: configuration.pingInterval.wholeMilliseconds,
             requestTimeout: configuration.requestTimeout)
         connectionConfiguration.firstStreamID = configuration.firstStreamID
+        connectionConfiguration.proxy = configuration.proxy?.proxy
         let connection = HTTP2ClientConnection(
             loop: loop, configuration: connectionConfiguration, tlsContext: shared.tls)
         slot.connection = connection
@@ -626,8 +627,11 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         metricsListener?.connectionFailed(reason: error.message)
         consecutiveConnectFailures += 1
         lastConnectError = error
-        let permanent = [.tlsUnknownCA, .tlsHostnameMismatch, .tlsCertificateInvalid, .tlsNoH2, .tlsConfiguration]
-            .contains(error.kind)
+        let permanent = [
+            .tlsUnknownCA, .tlsHostnameMismatch, .tlsCertificateInvalid, .tlsNoH2, .tlsConfiguration,
+            .proxyAuthentication,
+        ]
+        .contains(error.kind)
         if permanent || consecutiveConnectFailures >= configuration.maxConnectAttempts * slots.count {
             // Circuit open: fail what waits and, until a connection succeeds again, fail new work at
             // once instead of letting each batch wait out its own round of connect attempts.

@@ -27,6 +27,9 @@ public struct FanoutEngineConfiguration: Sendable {
     public var credentials: ProviderCredentials?
     /// PEM CA file to trust instead of the system store. Verification stays on.
     public var caFile: String?
+    /// The HTTP proxy to reach APNs through; nil (the default): directly. The library does not read `HTTPS_PROXY`
+    /// itself: `APNsProxy.fromEnvironment(for:)` does, for a caller that wants it.
+    public var proxy: APNsProxy?
     /// Event-loop threads (1 to 1,024); default: the number of cores.
     public var loops: Int
     /// Connections per loop (1 to 1,024).

@@ -18,6 +18,8 @@ package struct HTTP2ClientConfiguration: Sendable {
     /// The id of the connection's first stream: 1, but a test starts near HTTP/2's last (2^31 - 1; about a billion
     /// requests, an hour and a half at 200,000 a second), to see a connection run out of stream ids and drain.
     package var firstStreamID: Int32 = 1
+    /// The HTTP proxy to reach `host` through (`CONNECT`), if any: TLS to `host` then runs inside the tunnel.
+    package var proxy: HTTPProxy?
 
     package init(
         host: String, port: Int, tls: TLSClientConfiguration = TLSClientConfiguration(),
@@ -124,28 +126,51 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     }
 
     private func connect() {
-        TCPConnector.connect(
-            loop: loop, host: configuration.host, port: configuration.port,
-            timeoutMilliseconds: configuration.connectTimeoutMilliseconds
-        ) { [self] result in
+        let timeout = configuration.connectTimeoutMilliseconds
+        guard let proxy = configuration.proxy else {
+            TCPConnector.connect(
+                loop: loop, host: configuration.host, port: configuration.port, timeoutMilliseconds: timeout
+            ) { [self] result in startTLS(result) }
+            return
+        }
+        // Through the proxy: TCP to it, then CONNECT, each within the connect timeout.
+        TCPConnector.connect(loop: loop, host: proxy.host, port: proxy.port, timeoutMilliseconds: timeout) {
+            [self] result in
             switch result {
             case .failure(let error):
-                session.close(error)
+                session.close(TransportError(error.kind, "proxy \(proxy): \(error.message)"))
             case .success(let socket):
                 guard !isClosed else {
                     socket.close()
                     return
                 }
-                do throws(TransportError) {
-                    let tls = try TLSEngine(context: tlsContext, host: configuration.host)
-                    session.start(
-                        SecureChannel(
-                            socket: socket, tls: tls,
-                            handshakeTimeoutMilliseconds: configuration.tls.handshakeTimeoutMilliseconds))
-                } catch {
-                    socket.close()
-                    session.close(error)
-                }
+                ProxyTunnel.open(
+                    socket: socket, proxy: proxy, host: configuration.host, port: configuration.port,
+                    timeoutMilliseconds: timeout
+                ) { [self] tunnel in startTLS(tunnel) }
+            }
+        }
+    }
+
+    /// Starts TLS to `configuration.host` on a connected socket (directly, or through the proxy's tunnel).
+    private func startTLS(_ connected: Result<TCPSocket, TransportError>) {
+        switch connected {
+        case .failure(let error):
+            session.close(error)
+        case .success(let socket):
+            guard !isClosed else {
+                socket.close()
+                return
+            }
+            do throws(TransportError) {
+                let tls = try TLSEngine(context: tlsContext, host: configuration.host)
+                session.start(
+                    SecureChannel(
+                        socket: socket, tls: tls,
+                        handshakeTimeoutMilliseconds: configuration.tls.handshakeTimeoutMilliseconds))
+            } catch {
+                socket.close()
+                session.close(error)
             }
         }
     }

@@ -119,7 +119,11 @@ enum ProcessSupport {
 
     /// This process's environment without the `APNS_*` variables, so that children see only what a test gives.
     static func cleanEnvironment(adding extra: [String: String] = [:]) -> [String: String] {
-        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("APNS_") }
+        // No signing key and no proxy from the developer's environment: `fanout` honours HTTPS_PROXY and NO_PROXY.
+        let proxyVariables: Set<String> = ["HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"]
+        var environment = ProcessInfo.processInfo.environment.filter {
+            !$0.key.hasPrefix("APNS_") && !proxyVariables.contains($0.key)
+        }
         environment.merge(extra) { _, new in new }
         return environment
     }
