@@ -1,5 +1,6 @@
-@testable import FanoutTransport
 import XCTest
+
+@testable import FanoutTransport
 
 /// Proxy URLs, their redaction, and the environment's `HTTPS_PROXY` and `NO_PROXY`.
 final class HTTPProxyTests: XCTestCase {
