@@ -288,8 +288,8 @@ struct PushwooshAPI {
     /// `devices` names devices, each by its push token (Pushwoosh's `devices`: the devices' tokens) or by its HWID
     /// (the older docs allow both): an entry that is the push token of one of the app's devices (as `registerDevice`
     /// recorded it) stands for that device, any other for the device of that HWID. The start goes to those devices'
-    /// push-to-start tokens, never to the push tokens themselves: APNs starts a Live Activity only through a
-    /// push-to-start token, and answers a regular token with `DeviceTokenNotForTopic`.
+    /// push-to-start tokens, never to the push tokens themselves: APNs starts a Live Activity remotely only through a
+    /// push-to-start token.
     func devicesAudience(_ devices: [String], app: String, activityID: String, type: String)
         async throws(APIError) -> DispatchAudience
     {
