@@ -1,5 +1,9 @@
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdlib.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include "CFanoutShims.h"
 #include <openssl/err.h>
 #include <openssl/crypto.h>
@@ -16,6 +20,11 @@ ASN1_TIME *CFanoutShims_X509_getm_notBefore(X509 *x509) { return X509_getm_notBe
 ASN1_TIME *CFanoutShims_X509_getm_notAfter(X509 *x509) { return X509_getm_notAfter(x509); }
 int CFanoutShims_ERR_GET_REASON(unsigned long error) { return ERR_GET_REASON(error); }
 int CFanoutShims_set_current_thread_name(const char *name) { return pthread_setname_np(pthread_self(), name); }
+#if defined(__GLIBC__)
+int CFanoutShims_malloc_trim(size_t pad) { return malloc_trim(pad); }
+#else
+int CFanoutShims_malloc_trim(size_t pad) { (void)pad; return 0; }
+#endif
 
 /* OpenSSL initialised, before main, without its exit-time cleanup (OPENSSL_INIT_NO_ATEXIT). By default OpenSSL frees
  * its global state in an atexit handler; a loop thread still finishing (a Redis client's or an engine's, shut down

@@ -183,6 +183,48 @@ extension RedisRegistryStore {
         return RegistryPage(items: items, next: next)
     }
 
+    /// Through the global token index (`Ptoken:T`, one `SMEMBERS` per token in one pipeline), then the devices
+    /// themselves, read back so that a stale index entry (a token the device has rotated away from) finds nothing.
+    package func devices(app: String, pushTokens: [String]) async throws(RegistryError) -> [DeviceRecord] {
+        var tokens: [String] = []
+        for token in pushTokens {
+            tokens.append(try RegistryValidation.token(token, field: "push_token", allowEmpty: false))
+        }
+        tokens = Self.unique(tokens)
+        try await requireApp(app)
+        guard !tokens.isEmpty else { return [] }
+        let replies = try await send(tokens.map { ["SMEMBERS", keys.token($0)] })
+        var candidates: [(token: String, deviceID: String)] = []
+        for (token, reply) in zip(tokens, replies) {
+            if case .error(let message) = reply { throw RegistryError(.storage, "Redis: \(message)") }
+            for member in reply.array ?? [] {
+                guard case .bytes(let bytes) = member,
+                    case .push(let owner, let deviceID)? = TokenLocation(encoded: bytes),
+                    owner == app
+                else { continue }
+                candidates.append((token, deviceID))
+            }
+        }
+        guard !candidates.isEmpty else { return [] }
+        var current: [String: DeviceRecord] = [:]
+        var cursor: RegistryCursor?
+        repeat {
+            let page = try await devices(
+                app: app, selection: .devices(Self.unique(candidates.map(\.deviceID))), after: cursor, limit: 1_000)
+            for record in page.items { current[record.deviceID] = record }
+            cursor = page.next
+        } while cursor != nil
+        var records: [DeviceRecord] = []
+        var seen = Set<String>()
+        for (token, deviceID) in candidates {
+            guard let record = current[deviceID], record.pushToken == token, seen.insert(deviceID).inserted else {
+                continue
+            }
+            records.append(record)
+        }
+        return records
+    }
+
     /// One page of devices or push-to-start tokens: the items' flat values and the next cursor.
     private func list(
         _ operation: String, app: String, selection: RecipientSelection, cursor: (index: Int, number: Int64),

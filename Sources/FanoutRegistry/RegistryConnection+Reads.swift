@@ -180,6 +180,33 @@ extension RegistryConnection {
             })
     }
 
+    /// The app's devices holding each of `pushTokens` (lowercase hex) as their push token, through the token index
+    /// (`devices_by_push_token`): each device once, in the order of the tokens.
+    func devices(app: AppRef, pushTokens: [String]) throws(SQLiteError) -> [DeviceRecord] {
+        var records: [DeviceRecord] = []
+        var seen = Set<String>()
+        for token in RegistryConnection.unique(pushTokens).compactMap({ $0 }) {
+            try database.withStatement(
+                """
+                SELECT device_id, user_id, push_token, push_token_at FROM devices INDEXED BY devices_by_push_token
+                WHERE push_token_key = ?1 AND push_token = ?2 AND app = ?3 ORDER BY id
+                """
+            ) { statement throws(SQLiteError) in
+                try statement.bind(RegistrySchema.tokenKey(token), at: 1)
+                try statement.bind(token, at: 2)
+                try statement.bind(app.id, at: 3)
+                while try statement.step() {
+                    let record = DeviceRecord(
+                        deviceID: statement.string(at: 0), userID: statement.optionalString(at: 1),
+                        pushToken: statement.optionalString(at: 2),
+                        pushTokenRegisteredAt: statement.optionalInt64(at: 3))
+                    if seen.insert(record.deviceID).inserted { records.append(record) }
+                }
+            }
+        }
+        return records
+    }
+
     /// Pages through `selection`: one keyset query for `.all`, or one per listed user or device, in list order. The
     /// queries bind ?1 and ?3 through `bind`, the row cursor as ?2, the limit as ?4 and the user or device as ?5, and
     /// return the row id as column 0.

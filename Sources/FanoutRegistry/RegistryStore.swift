@@ -62,6 +62,11 @@ public protocol RegistryStore: Sendable {
     func devices(app: String, selection: RecipientSelection, after: RegistryCursor?, limit: Int)
         async throws(RegistryError) -> RegistryPage<DeviceRecord>
 
+    /// The devices of `app` whose regular push token is one of `pushTokens` (hex, any case), found through the
+    /// token: each device once, in the order of `pushTokens`; a token no device of the app holds finds none. (An API
+    /// that names devices by their push tokens, as Pushwoosh's `devices` does, reads them here.)
+    func devices(app: String, pushTokens: [String]) async throws(RegistryError) -> [DeviceRecord]
+
     /// One activity, or nil when the registry holds none by that id (never created, or removed after dismissal).
     func activity(app: String, activityID: String) async throws(RegistryError) -> ActivityRecord?
 
@@ -80,6 +85,26 @@ public protocol RegistryStore: Sendable {
 }
 
 extension RegistryStore {
+    /// `devices(app:pushTokens:)` for a store without a token index: pages through every device of the app (the
+    /// stores of this package look the tokens up instead).
+    public func devices(app: String, pushTokens: [String]) async throws(RegistryError) -> [DeviceRecord] {
+        var wanted: [String: Int] = [:]
+        for (index, token) in pushTokens.enumerated() {
+            let hex = try RegistryValidation.token(token, field: "push_token", allowEmpty: false)
+            if wanted[hex] == nil { wanted[hex] = index }
+        }
+        var found: [(index: Int, record: DeviceRecord)] = []
+        var cursor: RegistryCursor?
+        repeat {
+            let page = try await devices(app: app, selection: .all, after: cursor, limit: 1_000)
+            for record in page.items {
+                if let token = record.pushToken, let index = wanted[token] { found.append((index, record)) }
+            }
+            cursor = page.next
+        } while cursor != nil
+        return found.sorted { $0.index < $1.index }.map(\.record)
+    }
+
     /// `endedChannels(now:limit:skipping:)` from the first.
     public func endedChannels(now: Int64, limit: Int) async throws(RegistryError) -> [EndedChannel] {
         try await endedChannels(now: now, limit: limit, skipping: 0)

@@ -311,6 +311,17 @@ public final class SQLiteRegistryStore: RegistryStore {
         }
     }
 
+    public func devices(app: String, pushTokens: [String]) async throws(RegistryError) -> [DeviceRecord] {
+        var tokens: [String] = []
+        for token in pushTokens {
+            tokens.append(try RegistryValidation.token(token, field: "push_token", allowEmpty: false))
+        }
+        return try read { connection throws(RegistryError) in
+            let app = try connection.requireApp(app)
+            return try storage { () throws(SQLiteError) in try connection.devices(app: app, pushTokens: tokens) }
+        }
+    }
+
     public func activity(app: String, activityID: String) async throws(RegistryError) -> ActivityRecord? {
         let activityID = try RegistryValidation.identifier(activityID, field: "activity_id")
         return try read { connection throws(RegistryError) in

@@ -141,6 +141,151 @@ final class ServeCompatibilityTests: XCTestCase {
         XCTAssertNil(aps["content-state"], "no content-state was given: \(aps)")
     }
 
+    /// Pushwoosh's `devices` are the devices' push tokens (as `registerDevice` gave them; in any case) or, as its
+    /// older docs allow, their HWIDs: a start to them goes to those devices' push-to-start tokens, never to the push
+    /// tokens themselves, which APNs would not start a Live Activity on.
+    func testPushwooshStartToDevicesGoesToTheirPushToStartTokens() throws {
+        let devices = [("hwid-a", "c6", "b6"), ("hwid-b", "c7", "b7"), ("hwid-c", "c8", "b8")].map {
+            (hwid: $0.0, push: ServeNativeAPITests.token($0.1, 1), start: ServeNativeAPITests.token($0.2, 1))
+        }
+        func sdk(_ method: String, _ fields: String) throws {
+            let answer = try serve.curl(
+                "POST", "/json/1.3/\(method)", key: ServeKeys.acmeDevice, scheme: "Token",
+                json: #"{"request": {"application": "\#(ServeHarness.pushwooshApplication)", \#(fields)}}"#)
+            XCTAssertEqual(try answer.object()["status_code"] as? Int, 200, "\(method): \(answer.text)")
+        }
+        for device in devices {
+            try sdk("registerDevice", #""hwid": "\#(device.hwid)", "push_token": "\#(device.push)", "device_type": 1"#)
+            try sdk(
+                "setActivityPushToStartToken",
+                #""hwid": "\#(device.hwid)", "activity_push_to_start_token": "\#(device.start)""#)
+        }
+        // Two devices by push token (one in capitals), the third by HWID, and one push token nobody registered.
+        let named = [
+            devices[0].push.uppercased(), devices[1].push, devices[2].hwid, ServeNativeAPITests.token("c9", 1),
+        ]
+        let answer = try serve.curl(
+            "POST", "/json/1.3/startLiveActivity",
+            json: """
+                {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(ServeKeys.acmeServer)",
+                 "notifications": [{"live_activity_id": "pw-dev", "content": "c",
+                   "devices": [\(named.map { "\"\($0)\"" }.joined(separator: ", "))],
+                   "live_activity": {"content-state": {}, "attributes-type": "T", "attributes": {}}}]}}
+                """)
+        let object = try answer.object()
+        XCTAssertEqual(object["status_code"] as? Int, 200, answer.text)
+        let id = try XCTUnwrap(((object["response"] as? [String: Any])?["Messages"] as? [String])?.first, answer.text)
+        let done = try serve.waitForDispatch(id)
+        XCTAssertEqual(done["delivered"] as? Int, 3, "\(done)")
+        for device in devices {
+            let aps = try XCTUnwrap(try payloads(device.start).first?["aps"] as? [String: Any], device.hwid)
+            XCTAssertEqual(aps["event"] as? String, "start")
+            XCTAssertEqual(try payloads(device.start).count, 1, device.hwid)
+            XCTAssertTrue(try payloads(device.push).isEmpty, "nothing to \(device.hwid)'s regular push token")
+        }
+        XCTAssertEqual(mock.stats.accepted, 3)
+    }
+
+    /// Pushwoosh's and Braze's fields the checkers found accepted: a `relevance-score` past Double's range, an
+    /// impossible date on a start, ids with control characters. Each is refused naming the field as the API spells
+    /// it (Pushwoosh: `status_code` 210), and nothing is sent.
+    func testPushwooshAndBrazeRefuseOutOfRangeScoresImpossibleDatesAndControlCharacters() throws {
+        func pushwoosh(_ method: String, _ entry: String) throws -> String {
+            let answer = try serve.curl(
+                "POST", "/json/1.3/\(method)",
+                json: """
+                    {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(ServeKeys.acmeServer)",
+                     "notifications": [\(entry)]}}
+                    """)
+            let object = try answer.object()
+            XCTAssertEqual(object["status_code"] as? Int, 210, "\(method): \(answer.text)")
+            return object["status_message"] as? String ?? ""
+        }
+        let start =
+            #""content": "c", "users": ["u-1"], "live_activity": {"content-state": {}, "attributes-type": "T", "attributes": {}"#
+        for (method, entry, field) in [
+            (
+                "startLiveActivity", #"{"live_activity_id": "pw", \#(start), "relevance-score": 1e309}}"#,
+                "notifications[0].live_activity.relevance-score"
+            ),
+            (
+                "startLiveActivity",
+                #"{"live_activity_id": "pw", \#(start), "dismissal-date": "2026-02-30T00:00:00Z"}}"#,
+                "notifications[0].live_activity.dismissal-date"
+            ),
+            (
+                "updateLiveActivity",
+                #"{"live_activity_id": "pw", "live_activity": {"event": "update", "content-state": {}, "relevance-score": 1e400}}"#,
+                "notifications[0].live_activity.relevance-score"
+            ),
+            (
+                "startLiveActivity", #"{"live_activity_id": "pw\u0000", \#(start)}}"#,
+                "notifications[0].live_activity_id"
+            ),
+            (
+                "updateLiveActivity",
+                #"{"live_activity_id": "p\tw", "live_activity": {"event": "update", "content-state": {}}}"#,
+                "notifications[0].live_activity_id"
+            ),
+            (
+                "startLiveActivity",
+                #"{"live_activity_id": "pw", "content": "c", "devices": ["hwid\u0001"], "live_activity": {"content-state": {}, "attributes-type": "T", "attributes": {}}}"#,
+                "notifications[0].devices[0]"
+            ),
+        ] {
+            let message = try pushwoosh(method, entry)
+            XCTAssertTrue(message.hasPrefix("Argument error: \(field)"), "\(method): \(message)")
+        }
+        for (fields, field) in [
+            (#""hwid": "h\u0000", "push_token": "\#(ServeNativeAPITests.token("c1", 9))""#, "hwid"),
+            (#""hwid": "h-1", "userId": "u\u001f""#, "userId"),
+        ] {
+            let answer = try serve.curl(
+                "POST", "/json/1.3/registerDevice", key: ServeKeys.acmeDevice, scheme: "Token",
+                json: #"{"request": {"application": "\#(ServeHarness.pushwooshApplication)", \#(fields)}}"#)
+            let object = try answer.object()
+            XCTAssertEqual(object["status_code"] as? Int, 210, answer.text)
+            XCTAssertTrue(
+                (object["status_message"] as? String ?? "").hasPrefix("Argument error: \(field)"), answer.text)
+        }
+
+        let brazeStart = #""activity_attributes_type": "T", "activity_attributes": {}, "content_state": {}"#
+        let alert = #""alert": {"title": "t", "body": "b"}"#
+        for (path, body, field) in [
+            (
+                "start",
+                #""activity_id": "bz", \#(brazeStart), "notification": {\#(alert), "relevance_score": 1e309}, "external_user_ids": ["u-1"]"#,
+                "notification.relevance_score"
+            ),
+            (
+                "update", #""activity_id": "bz", "content_state": {}, "notification": {"relevance_score": -1e999}"#,
+                "notification.relevance_score"
+            ),
+            (
+                "start",
+                #""activity_id": "bz", \#(brazeStart), "dismissal_date": "2026-02-30T00:00:00Z", "notification": {\#(alert)}, "external_user_ids": ["u-1"]"#,
+                "dismissal_date"
+            ),
+            (
+                "update", #""activity_id": "bz", "content_state": {}, "dismissal_date": "2026-02-30T00:00:00Z""#,
+                "dismissal_date"
+            ),
+            (
+                "start",
+                #""activity_id": "bz", \#(brazeStart), "notification": {\#(alert)}, "external_user_ids": ["u-1", "u\u0000"]"#,
+                "external_user_ids[1]"
+            ),
+            ("update", #""activity_id": "b\u007fz", "content_state": {}"#, "activity_id"),
+        ] {
+            let answer = try serve.curl(
+                "POST", "/messages/live_activity/\(path)", key: ServeKeys.acmeServer,
+                json: #"{"app_id": "\#(ServeHarness.brazeAppID)", \#(body)}"#)
+            XCTAssertEqual(answer.status, 400, "\(path): \(answer.text)")
+            XCTAssertTrue((try answer.object()["error"] as? String ?? "").hasPrefix(field), "\(path): \(answer.text)")
+        }
+        XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
+    }
+
     /// A start's `live_activity.attributes` must be an object: anything else is Pushwoosh's argument error (HTTP 200,
     /// `status_code` 210) naming it, and nothing is sent.
     func testPushwooshStartRefusesAttributesThatAreNotAnObject() throws {

@@ -239,8 +239,8 @@ class ServeNativeAPITests: XCTestCase {
     }
 
     /// A start sent to tokens the caller gives is still a push of its activity: its timestamp is strictly newer than
-    /// the activity's last one and the next update's is newer than its own, as for a start by users or devices.
-    /// (Pushwoosh's `devices` given as push tokens are the same case.)
+    /// the activity's last one and the next update's is newer than its own, as for a start by users or devices,
+    /// Pushwoosh's `devices` given as the devices' push tokens included.
     func testAStartToTokensFollowsItsActivitysTimestamps() throws {
         let server = ServeKeys.acmeServer
         XCTAssertEqual(
@@ -272,17 +272,93 @@ class ServeNativeAPITests: XCTestCase {
             1)
         XCTAssertGreaterThan(try timestamp(Self.token("b5", 1)), last, "newer than the activity's last push")
 
+        // Pushwoosh's `devices` are the devices' push tokens: the start goes to their push-to-start tokens.
+        XCTAssertEqual(
+            try serve.curl(
+                "POST", "/v1/devices", key: ServeKeys.acmeDevice,
+                json: #"{"device_id": "d-6", "push_token": "\#(Self.token("c5", 2))"}"#
+            ).status, 200)
+        XCTAssertEqual(
+            try serve.curl(
+                "POST", "/v1/push-to-start-tokens", key: ServeKeys.acmeDevice,
+                json: #"{"device_id": "d-6", "token": "\#(Self.token("b5", 2))"}"#
+            ).status, 200)
         let pushwoosh = try serve.curl(
             "POST", "/json/1.3/startLiveActivity",
             json: """
                 {"request": {"application": "\(ServeHarness.pushwooshApplication)", "auth": "\(server)",
-                 "notifications": [{"live_activity_id": "t1", "content": "c", "devices": ["\(Self.token("b5", 2))"],
+                 "notifications": [{"live_activity_id": "t1", "content": "c", "devices": ["\(Self.token("c5", 2))"],
                    "live_activity": {"content-state": {}, "attributes-type": "T", "attributes": {}}}]}}
                 """)
         let id = try XCTUnwrap(
             ((try pushwoosh.object()["response"] as? [String: Any])?["Messages"] as? [String])?.first, pushwoosh.text)
         XCTAssertEqual(try serve.waitForDispatch(id)["delivered"] as? Int, 1)
         XCTAssertGreaterThan(try timestamp(Self.token("b5", 2)), try timestamp(Self.token("b5", 1)))
+    }
+
+    /// What the checkers found accepted: a number past Double's range (`1e309`, which had no JSON form and left the
+    /// payload unnoticed) and ids with control characters (stored, then printed into logs and results). Each is a
+    /// `400` naming its field, and nothing is sent or stored.
+    func testOutOfRangeNumbersAndControlCharactersInIdsAreRefused() throws {
+        let server = ServeKeys.acmeServer
+        let device = ServeKeys.acmeDevice
+        let token = Self.token("a1", 3)
+        for (method, path, key, json, field) in [
+            (
+                "POST", "/v1/activities/m/update", server, #"{"content_state": {}, "relevance_score": 1e309}"#,
+                "relevance_score"
+            ),
+            (
+                "POST", "/v1/activities/m/end", server, #"{"content_state": {}, "relevance_score": -1e309}"#,
+                "relevance_score"
+            ),
+            ("POST", "/v1/activities/m%00x/update", server, #"{"content_state": {}}"#, "activity_id"),
+            (
+                "POST", "/v1/activities/m%0Ax/tokens", device, #"{"token": "\#(token)", "device_id": "d-1"}"#,
+                "activity_id"
+            ),
+            ("GET", "/v1/dispatches/d_%01", server, nil, "dispatch_id"),
+            ("GET", "/v1/activities/m%7F", server, nil, "activity_id"),
+            ("POST", "/v1/devices", device, #"{"device_id": "d\u0000x", "push_token": "\#(token)"}"#, "device_id"),
+            ("POST", "/v1/devices", device, #"{"device_id": "d-1", "user_id": "u\u001b[31m"}"#, "user_id"),
+            ("POST", "/v1/activities/m/tokens", device, #"{"token": "\#(token)", "device_id": "d\n1"}"#, "device_id"),
+            (
+                "POST", "/v1/push-to-start-tokens", device,
+                #"{"device_id": "d-1", "user_id": "u\u0085", "token": "\#(token)"}"#, "user_id"
+            ),
+            (
+                "POST", "/v1/push-to-start-tokens", device,
+                #"{"device_id": "d-1", "attributes_type": "T\u0000", "token": "\#(token)"}"#, "attributes_type"
+            ),
+            (
+                "POST", "/v1/activities/m/start", server,
+                #"{"attributes_type": "T", "content_state": {}, "audience": {"users": ["u-1", "u\u0000"]}}"#,
+                "audience.users[1]"
+            ),
+            (
+                "POST", "/v1/push", server, #"{"alert": {"body": "b"}, "audience": {"devices": ["d\r"]}}"#,
+                "audience.devices[0]"
+            ),
+        ] {
+            let refused = try serve.curl(method, path, key: key, json: json)
+            XCTAssertEqual(refused.status, 400, "\(method) \(path) \(json ?? ""): \(refused.text)")
+            XCTAssertEqual(try refused.object()["field"] as? String, field, "\(path): \(refused.text)")
+            XCTAssertTrue((try refused.object()["error"] as? String ?? "").hasPrefix(field), refused.text)
+        }
+        // A C0 control is refused by the HTTP parser itself; a C1 control (U+0085, UTF-8 bytes that HTTP takes as
+        // obs-text) reaches the API, which names the header.
+        for (character, named) in [("\u{01}", false), ("\u{85}", true)] {
+            let key = try serve.curl(
+                "POST", "/v1/activities/m/update", key: server, json: #"{"content_state": {}}"#,
+                headers: ["Idempotency-Key": "retry\(character)1"])
+            XCTAssertEqual(key.status, 400, key.text)
+            if named { XCTAssertEqual(try key.object()["field"] as? String, "Idempotency-Key", key.text) }
+        }
+        // Nothing was stored or sent.
+        for path in ["/v1/activities/m", "/v1/activities/m%00x"] {
+            XCTAssertNotEqual(try serve.curl("GET", path, key: server).status, 200, path)
+        }
+        XCTAssertEqual(mock.stats.requests, 0, "nothing was sent")
     }
 
     /// An ISO-8601 date that does not exist (February 30th, April 31st, February 29th of a common year, an offset past

@@ -90,6 +90,9 @@ final class RedisRegistryReadTests: RegistryReadTests {
         try await super.testPushToStartTokensByUserDeviceAndAttributesType()
     }
     override func testDevicesAndTheirPushTokens() async throws { try await super.testDevicesAndTheirPushTokens() }
+    override func testDevicesFoundByTheirPushTokens() async throws {
+        try await super.testDevicesFoundByTheirPushTokens()
+    }
     override func testUpdateTokensOfADevice() async throws { try await super.testUpdateTokensOfADevice() }
     override func testPagingGoesOnAfterTheCursorsTokenIsStoppedAndAReturnedOneRotates() async throws {
         try await super.testPagingGoesOnAfterTheCursorsTokenIsStoppedAndAReturnedOneRotates()

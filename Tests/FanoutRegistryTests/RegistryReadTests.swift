@@ -206,6 +206,41 @@ class RegistryReadTests: RegistryStoreTestCase {
         XCTAssertNil(rest.next)
     }
 
+    /// Devices found by their push token (Pushwoosh's `devices`): the current token only (not one rotated away or
+    /// cleared), of the app asked about, each device once, in the order the tokens were given, whatever their case.
+    func testDevicesFoundByTheirPushTokens() async throws {
+        let directory = try ScratchDirectory()
+        let clock = TestClock()
+        let store = try await makeStore(in: directory, clock: clock, apps: [app, "com.acme.other"])
+        try await store.apply([
+            .device(.init(app: app, deviceID: "d1", userID: "u1", pushToken: TestTokens.token(1))),
+            .device(.init(app: app, deviceID: "d2", pushToken: TestTokens.token(2))),
+            .device(.init(app: app, deviceID: "d3", pushToken: TestTokens.token(3))),
+            .device(.init(app: "com.acme.other", deviceID: "o4", pushToken: TestTokens.token(4))),
+        ])
+        try await store.apply([
+            .device(.init(app: app, deviceID: "d2", pushToken: TestTokens.token(5))),
+            .device(.init(app: app, deviceID: "d3", pushToken: "")),
+        ])
+        let found = try await store.devices(
+            app: app,
+            pushTokens: [
+                TestTokens.token(5).uppercased(), TestTokens.token(2), TestTokens.token(3), TestTokens.token(4),
+                TestTokens.token(1), TestTokens.token(5), TestTokens.token(6),
+            ])
+        XCTAssertEqual(found.map(\.deviceID), ["d2", "d1"], "current tokens only, of this app, each device once")
+        XCTAssertEqual(found.map(\.pushToken), [TestTokens.token(5), TestTokens.token(1)])
+        XCTAssertEqual(found.last?.userID, "u1")
+        let none = try await store.devices(app: app, pushTokens: [])
+        XCTAssertEqual(none.count, 0)
+        do {
+            _ = try await store.devices(app: app, pushTokens: ["not-hex"])
+            XCTFail("a token that is not hex is refused")
+        } catch {
+            XCTAssertEqual(error.kind, .invalidInput)
+        }
+    }
+
     func testUpdateTokensOfADevice() async throws {
         let directory = try ScratchDirectory()
         let clock = TestClock()

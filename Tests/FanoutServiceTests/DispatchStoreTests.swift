@@ -5,6 +5,7 @@ import FanoutRegistry
 import FanoutSQLite
 import FanoutService
 import Foundation
+import Synchronization
 import XCTest
 
 final class DispatchStoreTests: XCTestCase {
@@ -320,6 +321,51 @@ final class DispatchStoreTests: XCTestCase {
         print(
             "DispatchResultBuffer: \(total) results from \(threads) threads in \(elapsed), max waiting \(buffer.maxWaiting)"
         )
+    }
+
+    /// A writer that cannot commit (another connection holds the file's write lock) holds `add` back once
+    /// `maxUncommitted` results wait: the engine gives a notification's in-flight permit back only when `add` returns,
+    /// so sending pauses, and a crash then can send twice at most the in-flight ones plus those 1,024. Once the lock
+    /// is gone every result is committed, exactly once.
+    func testResultBufferHoldsAddBackWhileMaxUncommittedWaitForTheDisk() async throws {
+        let directory = try ScratchDirectory()
+        let path = directory.file("fanout.db")
+        let store = try DispatchStore(path: path)
+        let id = try store.accept(
+            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
+        ).record.id
+        let blocker = try SQLiteDatabase(path: path, mode: .readWrite)
+        defer { blocker.close() }
+        try blocker.execute("BEGIN IMMEDIATE")
+
+        let buffer = DispatchResultBuffer(store: store, dispatchID: id)
+        let total = 5_000
+        let returned = Atomic<Int>(0)
+        let adder = Thread {
+            for position in 0..<total {
+                buffer.add(Self.result(position))
+                returned.add(1, ordering: .relaxed)
+            }
+        }
+        adder.start()
+        // The adder stops at the cap: everything it added waits, none is committed.
+        let deadline = ContinuousClock.now + .seconds(4)
+        while buffer.waiting < DispatchResultBuffer.maxUncommitted && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        XCTAssertEqual(buffer.waiting, DispatchResultBuffer.maxUncommitted)
+        XCTAssertLessThanOrEqual(returned.load(ordering: .relaxed), DispatchResultBuffer.maxUncommitted)
+        XCTAssertEqual(try Self.rowCount(path), 0, "nothing committed while the lock is held")
+        try blocker.execute("ROLLBACK")
+
+        while returned.load(ordering: .relaxed) < total && ContinuousClock.now < deadline + .seconds(20) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        XCTAssertEqual(returned.load(ordering: .relaxed), total, "every add returned once the writer caught up")
+        try await buffer.flush()
+        XCTAssertLessThanOrEqual(buffer.maxWaiting, DispatchResultBuffer.maxUncommitted)
+        XCTAssertEqual(try Self.rowCount(path), total)
+        XCTAssertEqual(try store.resumePoint(id: id).prefix, total)
     }
 
     // MARK: Helpers

@@ -25,6 +25,9 @@ int CFanoutShims_SSL_CTX_set1_groups_list(SSL_CTX *ctx, const char *list);
 // pthread_setname_np is a GNU extension that Glibc's Swift module does not expose: names the calling
 // thread (at most 15 bytes) for top -H and /proc/self/task/*/comm.
 int CFanoutShims_set_current_thread_name(const char *name);
+// malloc_trim (glibc's <malloc.h>, which Glibc's Swift module does not expose): gives the heap's free pages back to
+// the kernel, in every arena. Returns 1 if memory was released, 0 otherwise (and always 0 without glibc).
+int CFanoutShims_malloc_trim(size_t pad);
 // OPENSSL_free is a macro over CRYPTO_free with file/line arguments.
 void CFanoutShims_OPENSSL_free(void *pointer);
 // X509_get_notBefore / X509_get_notAfter are macros (mutable accessors).

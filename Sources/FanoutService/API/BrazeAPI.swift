@@ -112,7 +112,7 @@ struct BrazeAPI {
         for key in ["user_aliases", "segment_id", "custom_audience"] where body.value(key) != nil {
             throw APIError(400, field: key, "\(key) is not supported: Fanout targets external_user_ids")
         }
-        guard let users = try body.strings("external_user_ids"), !users.isEmpty else {
+        guard let users = try body.identifiers("external_user_ids"), !users.isEmpty else {
             throw APIError(400, field: "external_user_ids", "No Recipients: external_user_ids is required")
         }
         guard users.count <= Self.maximumUsers else {
@@ -120,8 +120,8 @@ struct BrazeAPI {
                 400, field: "external_user_ids",
                 "The max number of external_ids and aliases per request was exceeded (\(Self.maximumUsers))")
         }
-        let activityID = try body.requiredString("activity_id")
-        let attributesType = try body.requiredString("activity_attributes_type")
+        let activityID = try body.requiredIdentifier("activity_id")
+        let attributesType = try body.requiredIdentifier("activity_attributes_type")
         guard let attributes = try body.object("activity_attributes") else {
             throw APIError(400, field: "activity_attributes", "activity_attributes is required (an object)")
         }
@@ -129,6 +129,9 @@ struct BrazeAPI {
             throw APIError(400, field: "content_state", "content_state is required")
         }
         let push = try ApplePush(try body.object("notification"), alertRequired: true)
+        // Older revisions of the start documented a `dismissal_date`. APNs reads one on `end` only, so it is not sent,
+        // but it is checked as every date is: an impossible one is refused, not ignored.
+        _ = try body.date("dismissal_date")
         let fields = LiveActivityFields(
             event: "start", timestamp: ServiceCore.nowSeconds(), contentState: contentState,
             staleDate: try body.date("stale_date"), relevanceScore: push.relevanceScore, alert: push.alert,
@@ -144,16 +147,18 @@ struct BrazeAPI {
 
     private func updateSpec(_ body: RequestBody, _ caller: Caller) throws(APIError) -> DispatchSpec {
         let app = try app(body, caller)
-        let activityID = try body.requiredString("activity_id")
+        let activityID = try body.requiredIdentifier("activity_id")
         guard let contentState = body.value("content_state") else {
             throw APIError(400, field: "content_state", "content_state is required")
         }
         let end = try body.bool("end_activity") ?? false
         let push = try ApplePush(try body.object("notification"), alertRequired: false)
+        // Checked either way; without end_activity Braze's dismissal_date changes nothing APNs sees (an update
+        // carries none).
+        let dismissalDate = try body.date("dismissal_date")
         let fields = LiveActivityFields(
             event: end ? "end" : "update", timestamp: ServiceCore.nowSeconds(), contentState: contentState,
-            // Without end_activity Braze's dismissal_date changes nothing APNs sees (an update carries none).
-            staleDate: try body.date("stale_date"), dismissalDate: end ? try body.date("dismissal_date") : nil,
+            staleDate: try body.date("stale_date"), dismissalDate: end ? dismissalDate : nil,
             relevanceScore: push.relevanceScore, alert: push.alert)
         return .liveActivity(
             app: app, fields: fields, priority: push.priority, audience: .activity(activityID), fieldNames: .braze)

@@ -82,6 +82,11 @@ struct NativeAPI {
                 self = .liveActivity(activity: segments[2], event: segments[3])
             default: throw APIError(404, "no such endpoint: \(method) /\(segments.joined(separator: "/"))")
             }
+            // The id in the path, as the body's ids are checked.
+            if segments.count > 2 {
+                try APIIdentifier.check(
+                    segments[2], field: segments[1] == "dispatches" ? "dispatch_id" : "activity_id")
+            }
         }
 
         var isDeviceRoute: Bool {
@@ -99,8 +104,8 @@ struct NativeAPI {
             try body.rejectUnknown(["app", "device_id", "user_id", "push_token"])
             let app = try core.app(try body.string("app"), of: caller)
             let registration = DeviceRegistration(
-                app: app.bundleID, deviceID: try body.requiredString("device_id"), userID: try body.string("user_id"),
-                pushToken: try body.string("push_token"))
+                app: app.bundleID, deviceID: try body.requiredIdentifier("device_id"),
+                userID: try body.identifier("user_id"), pushToken: try body.string("push_token"))
             return Self.applied(try await core.register([.device(registration)], fields: .nativeRegistration))
         case .registerUpdateToken(let activity):
             let body = try RequestBody.parse(request.body)
@@ -111,17 +116,19 @@ struct NativeAPI {
                 token.isEmpty
                 ? .stopUpdateTokens(
                     app: app.bundleID, activityID: activity,
-                    deviceID: try Self.stoppedDevice(try body.string("device_id"), caller))
+                    deviceID: try Self.stoppedDevice(try body.identifier("device_id"), caller))
                 : .updateToken(
                     UpdateTokenRegistration(
-                        app: app.bundleID, activityID: activity, deviceID: try body.string("device_id"),
-                        userID: try body.string("user_id"), token: token))
+                        app: app.bundleID, activityID: activity, deviceID: try body.identifier("device_id"),
+                        userID: try body.identifier("user_id"), token: token))
             return Self.applied(try await core.register([change], fields: .nativeRegistration))
         case .stopUpdateToken(let activity):
             let body = request.body.isEmpty ? RequestBody(object: JSONObject()) : try RequestBody.parse(request.body)
             try body.rejectUnknown(["app", "device_id"])
             let app = try core.app(try body.string("app") ?? request.query["app"], of: caller)
-            let device = try Self.stoppedDevice(try body.string("device_id") ?? request.query["device_id"], caller)
+            let queryDevice = request.query["device_id"]
+            if let queryDevice { try APIIdentifier.check(queryDevice, field: "device_id") }
+            let device = try Self.stoppedDevice(try body.identifier("device_id") ?? queryDevice, caller)
             return Self.applied(
                 try await core.register(
                     [.stopUpdateTokens(app: app.bundleID, activityID: activity, deviceID: device)],
@@ -131,8 +138,9 @@ struct NativeAPI {
             try body.rejectUnknown(["app", "device_id", "user_id", "attributes_type", "token"])
             let app = try core.app(try body.string("app"), of: caller)
             let registration = PushToStartRegistration(
-                app: app.bundleID, deviceID: try body.requiredString("device_id"), userID: try body.string("user_id"),
-                attributesType: try body.string("attributes_type"), token: try body.requiredString("token"))
+                app: app.bundleID, deviceID: try body.requiredIdentifier("device_id"),
+                userID: try body.identifier("user_id"), attributesType: try body.identifier("attributes_type"),
+                token: try body.requiredString("token"))
             return Self.applied(try await core.register([.pushToStartToken(registration)], fields: .nativeRegistration))
         case .liveActivity(let activity, let event):
             let body = try RequestBody.parse(request.body)
@@ -212,7 +220,7 @@ struct NativeAPI {
             spec.timestampGiven = body.value("timestamp") != nil
             return spec
         }
-        let attributesType = try body.requiredString("attributes_type")
+        let attributesType = try body.requiredIdentifier("attributes_type")
         fields.attributesType = attributesType
         fields.attributes = JSONValue.object(try body.object("attributes")?.object ?? JSONObject())
             .setting(.string(activity), at: ActivityIDAttribute.fanout.path[...])
@@ -243,8 +251,8 @@ struct NativeAPI {
         }
         try body.rejectUnknown(allowAll ? ["users", "devices", "tokens", "all"] : ["users", "devices", "tokens"])
         var ways: [Audience] = []
-        if let users = try body.strings("users") { ways.append(.selection(.users(users))) }
-        if let devices = try body.strings("devices") { ways.append(.selection(.devices(devices))) }
+        if let users = try body.identifiers("users") { ways.append(.selection(.users(users))) }
+        if let devices = try body.identifiers("devices") { ways.append(.selection(.devices(devices))) }
         if let tokens = try body.strings("tokens") { ways.append(.tokens(tokens)) }
         if try body.bool("all") == true { ways.append(.selection(.all)) }
         guard ways.count == 1 else {
@@ -289,7 +297,7 @@ struct NativeAPI {
         }
         return .push(
             app: app, pushType: pushType, payload: payload, priority: priority,
-            collapseID: try body.string("collapse_id"), audience: audience, fieldNames: .nativePush)
+            collapseID: try body.identifier("collapse_id"), audience: audience, fieldNames: .nativePush)
     }
 
     // MARK: Reads

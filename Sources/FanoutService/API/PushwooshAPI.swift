@@ -37,7 +37,9 @@ struct PushwooshAPI {
             guard let inner = try envelope.object("request") else {
                 throw APIError(400, field: "request", "the body must be {\"request\": {...}}")
             }
-            body = inner
+            // Its fields are named as the SDK and the docs spell them (`hwid`, `notifications[0]...`), without
+            // the envelope.
+            body = RequestBody(object: inner.object)
             let key = isServer ? try body.string("auth") : NativeAPI.bearer(request) ?? (try? body.string("auth"))
             caller = try core.authenticate(key: key, needs: isServer ? .server : .device)
         } catch {
@@ -100,7 +102,8 @@ struct PushwooshAPI {
                 }
                 let entry = RequestBody(object: object, path: field)
                 let spec =
-                    method == "startLiveActivity" ? try startSpec(entry, app: app) : try updateSpec(entry, app: app)
+                    method == "startLiveActivity"
+                    ? try await startSpec(entry, app: app) : try updateSpec(entry, app: app)
                 do throws(APIError) {
                     try spec.check(now: now)
                 } catch {
@@ -133,24 +136,24 @@ struct PushwooshAPI {
         case "registerDevice":
             let app = try application(body, caller)
             let registration = DeviceRegistration(
-                app: app.bundleID, deviceID: try body.requiredString("hwid"), userID: try body.string("userId"),
-                pushToken: try body.string("push_token"))
+                app: app.bundleID, deviceID: try body.requiredIdentifier("hwid"),
+                userID: try body.identifier("userId"), pushToken: try body.string("push_token"))
             _ = try await core.register([.device(registration)], fields: .pushwooshRegistration)
             return Self.ok()
         case "unregisterDevice":
             let app = try application(body, caller)
             // An empty token removes the device's push token (nil would leave it as it is).
             let registration = DeviceRegistration(
-                app: app.bundleID, deviceID: try body.requiredString("hwid"), userID: try body.string("userId"),
-                pushToken: "")
+                app: app.bundleID, deviceID: try body.requiredIdentifier("hwid"),
+                userID: try body.identifier("userId"), pushToken: "")
             _ = try await core.register([.device(registration)], fields: .pushwooshRegistration)
             return Self.ok()
         case "setActivityToken":
             let app = try application(body, caller)
-            let activityID = try body.string("activity_id") ?? ""
+            let activityID = try body.identifier("activity_id") ?? ""
             let token = try body.string("activity_token") ?? ""
             // The device key ships inside the app: with it, a stop names its device (it cannot stop everyone's).
-            let device = try body.requiredString("hwid")
+            let device = try body.requiredIdentifier("hwid")
             if token.isEmpty {
                 // The SDK's stop: an empty or missing token. Without an activity id it stops the device's tokens
                 // of every activity it has; with one, just that activity's.
@@ -173,15 +176,16 @@ struct PushwooshAPI {
                     .updateToken(
                         UpdateTokenRegistration(
                             app: app.bundleID, activityID: activityID, deviceID: device,
-                            userID: try body.string("userId"),
+                            userID: try body.identifier("userId"),
                             token: token))
                 ], fields: .pushwooshRegistration)
             return Self.ok()
         case "setActivityPushToStartToken":
             let app = try application(body, caller)
             let registration = PushToStartRegistration(
-                app: app.bundleID, deviceID: try body.requiredString("hwid"), userID: try body.string("userId"),
-                attributesType: nil, token: try body.requiredString("activity_push_to_start_token"))
+                app: app.bundleID, deviceID: try body.requiredIdentifier("hwid"),
+                userID: try body.identifier("userId"), attributesType: nil,
+                token: try body.requiredString("activity_push_to_start_token"))
             _ = try await core.register([.pushToStartToken(registration)], fields: .pushwooshRegistration)
             return Self.ok()
         default:
@@ -227,11 +231,11 @@ struct PushwooshAPI {
     // MARK: Live Activities
 
     /// A `startLiveActivity` entry: `live_activity` {`content-state`, `attributes-type`, `attributes`},
-    /// `live_activity_id`, and the audience: `devices` (tokens, or HWIDs), `users`, or neither (every
-    /// push-to-start token of the app). `filter`/`filter_code` (Pushwoosh segments) are not supported.
-    private func startSpec(_ entry: RequestBody, app: AppConfiguration) throws(APIError) -> DispatchSpec {
+    /// `live_activity_id`, and the audience: `devices` (the devices' push tokens, or HWIDs), `users`, or neither
+    /// (every push-to-start token of the app). `filter`/`filter_code` (Pushwoosh segments) are not supported.
+    private func startSpec(_ entry: RequestBody, app: AppConfiguration) async throws(APIError) -> DispatchSpec {
         try rejectFilters(entry)
-        let activityID = try entry.requiredString("live_activity_id")
+        let activityID = try entry.requiredIdentifier("live_activity_id")
         let live = try entry.requiredObject("live_activity")
         if let event = try live.string("event"), event != "start" {
             throw APIError(400, field: live.field("event"), "\(live.field("event")) must be \"start\" here")
@@ -239,7 +243,7 @@ struct PushwooshAPI {
         guard let contentState = live.value("content-state") else {
             throw APIError(400, field: live.field("content-state"), "\(live.field("content-state")) is required")
         }
-        let attributesType = try live.requiredString("attributes-type")
+        let attributesType = try live.requiredIdentifier("attributes-type")
         let attributes = JSONValue.object(try live.object("attributes")?.object ?? JSONObject())
             .setting(.string(activityID), at: ActivityIDAttribute.pushwoosh.path[...])
         var alert: JSONValue?
@@ -249,18 +253,21 @@ struct PushwooshAPI {
             let content = try entry.string("content") ?? ""
             alert = ["title": .string(title), "body": .string(content)]
         }
+        // No Pushwoosh source lists a start's `dismissal-date`; APNs reads one on `end` only, so it is not sent, but
+        // it is checked as every date is: an impossible one is refused, not ignored.
+        _ = try live.date("dismissal-date")
         let fields = LiveActivityFields(
             event: "start", timestamp: ServiceCore.nowSeconds(), contentState: contentState,
             staleDate: try live.date("stale-date"), relevanceScore: try live.number("relevance-score"), alert: alert,
             attributesType: attributesType, attributes: attributes)
         let audience: DispatchAudience
-        if let users = try Self.capped(try entry.strings("users"), field: entry.field("users")) {
+        if let users = try Self.capped(try entry.identifiers("users"), field: entry.field("users")) {
             // Old docs: users win over devices.
             audience = .pushToStart(
                 activityID: activityID, attributesType: attributesType, selection: .users(users), attribute: .pushwoosh)
-        } else if let devices = try Self.capped(try entry.strings("devices"), field: entry.field("devices")) {
-            audience = try Self.devicesAudience(
-                devices, field: entry.field("devices"), activityID: activityID, type: attributesType)
+        } else if let devices = try Self.capped(try entry.identifiers("devices"), field: entry.field("devices")) {
+            audience = try await devicesAudience(
+                devices, app: app.bundleID, activityID: activityID, type: attributesType)
         } else {
             audience = .pushToStart(
                 activityID: activityID, attributesType: attributesType, selection: .all, attribute: .pushwoosh)
@@ -278,26 +285,36 @@ struct PushwooshAPI {
                 + "(send more in several notifications)")
     }
 
-    /// `devices` holds push tokens (hex) or HWIDs, not a mix.
-    static func devicesAudience(_ devices: [String], field: String, activityID: String, type: String)
-        throws(APIError) -> DispatchAudience
+    /// `devices` names devices, each by its push token (Pushwoosh's `devices`: the devices' tokens) or by its HWID
+    /// (the older docs allow both): an entry that is the push token of one of the app's devices (as `registerDevice`
+    /// recorded it) stands for that device, any other for the device of that HWID. The start goes to those devices'
+    /// push-to-start tokens, never to the push tokens themselves: APNs starts a Live Activity remotely only through a
+    /// push-to-start token.
+    func devicesAudience(_ devices: [String], app: String, activityID: String, type: String)
+        async throws(APIError) -> DispatchAudience
     {
         let tokens = devices.filter { DeviceToken($0) != nil }
-        if tokens.count == devices.count {
-            return .startTokens(activityID: activityID, tokens: devices.map { $0.lowercased() })
+        var byToken: [String: String] = [:]
+        if !tokens.isEmpty {
+            do {
+                for record in try await core.registry.devices(app: app, pushTokens: tokens) {
+                    if let token = record.pushToken { byToken[token] = record.deviceID }
+                }
+            } catch {
+                throw core.unavailable("the registry", error)
+            }
         }
-        guard tokens.isEmpty else {
-            throw APIError(400, field: field, "\(field) mixes push tokens and HWIDs; give one kind per notification")
-        }
+        var seen = Set<String>()
+        let ids = devices.map { byToken[$0.lowercased()] ?? $0 }.filter { seen.insert($0).inserted }
         return .pushToStart(
-            activityID: activityID, attributesType: type, selection: .devices(devices), attribute: .pushwoosh)
+            activityID: activityID, attributesType: type, selection: .devices(ids), attribute: .pushwoosh)
     }
 
     /// An `updateLiveActivity` entry: `live_activity` {`event`: update|end, `content-state`, `dismissal-date`,
     /// `stale-date`, `relevance-score`} and `live_activity_id`.
     private func updateSpec(_ entry: RequestBody, app: AppConfiguration) throws(APIError) -> DispatchSpec {
         try rejectFilters(entry)
-        let activityID = try entry.requiredString("live_activity_id")
+        let activityID = try entry.requiredIdentifier("live_activity_id")
         let live = try entry.requiredObject("live_activity")
         let event = try live.requiredString("event")
         guard event == "update" || event == "end" else {

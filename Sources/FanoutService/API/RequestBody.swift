@@ -44,15 +44,43 @@ struct RequestBody {
         return text
     }
 
+    /// An id (activity, device, user, attributes type, collapse id): a string without control characters
+    /// (`APIIdentifier`).
+    func identifier(_ key: String) throws(APIError) -> String? {
+        guard let text = try string(key) else { return nil }
+        try APIIdentifier.check(text, field: field(key))
+        return text
+    }
+
+    func requiredIdentifier(_ key: String) throws(APIError) -> String {
+        let text = try requiredString(key)
+        try APIIdentifier.check(text, field: field(key))
+        return text
+    }
+
+    /// A list of ids (`users`, `devices`), each as `identifier`.
+    func identifiers(_ key: String) throws(APIError) -> [String]? {
+        guard let strings = try strings(key) else { return nil }
+        for (index, text) in strings.enumerated() {
+            try APIIdentifier.check(text, field: "\(field(key))[\(index)]")
+        }
+        return strings
+    }
+
     func integer(_ key: String) throws(APIError) -> Int64? {
         guard let value = value(key) else { return nil }
         guard let number = value.int64Value else { throw .badField(field(key), "\(field(key)) must be a whole number") }
         return number
     }
 
+    /// A finite number: a literal past Double's range (`1e309`) is refused, not read as infinity (which has no
+    /// JSON form, so the field would leave the payload unnoticed).
     func number(_ key: String) throws(APIError) -> Double? {
         guard let value = value(key) else { return nil }
         guard let number = value.doubleValue else { throw .badField(field(key), "\(field(key)) must be a number") }
+        guard number.isFinite else {
+            throw .badField(field(key), "\(field(key)) must be a finite number (\(value) is out of range)")
+        }
         return number
     }
 
@@ -105,6 +133,22 @@ struct RequestBody {
                 field(member.key),
                 "unknown field \(field(member.key)) (known: \(known.sorted().joined(separator: ", ")))")
         }
+    }
+}
+
+/// The rule for ids a request names (activity, dispatch, device, user ids, attributes types, idempotency keys): no
+/// control character (Unicode's `Cc`: U+0000 to U+001F, U+007F to U+009F). Such an id would be stored and then
+/// printed into logs, results lines and headers, where a NUL cuts a C string and a line break forges a line.
+enum APIIdentifier {
+    static func check(_ text: String, field: String) throws(APIError) {
+        guard let scalar = text.unicodeScalars.first(where: { $0.properties.generalCategory == .control }) else {
+            return
+        }
+        let code = String(scalar.value, radix: 16, uppercase: true)
+        throw .badField(
+            field,
+            "\(field) must not contain control characters (it has U+\(String(repeating: "0", count: 4 - code.count))\(code))"
+        )
     }
 }
 

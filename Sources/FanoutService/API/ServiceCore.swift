@@ -161,6 +161,7 @@ package final class ServiceCore: Sendable {
         if let key = idempotency?.key, key.isEmpty || key.utf8.count > 255 {
             throw APIError(400, field: "Idempotency-Key", "Idempotency-Key must be 1 to 255 bytes")
         }
+        if let key = idempotency?.key { try APIIdentifier.check(key, field: "Idempotency-Key") }
         guard let sharedDispatches else {
             return try await accept(spec, id: DispatchStore.newID(), caller: caller, idempotency: idempotency)
         }

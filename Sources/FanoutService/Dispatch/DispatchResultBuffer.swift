@@ -4,8 +4,9 @@ package import Foundation
 /// Batches one dispatch's results from the engine's threads into `DispatchStore.appendResults` transactions, off
 /// those threads.
 ///
-/// - `add` is callable from any thread and does no I/O: it appends under a lock and wakes the writer only when the
-///   batch starts or fills.
+/// - `add` is callable from any thread but a loop thread (the engine hands results over on its results threads, and
+///   on the task feeding the job) and does no I/O: it appends under a lock and wakes the writer only when the batch
+///   starts or fills. It waits while `maxUncommitted` results are not committed yet (below).
 /// - One writer thread per buffer (SQLite blocks, so not a task on the cooperative pool) commits a batch once it has
 ///   `batchSize` (512) results or `interval` (50 ms) after its first result, whichever comes first, and at once
 ///   when `flush()` waits. The thread ends after the buffer is released, once what was added is written.
@@ -13,10 +14,17 @@ package import Foundation
 ///   batch is lost: its recipients have no result, so the dispatch must not be marked done, and a restart sends them
 ///   again).
 ///
-/// Memory: `add` never blocks (an engine loop thread must not wait on disk), so nothing caps the backlog; the writer
-/// commits up to `maxTransaction` results per transaction at about 200,000 results/s (1,000,000 in 4.9 s, debug build,
-/// measured when the buffer was written), several times what a dispatch sends at, so in a real send the backlog stays
-/// at about one batch (`fanout-bench --scenario serve` runs a 1,000,000-token dispatch through it). `waiting` and `maxWaiting` expose it for the status page and metrics.
+/// What a crash can send twice: every notification whose result is not committed. `add` waits while
+/// `maxUncommitted` (1,024: the batch being committed and the next one filling) are added and not committed. The
+/// engine's in-flight permits come back only when a results thread takes a loop's answers over, and that thread is
+/// the one `add` holds, so a writer that falls behind holds the sending back instead of letting the backlog grow. A
+/// dispatch's notifications sent and not recorded are thus at most the engine's in-flight limit (on the wire, or
+/// answered and not taken over yet), plus the answers a results thread has taken over and not handed to `add` yet
+/// (no more than that limit either), plus 1,024: docs/SERVE.md states it as the bound of a `kill -9`. The writer
+/// commits about 200,000 results/s (1,000,000 in 4.9 s, debug build, measured when the buffer was written), several
+/// times what a dispatch sends at, so in a real send the backlog stays at about one batch and `add` does not wait
+/// (`fanout-bench --scenario serve` runs a 1,000,000-token dispatch through it). `waiting` and `maxWaiting` expose
+/// it for the status page and metrics.
 package final class DispatchResultBuffer: Sendable {
     /// Small enough that an API request's `accept`, which needs the same write lock, never waits long behind a
     /// results transaction: the 202's p99 while a 1,000,000-token dispatch sends was 13.6 ms with 2,048 and 8.9 ms
@@ -25,6 +33,9 @@ package final class DispatchResultBuffer: Sendable {
     package static let interval: TimeInterval = 0.05
     /// The most results one transaction takes when the writer is behind.
     package static let maxTransaction = 1_024
+    /// The most results added and not committed: `add` waits past it. Two batches, so that one fills while the
+    /// other is committed.
+    package static let maxUncommitted = 2 * batchSize
 
     private let core: Core
 
@@ -40,7 +51,8 @@ package final class DispatchResultBuffer: Sendable {
         core.close()
     }
 
-    /// Queues one result. Any thread; no I/O.
+    /// Queues one result. Any thread but a loop thread; no I/O. Waits while `maxUncommitted` results are not
+    /// committed.
     package func add(_ result: NotificationResult) {
         core.add(result)
     }
@@ -83,12 +95,16 @@ extension DispatchResultBuffer {
 
         func add(_ result: NotificationResult) {
             condition.lock()
+            // Held back until the writer catches up (see the type's comment): what a crash can send twice stays
+            // bounded. The writer wakes everyone after each commit. After `close` nothing is committed any more.
+            while added - written >= DispatchResultBuffer.maxUncommitted && !closed { condition.wait() }
             pending.append(result)
             added += 1
             let count = pending.count
             if added - written > highWater { highWater = added - written }
-            // The writer waits for a batch's first result, then for it to fill (or for the interval).
-            if count == 1 || count == DispatchResultBuffer.batchSize { condition.signal() }
+            // The writer waits for a batch's first result, then for it to fill (or for the interval). Broadcast: a
+            // held-back `add` waits on the same condition, and must not take the writer's wake-up.
+            if count == 1 || count == DispatchResultBuffer.batchSize { condition.broadcast() }
             condition.unlock()
         }
 
@@ -101,7 +117,7 @@ extension DispatchResultBuffer {
                 return
             }
             waiters.append((added, continuation))
-            condition.signal()
+            condition.broadcast()
             condition.unlock()
         }
 
@@ -120,7 +136,7 @@ extension DispatchResultBuffer {
         func close() {
             condition.lock()
             closed = true
-            condition.signal()
+            condition.broadcast()
             condition.unlock()
         }
 
@@ -154,6 +170,8 @@ extension DispatchResultBuffer {
 
                 condition.lock()
                 written += batch.count
+                // Wakes the `add`s held back by `maxUncommitted`.
+                condition.broadcast()
                 if failure == nil { failure = error }
                 var ready: [Waiter] = []
                 waiters.removeAll { waiter in

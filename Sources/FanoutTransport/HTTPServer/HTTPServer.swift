@@ -94,9 +94,38 @@ package final class HTTPServer: Sendable {
     }
 }
 
-/// The open-connection count shared by the loops.
+/// The open-connection count shared by the loops, and the end of a burst of connections: once the count has fallen
+/// by `burst` or more from its peak, to at most half of it, the connections' freed memory is given back to the
+/// kernel (`HeapTrimmer`), which glibc would otherwise keep.
 final class HTTPConnectionCounter: Sendable {
     let value = Atomic<Int>(0)
+    /// The most connections open at once since the last trim was asked for.
+    let peak = Atomic<Int>(0)
+    /// How many connections must have closed since the peak for a burst to count: fewer leave little to give back.
+    static let burst = 256
+
+    /// Counts a connection opened: the new count.
+    func opened() -> Int {
+        let count = value.wrappingAdd(1, ordering: .relaxed).newValue
+        var seen = peak.load(ordering: .relaxed)
+        while count > seen {
+            let (exchanged, original) = peak.compareExchange(
+                expected: seen, desired: count, ordering: .relaxed)
+            if exchanged { break }
+            seen = original
+        }
+        return count
+    }
+
+    /// Counts a connection closed (or one `opened` and then refused), asking for a trim when a burst is over.
+    func closed() {
+        let count = value.wrappingSubtract(1, ordering: .relaxed).newValue
+        let top = peak.load(ordering: .relaxed)
+        guard top - count >= Self.burst, count <= top / 2 else { return }
+        // One closing connection wins the exchange and asks; the next burst is measured from here.
+        guard peak.compareExchange(expected: top, desired: count, ordering: .relaxed).exchanged else { return }
+        HeapTrimmer.shared.trimSoon()
+    }
 }
 
 /// What one loop of the server owns: its listener and its connections, until they close.
@@ -121,9 +150,9 @@ final class HTTPServerLoopState {
     }
 
     func accept(_ socket: TCPSocket) {
-        let count = counter.value.wrappingAdd(1, ordering: .relaxed).newValue
+        let count = counter.opened()
         guard count <= limits.maxConnections else {
-            counter.value.wrappingSubtract(1, ordering: .relaxed)
+            counter.closed()
             reject(socket)
             return
         }
@@ -131,14 +160,14 @@ final class HTTPServerLoopState {
         do {
             connection = try HTTPServerConnection(socket: socket, tls: tls, limits: limits, handler: handler)
         } catch {
-            counter.value.wrappingSubtract(1, ordering: .relaxed)
+            counter.closed()
             return
         }
         let key = ObjectIdentifier(connection)
         connections[key] = connection
         connection.onClose = { [self] in
             connections[key] = nil
-            counter.value.wrappingSubtract(1, ordering: .relaxed)
+            counter.closed()
         }
         connection.start()
     }
