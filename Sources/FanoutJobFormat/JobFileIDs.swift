@@ -8,11 +8,32 @@ import FanoutCore
 /// as `invalid`, and its result is keyed `line-N` like a line that gives no id (taken too, so that a later line
 /// naming that id is refused in turn). Every line's key is taken, in file order, including those a resumed run skips
 /// as finished, so that a resumed run refuses the same lines as the first.
+///
+/// A followed queue (`fanout send --follow`) has no end, so there the ids are remembered for the last `window`
+/// lines only (`followWindow`): memory stays bounded however long the sender runs, and an id is refused when one of
+/// those lines took it. A resume needs no more: what it looks up by id is the journal's short tail of unfinished jobs.
 package struct JobFileIDs {
     /// The line that took each key.
     private var lines: [String: Int] = [:]
+    /// With a window: the keys in the order they were taken, the oldest at `oldest`.
+    private var order: [String] = []
+    private var oldest = 0
+    private let window: Int?
 
-    package init() {}
+    /// How many lines' ids a followed queue remembers: about 10 MB of ids of 30 characters.
+    package static let followWindow = 100_000
+
+    /// Remembers the id of every line (a job file that ends).
+    package init() { window = nil }
+
+    /// Remembers the ids of the last `window` lines only (a followed queue).
+    package init(window: Int) {
+        precondition(window > 0, "the window holds at least one line")
+        self.window = window
+    }
+
+    /// How many keys are remembered.
+    package var count: Int { lines.count }
 
     /// What the job on `line` is called in the results file, and why it is refused when another line has its id.
     package struct Claim: Sendable, Equatable {
@@ -50,7 +71,19 @@ package struct JobFileIDs {
     }
 
     private mutating func take(_ key: String, line: Int) {
-        if lines[key] == nil { lines[key] = line }
+        guard lines[key] == nil else { return }
+        lines[key] = line
+        guard let window else { return }
+        order.append(key)
+        if order.count - oldest > window {
+            lines[order[oldest]] = nil
+            oldest += 1
+            // Drop the forgotten keys' slots once they are half the array, so it stays within twice the window.
+            if oldest > window {
+                order.removeFirst(oldest)
+                oldest = 0
+            }
+        }
     }
 }
 

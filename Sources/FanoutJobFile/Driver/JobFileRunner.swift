@@ -121,7 +121,7 @@ package final class JobFileRunner: Sendable {
         defer { counting.cancel() }
 
         var timestamps = JobFileTimestamps()
-        var ids = JobFileIDs()
+        var ids = options.follow ? JobFileIDs(window: JobFileIDs.followWindow) : JobFileIDs()
         // Why the job file was not read to its end, if it was not: the jobs already started still run to the end
         // and are recorded (cancelled, their notifications in flight would have ended `cancelled`, a result that
         // `--resume` does not send again, and their answered results would have stayed in the writer's buffer).
