@@ -137,6 +137,8 @@ package final class FleetEnqueuer: Sendable {
         var inline: [String]?
         var file: String?
         var audience: RegistryAudience?
+        /// A broadcast job's channel and its storage policy, when the line gives it.
+        var channel: (id: String, policy: Int?)?
         let stored: [UInt8]?
         switch job.recipients {
         case .tokens(let tokens):
@@ -152,11 +154,10 @@ package final class FleetEnqueuer: Sendable {
             }
             // The line as written: the worker parses it and sends the shard's tokens with it.
             stored = Self.isObject(bytes) ? Array(bytes) : nil
-        case .channel:
-            return .refused(
-                line: number, job: job.id,
-                reason: "line \(number): broadcast jobs (channel_id) cannot be enqueued yet; send them with fanout send"
-            )
+        case .channel(_, let id, let policy):
+            // One recipient, the channel: one broadcast shard, sent as the line says (`FleetWorker`).
+            channel = (id, policy)
+            stored = Self.isObject(bytes) ? Array(bytes) : nil
         }
         guard let template = stored else {
             return .refused(line: number, job: job.id, reason: "line \(number): not a JSON object")
@@ -186,7 +187,7 @@ package final class FleetEnqueuer: Sendable {
                 "enqueued_at",
                 RedisArgument(enqueuedAt),
             ]
-            if audience?.channel != nil, let policy = audience?.channelStoragePolicy {
+            if audience?.channel != nil, let policy = audience?.channelStoragePolicy ?? channel?.policy {
                 // The bound channel's storage policy, for the broadcast shard's expiration (FleetWorker).
                 meta += ["channel_policy", RedisArgument(policy)]
             }
@@ -255,7 +256,11 @@ package final class FleetEnqueuer: Sendable {
                 shards += 1
                 batch.removeAll(keepingCapacity: true)
             }
-            if let inline {
+            if let channel {
+                batch.append(channel.id)
+                total += 1
+                try await flush(broadcast: true)
+            } else if let inline {
                 for token in inline {
                     batch.append(token)
                     total += 1

@@ -479,7 +479,9 @@ package final class FleetWorker: Sendable {
         var summary: JobSummary?
         if !missing.isEmpty {
             var job = FanoutJob(parsed)
-            if broadcast, case .activity(let app, _) = job.recipients, let channel = tokens.first {
+            if broadcast, case .channel = job.recipients {
+                // A `channel_id` job: its one recipient is the line's channel, sent as the line says.
+            } else if broadcast, case .activity(let app, _) = job.recipients, let channel = tokens.first {
                 // With the policy the channel was bound with, so a channel that keeps the latest message gets an
                 // expiration that lets APNs keep it (`fanout send --registry` does the same).
                 let policy = meta.dropFirst().first?.integer.flatMap { ChannelStoragePolicy(rawValue: Int($0)) }

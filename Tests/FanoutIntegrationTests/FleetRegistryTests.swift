@@ -182,6 +182,54 @@ final class FleetRegistryTests: XCTestCase {
         XCTAssertTrue(remaining.contains(testDeviceToken(0)))
     }
 
+    /// A broadcast by `channel_id` is enqueued as one shard whose one recipient is the channel, and a worker sends it
+    /// once, as the line says (its storage policy gives the expiration that lets APNs keep it).
+    func testAChannelJobIsEnqueuedAsOneBroadcastShardAndSentOnce() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "fleet-channel")
+        let mock = try RestartableMock()
+        addTeardownBlock { _ = mock.stop() }
+        let channel = try XCTUnwrap(mock.createChannel(app: Self.app))
+        let config = "\(directory)/config.json"
+        try """
+        {"endpoint": "localhost:\(mock.port)", "ca_file": "\(mock.material.caPEMPath)",
+         "key_path": "\(mock.material.authKeyP8Path)", "key_id": "KEYID12345", "team_id": "TEAMID1234",
+         "loops": 1, "connections": 1}
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        let jobs = "\(directory)/jobs.jsonl"
+        try
+            (#"{"id": "to-channel", "topic": "com.example.app.push-type.liveactivity", "push_type": "liveactivity", "app": "com.example.app", "channel_id": "\#(channel)", "channel_storage_policy": 1, "live_activity": {"event": "update", "timestamp": 1764460800, "content_state": {"home": 3}}}"#
+            + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
+        let enqueued = try fanout(["enqueue", "--redis", redis.url, "--jobs", jobs])
+        XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
+        XCTAssertEqual(enqueued.stdoutLines, [#"{"job": "to-channel", "shards": 1}"#], enqueued.summary)
+        let worker = try RunningProcess(
+            try ProcessSupport.builtExecutable("fanout"),
+            ["worker", "--redis", redis.url, "--config", config, "--name", "w0", "--claim-idle", "1"],
+            environment: ProcessSupport.cleanEnvironment())
+        addTeardownBlock { worker.kill(SIGKILL) }
+        let deadline = Date().addingTimeInterval(60)
+        while true {
+            let status = try fanout(["status", "--redis", redis.url])
+            if try status.stdoutLines.map({ try Self.object($0)["state"] as? String }) == ["done"] { break }
+            guard Date() < deadline else { throw ProcessSupportError("the fleet did not finish: \(status.stdout)") }
+            usleep(100_000)
+        }
+        XCTAssertEqual(try worker.stop(timeout: 20), 0, "SIGTERM: a clean exit")
+        let out = "\(directory)/results.jsonl"
+        let results = try fanout(["results", "--redis", redis.url, "--job", "to-channel", "--out", out])
+        XCTAssertEqual(results.exitCode, 0, results.summary)
+        let summary = try Self.object(try XCTUnwrap(results.stdoutLines.last, results.summary))
+        XCTAssertEqual(summary["notifications"] as? Int, 1, "\(summary)")
+        XCTAssertEqual(summary["broadcasts"] as? Int, 1, "\(summary)")
+        let lines = try String(contentsOfFile: out, encoding: .utf8).split(separator: "\n").map(Self.object)
+        XCTAssertEqual(lines.count, 1, "\(lines)")
+        XCTAssertEqual(lines.first?["channel"] as? String, channel, "\(lines)")
+        XCTAssertTrue(lines.first?["token"] is NSNull, "\(lines)")
+        XCTAssertEqual(lines.first?["outcome"] as? String, "delivered", "\(lines)")
+        XCTAssertEqual(mock.totals().broadcastsStored, 1, "sent once, kept for offline devices (policy 1)")
+    }
+
     /// Users, devices and push-to-start jobs take their tokens from the registry at enqueue; an `end` by activity id
     /// An update and the end after it in one file, neither with a `timestamp`: read in the same second they had one
     /// default timestamp, and the end was refused at enqueue as `superseded`. Both are enqueued, the end with the
