@@ -1,4 +1,5 @@
 import Fanout
+import FanoutFleet
 package import FanoutObservability
 import FanoutRegistry
 import FanoutTransport
@@ -20,6 +21,8 @@ package final class ServiceInstance: Sendable {
     private let engines: TeamEngines
     private let stores: ServiceStores
     private let tokens: SharedProviderTokens
+    /// With Redis: the workspaces' send budgets, shared with every instance and worker on it.
+    private let sharedBudget: FleetRateBudget?
     private let sweeper: Task<Void, Never>
 
     package static func start(configuration: ServiceConfiguration, logger: FanoutLogger) async throws(ServiceStartError)
@@ -48,10 +51,20 @@ package final class ServiceInstance: Sendable {
         }
         let engines: TeamEngines
         let channels: TeamChannelClients
+        var sharedBudget: FleetRateBudget?
         do {
+            if let redis = stores.redis {
+                // One send budget per workspace for every instance and `fanout worker` on this Redis: its buckets
+                // there, leased to this instance in chunks (`fanout worker` leases from the same ones).
+                let leaseID =
+                    "serve-\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+                sharedBudget = FleetRateBudget(
+                    client: redis, limits: try TeamEngines.sendBudgets(configuration),
+                    options: FleetRateBudget.Options(leaseID: leaseID), log: { logger.info($0) })
+            }
             engines = try TeamEngines(
                 configuration: configuration, registry: stores.engineRegistry, metrics: metrics,
-                tokenSources: tokens.byTeam, warn: { logger.warning($0, fields: $1) })
+                tokenSources: tokens.byTeam, warn: { logger.warning($0, fields: $1) }, sharedBudget: sharedBudget)
             channels = try TeamChannelClients(configuration: configuration, tokenSources: tokens.byTeam)
         } catch {
             tokens.stop()
@@ -72,10 +85,12 @@ package final class ServiceInstance: Sendable {
             dispatcher: dispatcher, channels: channels, metrics: metrics, logger: logger)
         do throws(ServiceStartError) {
             return try ServiceInstance(
-                configuration: configuration, core: core, engines: engines, stores: stores, tokens: tokens)
+                configuration: configuration, core: core, engines: engines, stores: stores, tokens: tokens,
+                sharedBudget: sharedBudget)
         } catch {
             await sharedDispatches?.stop()
             await engines.shutdown(gracePeriod: .zero)
+            _ = await sharedBudget?.returnLeases(timeout: .seconds(1))
             tokens.stop()
             await stores.close()
             throw error
@@ -84,8 +99,9 @@ package final class ServiceInstance: Sendable {
 
     private init(
         configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, stores: ServiceStores,
-        tokens: SharedProviderTokens
+        tokens: SharedProviderTokens, sharedBudget: FleetRateBudget?
     ) throws(ServiceStartError) {
+        self.sharedBudget = sharedBudget
         self.core = core
         self.engines = engines
         self.stores = stores
@@ -153,6 +169,8 @@ package final class ServiceInstance: Sendable {
         await core.dispatcher.stop(gracePeriod: gracePeriod)
         await core.sharedDispatches?.stop()
         await engines.shutdown(gracePeriod: .seconds(2))
+        // What this instance leased and did not spend goes back to the workspaces' buckets.
+        _ = await sharedBudget?.returnLeases(timeout: .seconds(1))
         sweeper.cancel()
         core.channels.shutdown()
         http.shutdown()

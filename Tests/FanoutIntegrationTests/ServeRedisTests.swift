@@ -1,6 +1,7 @@
 // Issue 14, item 5: `fanout serve --redis URL`. Two real `fanout serve` processes on one real redis-server (each
 // with its own --db for its dispatch queue) behind no load balancer: the test is the load balancer, sending each
 // request to the instance it chooses. Both send to one in-process mock-apns.
+import FanoutPolicy
 import FanoutRedis
 import FanoutRedisRegistry
 import FanoutRegistry
@@ -61,6 +62,66 @@ final class ServeRedisTests: XCTestCase {
         XCTAssertEqual(answer.status, 503, answer.text)
         XCTAssertFalse(answer.text.contains(port), answer.text)
         XCTAssertFalse(answer.text.lowercased().contains("redis"), answer.text)
+    }
+
+    /// One `fanout serve --redis` and two `fanout worker`s send for one workspace whose budget is 7,200 an hour (two
+    /// a second) with a 5-second burst, waiting when it is out: together they send what one sender would be
+    /// allowed to, not three times it.
+    func testServeAndWorkersShareOneWorkspaceBudget() throws {
+        let redis = try RedisServerProcess(for: self)
+        mock = try MockHarness()
+        let budget: [String: Any] = [
+            "requests_per_hour": 7_200, "burst_seconds": 5, "counting": "notification", "policy": "wait",
+        ]
+        let instance = try ServeHarness(testCase: self, mock: mock, acmeExtra: ["send_budget": budget])
+        try instance.start(arguments: ["--redis", redis.url])
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "shared-budget")
+        let config = "\(directory)/send.json"
+        let sendConfig: [String: Any] = [
+            "endpoint": "127.0.0.1:\(mock.port)", "ca_file": mock.material.caPEMPath,
+            "key_path": mock.material.authKeyP8Path, "key_id": "KEYID12345", "team_id": "TEAMID1234", "loops": 1,
+            "connections": 1, "rate_limits": ["workspaces": ["acme": budget]],
+        ]
+        try JSONSerialization.data(withJSONObject: sendConfig).write(to: URL(fileURLWithPath: config))
+        let fanout = try ProcessSupport.builtExecutable("fanout")
+        let workers = try (0..<2).map { index in
+            let worker = try RunningProcess(
+                fanout, ["worker", "--redis", redis.url, "--config", config, "--name", "budget-\(index)"],
+                environment: ProcessSupport.cleanEnvironment())
+            addTeardownBlock { worker.kill(SIGKILL) }
+            return worker
+        }
+        addTeardownBlock { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        let started = Date()
+        // 200 notifications through the API and 200 through the fleet, far more than the budget lets out in 10 s.
+        let tokens = (0..<400).map { Self.token($0) }
+        let pushed = try instance.curl(
+            "POST", "/v1/push", key: ServeKeys.acmeServer,
+            json:
+                #"{"alert": {"title": "t"}, "audience": {"tokens": [\#(tokens.prefix(200).map { "\"\($0)\"" }.joined(separator: ","))]}}"#
+        )
+        XCTAssertEqual(pushed.status, 202, pushed.text)
+        let jobs = "\(directory)/jobs.jsonl"
+        let list = tokens.suffix(200).map { "\"\($0)\"" }.joined(separator: ",")
+        try
+            (#"{"id": "fleet-part", "workspace": "acme", "topic": "\#(ServeHarness.acmeApp)", "push_type": "alert", "payload": {"aps": {"alert": "t"}}, "tokens": [\#(list)]}"#
+            + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
+        let enqueued = try ProcessSupport.run(
+            fanout, ["enqueue", "--redis", redis.url, "--jobs", jobs], environment: ProcessSupport.cleanEnvironment())
+        XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
+        Thread.sleep(forTimeInterval: 10)
+        let sent = mock.stats.accepted
+        let elapsed = Date().timeIntervalSince(started)
+        // One budget: what priority 10 may take at once (its burst, less the other priorities' reservations), two a
+        // second since the start, and what the three holders had leased and not spent yet (a chunk each, at most a
+        // second's worth: two). Each sender on a budget of its own would have sent the first two terms each.
+        let priority10Burst = WorkspaceRateLimiter(
+            budget: RateBudget(requestsPerHour: 7_200, burstSeconds: 5, countingUnit: .notification, policy: .wait)
+        ).maximumCost(priority: 10)
+        let bound = priority10Burst + Int((2 * elapsed).rounded(.up)) + 3 * 2
+        XCTAssertLessThanOrEqual(sent, bound, "\(sent) sent in \(elapsed) s: more than one budget (\(bound))")
+        XCTAssertGreaterThanOrEqual(sent, 15, "the budget lets two a second out: \(sent) in \(elapsed) s")
+        for worker in workers { XCTAssertEqual(try worker.stop(timeout: 20), 0, worker.stderrText()) }
     }
 
     private static func token(_ number: Int) -> String {

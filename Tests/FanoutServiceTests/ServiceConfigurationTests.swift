@@ -81,6 +81,32 @@ final class ServiceConfigurationTests: XCTestCase {
         XCTAssertTrue(message(sharedCode).contains("braze_app_id b1 is also"), message(sharedCode))
     }
 
+    /// A workspace's `send_budget` reads as `fanout send`'s `rate_limits` do; a budget that cannot be enforced, an
+    /// unknown counting or policy, or an unknown key is refused, naming it.
+    func testSendBudgetsAreReadAndCheckedPerWorkspace() throws {
+        func workspace(_ budget: String) -> String {
+            #"{"workspaces": {"a": {"server_keys_sha256": ["\#(Self.digest)"], "send_budget": \#(budget), "apps": {"x": \#(app())}}}}"#
+        }
+        let config = try parse(
+            workspace(#"{"requests_per_hour": 7200, "burst_seconds": 5, "counting": "notification", "policy": "wait"}"#)
+        )
+        let budget = try XCTUnwrap(config.workspaces["a"]?.sendBudget)
+        XCTAssertEqual(budget.requestsPerHour, 7_200)
+        XCTAssertEqual(budget.burstSeconds, 5)
+        XCTAssertEqual(budget.countingUnit, .notification)
+        XCTAssertNil(try parse(workspace("null")).workspaces["a"]?.sendBudget, "absent: 250,000 jobs an hour")
+        for (budget, mention) in [
+            (#"{"counting": "token"}"#, "workspaces.a.send_budget.counting: must be job or notification"),
+            (#"{"policy": "drop"}"#, "workspaces.a.send_budget.policy: must be wait, reject or demote"),
+            (#"{"per_hour": 10}"#, "workspaces.a.send_budget.per_hour: unknown key"),
+            (#"{"requests_per_hour": 7200, "burst_seconds": 1}"#, "workspaces.a.send_budget: priority"),
+        ] {
+            XCTAssertThrowsError(try parse(workspace(budget)), budget) { error in
+                XCTAssertTrue("\(error)".hasPrefix(mention), "\(budget): \(error)")
+            }
+        }
+    }
+
     func testKeyringFindsTheWorkspaceAndKindOfAKey() throws {
         let config = try parse(
             """

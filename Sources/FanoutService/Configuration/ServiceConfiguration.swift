@@ -62,6 +62,9 @@ package struct WorkspaceConfiguration: Sendable {
     package var rateLimit: RequestQuotaRule
     /// Device registrations: their own, larger budget (10× the API's by default).
     package var deviceRateLimit: RequestQuotaRule
+    /// What the workspace's notifications may send to APNs (`send_budget`): nil, 250,000 jobs an hour. With Redis,
+    /// one budget for every instance and `fanout worker` on it (the fleet's leased budget).
+    package var sendBudget: RateBudget?
     package var apps: [String: AppConfiguration]
 }
 
@@ -232,7 +235,9 @@ private struct ConfigReader {
         let path = "workspaces.\(name)"
         let object = try object(
             value, path,
-            keys: ["server_keys_sha256", "device_keys_sha256", "rate_limit", "device_rate_limit", "apps"])
+            keys: [
+                "server_keys_sha256", "device_keys_sha256", "rate_limit", "device_rate_limit", "send_budget", "apps",
+            ])
         let serverKeys = try digests(object, "server_keys_sha256", path)
         let deviceKeys = try digests(object, "device_keys_sha256", path)
         guard !serverKeys.isEmpty else {
@@ -254,7 +259,34 @@ private struct ConfigReader {
         }
         return WorkspaceConfiguration(
             name: name, serverKeyDigests: serverKeys, deviceKeyDigests: deviceKeys, rateLimit: rateLimit,
-            deviceRateLimit: deviceRateLimit, apps: byBundle)
+            deviceRateLimit: deviceRateLimit,
+            sendBudget: try sendBudget(object["send_budget"], join(path, "send_budget")),
+            apps: byBundle)
+    }
+
+    /// `send_budget`: `{"requests_per_hour", "burst_seconds", "counting": "job" | "notification", "policy": "wait" |
+    /// "reject" | "demote"}`, the fields of `fanout send`'s `rate_limits` (defaults 250,000, 60, `job`, `reject`).
+    func sendBudget(_ value: JSONValue?, _ path: String) throws(ServiceConfigurationError) -> RateBudget? {
+        guard let value, !value.isNull else { return nil }
+        let object = try object(value, path, keys: ["requests_per_hour", "burst_seconds", "counting", "policy"])
+        let counting: RateCountingUnit
+        switch try string(object, "counting", path) ?? "job" {
+        case "job": counting = .job
+        case "notification": counting = .notification
+        default: throw ServiceConfigurationError(join(path, "counting"), "must be job or notification")
+        }
+        guard let policy = RateLimitPolicy(rawValue: try string(object, "policy", path) ?? "reject") else {
+            throw ServiceConfigurationError(join(path, "policy"), "must be wait, reject or demote")
+        }
+        let budget = RateBudget(
+            requestsPerHour: try positive(object, "requests_per_hour", path) ?? 250_000,
+            burstSeconds: try positive(object, "burst_seconds", path) ?? 60, countingUnit: counting, policy: policy)
+        do {
+            try budget.validate()
+        } catch {
+            throw ServiceConfigurationError(path, error.message)
+        }
+        return budget
     }
 
     func digests(_ object: JSONObject, _ key: String, _ path: String) throws(ServiceConfigurationError) -> [[UInt8]] {

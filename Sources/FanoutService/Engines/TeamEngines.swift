@@ -19,11 +19,14 @@ package final class TeamEngines: Sendable {
     /// - Parameter tokenSources: a team's shared provider token source (with the registry on Redis); a team not in it
     ///   mints its own tokens.
     /// - Parameter warn: where the engines report trouble they carry on through (a prune the registry refused).
+    /// - Parameter sharedBudget: with Redis, where every engine's budget decisions are made (the fleet's leased
+    ///   budget), so that all instances and workers on it send what one would be allowed to.
     init(
         configuration: ServiceConfiguration, registry: any RegistryStore, metrics: FanoutMetrics,
         tokenSources: [String: any ProviderTokenSource] = [:],
-        warn: FanoutEngineConfiguration.WarningHandler? = nil
+        warn: FanoutEngineConfiguration.WarningHandler? = nil, sharedBudget: (any SharedRateLimiter)? = nil
     ) throws(ServiceConfigurationError) {
+        let budgets = try Self.sendBudgets(configuration)
         var byTeam: [TeamKey: (app: AppConfiguration, engine: FanoutEngine)] = [:]
         var byApp: [String: FanoutEngine] = [:]
         let apps = configuration.workspaces.values.flatMap(\.apps.values).sorted { $0.bundleID < $1.bundleID }
@@ -46,8 +49,10 @@ package final class TeamEngines: Sendable {
             engineConfiguration.loops = configuration.loopsPerEngine
             engineConfiguration.connectionsPerLoop = configuration.connectionsPerLoop
             engineConfiguration.maxAttempts = configuration.maxAttempts
-            // Each workspace's send budget: the library's is opt-in; the service keeps 250,000 an hour.
-            engineConfiguration.rateLimits = try? RateLimiterRegistry()
+            // Each workspace's send budget (`send_budget`; the library's are opt-in, the service keeps 250,000 an
+            // hour), decided by the shared budget with Redis.
+            engineConfiguration.rateLimits = budgets
+            engineConfiguration.sharedRateLimits = sharedBudget
             // A dispatch's results keep each notification's id across its resends, as `fanout send`'s do.
             engineConfiguration.apnsIDs = .fanout
             engineConfiguration.registry = registry
@@ -70,6 +75,21 @@ package final class TeamEngines: Sendable {
     }
 
     package func engine(forApp bundleID: String) -> FanoutEngine? { byApp[bundleID] }
+
+    /// The workspaces' send budgets: each `send_budget`, else 250,000 jobs an hour.
+    static func sendBudgets(_ configuration: ServiceConfiguration) throws(ServiceConfigurationError)
+        -> RateLimiterRegistry
+    {
+        var overrides: [String: RateBudget] = [:]
+        for workspace in configuration.workspaces.values {
+            if let budget = workspace.sendBudget { overrides[workspace.name] = budget }
+        }
+        do {
+            return try RateLimiterRegistry(overrides: overrides)
+        } catch {
+            throw ServiceConfigurationError("send_budget", error.message)
+        }
+    }
 
     /// Shuts every engine down (each waits up to `gracePeriod` for what it has in flight).
     package func shutdown(gracePeriod: Duration) async {

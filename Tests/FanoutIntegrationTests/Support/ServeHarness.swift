@@ -33,13 +33,14 @@ final class ServeHarness: @unchecked Sendable {
     /// - Parameters:
     ///   - acmeRateLimit: acme's API budget (`{"requests_per_hour": N, "burst": B}`), the default when nil.
     ///   - extraConfig: top-level config keys (e.g. `"max_connections": 4`).
+    ///   - acmeExtra: keys of acme's workspace (e.g. its `send_budget`).
     convenience init(
         testCase: XCTestCase, mock: MockHarness, acmeRateLimit: (perHour: Int, burst: Int)? = nil,
-        extraConfig: [String: Any] = [:]
+        extraConfig: [String: Any] = [:], acmeExtra: [String: Any] = [:]
     ) throws {
         try self.init(
             testCase: testCase, mockPort: mock.port, material: mock.material, managePort: mock.server.managePort,
-            acmeRateLimit: acmeRateLimit, extraConfig: extraConfig)
+            acmeRateLimit: acmeRateLimit, extraConfig: extraConfig, acmeExtra: acmeExtra)
     }
 
     /// - Parameters:
@@ -47,7 +48,8 @@ final class ServeHarness: @unchecked Sendable {
     ///   - managePort: its channel management listener, if it has one.
     init(
         testCase: XCTestCase, mockPort: Int, material: TestTLSMaterial, managePort: Int? = nil,
-        acmeRateLimit: (perHour: Int, burst: Int)? = nil, extraConfig: [String: Any] = [:]
+        acmeRateLimit: (perHour: Int, burst: Int)? = nil, extraConfig: [String: Any] = [:],
+        acmeExtra: [String: Any] = [:]
     ) throws {
         directory = try ProcessSupport.temporaryDirectory(for: testCase, "serve")
         database = (directory as NSString).appendingPathComponent("fanout.db")
@@ -73,6 +75,7 @@ final class ServeHarness: @unchecked Sendable {
         if let limit = acmeRateLimit {
             acme["rate_limit"] = ["requests_per_hour": limit.perHour, "burst": limit.burst]
         }
+        acme.merge(acmeExtra) { _, new in new }
         let globex: [String: Any] = [
             "server_keys_sha256": [SHA256Digest.hexHash(ServeKeys.globexServer)],
             "device_keys_sha256": [SHA256Digest.hexHash(ServeKeys.globexDevice)],
