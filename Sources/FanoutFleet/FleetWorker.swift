@@ -1,5 +1,5 @@
 package import Fanout
-import FanoutJobFormat
+package import FanoutJobFormat
 import FanoutJobLines
 package import FanoutRedis
 import Foundation
@@ -78,7 +78,10 @@ package struct FleetWorkerStats: Sendable {
 ///    its tokens key is deleted), then `XACK` and `XDEL`. A worker that dies anywhere before the XACK leaves the shard pending, and step 1 gives it to
 ///    another: only notifications in flight or not yet written are sent twice, and they still get one result line.
 package final class FleetWorker: Sendable {
-    private let engine: FanoutEngine
+    /// Which engine sends a job: `fanout worker`'s one, or (`fanout serve`) the engine of the job's app's team.
+    package typealias EngineRouter = @Sendable (ParsedJob) -> FanoutEngine?
+
+    private let engineFor: EngineRouter
     private let reader: RedisClient
     private let writer: RedisClient
     private let options: FleetWorkerOptions
@@ -117,12 +120,21 @@ package final class FleetWorker: Sendable {
     ///     `options.block`.
     ///   - writer: the client for everything else.
     ///   - name: the hold on `options.name`, already claimed; nil: `run()` claims it.
-    package init(
+    package convenience init(
         engine: FanoutEngine, reader: RedisClient, writer: RedisClient, options: FleetWorkerOptions,
         name: FleetWorkerName? = nil, log: @escaping @Sendable (String) -> Void
     ) {
+        self.init(engines: { _ in engine }, reader: reader, writer: writer, options: options, name: name, log: log)
+    }
+
+    /// A worker whose jobs go to the engine `engines` gives each (nil: none here sends its app: the job gets one
+    /// `invalid` result saying so, as a line this version cannot parse does).
+    package init(
+        engines: @escaping EngineRouter, reader: RedisClient, writer: RedisClient, options: FleetWorkerOptions,
+        name: FleetWorkerName? = nil, log: @escaping @Sendable (String) -> Void
+    ) {
         nameHold = Mutex(name)
-        self.engine = engine
+        engineFor = engines
         self.reader = reader
         self.writer = writer
         self.options = options
@@ -432,14 +444,17 @@ package final class FleetWorker: Sendable {
             return true
         case .parsed(.failure(let error)):
             // Validated at enqueue; a line this version cannot parse gets the job's one `invalid` result.
-            let sink = ResultSink(
-                keys: keys, shard: shard, start: start, count: count, positions: [], writer: writer, cutOff: cutOff)
-            sink.add(NotificationResult(jobID: keys.job, token: nil, outcome: .invalid, reason: error.message))
-            try await sink.flushAll(giveUp: { self.state.withLock { $0.abandoning } })
-            try await complete(entry: entry, keys: keys, shard: shard, summary: nil)
+            try await endInvalid(entry: entry, keys: keys, shard: shard, start: start, count: count, error.message)
             return true
         case .parsed(.success(let job)):
             parsed = job
+        }
+        guard let engine = engineFor(parsed) else {
+            let app = Self.app(of: parsed)
+            try await endInvalid(
+                entry: entry, keys: keys, shard: shard, start: start, count: count,
+                "no engine here sends for app \(app) (every process of a fleet must have every app's credentials)")
+            return true
         }
         let replies: [RedisValue]
         do {
@@ -520,7 +535,6 @@ package final class FleetWorker: Sendable {
                     }
                 }
             }
-            let engine = self.engine
             let run = Task { () -> JobSummary? in
                 // A job-level failure is recorded as its `invalid` result through onResult.
                 try? await engine.run(job) { sink.add($0) }
@@ -547,6 +561,31 @@ package final class FleetWorker: Sendable {
         }
         try await complete(entry: entry, keys: keys, shard: shard, summary: summary, broadcast: broadcast)
         return true
+    }
+
+    /// Ends a shard whose job cannot be sent here with the job's one `invalid` result, and completes it.
+    private func endInvalid(
+        entry: ShardEntry, keys: FleetKeys, shard: Int, start: Int, count: Int, _ reason: String
+    ) async throws(FleetError) {
+        let sink = ResultSink(
+            keys: keys, shard: shard, start: start, count: count, positions: [], writer: writer, cutOff: cutOff)
+        sink.add(NotificationResult(jobID: keys.job, token: nil, outcome: .invalid, reason: reason))
+        try await sink.flushAll(giveUp: { self.state.withLock { $0.abandoning } })
+        try await complete(entry: entry, keys: keys, shard: shard, summary: nil)
+    }
+
+    /// The bundle id of a job's app: the one it names (registry-addressed and channel jobs), else its topic without
+    /// the suffix its push type requires.
+    package static func app(of job: ParsedJob) -> String {
+        switch job.recipients {
+        case .activity(let app, _), .pushToStart(let app, _, _, _), .devices(let app, _), .channel(let app, _, _):
+            return app
+        case .tokens, .file:
+            let topic = job.headers.topic
+            guard let suffix = job.headers.pushType.requiredTopicSuffix, !suffix.isEmpty, topic.hasSuffix(suffix)
+            else { return topic }
+            return String(topic.dropLast(suffix.count))
+        }
     }
 
     /// - Parameter broadcast: the shard is an activity's broadcast: the job's `broadcasts` count gets it, once.

@@ -23,6 +23,8 @@ package final class ServiceInstance: Sendable {
     private let tokens: SharedProviderTokens
     /// With Redis: the workspaces' send budgets, shared with every instance and worker on it.
     private let sharedBudget: FleetRateBudget?
+    /// With Redis and `fleet_worker`: the fleet's shards this instance sends, and the task running it.
+    private let fleet: ServiceFleetWorker?
     private let sweeper: Task<Void, Never>
 
     package static func start(configuration: ServiceConfiguration, logger: FanoutLogger) async throws(ServiceStartError)
@@ -84,9 +86,18 @@ package final class ServiceInstance: Sendable {
             sharedQuotas: stores.redis.map { SharedRequestQuotas(client: $0) },
             dispatcher: dispatcher, channels: channels, metrics: metrics, logger: logger)
         do throws(ServiceStartError) {
-            return try ServiceInstance(
-                configuration: configuration, core: core, engines: engines, stores: stores, tokens: tokens,
-                sharedBudget: sharedBudget)
+            var fleet: ServiceFleetWorker?
+            if let url = configuration.redis, configuration.fleetWorker {
+                fleet = try await ServiceFleetWorker.start(url: url, engines: engines, logger: logger)
+            }
+            do {
+                return try ServiceInstance(
+                    configuration: configuration, core: core, engines: engines, stores: stores, tokens: tokens,
+                    sharedBudget: sharedBudget, fleet: fleet)
+            } catch {
+                await fleet?.stop()
+                throw error
+            }
         } catch {
             await sharedDispatches?.stop()
             await engines.shutdown(gracePeriod: .zero)
@@ -99,9 +110,10 @@ package final class ServiceInstance: Sendable {
 
     private init(
         configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, stores: ServiceStores,
-        tokens: SharedProviderTokens, sharedBudget: FleetRateBudget?
+        tokens: SharedProviderTokens, sharedBudget: FleetRateBudget?, fleet: ServiceFleetWorker?
     ) throws(ServiceStartError) {
         self.sharedBudget = sharedBudget
+        self.fleet = fleet
         self.core = core
         self.engines = engines
         self.stores = stores
@@ -166,7 +178,11 @@ package final class ServiceInstance: Sendable {
     /// SIGTERM: stop accepting, give running dispatches `gracePeriod`, leave the rest queued, stop everything.
     package func stop(gracePeriod: Duration) async {
         http.stopAccepting()
+        // The fleet's shards being sent get the worker's grace from now, alongside the dispatches'; what is left of
+        // them stays pending for another instance or worker.
+        fleet?.requestStop()
         await core.dispatcher.stop(gracePeriod: gracePeriod)
+        await fleet?.stop()
         await core.sharedDispatches?.stop()
         await engines.shutdown(gracePeriod: .seconds(2))
         // What this instance leased and did not spend goes back to the workspaces' buckets.

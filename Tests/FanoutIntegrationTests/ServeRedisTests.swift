@@ -124,6 +124,55 @@ final class ServeRedisTests: XCTestCase {
         for worker in workers { XCTAssertEqual(try worker.stop(timeout: 20), 0, worker.stderrText()) }
     }
 
+    /// Every `fanout serve --redis` is also a worker of the fleet: a job from `fanout enqueue` is sent by an instance
+    /// (with the engine of its app's team), and not by one whose config says `"fleet_worker": false`.
+    func testAnInstanceSendsTheFleetsShardsUnlessItIsAPIOnly() throws {
+        let redis = try RedisServerProcess(for: self)
+        mock = try MockHarness()
+        let apiOnly = try ServeHarness(testCase: self, mock: mock, extraConfig: ["fleet_worker": false])
+        try apiOnly.start(arguments: ["--redis", redis.url])
+        addTeardownBlock { XCTAssertEqual(apiOnly.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "serve-fleet")
+        let jobs = "\(directory)/jobs.jsonl"
+        let tokens = (0..<300).map { "\"\(Self.token($0))\"" }.joined(separator: ",")
+        try
+            (#"{"id": "from-the-fleet", "workspace": "acme", "topic": "\#(ServeHarness.acmeApp)", "push_type": "alert", "payload": {"aps": {"alert": "t"}}, "tokens": [\#(tokens)]}"#
+            + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
+        let fanout = try ProcessSupport.builtExecutable("fanout")
+        func run(_ arguments: [String]) throws -> ProcessResult {
+            try ProcessSupport.run(fanout, arguments, environment: ProcessSupport.cleanEnvironment())
+        }
+        let enqueued = try run(["enqueue", "--redis", redis.url, "--jobs", jobs, "--shard-size", "100"])
+        XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
+        func state() throws -> String? {
+            let status = try run(["status", "--redis", redis.url])
+            let line = try XCTUnwrap(status.stdoutLines.first, status.summary)
+            return try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])["state"]
+                as? String
+        }
+        // The API-only instance reads no shard: past a whole blocked read (1 s), the job still waits.
+        Thread.sleep(forTimeInterval: 1.5)
+        XCTAssertEqual(try state(), "waiting")
+        XCTAssertEqual(mock.stats.accepted, 0)
+        let worker = try ServeHarness(testCase: self, mock: mock)
+        try worker.start(arguments: ["--redis", redis.url])
+        addTeardownBlock { XCTAssertEqual(worker.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        let deadline = Date().addingTimeInterval(60)
+        while try state() != "done" {
+            guard Date() < deadline else { return XCTFail("the instance did not send the fleet's job") }
+            usleep(100_000)
+        }
+        let results = try run([
+            "results", "--redis", redis.url, "--job", "from-the-fleet", "--out", "\(directory)/r.jsonl",
+        ])
+        XCTAssertEqual(results.exitCode, 0, results.summary)
+        let summary = try XCTUnwrap(
+            try JSONSerialization.jsonObject(with: Data(try XCTUnwrap(results.stdoutLines.last).utf8)) as? [String: Any]
+        )
+        XCTAssertEqual(summary["delivered"] as? Int, 300, "\(summary)")
+        XCTAssertEqual(mock.stats.accepted, 300)
+    }
+
     private static func token(_ number: Int) -> String {
         let hex = String(number, radix: 16)
         return "a7" + String(repeating: "0", count: 62 - hex.count) + hex

@@ -25,6 +25,9 @@ package struct ServiceConfiguration: Sendable {
     /// `redis://…`: keep the registry on Redis, shared by every `fanout serve` given the same URL, with one provider
     /// token per team and content timestamps ordered across them. The dispatch queue stays in `database`.
     package var redis: String?
+    /// With `redis`: the instance also takes shards from the fleet's stream (`fanout enqueue`'s jobs) and sends them
+    /// with its team engines, as a `fanout worker` does (`fleet_worker`; false for an API-only instance).
+    package var fleetWorker = true
     package var maxConnections = 10_000
     /// A request head not complete this long after its first byte gets 408 and the connection closes.
     package var headerTimeout: Duration = .seconds(10)
@@ -158,7 +161,8 @@ private struct ConfigReader {
         let object = try object(
             root, "",
             keys: [
-                "listen", "db", "redis", "max_connections", "header_timeout_seconds", "write_timeout_seconds",
+                "listen", "db", "redis", "fleet_worker", "max_connections", "header_timeout_seconds",
+                "write_timeout_seconds",
                 "threads",
                 "tls_cert", "tls_key",
                 "grace_seconds",
@@ -173,6 +177,12 @@ private struct ConfigReader {
         }
         if let db = try string(object, "db", "") { config.database = resolve(db) }
         config.redis = try string(object, "redis", "")
+        if let value = object["fleet_worker"], !value.isNull {
+            guard let flag = value.boolValue else {
+                throw ServiceConfigurationError("fleet_worker", "must be true or false")
+            }
+            config.fleetWorker = flag
+        }
         config.maxConnections = try positive(object, "max_connections", "") ?? config.maxConnections
         if let seconds = try positive(object, "header_timeout_seconds", "") { config.headerTimeout = .seconds(seconds) }
         if let seconds = try positive(object, "write_timeout_seconds", "") { config.writeTimeout = .seconds(seconds) }
