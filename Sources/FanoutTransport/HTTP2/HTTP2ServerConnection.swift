@@ -157,8 +157,13 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     /// Runs over `channel`, already ready (TLS with ALPN h2, or plaintext after the client preface was seen),
     /// feeding nghttp2 `readAhead` first (see `HTTP2Session.adopt`).
     package func start(adopting channel: SecureChannel, readAhead: UnsafeRawBufferPointer) {
+        peerCertificate = channel.peerCertificate
         session.adopt(channel, readAhead: readAhead)
     }
+
+    /// The certificate the client presented in the TLS handshake (verified against the server's client CA), or
+    /// nil when it presented none or the connection is cleartext.
+    package private(set) var peerCertificate: CertificateDetails?
 
     /// Streams open now.
     package var openStreamCount: Int { session.openStreamCount }

@@ -89,6 +89,15 @@ package final class TLSEngine {
         return .failed(handshakeError())
     }
 
+    /// What the peer's certificate says, or nil when it presented none. A server that asks for client
+    /// certificates (`clientCAFile`) has verified it before the handshake finished.
+    package func peerCertificate() -> CertificateDetails? {
+        // Owned: a reference of our own, freed by defer.
+        guard let certificate = SSL_get1_peer_certificate(ssl) else { return nil }
+        defer { X509_free(certificate) }
+        return CertificateDetails(certificate: certificate)
+    }
+
     /// The ALPN protocol chosen, or nil.
     package func negotiatedProtocol() -> String? {
         var data: UnsafePointer<UInt8>?
