@@ -230,4 +230,33 @@ public struct ProviderCertificate: Sendable, Hashable {
     static func refusal(topic: String, topics: [String]) -> String {
         "topic \(topic) is not covered by the provider certificate (it covers \(topics.joined(separator: ", ")))"
     }
+
+    /// The refusal of `topic`, naming it and the topics the certificate covers.
+    package func refusal(topic: String) -> String { Self.refusal(topic: topic, topics: topics) }
+
+    /// How many days before its expiry a certificate is warned of.
+    package static let expiryWarningDays: Int64 = 30
+
+    /// The expiry as `2027-03-01T12:00:00Z`.
+    package var expiryText: String {
+        Date(timeIntervalSince1970: TimeInterval(notAfter)).formatted(.iso8601)
+    }
+
+    /// What the certificate is, for the log line at start: its name, topics and expiry.
+    package var summary: String {
+        let name = commonName.isEmpty ? "provider certificate" : "provider certificate \"\(commonName)\""
+        let covered = topics.isEmpty ? "names no topic" : "covers \(topics.joined(separator: ", "))"
+        return "\(name) \(covered), expires \(expiryText)"
+    }
+
+    /// Whether the certificate has expired at `now` (seconds since 1970), or expires within
+    /// `expiryWarningDays`, with the sentence that says so.
+    package func expiryStatus(now: Int64) -> (expired: Bool, warning: Bool, message: String) {
+        if notAfter <= now {
+            return (true, false, "the provider certificate expired on \(expiryText); APNs refuses it: renew it")
+        }
+        let days = (notAfter - now) / 86_400
+        guard days < Self.expiryWarningDays else { return (false, false, "") }
+        return (false, true, "the provider certificate expires in \(days) days (\(expiryText)): renew it")
+    }
 }

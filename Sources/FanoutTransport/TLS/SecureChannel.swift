@@ -364,7 +364,9 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         }
         while !isClosed {
             guard let count = tls.readPlaintext(into: plaintextBuffer) else {
-                close(error: TransportError(.connectionClosed, "TLS session closed by peer"))
+                close(
+                    error: tls.readFailure.map { TransportError(.tlsAlert, $0) }
+                        ?? TransportError(.connectionClosed, "TLS session closed by peer"))
                 return
             }
             if count == 0 { break }
