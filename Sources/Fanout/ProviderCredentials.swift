@@ -81,6 +81,40 @@ public struct ProviderCredentials: Sendable, CustomStringConvertible, CustomDebu
         teamID = ""
     }
 
+    /// Certificate credentials for the file at `path`: PEM (when `privateKeyPath` is given, or the file's text holds
+    /// a `-----BEGIN` line, as after `openssl pkcs12 -nodes`' "Bag Attributes") with its key from `privateKeyPath`
+    /// or the same file, else PKCS#12 opened with `password`. A file that cannot be read is taken by its name
+    /// (`.pem`, `.crt`: PEM), and loading it names the problem.
+    /// - Returns: the credentials, or nil when the file is PKCS#12 and no password was given.
+    package static func certificate(path: String, privateKeyPath: String?, password: String?) -> ProviderCredentials? {
+        if isPEM(path: path, privateKeyPath: privateKeyPath) {
+            return ProviderCredentials(certificatePath: path, privateKeyPath: privateKeyPath ?? path)
+        }
+        return password.map { ProviderCredentials(pkcs12Path: path, password: $0) }
+    }
+
+    /// Whether `certificate(path:privateKeyPath:password:)` reads the file as PEM.
+    package static func isPEM(path: String, privateKeyPath: String?) -> Bool {
+        if privateKeyPath != nil { return true }
+        if let contents = FileManager.default.contents(atPath: path) {
+            return String(decoding: contents, as: UTF8.self).contains("-----BEGIN")
+        }
+        return path.hasSuffix(".pem") || path.hasSuffix(".crt")
+    }
+
+    /// A password file's contents less one final line break (the file's, not the password's); nil when the file
+    /// cannot be read.
+    package static func readPasswordFile(_ path: String) -> String? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        var text = String(decoding: data, as: UTF8.self)
+        if text.hasSuffix("\r\n") {
+            text.removeLast(2)
+        } else if text.hasSuffix("\n") {
+            text.removeLast()
+        }
+        return text
+    }
+
     /// Whether these credentials are a certificate (TLS client authentication, no provider token) rather than a
     /// signing key.
     public var usesCertificate: Bool {
@@ -222,9 +256,11 @@ public struct ProviderCertificate: Sendable, Hashable {
         production = details.production
     }
 
-    /// Whether a notification for `topic` may be sent with it: it names the topic, or it names no topic at all.
+    /// Whether a notification for `topic` may be sent with it: it names the topic; or the topic is its bundle id
+    /// (the first topic) with the suffix of a push type the extension does not list (`.push-type.liveactivity`,
+    /// `.location-query`, `.pushkit.fileprovider`), which APNs decides on; or it names no topic at all.
     /// - Parameter topic: the notification's `apns-topic`.
-    public func covers(topic: String) -> Bool { topics.isEmpty || topics.contains(topic) }
+    public func covers(topic: String) -> Bool { CertificateDetails.covers(topic: topic, topics: topics) }
 
     /// The refusal of a job for a topic it does not cover, naming the topic and the ones it does.
     static func refusal(topic: String, topics: [String]) -> String {

@@ -112,25 +112,12 @@ struct ConnectionFlags {
 
     /// Certificate credentials from a `.p12` file and where its password is, or from a PEM certificate and key
     /// (`keyPath`, or the certificate's own file when it holds the key too). The errors name the flag, the file or the
-    /// variable, never the password; `names` are how the password's sources are named in them (flags, or a config
-    /// file's keys).
+    /// variable, never the password. A config file's `cert_password_env` and `cert_password_file` are named by the
+    /// flags they stand for.
     static func certificateCredentials(
-        path: String, keyPath: String?, passwordEnv: String?, passwordFile: String?, environment: [String: String],
-        names: (password: String, passwordEnv: String, passwordFile: String) = (
-            "--cert-password-env VAR or --cert-password-file FILE", "--cert-password-env", "--cert-password-file"
-        )
+        path: String, keyPath: String?, passwordEnv: String?, passwordFile: String?, environment: [String: String]
     ) throws(UsageError) -> ProviderCredentials {
-        // PEM text (after any "Bag Attributes" lines `openssl pkcs12` writes), else PKCS#12's DER; a file that
-        // cannot be read is taken by its name, and loading it names the problem.
-        let isPEM: Bool
-        if keyPath != nil {
-            isPEM = true
-        } else if let contents = FileManager.default.contents(atPath: path) {
-            isPEM = String(decoding: contents, as: UTF8.self).contains("-----BEGIN")
-        } else {
-            isPEM = path.hasSuffix(".pem") || path.hasSuffix(".crt")
-        }
-        if isPEM {
+        if ProviderCredentials.isPEM(path: path, privateKeyPath: keyPath) {
             guard passwordEnv == nil && passwordFile == nil else {
                 throw UsageError(
                     "certificate \(path) is PEM: its key is given unencrypted (mode 0600), without a password")
@@ -141,25 +128,22 @@ struct ConnectionFlags {
         switch (passwordEnv, passwordFile) {
         case (let name?, nil):
             guard let value = environment[name] else {
-                throw UsageError("\(names.passwordEnv): environment variable \(name) is not set")
+                throw UsageError("--cert-password-env: environment variable \(name) is not set")
             }
             password = value
         case (nil, let file?):
-            guard let data = FileManager.default.contents(atPath: file) else {
-                throw UsageError("\(names.passwordFile): \(file) cannot be read")
-            }
-            var text = String(decoding: data, as: UTF8.self)
-            // One final line break is the file's, not the password's.
-            if text.hasSuffix("\r\n") {
-                text.removeLast(2)
-            } else if text.hasSuffix("\n") {
-                text.removeLast()
+            guard let text = ProviderCredentials.readPasswordFile(file) else {
+                throw UsageError("--cert-password-file: \(file) cannot be read")
             }
             password = text
         case (nil, nil):
-            throw UsageError("certificate \(path) is PKCS#12 (.p12): give its password with \(names.password)")
+            throw UsageError(
+                "certificate \(path) is PKCS#12 (.p12): give its password with --cert-password-env VAR or --cert-password-file FILE"
+            )
         case (.some, .some):
-            throw UsageError("give the certificate's password one way: \(names.password), not both")
+            throw UsageError(
+                "give the certificate's password one way: --cert-password-env VAR or --cert-password-file FILE, not both"
+            )
         }
         return ProviderCredentials(pkcs12Path: path, password: password)
     }

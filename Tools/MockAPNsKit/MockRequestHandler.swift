@@ -343,7 +343,7 @@ final class MockRequestHandler: HTTP2ServerHandler {
             let topic = request.head.bytes.withUnsafeBufferPointer {
                 String(decoding: $0[checked.topic], as: UTF8.self)
             }
-            if !certificate.topics.contains(topic) { return MockAnswer(status: 400, reason: "TopicDisallowed") }
+            if !certificate.covers(topic: topic) { return MockAnswer(status: 400, reason: "TopicDisallowed") }
         }
         if let injected {
             return MockAnswer(status: injected.status, reason: injected.reason, checked: checked)
