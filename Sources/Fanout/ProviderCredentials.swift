@@ -256,15 +256,20 @@ public struct ProviderCertificate: Sendable, Hashable {
         production = details.production
     }
 
-    /// Whether a notification for `topic` may be sent with it: it names the topic; or the topic is its bundle id
-    /// (the first topic) with the suffix of a push type the extension does not list (`.push-type.liveactivity`,
-    /// `.location-query`, `.pushkit.fileprovider`), which APNs decides on; or it names no topic at all.
+    /// Whether a notification for `topic` may be sent with it: it names the topic, or it names no topic at all.
+    /// Live Activity (`.push-type.liveactivity`) and location (`.location-query`) topics never are: APNs takes those
+    /// with token authentication only.
     /// - Parameter topic: the notification's `apns-topic`.
     public func covers(topic: String) -> Bool { CertificateDetails.covers(topic: topic, topics: topics) }
 
     /// The refusal of a job for a topic it does not cover, naming the topic and the ones it does.
     static func refusal(topic: String, topics: [String]) -> String {
-        "topic \(topic) is not covered by the provider certificate (it covers \(topics.joined(separator: ", ")))"
+        var text =
+            "topic \(topic) is not covered by the provider certificate (it covers \(topics.joined(separator: ", ")))"
+        if CertificateDetails.tokenOnlySuffixes.contains(where: { topic.hasSuffix($0) }) {
+            text += "; APNs takes this push type with token authentication (a .p8 key) only"
+        }
+        return text
     }
 
     /// The refusal of `topic`, naming it and the topics the certificate covers.

@@ -71,13 +71,18 @@ final class CertificateEngineTests: XCTestCase {
             XCTAssertTrue(error.message.contains("com.other.app"), error.message)
             XCTAssertTrue(error.message.contains("covers com.example.app, com.example.app.voip"), error.message)
         }
-        // A Live Activity update of the certificate's app: its topic suffix is not in the extension, and APNs
-        // decides on it.
-        let update = try await engine.run(
-            job("activity", topic: TestTLSMaterial.clientTopic + ".push-type.liveactivity", tokens: 1)
-        ) { _ in }
+        // A Live Activity update of the certificate's app: APNs takes those with token authentication only.
+        do {
+            _ = try await engine.run(
+                job("activity", topic: TestTLSMaterial.clientTopic + ".push-type.liveactivity", tokens: 1)
+            ) { _ in }
+            XCTFail("a Live Activity push must be refused with a certificate")
+        } catch {
+            XCTAssertTrue(error.message.contains("token authentication"), error.message)
+        }
+        let covered = try await engine.run(job("covered", topic: TestTLSMaterial.clientTopic, tokens: 1)) { _ in }
         await engine.shutdown()
-        XCTAssertEqual(update.counts.invalid, 0)
+        XCTAssertEqual(covered.counts.delivered, 1)
         XCTAssertEqual(mock.stats.requests, 1, "only the covered job reached APNs")
     }
 

@@ -52,20 +52,16 @@ package struct CertificateDetails: Sendable, Hashable {
         }
     }
 
-    /// Whether a request for `topic` may go out on this certificate: it names the topic, or the topic is its bundle
-    /// id (the first topic) with a push type's suffix the extension does not list (`.push-type.liveactivity`,
-    /// `.location-query`, `.pushkit.fileprovider`: APNs decides for those), or it names no topic at all (not an
-    /// Apple push certificate: nothing to check against).
+    /// Whether a request for `topic` may go out on this certificate: it names the topic, or it names no topic at
+    /// all (not an Apple push certificate: nothing to check against).
     package func covers(topic: String) -> Bool { Self.covers(topic: topic, topics: topics) }
 
     /// `covers(topic:)` for a list of topics.
-    package static func covers(topic: String, topics: [String]) -> Bool {
-        guard let bundleID = topics.first, !topics.contains(topic) else { return true }
-        return unlistedSuffixes.contains { topic == bundleID + $0 }
-    }
+    package static func covers(topic: String, topics: [String]) -> Bool { topics.isEmpty || topics.contains(topic) }
 
-    /// Push types' topic suffixes that Apple's topic extension does not name.
-    package static let unlistedSuffixes = [".push-type.liveactivity", ".location-query", ".pushkit.fileprovider"]
+    /// Topic suffixes of the push types APNs takes with token authentication only (Live Activities sent to device
+    /// tokens, location queries): no certificate covers them.
+    package static let tokenOnlySuffixes = [".push-type.liveactivity", ".location-query"]
 
     /// The strings of the topic extension's value: a DER SEQUENCE whose UTF8String (or other string) elements are
     /// topics, the bundle id and its suffixed variants; elements of other types (the nested SEQUENCEs naming each
