@@ -111,6 +111,21 @@ final class CertificateAuthTests: XCTestCase {
         XCTAssertEqual(try stopMock().accepted, 1)
     }
 
+    func testPushWithLegacyP12Delivers() throws {
+        // As Keychain Access exported them before macOS 14 (RC2-40 and 3DES): `fanout` loads OpenSSL 3's legacy
+        // provider for such a file.
+        let pem = try String(contentsOfFile: material.clientCertPath, encoding: .utf8)
+        let key = try ES256PrivateKey(pemFilePath: material.clientKeyPath)
+        let legacy = (scratch as NSString).appendingPathComponent("legacy.p12")
+        let bytes = try TestServerCertificate(certificatePEM: pem, key: key).pkcs12(
+            password: TestTLSMaterial.clientP12Password, legacy: true)
+        try CryptoFile.write(bytes, to: legacy, mode: 0o600)
+        let result = try runFanout(
+            push(certificate: ["--cert", legacy, "--cert-password-env", Self.passwordVariable]))
+        XCTAssertEqual(result.exitCode, 0, result.summary)
+        XCTAssertEqual(try stopMock().accepted, 1)
+    }
+
     func testMissingCertificateIsRefusedBeforeSending() throws {
         let missing = (scratch as NSString).appendingPathComponent("missing.p12")
         let result = try runFanout(

@@ -125,9 +125,23 @@ package struct TestServerCertificate: Sendable {
     /// The private key as PKCS#8 PEM.
     package var privateKeyPEM: String { key.pemPKCS8() }
 
+    package init(certificatePEM: String, key: ES256PrivateKey) {
+        self.certificatePEM = certificatePEM
+        self.key = key
+    }
+
     /// The certificate and its key as a PKCS#12 file (DER) protected by `password`, with OpenSSL's default
-    /// algorithms (as `openssl pkcs12 -export` writes one).
-    package func pkcs12(password: String, name: String = "Fanout test provider certificate") throws -> [UInt8] {
+    /// algorithms (as `openssl pkcs12 -export` writes one), or with `legacy` the older ones (RC2-40 for the
+    /// certificate, 3DES for the key) that Keychain Access used before macOS 14, for which this process loads
+    /// OpenSSL 3's legacy provider.
+    package func pkcs12(password: String, name: String = "Fanout test provider certificate", legacy: Bool = false)
+        throws -> [UInt8]
+    {
+        if legacy, OSSL_PROVIDER_available(nil, "legacy") == 0 {
+            _ = OSSL_PROVIDER_try_load(nil, "legacy", 1)  // Never unloaded: kept for the process's life.
+        }
+        let keyAlgorithm = legacy ? NID_pbe_WithSHA1And3_Key_TripleDES_CBC : 0
+        let certificateAlgorithm = legacy ? NID_pbe_WithSHA1And40BitRC2_CBC : 0
         OpenSSLErrorQueue.clear()
         // Owned: freed by defer.
         let parsed = try OpenSSLBIO.withReadOnly(Array(certificatePEM.utf8)) { bio in
@@ -138,7 +152,10 @@ package struct TestServerCertificate: Sendable {
         }
         defer { X509_free(certificate) }
         // Owned: freed by defer. PKCS12_create takes references of its own to the key and the certificate.
-        guard let p12 = PKCS12_create(password, name, key.pkey, certificate, nil, 0, 0, 0, 0, 0) else {
+        guard
+            let p12 = PKCS12_create(
+                password, name, key.pkey, certificate, nil, keyAlgorithm, certificateAlgorithm, 0, 0, 0)
+        else {
             throw CryptoError(.certificateFailed, "PKCS12_create failed", includeOpenSSLErrors: true)
         }
         defer { PKCS12_free(p12) }
