@@ -58,17 +58,18 @@ struct ConnectionFlags {
     mutating func fill(from fallback: ConnectionFlags = ConnectionFlags(), environment: [String: String]) {
         endpoint = endpoint ?? fallback.endpoint
         caFile = caFile ?? fallback.caFile
-        let givesKey = keyPath != nil
-        if certificatePath == nil && !givesKey {
+        // A key or a certificate on the command line wins over the other in the config file and the environment.
+        if certificatePath == nil && keyPath == nil {
             certificatePath = fallback.certificatePath
             certificateKeyPath = certificateKeyPath ?? fallback.certificateKeyPath
             certificatePasswordEnv = certificatePasswordEnv ?? fallback.certificatePasswordEnv
             certificatePasswordFile = certificatePasswordFile ?? fallback.certificatePasswordFile
         }
-        let environment = certificatePath == nil ? environment : [:]
-        keyPath = keyPath ?? fallback.keyPath ?? environment["APNS_KEY_PATH"]
-        keyID = keyID ?? fallback.keyID ?? environment["APNS_KEY_ID"]
-        teamID = teamID ?? fallback.teamID ?? environment["APNS_TEAM_ID"]
+        if certificatePath == nil {
+            keyPath = keyPath ?? fallback.keyPath ?? environment["APNS_KEY_PATH"]
+            keyID = keyID ?? fallback.keyID ?? environment["APNS_KEY_ID"]
+            teamID = teamID ?? fallback.teamID ?? environment["APNS_TEAM_ID"]
+        }
         requestTimeout = requestTimeout ?? fallback.requestTimeout
         proxy = proxy ?? fallback.proxy
     }

@@ -75,6 +75,10 @@ struct SendConfigFile {
         config.connection.certificateKeyPath = try string("cert_key_path")
         config.connection.certificatePasswordEnv = try string("cert_password_env")
         config.connection.certificatePasswordFile = try string("cert_password_file")
+        if config.connection.certificatePath != nil && config.connection.keyPath != nil {
+            throw UsageError(
+                "config file \(path): give a signing key (key_path) or a certificate (cert_path), not both")
+        }
         config.loops = try integer("loops")
         config.connections = try integer("connections")
         config.maxAttempts = try integer("max_attempts")

@@ -225,6 +225,17 @@ final class CertificateAuthTests: XCTestCase {
         XCTAssertEqual(try stopMock().accepted, 10)
     }
 
+    func testCertificateFlagWinsOverTheConfigFilesKey() throws {
+        // The mock lets in no token: delivering shows the certificate was used, not the config's key.
+        let jobs = try writeJobs(topic: TestTLSMaterial.clientTopic, tokens: 3)
+        let config = (scratch as NSString).appendingPathComponent("send.json")
+        let json = #"{"key_path": "\#(material.authKeyP8Path)", "key_id": "ABC123DEFG", "team_id": "DEF123GHIJ"}"#
+        try Data(json.utf8).write(to: URL(fileURLWithPath: config))
+        let result = try runFanout(send(jobs: jobs, configPath: config))
+        XCTAssertEqual(result.exitCode, 0, result.summary)
+        XCTAssertEqual(try stopMock().accepted, 3)
+    }
+
     func testSendConfigFileRefusesAPassword() throws {
         let jobs = try writeJobs(topic: TestTLSMaterial.clientTopic, tokens: 1)
         let config = (scratch as NSString).appendingPathComponent("send.json")
