@@ -181,7 +181,7 @@ let package = Package(
             name: "FanoutServiceTests",
             dependencies: [
                 "FanoutService", "Fanout", "FanoutCore", "FanoutRegistry", "FanoutTransport", "FanoutJobLines",
-                "FanoutTestSupport", "MockAPNsKit",
+                "FanoutObservability", "FanoutTestSupport", "MockAPNsKit",
             ]),
         .testTarget(name: "FanoutRedisTests", dependencies: ["FanoutRedis", "FanoutTestSupport"]),
         .testTarget(name: "MockAPNsKitTests", dependencies: ["MockAPNsKit", "FanoutCore"]),

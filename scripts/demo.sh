@@ -186,4 +186,26 @@ else
     echo "Part 3 FAILED: expected 4 delivered (3 tokens and 1 broadcast)"
     exit 1
 fi
+
+echo
+echo "== Part 4: certificate-based authentication (the app's push certificate, no provider token) =="
+start_mock cert --client-ca "$demo/tls/ca.pem" --no-auth
+echo "mock-apns on 127.0.0.1:$port requires a client certificate signed by $demo/tls/ca.pem"
+cert_flags=(--endpoint "localhost:$port" --ca-file "$demo/tls/ca.pem"
+    --cert "$demo/tls/client.p12" --cert-password-env DEMO_CERT_PASSWORD --token "$(printf '%064x' 7)")
+export DEMO_CERT_PASSWORD=fanout-test    # the password of the .p12 that --tls-dir writes
+echo "fanout push --cert $demo/tls/client.p12 --topic com.example.app:"
+"$bin/fanout" push "${cert_flags[@]}" --topic com.example.app --payload '{"aps":{"alert":"Hello"}}' | head -1
+set +e
+refused=$("$bin/fanout" push "${cert_flags[@]}" --topic com.other.app --payload '{"aps":{"alert":"x"}}' 2>&1)
+refused_status=$?
+set -e
+echo "fanout push --topic com.other.app: exit $refused_status: $refused"
+stop_mock
+if [ "$refused_status" -eq 2 ]; then
+    echo "Part 4 OK: delivered with the certificate, and another topic refused before sending"
+else
+    echo "Part 4 FAILED: expected exit 2 for a topic the certificate does not cover"
+    exit 1
+fi
 exit $status

@@ -18,6 +18,10 @@ int CFanoutShims_SSL_CTX_set1_groups_list(SSL_CTX *ctx, const char *list) { retu
 void CFanoutShims_OPENSSL_free(void *pointer) { OPENSSL_free(pointer); }
 ASN1_TIME *CFanoutShims_X509_getm_notBefore(X509 *x509) { return X509_getm_notBefore(x509); }
 ASN1_TIME *CFanoutShims_X509_getm_notAfter(X509 *x509) { return X509_getm_notAfter(x509); }
+int CFanoutShims_SSL_CTX_add1_chain_cert(SSL_CTX *ctx, X509 *x509) { return (int)SSL_CTX_add1_chain_cert(ctx, x509); }
+int CFanoutShims_sk_X509_num(const STACK_OF(X509) *stack) { return sk_X509_num(stack); }
+X509 *CFanoutShims_sk_X509_value(const STACK_OF(X509) *stack, int index) { return sk_X509_value(stack, index); }
+void CFanoutShims_sk_X509_pop_free(STACK_OF(X509) *stack) { sk_X509_pop_free(stack, X509_free); }
 int CFanoutShims_ERR_GET_REASON(unsigned long error) { return ERR_GET_REASON(error); }
 int CFanoutShims_set_current_thread_name(const char *name) { return pthread_setname_np(pthread_self(), name); }
 #if defined(__GLIBC__)

@@ -10,3 +10,5 @@
 #include <openssl/rand.h>
 #include <openssl/bio.h>
 #include <openssl/core_names.h>
+#include <openssl/pkcs12.h>
+#include <openssl/provider.h>

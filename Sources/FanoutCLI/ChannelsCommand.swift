@@ -33,6 +33,8 @@ enum ChannelsCommand {
           --key P8, --key-id ID, --team-id ID
                                 the APNs signing key and its ids; default from APNS_KEY_PATH, APNS_KEY_ID,
                                 APNS_TEAM_ID
+          --cert FILE           the app's push certificate instead (.p12 with --cert-password-env VAR or
+                                --cert-password-file FILE, or PEM with --cert-key PEM)
           --request-timeout SECONDS
                                 how long to wait for APNs's answer (default 30)
           --proxy URL|none      reach Apple through this HTTP proxy (CONNECT; http://[user:password@]host:port);
@@ -41,7 +43,7 @@ enum ChannelsCommand {
         Prints one JSON line: create {"channel": ID, "policy": N}; read {"channel": ID, "policy": N};
         delete {"deleted": ID}; list {"channels": [...]}; prune {"deleted": N, "other_environment": N}.
         Exit status: 0 done; 1 APNs refused (the reason is printed, e.g. ChannelNotRegistered,
-        CannotCreateChannelConfig); 2 bad arguments or an unusable key.
+        CannotCreateChannelConfig); 2 bad arguments or an unusable key or certificate.
         """
 
     static func run(_ arguments: [String]) async -> Int32 {
@@ -117,6 +119,9 @@ enum ChannelsCommand {
         let client: BroadcastChannelClient
         do {
             let credentials = try connection.credentials()
+            if let warning = try CertificateCheck.check(credentials)?.warning {
+                StandardStream.error.write("fanout channels: warning: \(warning)\n")
+            }
             client = try BroadcastChannelClient(
                 endpoint: endpoint, credentials: credentials, caFile: connection.caFile,
                 requestTimeout: connection.requestTimeout ?? .seconds(30),

@@ -98,12 +98,15 @@ enum FleetCommands {
 
             usage: fanout worker --redis URL [--config FILE] [--name NAME] [--claim-idle SECONDS]
                                  [--concurrent-shards N] [--endpoint HOST:PORT | --sandbox | --production]
-                                 [--ca-file PEM] [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS]
+                                 [--ca-file PEM] [--key P8 --key-id ID --team-id ID | --cert FILE ...]
+                                 [--request-timeout SECONDS]
                                  [--connections N] [--loops N] [--proxy URL|none] [--log-format text|json]
 
             \(redisHelp)
               --config FILE         fanout send's config file (endpoint, credentials, loops, connections, ...);
                                     flags override it
+              --cert FILE           the app's push certificate instead of a signing key, as fanout send takes it
+                                    (--cert-password-env VAR, --cert-password-file FILE, --cert-key PEM)
               --name NAME           this worker's consumer name (default HOST-PID), one live worker each: a second
                                     is refused (exit 2); a worker restarted under its old name takes its pending
                                     shards back at once (after a crash, once --claim-idle has passed)
@@ -187,9 +190,16 @@ enum FleetCommands {
             return fail("worker", error.message)
         }
         let logger = FanoutLogger(format: options.logFormat)
-        // One provider token per team for the whole fleet, kept in Redis, instead of one per worker.
+        do {
+            try CertificateCheck.checkAndLog(configuration.credentials, logger: logger, metrics: nil)
+        } catch {
+            await nameHold.release(client: writer, timeout: .seconds(1))
+            return fail("worker", error.message)
+        }
+        // One provider token per team for the whole fleet, kept in Redis, instead of one per worker. A certificate
+        // makes none: each connection authenticates in its handshake.
         var fleetToken: FleetProviderToken?
-        if let credentials = configuration.credentials {
+        if let credentials = configuration.credentials, !credentials.usesCertificate {
             do {
                 var tokenOptions = FleetProviderToken.Options()
                 tokenOptions.refreshAfter = configuration.tokenRefresh.components.seconds

@@ -13,8 +13,9 @@ enum PushCommand {
         usage: fanout push --token HEX --topic TOPIC --payload JSON|@FILE
                            [--push-type TYPE] [--priority 10|5|1] [--expiration UNIX] [--collapse-id ID]
                            [--apns-id UUID] [--endpoint HOST:PORT | --sandbox | --production] [--ca-file PEM]
-                           [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS] [--attempts N]
-                           [--proxy URL|none]
+                           [--key P8 --key-id ID --team-id ID | --cert P12 (--cert-password-env VAR |
+                           --cert-password-file FILE) | --cert PEM [--cert-key PEM]]
+                           [--request-timeout SECONDS] [--attempts N] [--proxy URL|none]
 
           --token HEX           device token (64 to 200 hex digits)
           --topic TOPIC         apns-topic: the bundle id, with the push type's suffix
@@ -27,6 +28,11 @@ enum PushCommand {
           --key P8, --key-id ID, --team-id ID
                                 the APNs signing key and its ids; default from APNS_KEY_PATH,
                                 APNS_KEY_ID, APNS_TEAM_ID
+          --cert FILE           authenticate with the app's push certificate instead: a PKCS#12 file
+                                (.p12) or PEM; requests then carry no provider token
+          --cert-password-env VAR, --cert-password-file FILE
+                                where the .p12 file's password is (never on the command line)
+          --cert-key PEM        the PEM certificate's unencrypted private key, when not in the --cert file
           --request-timeout SECONDS
                                 how long to wait for APNs's answer (default 30); past it the stream is
                                 reset, and the notification may or may not have been delivered
@@ -37,7 +43,8 @@ enum PushCommand {
                                 8 times besides
 
         Exit status: 0 when APNs answered 200; 1 when it answered an error or did not answer in time;
-        2 for bad arguments, an unusable key, or an endpoint that cannot be reached (nothing delivered).
+        2 for bad arguments, an unusable key or certificate (missing, wrong password, expired, not for the
+        topic), or an endpoint that cannot be reached (nothing delivered).
         """
 
     struct Options {
@@ -125,6 +132,16 @@ enum PushCommand {
             try headers.validate()
         } catch {
             return fail(error.description)
+        }
+        // A certificate is read and checked before anything is sent: unusable, expired, or for another topic.
+        do {
+            if let checked = try CertificateCheck.check(options.credentials, topics: [options.topic!]),
+                let warning = checked.warning
+            {
+                StandardStream.error.write("fanout push: warning: \(warning)\n")
+            }
+        } catch {
+            return fail(error.message)
         }
         let endpoint = options.connection.endpoint ?? .production
         var configuration = FanoutEngineConfiguration(

@@ -15,7 +15,9 @@ enum SendCommand {
 
         usage: fanout send --jobs FILE [--results FILE] [--summary FILE] [--config FILE]
                            [--endpoint HOST:PORT | --sandbox | --production] [--ca-file PEM]
-                           [--key P8 --key-id ID --team-id ID] [--request-timeout SECONDS] [--proxy URL|none]
+                           [--key P8 --key-id ID --team-id ID | --cert P12 (--cert-password-env VAR |
+                           --cert-password-file FILE) | --cert PEM [--cert-key PEM]]
+                           [--request-timeout SECONDS] [--proxy URL|none]
                            [--connections N] [--loops N] [--resume] [--follow] [--progress auto|always|never]
                            [--invalid-tokens FILE] [--concurrent-jobs N] [--registry FILE|URL]
                            [--metrics-listen HOST:PORT] [--log-format text|json]
@@ -24,9 +26,14 @@ enum SendCommand {
                                 standard input. A pipe or FIFO is read until its writer closes it
           --results FILE        one JSON line per (job, token); default: standard output
           --summary FILE        also write the final summary line there
-          --config FILE         JSON: endpoint, ca_file, key_path, key_id, team_id, loops, connections,
+          --config FILE         JSON: endpoint, ca_file, key_path, key_id, team_id, cert_path,
+                                cert_key_path, cert_password_env, cert_password_file, loops, connections,
                                 max_attempts, request_timeout_seconds, rate_limits, proxy (see docs/SEND.md);
                                 flags override it
+          --cert FILE           authenticate with the app's push certificate (.p12 or PEM) instead of a
+                                signing key; --cert-password-env VAR or --cert-password-file FILE give a
+                                .p12 file's password, --cert-key PEM a PEM certificate's key. Jobs for a
+                                topic the certificate does not cover are refused
           --request-timeout SECONDS
                                 how long one request may wait for APNs's answer (default 30); past it
                                 the stream is reset and retried, and after the last attempt it ends
@@ -220,6 +227,13 @@ enum SendCommand {
             }
         }
         defer { endpoint?.shutdown() }
+        // A certificate is read and checked before the engine starts: unusable or expired is exit 2, nothing sent.
+        do {
+            try CertificateCheck.checkAndLog(
+                configuration.credentials, logger: logger, metrics: configuration.metricsListener as? FanoutMetrics)
+        } catch {
+            return fail(error.message)
+        }
         let engine: FanoutEngine
         do {
             engine = try FanoutEngine(configuration: configuration)

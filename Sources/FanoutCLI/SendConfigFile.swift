@@ -7,7 +7,8 @@ import Foundation
 
 /// `fanout send --config FILE`: a JSON object such as
 /// `{"endpoint": "localhost:8443" | "sandbox" | "production", "ca_file": "...", "key_path": "...",
-///   "key_id": "...", "team_id": "...", "loops": 2, "connections": 2, "max_attempts": 8,
+///   "key_id": "...", "team_id": "...", "cert_path": "app.p12", "cert_password_env": "VAR",
+///   "cert_password_file": "...", "cert_key_path": "...", "loops": 2, "connections": 2, "max_attempts": 8,
 ///   "request_timeout_seconds": 30, "proxy": "http://user:password@proxy.example.com:3128" | "none",
 ///   "rate_limits": {"default": {"requests_per_hour": 250000, "burst_seconds": 60,
 ///                   "counting": "job" | "notification", "policy": "wait" | "reject" | "demote"},
@@ -24,7 +25,8 @@ struct SendConfigFile {
 
     static let keys: Set<String> = [
         "endpoint", "ca_file", "key_path", "key_id", "team_id", "loops", "connections", "max_attempts",
-        "request_timeout_seconds", "rate_limits", "proxy",
+        "request_timeout_seconds", "rate_limits", "proxy", "cert_path", "cert_key_path", "cert_password_env",
+        "cert_password_file",
     ]
 
     static func load(_ path: String?) throws(UsageError) -> SendConfigFile {
@@ -35,6 +37,11 @@ struct SendConfigFile {
         }
         guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
             throw UsageError("config file \(path) is not a JSON object")
+        }
+        if object["cert_password"] != nil {
+            throw UsageError(
+                "config file \(path): the certificate's password is not kept in the config file: give "
+                    + "cert_password_env or cert_password_file")
         }
         try rejectUnknown(in: object, known: keys, field: nil, path: path)
         func string(_ key: String) throws(UsageError) -> String? {
@@ -64,6 +71,14 @@ struct SendConfigFile {
         config.connection.keyPath = try string("key_path")
         config.connection.keyID = try string("key_id")
         config.connection.teamID = try string("team_id")
+        config.connection.certificatePath = try string("cert_path")
+        config.connection.certificateKeyPath = try string("cert_key_path")
+        config.connection.certificatePasswordEnv = try string("cert_password_env")
+        config.connection.certificatePasswordFile = try string("cert_password_file")
+        if config.connection.certificatePath != nil && config.connection.keyPath != nil {
+            throw UsageError(
+                "config file \(path): give a signing key (key_path) or a certificate (cert_path), not both")
+        }
         config.loops = try integer("loops")
         config.connections = try integer("connections")
         config.maxAttempts = try integer("max_attempts")

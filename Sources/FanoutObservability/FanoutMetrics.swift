@@ -10,6 +10,8 @@ package import Fanout
 /// - `fanout_open_connections`: APNs connections open now.
 /// - `fanout_rate_limited_total{workspace,priority}`: requests a workspace budget refused or delayed.
 /// - `fanout_apns_round_trip_seconds`: time from writing a request to APNs's answer.
+/// - `fanout_certificate_expiry_seconds{certificate}`: when each provider certificate in use expires, in seconds
+///   since 1970 (labelled with its first topic, else its common name); absent with signing keys.
 ///
 /// Every update is an atomic add; an outcome without a reason takes no lock.
 ///
@@ -71,6 +73,15 @@ package final class FanoutMetrics: FanoutMetricsListener {
     /// Counts one request that a workspace budget refused or delayed.
     package func recordRateLimited(workspace: String, priority: Int) {
         rateLimited.labels(workspace, String(priority)).increment()
+    }
+
+    /// Sets `fanout_certificate_expiry_seconds` for `certificate`: its expiry as seconds since 1970, so that an
+    /// alert compares it with `time()`.
+    package func recordCertificate(_ certificate: ProviderCertificate) {
+        let expiry = registry.gauge(
+            "fanout_certificate_expiry_seconds",
+            help: "When each provider certificate in use expires, in seconds since 1970.", labelNames: ["certificate"])
+        expiry.labels(certificate.topics.first ?? certificate.commonName).set(Int(certificate.notAfter))
     }
 
     /// Records one APNs round trip.

@@ -51,6 +51,13 @@ package final class ServiceInstance: Sendable {
             await stores.close()
             throw error
         }
+        do {
+            try AppCertificates.check(configuration, logger: logger, metrics: metrics)
+        } catch {
+            tokens.stop()
+            await stores.close()
+            throw error
+        }
         let engines: TeamEngines
         let channels: TeamChannelClients
         var sharedBudget: FleetRateBudget?

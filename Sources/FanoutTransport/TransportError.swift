@@ -28,6 +28,9 @@ package struct TransportError: Error, Sendable, CustomStringConvertible, Equatab
         package static let tlsConfiguration = Kind(name: "tls-configuration")
         /// The peer closed the connection, or it broke.
         package static let connectionClosed = Kind(name: "connection-closed")
+        /// The peer ended the TLS session with an alert after the handshake: a TLS 1.3 server refusing the client's
+        /// certificate does so (`alert unknown ca`, `alert certificate required`, ...).
+        package static let tlsAlert = Kind(name: "tls-alert")
         /// The peer violated HTTP/2, or nghttp2 reported a fatal error.
         package static let protocolError = Kind(name: "protocol-error")
         /// The peer sent GOAWAY; the stream was not processed.

@@ -81,7 +81,13 @@ final class CryptoTestCertificateAuthorityTests: XCTestCase {
         XCTAssertEqual(try CryptoTestSupport.mode(of: material.authKeyPublicPEMPath), 0o644)
         // No temporary files are left behind.
         let names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { !$0.hasPrefix(".") }
-        XCTAssertEqual(Set(names), ["ca.pem", "server.pem", "server-key.pem", "auth-key.p8", "auth-key.pub.pem"])
+        XCTAssertEqual(
+            Set(names),
+            [
+                "ca.pem", "server.pem", "server-key.pem", "auth-key.p8", "auth-key.pub.pem", "client.pem",
+                "client-key.pem",
+                "client.p12",
+            ])
     }
 
     func testReuseLeavesFilesUnchanged() throws {

@@ -97,7 +97,9 @@ package final class MockAPNsServer: @unchecked Sendable {
         do {
             tls = try certificateAndKey.map { files throws(TransportError) in
                 try TLSServerContext(
-                    TLSServerConfiguration(certificateFile: files.certificate, privateKeyFile: files.key))
+                    TLSServerConfiguration(
+                        certificateFile: files.certificate, privateKeyFile: files.key,
+                        clientCAFile: options.clientCAPath))
             }
         } catch {
             throw MockStartError(error.message)

@@ -55,6 +55,11 @@ package struct MockOptions: Sendable {
     /// PEM public key or .p8 private key to verify provider tokens with; nil with `tls` directory uses its key.
     package var authKeyPath: String?
     package var noAuth = false
+    /// `--client-ca FILE`: PEM CA certificates that client (provider) certificates must verify with. A client that
+    /// presents one it verifies is authenticated by it (no provider token needed); one that presents a certificate
+    /// it does not verify fails the TLS handshake; one that presents none must send a valid provider token (with
+    /// `--no-auth` too: then its requests get 403 `MissingProviderToken`).
+    package var clientCAPath: String?
     package var keyID: String?
     package var teamID: String?
     package var maxStreams: UInt32 = 1000

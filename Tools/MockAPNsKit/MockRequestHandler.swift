@@ -43,6 +43,8 @@ final class MockConnectionState {
     /// until it refreshes its token, and a request whose value has these bytes needs only its age checked.
     var lastAuthorization: [UInt8] = []
     var lastIssuedAt: Int64?
+    /// The client certificate the connection's TLS handshake verified (`--client-ca`); nil: none.
+    var clientCertificate: CertificateDetails?
 }
 
 extension MockShared {
@@ -51,9 +53,22 @@ extension MockShared {
     func authenticate(
         _ request: HTTP2ServerRequest, connection: HTTP2ServerConnection, state: MockConnectionState
     ) -> MockAnswer? {
+        // A connection whose client certificate verified against `--client-ca` is authenticated by it, as APNs's
+        // certificate-based connections are: no provider token is needed (one sent anyway is ignored).
+        if let certificate = state.clientCertificate {
+            if certificate.development || certificate.production,
+                !(options.environment == .development ? certificate.development : certificate.production)
+            {
+                return MockAnswer(status: 403, reason: "BadCertificateEnvironment")
+            }
+            return nil
+        }
         // `verifier?.maxAge`, not `guard let verifier`: binding the verifier would copy it (three references) per
         // request.
-        guard let maxAge = verifier?.maxAge else { return nil }
+        guard let maxAge = verifier?.maxAge else {
+            // `--client-ca` with `--no-auth`: a client certificate is the only way in.
+            return options.clientCAPath == nil ? nil : MockAnswer(status: 403, reason: "MissingProviderToken")
+        }
         // The connection's last valid token again: compare its bytes and check its age, without making a String of
         // it or hashing it into the shared cache (which would be a quarter of the mock's CPU per request).
         if let issuedAt = state.lastIssuedAt,
@@ -323,6 +338,13 @@ final class MockRequestHandler: HTTP2ServerHandler {
         case .success(let request):
             checked = request
         }
+        if let certificate = state.clientCertificate, !certificate.topics.isEmpty {
+            // A certificate sends for the topics it names only.
+            let topic = request.head.bytes.withUnsafeBufferPointer {
+                String(decoding: $0[checked.topic], as: UTF8.self)
+            }
+            if !certificate.covers(topic: topic) { return MockAnswer(status: 400, reason: "TopicDisallowed") }
+        }
         if let injected {
             return MockAnswer(status: injected.status, reason: injected.reason, checked: checked)
         }
@@ -359,6 +381,12 @@ final class MockRequestHandler: HTTP2ServerHandler {
         shared.stats.recordConnection()
         // Without token checks the window was opened in the first SETTINGS already.
         state.authenticated = shared.verifier == nil
+        state.clientCertificate = connection.peerCertificate
+        if state.clientCertificate != nil, !state.authenticated {
+            // The certificate authenticated the connection in its handshake: no token to wait for.
+            state.authenticated = true
+            connection.setMaxConcurrentStreams(shared.options.maxStreams)
+        }
         return state
     }
 

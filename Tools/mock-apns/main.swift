@@ -6,21 +6,26 @@ let usage = """
     mock-apns: an APNs look-alike over HTTP/2 and TLS, with fault injection, for tests and load tests.
 
     usage: mock-apns --listen HOST:PORT [--tls-dir DIR | --cert PEM --key PEM | --h2c]
-                     [--auth-key PEM_OR_P8 | --no-auth] [--key-id ID] [--team-id ID]
+                     [--auth-key PEM_OR_P8 | --no-auth] [--key-id ID] [--team-id ID] [--client-ca PEM]
                      [--max-streams N] [--threads N] [--stats FILE] [--record FILE] [--unregistered FILE]
                      [--fail RATE:STATUS:REASON]... [--latency-ms N] [--goaway-every N] [--drop-every N]
                      [--refuse-every N] [--blackhole-every N] [--blackhole-after N] [--throttle-after-reject] [--token-max-age SECONDS] [--seed N]
                      [--manage-listen HOST:PORT] [--environment development|production] [--max-channels-per-app N]
 
       --listen HOST:PORT        address to listen on; port 0 picks a free one (printed on start)
-      --tls-dir DIR             create or reuse ca.pem, server.pem, server-key.pem, auth-key.p8 and
-                                auth-key.pub.pem in DIR; tokens are verified against auth-key unless --no-auth
+      --tls-dir DIR             create or reuse ca.pem, server.pem, server-key.pem, auth-key.p8, auth-key.pub.pem
+                                and a provider certificate for com.example.app signed by ca.pem (client.pem,
+                                client-key.pem, client.p12 with password fanout-test) in DIR; tokens are verified
+                                against auth-key unless --no-auth
       --cert PEM --key PEM      serve this certificate chain and key instead
       --h2c                     no TLS: cleartext HTTP/2 with prior knowledge (h2load http://, curl
                                 --http2-prior-knowledge); provider tokens are checked only with --auth-key
       --auth-key PEM_OR_P8      public key (or .p8 private key) that provider tokens must verify with
       --no-auth                 accept requests without checking provider tokens
       --key-id ID, --team-id ID reject tokens whose kid / iss differ (InvalidProviderToken)
+      --client-ca PEM           ask clients for a certificate and verify it against these CAs: a verified one
+                                authenticates the connection without a token (topics it does not name get 400
+                                TopicDisallowed); a wrong one fails the TLS handshake; none needs a token
       --max-streams N           MAX_CONCURRENT_STREAMS after the first valid token (default 1000)
       --threads N               event-loop threads (default 1)
       --stats FILE              JSON counters, rewritten every second and on exit
@@ -64,6 +69,7 @@ func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
         case "--h2c": cleartext = true
         case "--auth-key": options.authKeyPath = try cursor.string()
         case "--no-auth": options.noAuth = true
+        case "--client-ca": options.clientCAPath = try cursor.string()
         case "--key-id": options.keyID = try cursor.string()
         case "--team-id": options.teamID = try cursor.string()
         case "--max-streams": options.maxStreams = UInt32(try cursor.int(in: 1...100_000))
@@ -121,6 +127,9 @@ func parse(_ arguments: [String]) throws(UsageError) -> MockOptions? {
             StandardStream.error.write("mock-apns: --h2c without --auth-key: provider tokens are not checked\n")
         }
         options.tls = .cleartext
+    }
+    if options.clientCAPath != nil, options.tls == .cleartext {
+        throw UsageError("--client-ca checks certificates in the TLS handshake: give it with --tls-dir or --cert/--key")
     }
     guard options.tls != nil else { throw UsageError("give --tls-dir DIR, --cert PEM --key PEM or --h2c") }
     let failureShare = options.failures.reduce(0) { $0 + $1.rate }

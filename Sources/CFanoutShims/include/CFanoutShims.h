@@ -33,6 +33,14 @@ void CFanoutShims_OPENSSL_free(void *pointer);
 // X509_get_notBefore / X509_get_notAfter are macros (mutable accessors).
 ASN1_TIME *CFanoutShims_X509_getm_notBefore(X509 *x509);
 ASN1_TIME *CFanoutShims_X509_getm_notAfter(X509 *x509);
+// SSL_CTX_add1_chain_cert is a macro over SSL_CTX_ctrl: adds an intermediate certificate to the chain the context
+// presents (a client certificate's chain), taking a reference of its own (the caller keeps its own).
+int CFanoutShims_SSL_CTX_add1_chain_cert(SSL_CTX *ctx, X509 *x509);
+// sk_X509_num / sk_X509_value / sk_X509_pop_free are type-safe macros over OPENSSL_sk_*: the count of a certificate
+// stack, its i-th certificate (borrowed from the stack), and freeing the stack with every certificate in it.
+int CFanoutShims_sk_X509_num(const STACK_OF(X509) *stack);
+X509 *CFanoutShims_sk_X509_value(const STACK_OF(X509) *stack, int index);
+void CFanoutShims_sk_X509_pop_free(STACK_OF(X509) *stack);
 // SSL_CTX_set_tlsext_servername_callback is a macro over SSL_CTX_callback_ctrl (unused for now).
 // ERR_GET_REASON is an inline function in OpenSSL 3 but was a macro before; wrapped for both.
 int CFanoutShims_ERR_GET_REASON(unsigned long error);

@@ -1,5 +1,5 @@
 import FanoutCore
-import FanoutTransport
+package import FanoutTransport
 import Foundation
 
 /// The APNs channel management API of iOS 18 broadcast push: create, read, delete and list an app's broadcast
@@ -24,14 +24,15 @@ public final class BroadcastChannelClient: Sendable {
     private let endpoint: APNsEndpoint
     private let loop: LoopThread
     private let tls: TLSClientContext
-    private let tokens: any ProviderTokenSource
+    /// Nil with a certificate: its requests carry no provider token.
+    private let tokens: (any ProviderTokenSource)?
     private let requestTimeout: Duration
     private let proxy: APNsProxy?
     private let connection = ConnectionSlot()
 
     /// - Parameters:
     ///   - endpoint: the management host (`production`, `sandbox`, or a mock's `HOST:PORT`).
-    ///   - credentials: the team's signing key, as the engine's (`ProviderCredentials`).
+    ///   - credentials: the team's signing key, or the app's certificate, as the engine's (`ProviderCredentials`).
     ///   - caFile: a CA to trust instead of the system's (a mock's test CA).
     ///   - requestTimeout: each call's deadline, 1 ms to 1 day (else `FanoutError(.configuration)`).
     ///   - proxy: the HTTP proxy to reach the host through, as the engine's (`FanoutEngineConfiguration.proxy`).
@@ -39,17 +40,19 @@ public final class BroadcastChannelClient: Sendable {
         endpoint: APNsEndpoint, credentials: ProviderCredentials, caFile: String? = nil,
         requestTimeout: Duration = .seconds(30), proxy: APNsProxy? = nil
     ) throws(FanoutError) {
+        let identity = try credentials.makeClientIdentity()
         try self.init(
             endpoint: endpoint,
             tokenSource: credentials.makeTokenCache(refreshAfter: .seconds(3000), minimumInterval: .seconds(1200)),
-            caFile: caFile, requestTimeout: requestTimeout, proxy: proxy)
+            identity: identity, caFile: caFile, requestTimeout: requestTimeout, proxy: proxy)
     }
 
     /// A client that takes its provider token from `tokenSource`: the one the team's engines send (`fanout serve
     /// --redis` gives both its team's `FleetProviderToken`, one token for every process on that Redis).
+    /// `identity`: the certificate to authenticate with instead (then `tokenSource` is nil).
     package init(
-        endpoint: APNsEndpoint, tokenSource: any ProviderTokenSource, caFile: String? = nil,
-        requestTimeout: Duration = .seconds(30), proxy: APNsProxy? = nil
+        endpoint: APNsEndpoint, tokenSource: (any ProviderTokenSource)?, identity: TLSClientIdentity? = nil,
+        caFile: String? = nil, requestTimeout: Duration = .seconds(30), proxy: APNsProxy? = nil
     ) throws(FanoutError) {
         try FanoutEngineConfiguration.checkTime("requestTimeout", requestTimeout)
         self.endpoint = endpoint
@@ -58,7 +61,7 @@ public final class BroadcastChannelClient: Sendable {
         self.requestTimeout = requestTimeout
         tokens = tokenSource
         do {
-            tls = try TLSClientContext(TLSClientConfiguration(caFile: caFile))
+            tls = try TLSClientContext(TLSClientConfiguration(caFile: caFile, identity: identity))
         } catch {
             throw FanoutError(.connection, "TLS: \(error)")
         }
@@ -130,17 +133,17 @@ public final class BroadcastChannelClient: Sendable {
         // A token APNs calls expired or invalid is refreshed (as the source allows: one per 20 minutes) and the
         // request sent once more on a new connection, as the engine does; a second refusal is the caller's.
         for attempt in 1...2 {
-            let bearer: String
-            do {
-                bearer = try tokens.currentToken()
-            } catch {
-                throw BroadcastChannelError(status: nil, reason: nil, message: "provider token: \(error)")
-            }
             var fields: [(name: String, value: String, neverIndex: Bool)] = [
                 (":method", method, false), (":scheme", "https", false), (":authority", endpoint.authority, false),
-                ("authorization", "bearer " + bearer, true),
-                ("apns-request-id", UUID().uuidString.lowercased(), false),
             ]
+            if let tokens {
+                do {
+                    fields.append(("authorization", "bearer " + (try tokens.currentToken()), true))
+                } catch {
+                    throw BroadcastChannelError(status: nil, reason: nil, message: "provider token: \(error)")
+                }
+            }
+            fields.append(("apns-request-id", UUID().uuidString.lowercased(), false))
             if let channelID { fields.append(("apns-channel-id", channelID, false)) }
             if !body.isEmpty { fields.append(("content-type", "application/json", false)) }
             let request = HTTP2Request(head: HeaderBlock(fields), path: path, body: SharedBody(body))
@@ -151,7 +154,7 @@ public final class BroadcastChannelClient: Sendable {
                 return response
             case .success(let response):
                 let reason = (try? JSONValue.parse(response.body))?["reason"]?.stringValue
-                if attempt == 1 && (reason == "ExpiredProviderToken" || reason == "InvalidProviderToken") {
+                if attempt == 1, let tokens, reason == "ExpiredProviderToken" || reason == "InvalidProviderToken" {
                     tokens.refreshAfterRejection()
                     continue
                 }

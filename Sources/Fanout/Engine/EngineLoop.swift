@@ -528,6 +528,9 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
 
     private static func describe(_ failure: HTTP2StreamFailure) -> String {
         switch failure {
+        // A TLS alert names its cause (a server refusing the client certificate sends one after a TLS 1.3
+        // handshake); any other loss is just that.
+        case .connectionLost(let cause) where cause.kind == .tlsAlert: return "ConnectionLost: \(cause.message)"
         case .connectionLost: return "ConnectionLost"
         case .reset(let code): return "StreamReset(\(code))"
         case .notSent: return "NotSent"

@@ -57,6 +57,10 @@ public final class FanoutEngine: Sendable {
         var payloadEncodings = 0
     }
 
+    /// The provider certificate the engine's connections authenticate with (its topics are checked per job); nil
+    /// with a signing key.
+    private let certificate: CertificateDetails?
+
     /// Tokens handed to a loop per wake-up.
     static let batchSize = 256
 
@@ -64,19 +68,26 @@ public final class FanoutEngine: Sendable {
     /// open on first use.
     /// - Throws: `.configuration` for a setting out of its range (the error names the field and the range: a count
     ///   below 1, a time that is not positive or is longer than a day, a negative or NaN `retryBudgetRatio`), before
-    ///   anything is started; `.connection` for a bad CA file; `.credentials` for a bad key or token schedule.
+    ///   anything is started; `.connection` for a bad CA file; `.credentials` for a bad key or token schedule, or a
+    ///   certificate that cannot be read (the message names the file and the cause). With a certificate, a job whose
+    ///   topic it does not cover is refused (`.invalidNotification`, naming the topic and those it covers).
     public init(configuration: FanoutEngineConfiguration) throws(FanoutError) {
         try configuration.validate()
         self.configuration = configuration
         authority = configuration.endpoint.authority
+        // A certificate authenticates every connection in its TLS handshake, and its requests carry no token.
+        let identity = try configuration.credentials?.makeClientIdentity()
+        certificate = identity?.details
         let tls: TLSClientContext
         do {
-            tls = try TLSClientContext(TLSClientConfiguration(caFile: configuration.caFile))
+            tls = try TLSClientContext(TLSClientConfiguration(caFile: configuration.caFile, identity: identity))
         } catch {
             throw FanoutError(.connection, error.message)
         }
         let tokens: (any ProviderTokenSource)?
-        if let source = configuration.tokenSource {
+        if identity != nil {
+            tokens = nil
+        } else if let source = configuration.tokenSource {
             tokens = source
         } else {
             tokens = try configuration.credentials?.makeTokenCache(
@@ -568,6 +579,12 @@ public final class FanoutEngine: Sendable {
                     storagePolicy: policy, run: run, authority: authority)
                 run.countEncoding()
                 return prepared
+            }
+            if let certificate, !certificate.covers(topic: job.headers.topic) {
+                throw FanoutError(
+                    .invalidNotification,
+                    (run.deliversOnLoop ? "" : "job \(job.id): ")
+                        + ProviderCertificate.refusal(topic: job.headers.topic, topics: certificate.topics))
             }
             try PayloadLimits.check(payload, pushType: job.headers.pushType)
             // Only bytes given as they are can be something else than one JSON object; built payloads are one.

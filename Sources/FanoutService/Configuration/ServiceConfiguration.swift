@@ -12,6 +12,8 @@ import Foundation
 ///     "rate_limit": {"requests_per_hour": 250000, "burst_seconds": 60},
 ///     "device_rate_limit": {"requests_per_hour": 2500000, "burst": 50000},
 ///     "apps": {"com.acme.app": {"team_id": "...", "key_id": "...", "key_path": "AuthKey.p8",
+///                               or "cert_path": "app.p12", "cert_password_env": "VAR" | "cert_password_file": "...",
+///                               or "cert_path": "app.pem", "cert_key_path": "app-key.pem",
 ///                               "endpoint": "sandbox" | "production" | "HOST:PORT", "ca_file": null,
 ///                               "manage_endpoint": "HOST:PORT" (broadcast channels; Apple's host by default),
 ///                               "pushwoosh_application": "XXXXX-XXXXX", "braze_app_id": "..."}}}}}
@@ -84,6 +86,50 @@ package struct AppConfiguration: Sendable, Hashable {
     package var caFile: String?
     package var pushwooshApplication: String?
     package var brazeAppID: String?
+    /// The app's push certificate, instead of the team's signing key (then `keyID` and `keyPath` are empty, and
+    /// `teamID` is what the config says, or empty).
+    package var certificate: AppCertificate?
+
+    /// Which engine the app shares: its team's (one signing key), or its own (a certificate is one app's).
+    package var engineKey: String { certificate == nil ? teamID : "certificate \(bundleID)" }
+
+    /// The app's credentials, a certificate's password read from the environment or its file now.
+    package func credentials(environment: [String: String]) throws(ServiceConfigurationError) -> ProviderCredentials {
+        guard let certificate else { return ProviderCredentials(keyPath: keyPath, keyID: keyID, teamID: teamID) }
+        let path = "workspaces.\(workspace).apps.\(bundleID)"
+        var password: String?
+        if let name = certificate.passwordEnv {
+            guard let value = environment[name] else {
+                throw ServiceConfigurationError(
+                    path + ".cert_password_env", "environment variable \(name) is not set")
+            }
+            password = value
+        } else if let file = certificate.passwordFile {
+            guard let text = ProviderCredentials.readPasswordFile(file) else {
+                throw ServiceConfigurationError(path + ".cert_password_file", "\(file) cannot be read")
+            }
+            password = text
+        }
+        guard
+            let credentials = ProviderCredentials.certificate(
+                path: certificate.path, privateKeyPath: certificate.keyPath, password: password)
+        else {
+            throw ServiceConfigurationError(
+                path,
+                "certificate \(certificate.path) is PKCS#12 (.p12): give its password with cert_password_env or "
+                    + "cert_password_file")
+        }
+        return credentials
+    }
+}
+
+/// An app's push certificate in the config: a `.p12` file and where its password is (never the password itself),
+/// or a PEM certificate and its key.
+package struct AppCertificate: Sendable, Hashable {
+    package var path: String
+    package var keyPath: String?
+    package var passwordEnv: String?
+    package var passwordFile: String?
 }
 
 /// A configuration that cannot be used, with the key path at fault.
@@ -339,8 +385,34 @@ private struct ConfigReader {
             value, path,
             keys: [
                 "team_id", "key_id", "key_path", "endpoint", "manage_endpoint", "ca_file", "pushwoosh_application",
-                "braze_app_id",
+                "braze_app_id", "cert_path", "cert_key_path", "cert_password_env", "cert_password_file",
+                "cert_password",
             ])
+        if object["cert_password"] != nil {
+            throw ServiceConfigurationError(
+                join(path, "cert_password"),
+                "the certificate's password is not kept in the config: give cert_password_env or cert_password_file")
+        }
+        var certificate: AppCertificate?
+        if let certificatePath = try string(object, "cert_path", path) {
+            for key in ["key_id", "key_path"] where object[key] != nil {
+                throw ServiceConfigurationError(
+                    join(path, key), "give a signing key (key_path, key_id) or a certificate (cert_path), not both")
+            }
+            let passwordEnv = try string(object, "cert_password_env", path)
+            let passwordFile = try string(object, "cert_password_file", path).map(resolve)
+            if passwordEnv != nil && passwordFile != nil {
+                throw ServiceConfigurationError(
+                    join(path, "cert_password_file"), "give the password one way: cert_password_env or this")
+            }
+            certificate = AppCertificate(
+                path: resolve(certificatePath), keyPath: try string(object, "cert_key_path", path).map(resolve),
+                passwordEnv: passwordEnv, passwordFile: passwordFile)
+        } else {
+            for key in ["cert_key_path", "cert_password_env", "cert_password_file"] where object[key] != nil {
+                throw ServiceConfigurationError(join(path, key), "goes with cert_path")
+            }
+        }
         let endpoint: APNsEndpoint
         var manageEndpoint: APNsEndpoint?
         switch try string(object, "endpoint", path) {
@@ -367,13 +439,16 @@ private struct ConfigReader {
             }
             manageEndpoint = APNsEndpoint(host: host, port: port)
         }
+        let usesKey = certificate == nil
         return AppConfiguration(
-            bundleID: bundleID, workspace: workspace, teamID: try required(object, "team_id", path),
-            keyID: try required(object, "key_id", path), keyPath: resolve(try required(object, "key_path", path)),
+            bundleID: bundleID, workspace: workspace,
+            teamID: usesKey ? try required(object, "team_id", path) : try string(object, "team_id", path) ?? "",
+            keyID: usesKey ? try required(object, "key_id", path) : "",
+            keyPath: usesKey ? resolve(try required(object, "key_path", path)) : "",
             endpoint: endpoint, manageEndpoint: manageEndpoint,
             caFile: try string(object, "ca_file", path).map(resolve),
             pushwooshApplication: try string(object, "pushwoosh_application", path),
-            brazeAppID: try string(object, "braze_app_id", path))
+            brazeAppID: try string(object, "braze_app_id", path), certificate: certificate)
     }
 }
 

@@ -1,5 +1,6 @@
 package import Fanout
 package import FanoutRegistry
+import Foundation
 
 /// One broadcast channel management client per APNs team, management host and CA, shared by the team's apps
 /// (like `TeamEngines`), made at start for every app that has a management host. Each sends its team's one provider
@@ -26,20 +27,20 @@ package final class TeamChannelClients: Sendable {
         let apps = configuration.workspaces.values.flatMap(\.apps.values).sorted { $0.bundleID < $1.bundleID }
         for app in apps {
             guard let manage = app.manageEndpoint else { continue }
-            let key = Key(teamID: app.teamID, endpoint: manage, caFile: app.caFile)
+            let key = Key(teamID: app.engineKey, endpoint: manage, caFile: app.caFile)
             if let client = byKey[key] {
                 byApp[app.bundleID] = client
                 continue
             }
             do {
                 let client: BroadcastChannelClient
-                if let source = tokenSources[app.teamID] {
+                if app.certificate == nil, let source = tokenSources[app.teamID] {
                     client = try BroadcastChannelClient(
                         endpoint: manage, tokenSource: source, caFile: app.caFile, requestTimeout: .seconds(10))
                 } else {
                     client = try BroadcastChannelClient(
                         endpoint: manage,
-                        credentials: ProviderCredentials(keyPath: app.keyPath, keyID: app.keyID, teamID: app.teamID),
+                        credentials: try app.credentials(environment: ProcessInfo.processInfo.environment),
                         caFile: app.caFile, requestTimeout: .seconds(10))
                 }
                 byKey[key] = client

@@ -1,11 +1,13 @@
 package import Fanout
 package import FanoutObservability
 import FanoutRegistry
+import Foundation
 
 /// One `FanoutEngine` per APNs team and endpoint, shared by that team's apps: a team has one provider token and
 /// Apple counts its connections together, so two apps of a team never open separate pools.
 package final class TeamEngines: Sendable {
     private struct TeamKey: Hashable {
+        /// The team id, or the app's own key when it authenticates with a certificate (`AppConfiguration.engineKey`).
         var teamID: String
         var endpoint: APNsEndpoint
         var caFile: String?
@@ -15,7 +17,8 @@ package final class TeamEngines: Sendable {
     private let engines: [FanoutEngine]
     package let metrics: FanoutMetrics
 
-    /// Starts the engines. Apps of one team must share one key (`key_id`, `key_path`).
+    /// Starts the engines. Apps of one team must share one key (`key_id`, `key_path`); an app with a certificate has
+    /// an engine of its own.
     /// - Parameter tokenSources: a team's shared provider token source (with the registry on Redis); a team not in it
     ///   mints its own tokens.
     /// - Parameter warn: where the engines report trouble they carry on through (a prune the registry refused).
@@ -24,14 +27,15 @@ package final class TeamEngines: Sendable {
     init(
         configuration: ServiceConfiguration, registry: any RegistryStore, metrics: FanoutMetrics,
         tokenSources: [String: any ProviderTokenSource] = [:],
-        warn: FanoutEngineConfiguration.WarningHandler? = nil, sharedBudget: (any SharedRateLimiter)? = nil
+        warn: FanoutEngineConfiguration.WarningHandler? = nil, sharedBudget: (any SharedRateLimiter)? = nil,
+        environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws(ServiceConfigurationError) {
         let budgets = try Self.sendBudgets(configuration)
         var byTeam: [TeamKey: (app: AppConfiguration, engine: FanoutEngine)] = [:]
         var byApp: [String: FanoutEngine] = [:]
         let apps = configuration.workspaces.values.flatMap(\.apps.values).sorted { $0.bundleID < $1.bundleID }
         for app in apps {
-            let key = TeamKey(teamID: app.teamID, endpoint: app.endpoint, caFile: app.caFile)
+            let key = TeamKey(teamID: app.engineKey, endpoint: app.endpoint, caFile: app.caFile)
             if let existing = byTeam[key] {
                 guard existing.app.keyID == app.keyID, existing.app.keyPath == app.keyPath else {
                     throw ServiceConfigurationError(
@@ -44,8 +48,7 @@ package final class TeamEngines: Sendable {
             }
             var engineConfiguration = FanoutEngineConfiguration(
                 endpoint: app.endpoint,
-                credentials: ProviderCredentials(keyPath: app.keyPath, keyID: app.keyID, teamID: app.teamID),
-                caFile: app.caFile)
+                credentials: try app.credentials(environment: environment), caFile: app.caFile)
             engineConfiguration.loops = configuration.loopsPerEngine
             engineConfiguration.connectionsPerLoop = configuration.connectionsPerLoop
             engineConfiguration.maxAttempts = configuration.maxAttempts
@@ -58,7 +61,7 @@ package final class TeamEngines: Sendable {
             engineConfiguration.registry = registry
             engineConfiguration.warningHandler = warn
             engineConfiguration.metricsListener = metrics
-            engineConfiguration.tokenSource = tokenSources[app.teamID]
+            engineConfiguration.tokenSource = app.certificate == nil ? tokenSources[app.teamID] : nil
             let engine: FanoutEngine
             do {
                 engine = try FanoutEngine(configuration: engineConfiguration)

@@ -19,7 +19,8 @@ struct SharedProviderTokens: Sendable {
         var byTeam: [String: any ProviderTokenSource] = [:]
         var sources: [FleetProviderToken] = []
         let apps = configuration.workspaces.values.flatMap(\.apps.values).sorted { $0.bundleID < $1.bundleID }
-        for app in apps where byTeam[app.teamID] == nil {
+        // An app with a certificate has no provider token to share.
+        for app in apps where app.certificate == nil && byTeam[app.teamID] == nil {
             let credentials = ProviderCredentials(keyPath: app.keyPath, keyID: app.keyID, teamID: app.teamID)
             do {
                 let source = FleetProviderToken(

@@ -14,6 +14,8 @@ package struct CryptoError: Error, Sendable, Hashable, CustomStringConvertible {
             case invalidArgument
             case signingFailed
             case certificateFailed
+            case malformedCertificate
+            case wrongPassword
             case internalFailure
         }
 
@@ -35,6 +37,10 @@ package struct CryptoError: Error, Sendable, Hashable, CustomStringConvertible {
         package static let signingFailed = Kind(base: .signingFailed)
         /// OpenSSL failed to build or sign a certificate.
         package static let certificateFailed = Kind(base: .certificateFailed)
+        /// The input is not a certificate (or PKCS#12 file) OpenSSL can parse, or its key does not match it.
+        package static let malformedCertificate = Kind(base: .malformedCertificate)
+        /// The password does not open the PKCS#12 file (its integrity check fails with it).
+        package static let wrongPassword = Kind(base: .wrongPassword)
         /// An OpenSSL call that should not fail did (allocation failure and the like).
         package static let internalFailure = Kind(base: .internalFailure)
 

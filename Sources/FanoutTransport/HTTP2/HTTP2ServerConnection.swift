@@ -134,8 +134,10 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     ) throws(TransportError) {
         let tls = try tlsContext.map { context throws(TransportError) in try TLSEngine(context: context.context) }
         self.init(loop: socket.loop, handler: handler, settings: .server(maxConcurrentStreams: initialMaxStreams))
-        session.start(
-            SecureChannel(socket: socket, tls: tls, handshakeTimeoutMilliseconds: handshakeTimeoutMilliseconds))
+        let channel = SecureChannel(
+            socket: socket, tls: tls, handshakeTimeoutMilliseconds: handshakeTimeoutMilliseconds)
+        self.channel = channel
+        session.start(channel)
     }
 
     /// A connection not yet running: `start(adopting:readAhead:)` gives it its channel.
@@ -157,8 +159,17 @@ package final class HTTP2ServerConnection: HTTP2SessionDelegate, @unchecked Send
     /// Runs over `channel`, already ready (TLS with ALPN h2, or plaintext after the client preface was seen),
     /// feeding nghttp2 `readAhead` first (see `HTTP2Session.adopt`).
     package func start(adopting channel: SecureChannel, readAhead: UnsafeRawBufferPointer) {
+        self.channel = channel
         session.adopt(channel, readAhead: readAhead)
     }
+
+    /// The channel the session runs on, for what its TLS handshake learnt (the session owns it too).
+    @exclusivity(unchecked) private var channel: SecureChannel?
+
+    /// The certificate the client presented in the TLS handshake (verified against the server's client CA), or
+    /// nil when it presented none, the handshake is not done, or the connection is cleartext. Read from the TLS
+    /// session at each call: call it once per connection.
+    package var peerCertificate: CertificateDetails? { channel?.peerCertificate }
 
     /// Streams open now.
     package var openStreamCount: Int { session.openStreamCount }

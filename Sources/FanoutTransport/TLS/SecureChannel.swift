@@ -119,6 +119,9 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
     /// Whether the channel runs TLS.
     package var isSecure: Bool { tls != nil }
 
+    /// The certificate the peer presented, once the handshake is done; nil without one (or without TLS).
+    package var peerCertificate: CertificateDetails? { isReady ? tls?.peerCertificate() : nil }
+
     /// Bounds what a peer that does not read can cost, as a server must (nginx's `send_timeout`; nghttpd's write
     /// timeout): from here on, reading stops while `highWaterMark` bytes or more are queued on the socket, so the peer's
     /// next requests wait in the kernel and TCP holds them back (the protocol above stops producing output too, as
@@ -361,7 +364,9 @@ package final class SecureChannel: LoopFlushable, TCPSocketDelegate {
         }
         while !isClosed {
             guard let count = tls.readPlaintext(into: plaintextBuffer) else {
-                close(error: TransportError(.connectionClosed, "TLS session closed by peer"))
+                close(
+                    error: tls.readFailure.map { TransportError(.tlsAlert, $0) }
+                        ?? TransportError(.connectionClosed, "TLS session closed by peer"))
                 return
             }
             if count == 0 { break }

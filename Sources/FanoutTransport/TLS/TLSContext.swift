@@ -10,10 +10,15 @@ package struct TLSClientConfiguration: Sendable {
     package var caFile: String?
     /// Milliseconds the TLS handshake may take.
     package var handshakeTimeoutMilliseconds: UInt64
+    /// The certificate and key the client authenticates with (APNs certificate-based auth); nil: none.
+    package var identity: TLSClientIdentity?
 
-    package init(caFile: String? = nil, handshakeTimeoutMilliseconds: UInt64 = 10_000) {
+    package init(
+        caFile: String? = nil, handshakeTimeoutMilliseconds: UInt64 = 10_000, identity: TLSClientIdentity? = nil
+    ) {
         self.caFile = caFile
         self.handshakeTimeoutMilliseconds = handshakeTimeoutMilliseconds
+        self.identity = identity
     }
 }
 
@@ -24,11 +29,18 @@ package struct TLSServerConfiguration: Sendable {
     /// ALPN protocols the server selects from, in preference order. `["h2"]` for mock-apns; tests use
     /// `["http/1.1"]` to play a server that offers no h2.
     package var alpnProtocols: [String]
+    /// PEM CA certificates that client certificates are checked against (mock-apns `--client-ca`). A client that
+    /// presents a certificate they do not verify fails the handshake; one that presents none is let through (the
+    /// server decides what it may do). Nil: no client certificate is asked for.
+    package var clientCAFile: String?
 
-    package init(certificateFile: String, privateKeyFile: String, alpnProtocols: [String] = ["h2"]) {
+    package init(
+        certificateFile: String, privateKeyFile: String, alpnProtocols: [String] = ["h2"], clientCAFile: String? = nil
+    ) {
         self.certificateFile = certificateFile
         self.privateKeyFile = privateKeyFile
         self.alpnProtocols = alpnProtocols
+        self.clientCAFile = clientCAFile
     }
 }
 
@@ -67,6 +79,17 @@ package final class TLSContext: @unchecked Sendable {
         } else {
             SSL_CTX_set_default_verify_paths(context)
         }
+        if let identity = configuration.identity {
+            // Each call takes a reference of its own; the identity keeps owning its objects.
+            guard SSL_CTX_use_certificate(context, identity.certificate) == 1,
+                SSL_CTX_use_PrivateKey(context, identity.privateKey) == 1,
+                SSL_CTX_check_private_key(context) == 1,
+                identity.chainCertificates.allSatisfy({ CFanoutShims_SSL_CTX_add1_chain_cert(context, $0) == 1 })
+            else {
+                throw TransportError(
+                    .tlsConfiguration, "client certificate is not usable: \(tlsErrorQueueDescription())")
+            }
+        }
         let rc = SSL_CTX_set_alpn_protos(context, alpnWire.baseAddress, UInt32(alpnWire.count))
         precondition(rc == 0, "SSL_CTX_set_alpn_protos failed")
     }
@@ -94,6 +117,18 @@ package final class TLSContext: @unchecked Sendable {
             throw TransportError(
                 .tlsConfiguration,
                 "private key file \(configuration.privateKeyFile) is not usable or does not match the certificate")
+        }
+        if let clientCAFile = configuration.clientCAFile {
+            // Owned by the context once set (SSL_CTX_set_client_CA_list takes the list).
+            guard SSL_CTX_load_verify_locations(context, clientCAFile, nil) == 1,
+                let names = SSL_load_client_CA_file(clientCAFile)
+            else {
+                throw TransportError(
+                    .tlsConfiguration,
+                    "client CA file \(clientCAFile) holds no usable PEM certificate: \(tlsErrorQueueDescription())")
+            }
+            SSL_CTX_set_client_CA_list(context, names)
+            SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nil)
         }
         // The callback reads alpnWire through this unretained pointer; the context (and so the
         // callback) never outlives self, which frees it in deinit.

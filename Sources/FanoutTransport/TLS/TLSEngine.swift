@@ -89,6 +89,15 @@ package final class TLSEngine {
         return .failed(handshakeError())
     }
 
+    /// What the peer's certificate says, or nil when it presented none. A server that asks for client
+    /// certificates (`clientCAFile`) has verified it before the handshake finished.
+    package func peerCertificate() -> CertificateDetails? {
+        // Owned: a reference of our own, freed by defer.
+        guard let certificate = SSL_get1_peer_certificate(ssl) else { return nil }
+        defer { X509_free(certificate) }
+        return CertificateDetails(certificate: certificate)
+    }
+
     /// The ALPN protocol chosen, or nil.
     package func negotiatedProtocol() -> String? {
         var data: UnsafePointer<UInt8>?
@@ -129,9 +138,16 @@ package final class TLSEngine {
         if rc > 0 { return Int(rc) }
         let error = SSL_get_error(ssl, rc)
         if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE { return 0 }
+        if error == SSL_ERROR_SSL {
+            readFailure = "TLS to \(host.isEmpty ? "the peer" : host) ended: \(tlsErrorQueueDescription())"
+        }
         ERR_clear_error()
         return nil
     }
+
+    /// Why the last `readPlaintext` returned nil when TLS failed (an alert from the peer, with OpenSSL's words for
+    /// it) rather than the peer closing cleanly; nil otherwise.
+    package private(set) var readFailure: String?
 
     /// What became of plaintext handed to `writePlaintext`.
     package enum WriteOutcome: Equatable {

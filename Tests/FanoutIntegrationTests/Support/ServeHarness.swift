@@ -34,13 +34,16 @@ final class ServeHarness: @unchecked Sendable {
     ///   - acmeRateLimit: acme's API budget (`{"requests_per_hour": N, "burst": B}`), the default when nil.
     ///   - extraConfig: top-level config keys (e.g. `"max_connections": 4`).
     ///   - acmeExtra: keys of acme's workspace (e.g. its `send_budget`).
+    ///   - acmeCertificate: the keys of a push certificate (`cert_path`, ...) for acme's app, in place of its
+    ///     signing key.
     convenience init(
         testCase: XCTestCase, mock: MockHarness, acmeRateLimit: (perHour: Int, burst: Int)? = nil,
-        extraConfig: [String: Any] = [:], acmeExtra: [String: Any] = [:]
+        extraConfig: [String: Any] = [:], acmeExtra: [String: Any] = [:], acmeCertificate: [String: Any]? = nil
     ) throws {
         try self.init(
             testCase: testCase, mockPort: mock.port, material: mock.material, managePort: mock.server.managePort,
-            acmeRateLimit: acmeRateLimit, extraConfig: extraConfig, acmeExtra: acmeExtra)
+            acmeRateLimit: acmeRateLimit, extraConfig: extraConfig, acmeExtra: acmeExtra,
+            acmeCertificate: acmeCertificate)
     }
 
     /// - Parameters:
@@ -49,7 +52,7 @@ final class ServeHarness: @unchecked Sendable {
     init(
         testCase: XCTestCase, mockPort: Int, material: TestTLSMaterial, managePort: Int? = nil,
         acmeRateLimit: (perHour: Int, burst: Int)? = nil, extraConfig: [String: Any] = [:],
-        acmeExtra: [String: Any] = [:]
+        acmeExtra: [String: Any] = [:], acmeCertificate: [String: Any]? = nil
     ) throws {
         directory = try ProcessSupport.temporaryDirectory(for: testCase, "serve")
         database = (directory as NSString).appendingPathComponent("fanout.db")
@@ -63,14 +66,17 @@ final class ServeHarness: @unchecked Sendable {
             if let managePort { app["manage_endpoint"] = "localhost:\(managePort)" }
             return app.merging(extra) { _, new in new }
         }
+        var acmeApp = app([
+            "pushwoosh_application": Self.pushwooshApplication, "braze_app_id": Self.brazeAppID,
+        ])
+        if let acmeCertificate {
+            for key in ["team_id", "key_id", "key_path"] { acmeApp[key] = nil }
+            acmeApp.merge(acmeCertificate) { _, new in new }
+        }
         var acme: [String: Any] = [
             "server_keys_sha256": [SHA256Digest.hexHash(ServeKeys.acmeServer)],
             "device_keys_sha256": [SHA256Digest.hexHash(ServeKeys.acmeDevice)],
-            "apps": [
-                Self.acmeApp: app([
-                    "pushwoosh_application": Self.pushwooshApplication, "braze_app_id": Self.brazeAppID,
-                ])
-            ],
+            "apps": [Self.acmeApp: acmeApp],
         ]
         if let limit = acmeRateLimit {
             acme["rate_limit"] = ["requests_per_hour": limit.perHour, "burst": limit.burst]
@@ -88,12 +94,13 @@ final class ServeHarness: @unchecked Sendable {
     }
 
     /// Starts (or restarts) the server on a free port and waits for its `listening on` line.
-    func start(arguments: [String] = []) throws {
+    /// `environment` is added to the test's clean environment.
+    func start(arguments: [String] = [], environment: [String: String] = [:]) throws {
         let child = try RunningProcess(
             fanout,
             ["serve", "--config", configPath, "--db", database, "--listen", "127.0.0.1:0", "--log-format", "json"]
                 + arguments,
-            environment: ProcessSupport.cleanEnvironment())
+            environment: ProcessSupport.cleanEnvironment(adding: environment))
         let line = try child.firstStdoutLine(timeout: 30)
         guard line.hasPrefix("listening on 127.0.0.1:"), let port = Int(line.split(separator: ":").last ?? "") else {
             throw ProcessSupportError("unexpected first line from fanout serve: \(line)")
