@@ -139,4 +139,32 @@ final class ProxyTests: XCTestCase {
         XCTAssertEqual(direct.exitCode, 0, direct.summary)
         XCTAssertEqual(connectRequests().count, 1, "no CONNECT but the first push's")
     }
+
+    /// `fanout serve` reaches APNs through the proxy its config names, and refuses at start a proxy URL it cannot
+    /// use, naming the key and never the password.
+    func testServeSendsThroughTheProxyOfItsConfig() throws {
+        let material = TestTLSMaterial(directory: "\(directory)/tls")
+        let serve = try ServeHarness(
+            testCase: self, mockPort: mock.port, material: material, extraConfig: ["proxy": proxyURL])
+        try serve.start()
+        addTeardownBlock { XCTAssertEqual(serve.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        let pushed = try serve.curl(
+            "POST", "/v1/push", key: ServeKeys.acmeServer,
+            json:
+                #"{"alert": {"title": "t"}, "audience": {"tokens": ["\#(testDeviceToken(1))", "\#(testDeviceToken(2))"]}}"#
+        )
+        XCTAssertEqual(pushed.status, 202, pushed.text)
+        let id = try XCTUnwrap(try pushed.object()["dispatch_id"] as? String, pushed.text)
+        let done = try serve.waitForDispatch(id)
+        XCTAssertEqual(done["delivered"] as? Int, 2, "\(done)")
+        XCTAssertFalse(connectRequests().isEmpty, "through the proxy: \(proxy.stdoutText())")
+        XCTAssertTrue(connectRequests().allSatisfy { $0.contains("CONNECT 127.0.0.1:\(mock.port) ") })
+        let broken = try ServeHarness(
+            testCase: self, mockPort: mock.port, material: material,
+            extraConfig: ["proxy": "socks5://\(Self.user):\(Self.password)@127.0.0.1:1080"])
+        XCTAssertThrowsError(try broken.start()) { error in
+            XCTAssertTrue("\(error)".contains("proxy"), "\(error)")
+            XCTAssertFalse("\(error)".contains(Self.password), "\(error)")
+        }
+    }
 }

@@ -30,6 +30,9 @@ package struct ServiceConfiguration: Sendable {
     /// With `redis`: the instance also takes shards from the fleet's stream (`fanout enqueue`'s jobs) and sends them
     /// with its team engines, as a `fanout worker` does (`fleet_worker`; false for an API-only instance).
     package var fleetWorker = true
+    /// `proxy`: the HTTP proxy every connection to Apple goes through (`http://[user:password@]host:port`), or
+    /// `none`; nil: the environment's `HTTPS_PROXY` unless `NO_PROXY` names the host.
+    package var proxy: String?
     package var maxConnections = 10_000
     /// A request head not complete this long after its first byte gets 408 and the connection closes.
     package var headerTimeout: Duration = .seconds(10)
@@ -51,6 +54,19 @@ package struct ServiceConfiguration: Sendable {
     package var workspaces: [String: WorkspaceConfiguration] = [:]
 
     package init() {}
+
+    /// The proxy for connections to `host`: `proxy`, else the environment's `HTTPS_PROXY` unless `NO_PROXY` names the
+    /// host; nil for `none` or when none applies.
+    package func proxy(for host: String, environment: [String: String]) throws(ServiceConfigurationError)
+        -> APNsProxy?
+    {
+        do {
+            guard let proxy else { return try APNsProxy.fromEnvironment(for: host, environment: environment) }
+            return proxy == "none" ? nil : try APNsProxy(url: proxy)
+        } catch {
+            throw ServiceConfigurationError("proxy", error.message)
+        }
+    }
 
     /// The app with this bundle id (bundle ids are unique across workspaces).
     package func app(_ bundleID: String) -> AppConfiguration? {
@@ -207,7 +223,7 @@ private struct ConfigReader {
         let object = try object(
             root, "",
             keys: [
-                "listen", "db", "redis", "fleet_worker", "max_connections", "header_timeout_seconds",
+                "listen", "db", "redis", "fleet_worker", "proxy", "max_connections", "header_timeout_seconds",
                 "write_timeout_seconds",
                 "threads",
                 "tls_cert", "tls_key",
@@ -223,6 +239,11 @@ private struct ConfigReader {
         }
         if let db = try string(object, "db", "") { config.database = resolve(db) }
         config.redis = try string(object, "redis", "")
+        config.proxy = try string(object, "proxy", "")
+        // Checked now, so that a mistyped URL stops the start naming the key (never the password).
+        if let proxy = config.proxy, proxy != "none" {
+            do { _ = try APNsProxy(url: proxy) } catch { throw ServiceConfigurationError("proxy", error.message) }
+        }
         if let value = object["fleet_worker"], !value.isNull {
             guard let flag = value.boolValue else {
                 throw ServiceConfigurationError("fleet_worker", "must be true or false")

@@ -32,16 +32,18 @@ package final class TeamChannelClients: Sendable {
                 byApp[app.bundleID] = client
                 continue
             }
+            let environment = ProcessInfo.processInfo.environment
+            let proxy = try configuration.proxy(for: manage.host, environment: environment)
             do {
                 let client: BroadcastChannelClient
                 if app.certificate == nil, let source = tokenSources[app.teamID] {
                     client = try BroadcastChannelClient(
-                        endpoint: manage, tokenSource: source, caFile: app.caFile, requestTimeout: .seconds(10))
+                        endpoint: manage, tokenSource: source, caFile: app.caFile, requestTimeout: .seconds(10),
+                        proxy: proxy)
                 } else {
                     client = try BroadcastChannelClient(
-                        endpoint: manage,
-                        credentials: try app.credentials(environment: ProcessInfo.processInfo.environment),
-                        caFile: app.caFile, requestTimeout: .seconds(10))
+                        endpoint: manage, credentials: try app.credentials(environment: environment),
+                        caFile: app.caFile, requestTimeout: .seconds(10), proxy: proxy)
                 }
                 byKey[key] = client
                 byApp[app.bundleID] = client

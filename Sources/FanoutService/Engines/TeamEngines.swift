@@ -52,6 +52,7 @@ package final class TeamEngines: Sendable {
             engineConfiguration.loops = configuration.loopsPerEngine
             engineConfiguration.connectionsPerLoop = configuration.connectionsPerLoop
             engineConfiguration.maxAttempts = configuration.maxAttempts
+            engineConfiguration.proxy = try configuration.proxy(for: app.endpoint.host, environment: environment)
             // Each workspace's send budget (`send_budget`; the library's are opt-in, the service keeps 250,000 an
             // hour), decided by the shared budget with Redis.
             engineConfiguration.rateLimits = budgets
