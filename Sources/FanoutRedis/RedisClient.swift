@@ -62,16 +62,28 @@ package final class RedisClient: Sendable {
     package let configuration: RedisConfiguration
     private let loop: LoopThread
     private let ownsLoop: Bool
-    private let core: RedisClientCore
+    private let backend: Backend
+
+    /// One server, or a cluster (`redis+cluster://`): the same calls, routed by the cluster core.
+    private enum Backend: Sendable {
+        case server(RedisClientCore)
+        case cluster(RedisClusterCore)
+    }
 
     /// Starts connecting at once (on `loop`, or on a loop thread of its own when nil).
     package init(configuration: RedisConfiguration, loop: LoopThread? = nil) {
         self.configuration = configuration
         self.loop = loop ?? LoopThread(name: "fanout-redis")
         ownsLoop = loop == nil
-        let core = RedisClientCore(loop: self.loop, configuration: configuration)
-        self.core = core
-        try? self.loop.execute { core.start() }
+        if configuration.url.isCluster {
+            let core = RedisClusterCore(loop: self.loop, configuration: configuration)
+            backend = .cluster(core)
+            try? self.loop.execute { core.start() }
+        } else {
+            let core = RedisClientCore(loop: self.loop, configuration: configuration)
+            backend = .server(core)
+            try? self.loop.execute { core.start() }
+        }
     }
 
     /// A client for `url` (see `RedisURL`) with the default timeouts.
@@ -104,11 +116,16 @@ package final class RedisClient: Sendable {
         if batch.isEmpty { return [] }
         precondition(batch.allSatisfy { !$0.isEmpty }, "a Redis command needs at least its name")
         let milliseconds = Self.milliseconds(timeout ?? configuration.commandTimeout)
-        let core = self.core
+        let backend = self.backend
         let result: Result<[RedisValue], RedisError> = await withCheckedContinuation { continuation in
             do {
                 try loop.execute {
-                    core.submit(batch, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
+                    switch backend {
+                    case .server(let core):
+                        core.submit(batch, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
+                    case .cluster(let core):
+                        core.submit(batch, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
+                    }
                 }
             } catch {
                 continuation.resume(returning: .failure(RedisError(.shutdown, "the Redis client has shut down")))
@@ -120,11 +137,14 @@ package final class RedisClient: Sendable {
     /// Fails every pending command with `.shutdown`, closes the connection and stops reconnecting; then stops the
     /// client's own loop thread. Idempotent.
     package func shutdown() async {
-        let core = self.core
+        let backend = self.backend
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             do {
                 try loop.execute {
-                    core.shutdown()
+                    switch backend {
+                    case .server(let core): core.shutdown()
+                    case .cluster(let core): core.shutdown()
+                    }
                     continuation.resume()
                 }
             } catch {
@@ -223,6 +243,12 @@ final class RedisClientCore: @unchecked Sendable {
     private var lastConnectionError: RedisError?
     private var isShutdown = false
     private var stopActionID = 0
+    /// Told when the connection becomes ready (true) or ends (false): how the cluster client, which has one core per
+    /// node, learns that a node can take commands or was lost. Nil for a plain client.
+    var connectionObserver: ((Bool) -> Void)?
+
+    /// True while a connection is ready: a command submitted now is written at once.
+    var isConnected: Bool { connection?.isReady ?? false }
 
     init(loop: LoopThread, configuration: RedisConfiguration) {
         self.loop = loop
@@ -393,6 +419,7 @@ final class RedisClientCore: @unchecked Sendable {
             }
             dispatch(request, on: connection)
         }
+        if connection === self.connection { connectionObserver?(true) }
     }
 
     func connectionDidEnd(_ connection: RedisConnection, error: RedisError) {
@@ -410,6 +437,7 @@ final class RedisClientCore: @unchecked Sendable {
         let delay = Self.backoff(attempt: reconnectAttempt, configuration.reconnectBackoff)
         reconnectAttempt += 1
         reconnectTimer?.schedule(milliseconds: delay) { [unowned self] in startConnecting() }
+        connectionObserver?(false)
     }
 
     /// The delay before attempt `attempt` (0-based): `initial * 2^attempt`, capped at `maximum`, drawn from [d/2, d].
