@@ -449,10 +449,12 @@ final class RedisClusterCore: @unchecked Sendable {
             error = RedisError(.timeout, "\(request.name) not answered by the cluster \(after)")
         } else if request.units.contains(where: { $0.state == .backingOff }) {
             error = RedisError(
-                .timeout, "\(request.name) not done \(after): the cluster kept answering \(request.lastTransientReply ?? "")")
+                .timeout,
+                "\(request.name) not done \(after): the cluster kept answering \(request.lastTransientReply ?? "")")
         } else {
             error = RedisError(
-                .unavailable, "\(request.name) not sent \(after): \(request.holdReason ?? "no node of the cluster is ready")")
+                .unavailable,
+                "\(request.name) not sent \(after): \(request.holdReason ?? "no node of the cluster is ready")")
         }
         finish(request, .failure(error))
     }

@@ -124,7 +124,8 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
                 throw RedisError(.invalidURL, "the database of a Redis URL must be a number >= 0, not '\(path)'")
             }
             guard value == 0 || !cluster else {
-                throw RedisError(.invalidURL, "a Redis Cluster has only database 0: a redis+cluster:// URL takes no /db")
+                throw RedisError(
+                    .invalidURL, "a Redis Cluster has only database 0: a redis+cluster:// URL takes no /db")
             }
             database = value
         }
