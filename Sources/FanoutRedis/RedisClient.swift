@@ -243,9 +243,12 @@ final class RedisClientCore: @unchecked Sendable {
     private var lastConnectionError: RedisError?
     private var isShutdown = false
     private var stopActionID = 0
-    /// Told when the connection becomes ready (true) or ends (false): how the cluster client, which has one core per
+    /// Told when the connection becomes ready (nil) or ends (why): how the cluster client, which has one core per
     /// node, learns that a node can take commands or was lost. Nil for a plain client.
-    var connectionObserver: ((Bool) -> Void)?
+    var connectionObserver: ((RedisError?) -> Void)?
+
+    /// Why the last connection ended or failed; nil once one is ready.
+    var lastError: RedisError? { lastConnectionError }
 
     /// True while a connection is ready: a command submitted now is written at once.
     var isConnected: Bool { connection?.isReady ?? false }
@@ -419,7 +422,7 @@ final class RedisClientCore: @unchecked Sendable {
             }
             dispatch(request, on: connection)
         }
-        if connection === self.connection { connectionObserver?(true) }
+        if connection === self.connection { connectionObserver?(nil) }
     }
 
     func connectionDidEnd(_ connection: RedisConnection, error: RedisError) {
@@ -437,7 +440,7 @@ final class RedisClientCore: @unchecked Sendable {
         let delay = Self.backoff(attempt: reconnectAttempt, configuration.reconnectBackoff)
         reconnectAttempt += 1
         reconnectTimer?.schedule(milliseconds: delay) { [unowned self] in startConnecting() }
-        connectionObserver?(false)
+        connectionObserver?(error)
     }
 
     /// The delay before attempt `attempt` (0-based): `initial * 2^attempt`, capped at `maximum`, drawn from [d/2, d].

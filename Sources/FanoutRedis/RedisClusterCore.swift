@@ -268,7 +268,9 @@ final class RedisClusterCore: @unchecked Sendable {
                 }
                 guard node.core.isConnected else {
                     holding = true
-                    request.holdReason = "no connection to \(node.address), which serves slot \(slot)"
+                    request.holdReason =
+                        "no connection to \(node.address), which serves slot \(slot)"
+                        + (node.core.lastError.map { " (\($0.message))" } ?? "")
                     continue
                 }
                 add(unit, to: node, asking: false)
@@ -484,16 +486,22 @@ final class RedisClusterCore: @unchecked Sendable {
         let core = RedisClientCore(loop: loop, configuration: nodeConfiguration)
         let node = RedisClusterNode(address: address, core: core, isSeed: isSeed)
         nodes[address] = node
-        core.connectionObserver = { [unowned self, unowned node] ready in connectionChanged(node, ready: ready) }
+        core.connectionObserver = { [unowned self, unowned node] error in connectionChanged(node, error: error) }
         core.start()
         return node
     }
 
-    private func connectionChanged(_ node: RedisClusterNode, ready: Bool) {
+    /// `error` nil: the node's connection is ready; otherwise it ended (or an attempt failed) for that reason.
+    private func connectionChanged(_ node: RedisClusterNode, error: RedisError?) {
         guard !isShutdown else { return }
-        if ready {
+        guard let error else {
             if slots.isEmpty || isRefreshWanted { requestRefresh() }
             rerouteHeld()
+            return
+        }
+        if error.kind == .authenticationFailed {
+            // Every node takes the URL's credentials: a refused AUTH will not pass by waiting, as on one server.
+            for request in held.values.sorted(by: { $0.id < $1.id }) { finish(request, .failure(error)) }
         } else if primaries.contains(where: { $0 === node }) {
             requestRefresh()  // a primary lost: perhaps a failover
         }

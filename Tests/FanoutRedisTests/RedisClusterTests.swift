@@ -47,6 +47,34 @@ final class RedisClusterTests: XCTestCase {
         }
     }
 
+    // MARK: Not a cluster
+
+    func testAClusterURLToAServerWithoutClusterSupportFailsAtTheDeadlineSayingWhy() async throws {
+        let server = try RedisServerProcess(for: self)
+        try await withClient("redis+cluster://127.0.0.1:\(server.port)") { client in
+            let start = ContinuousClock.now
+            let error = await redisError { () async throws(RedisError) in
+                try await client.command(["GET", "k"], timeout: .milliseconds(500))
+            }
+            XCTAssertEqual(error?.kind, .unavailable, "\(String(describing: error))")
+            XCTAssertTrue(error?.message.contains("cluster support disabled") ?? false, "\(String(describing: error))")
+            XCTAssertLessThan(ContinuousClock.now - start, .seconds(2) * testTimeScale)
+        }
+    }
+
+    func testARefusedPasswordFailsAtOnceAsOnOneServer() async throws {
+        let server = try RedisServerProcess(for: self, extra: ["--requirepass", "right"])
+        try await withClient("redis+cluster://:wrong@127.0.0.1:\(server.port)") { client in
+            let start = ContinuousClock.now
+            let error = await redisError { () async throws(RedisError) in
+                try await client.command(["GET", "k"], timeout: .seconds(10))
+            }
+            XCTAssertEqual(error?.kind, .authenticationFailed, "\(String(describing: error))")
+            XCTAssertFalse(error?.message.contains("wrong") ?? true)
+            XCTAssertLessThan(ContinuousClock.now - start, .seconds(2) * testTimeScale)
+        }
+    }
+
     // MARK: A cluster
 
     func testCommandsPipelinesScriptsAndTransactionsAcrossThreePrimaries() async throws {
