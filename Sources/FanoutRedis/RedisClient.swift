@@ -58,6 +58,16 @@ package struct RedisConfiguration: Sendable {
 /// - **Shutdown.** `shutdown()` fails every pending command with `.shutdown` and closes the connection; later calls
 ///   fail with `.shutdown` at once.
 /// - **Task cancellation** does not interrupt a command (not yet): its deadline bounds how long a call can take.
+/// - **Redis Cluster** (a `redis+cluster://` URL, see `RedisURL`): the same calls, routed by `RedisClusterCore`. The
+///   slot map comes from `CLUSTER SLOTS`; each primary gets one connection (a core as above, so deadlines,
+///   reconnection and LOADING/READONLY retries are per node); each command goes to the primary of its first key's
+///   slot (`RedisClusterRoute`, `RedisClusterSlot`), keyless ones to any primary, `SCRIPT LOAD`/`FLUSH`, `FLUSHALL` and
+///   `FLUSHDB` to every primary. A batch is split per node and its replies put back in order; a `MULTI` ... `EXEC`
+///   transaction goes whole to one node and must stay in one slot (else `.crossSlot`, nothing sent). `MOVED`
+///   updates the map and re-sends, `ASK` re-sends once behind `ASKING`, `TRYAGAIN` and `CLUSTERDOWN` are retried with
+///   backoff, all within the call's deadline; a command whose node has no connection waits for it or for a new map
+///   (a failover), also within the deadline. A command in flight on a connection that breaks fails with
+///   `.connectionLost`, as on one server.
 package final class RedisClient: Sendable {
     package let configuration: RedisConfiguration
     private let loop: LoopThread
