@@ -142,6 +142,8 @@ final class RedisClusterCore: @unchecked Sendable {
     private var lastRefreshStart: UInt64 = 0
     /// Why the last slot-map read failed, for the messages of calls that could not be routed.
     private var lastMapError: String?
+    /// Nodes shut down since the last map was applied (see `retireIfIdle`).
+    private var retiredNodes: [RedisClusterNode] = []
 
     init(loop: LoopThread, configuration: RedisConfiguration) {
         self.loop = loop
@@ -526,6 +528,10 @@ final class RedisClusterCore: @unchecked Sendable {
         nodes[node.address] = nil
         node.core.connectionObserver = nil
         node.core.shutdown()
+        // Kept until the next map is applied: called inside one of the node's own reply callbacks, the shutdown's
+        // `redisAsyncFree` is deferred by hiredis until the callback returns, and then reaches the core through its
+        // connection's unowned reference; the core must outlive that.
+        retiredNodes.append(node)
     }
 
     // MARK: Slot map
@@ -589,6 +595,8 @@ final class RedisClusterCore: @unchecked Sendable {
     /// Replaces the map with `reply` (`CLUSTER SLOTS`: `[start, end, [host, port, id, ...], replicas...]` per range).
     /// False when it cannot be read.
     private func apply(_ reply: RedisValue, from answering: RedisNodeAddress) -> Bool {
+        // Retired before this read began: their connections ended in an earlier loop turn.
+        retiredNodes = []
         guard let ranges = reply.array, !ranges.isEmpty else { return false }
         var newSlots = [RedisClusterNode?](repeating: nil, count: RedisClusterSlot.count)
         var newPrimaries: [RedisClusterNode] = []
