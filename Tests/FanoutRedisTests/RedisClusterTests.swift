@@ -79,7 +79,11 @@ final class RedisClusterTests: XCTestCase {
 
     func testCommandsPipelinesScriptsAndTransactionsAcrossThreePrimaries() async throws {
         let cluster = try RedisClusterProcess(for: self)
-        try await withClient(cluster.url) { client in
+        // The first seed has nothing listening: the map comes from the next.
+        let deadSeed = try RedisServerProcess.freeLoopbackPort()
+        let url = cluster.url.replacingOccurrences(
+            of: "redis+cluster://", with: "redis+cluster://127.0.0.1:\(deadSeed),")
+        try await withClient(url) { client in
             // The client's slots are the server's.
             for key in ["123456789", "{user1000}.following", "fanout:job:{j7}:meta", "k\u{00e9}y", "a{}b"] {
                 let server = try cluster.cli(cluster.servers[0].port, ["CLUSTER", "KEYSLOT", key])
@@ -217,8 +221,27 @@ final class RedisClusterTests: XCTestCase {
             // ASK does not change the client's map: {m}b is still read from the source.
             XCTAssertEqual(Int(try cluster.cli(source.port, ["EXISTS", "{m}b"])), 1)
 
-            // The rest moves and the slot is assigned to the destination: the source answers MOVED, once.
+            // A multi-key command over keys on both sides is answered TRYAGAIN: retried until the deadline...
+            let start = ContinuousClock.now
+            let busy = await redisError { () async throws(RedisError) in
+                try await client.command(["MGET", "{m}a", "{m}b"], timeout: .milliseconds(300))
+            }
+            XCTAssertEqual(busy?.kind, .timeout, "\(String(describing: busy))")
+            XCTAssertTrue(busy?.message.contains("TRYAGAIN") ?? false, "\(String(describing: busy))")
+            XCTAssertLessThan(ContinuousClock.now - start, .seconds(2) * testTimeScale)
+            // ... and answered once the rest has moved (then ASK sends it to the destination).
+            let tryAgainBefore = try errorCount(cluster, source.port, "TRYAGAIN")
+            let waiting = Task { () async throws(RedisError) -> RedisValue in
+                try await client.command(["MGET", "{m}a", "{m}b"], timeout: .seconds(10))
+            }
+            try await poll("the MGET answered TRYAGAIN") {
+                try errorCount(cluster, source.port, "TRYAGAIN") > tryAgainBefore
+            }
             try cluster.migrate(keys: ["{m}b"], from: source.port, to: destination.port)
+            let both = try await waiting.value
+            XCTAssertEqual(both.array?.map(\.integer), [1, 2])
+
+            // The slot is assigned to the destination: the source answers MOVED, once.
             try cluster.finishSlotMigration(slot, to: destination.port, from: source.port)
             let movedBefore = try errorCount(cluster, source.port, "MOVED")
             let afterMove = try await client.commands([
