@@ -4,9 +4,10 @@
 /// - The port defaults to 6379 and the database to 0. An IPv6 host is written in brackets (`redis://[::1]:6379`).
 /// - `user` and `password` may be percent-encoded (`%40` for `@`). With a user, the client sends `AUTH user password`
 ///   (Redis 6 ACLs); with only a password (`redis://:secret@host`), `AUTH password`.
-/// - `redis+cluster://` says the server is a Redis Cluster: the hosts are seed nodes (any nodes of the cluster, one is
-///   enough; more are tried when the first cannot be reached), the client reads the slot map from them (`CLUSTER
-///   SLOTS`) and connects to every primary (see `RedisClient`). The credentials apply to every node. A cluster has
+/// - `redis+cluster://` says the server is a Redis Cluster: the hosts are seed nodes (any nodes of the cluster; one is
+///   enough, more help when some cannot be reached). The client connects to every seed, reads the slot map
+///   (`CLUSTER SLOTS`) from the first that answers, and connects to every primary (see `RedisClient`); a seed that
+///   cannot be reached is retried in the background, as a single server is. The credentials apply to every node. A cluster has
 ///   only database 0, so a cluster URL takes no `/db`. The scheme decides, not a probe: a plain `redis://` client
 ///   never sends `CLUSTER` commands, so the single-server path costs nothing more.
 /// - `rediss://` (TLS) is refused: Debian 12's hiredis 0.14 (libhiredis-dev 0.14.1) is built without TLS, there is
