@@ -54,7 +54,8 @@ let package = Package(
         // The token registry: the store protocol, its SQLite implementation, lifecycle, change feed, import.
         .target(name: "FanoutRegistry", dependencies: ["FanoutCore", "FanoutSQLite"], swiftSettings: internalImports),
         // A Redis client (issue 14's fleet builds on it): hiredis's async API on a LoopThread, with deadlines,
-        // reconnection, LOADING/READONLY retries and scripts. The only Swift that imports CHiredis; everything `package`.
+        // reconnection, LOADING/READONLY retries, scripts and Redis Cluster routing. The only Swift that imports
+        // CHiredis; everything `package`.
         .target(
             name: "FanoutRedis", dependencies: ["FanoutTransport", "CHiredis", "CLibUV", "COpenSSL"],
             swiftSettings: internalImports),

@@ -58,20 +58,42 @@ package struct RedisConfiguration: Sendable {
 /// - **Shutdown.** `shutdown()` fails every pending command with `.shutdown` and closes the connection; later calls
 ///   fail with `.shutdown` at once.
 /// - **Task cancellation** does not interrupt a command (not yet): its deadline bounds how long a call can take.
+/// - **Redis Cluster** (a `redis+cluster://` URL, see `RedisURL`): the same calls, routed by `RedisClusterCore`. The
+///   slot map comes from `CLUSTER SLOTS`; each primary gets one connection (a core as above, so deadlines,
+///   reconnection and LOADING/READONLY retries are per node); each command goes to the primary of its first key's
+///   slot (`RedisClusterRoute`, `RedisClusterSlot`), keyless ones to any primary, `SCRIPT LOAD`/`FLUSH`, `FLUSHALL` and
+///   `FLUSHDB` to every primary. A batch is split per node and its replies put back in order; a `MULTI` ... `EXEC`
+///   transaction goes whole to one node and must stay in one slot (else `.crossSlot`, nothing sent). `MOVED`
+///   updates the map and re-sends, `ASK` re-sends once behind `ASKING`, `TRYAGAIN` and `CLUSTERDOWN` are retried with
+///   backoff, all within the call's deadline; a command whose node has no connection waits for it or for a new map
+///   (a failover), also within the deadline. A command in flight on a connection that breaks fails with
+///   `.connectionLost`, as on one server.
 package final class RedisClient: Sendable {
     package let configuration: RedisConfiguration
     private let loop: LoopThread
     private let ownsLoop: Bool
-    private let core: RedisClientCore
+    private let backend: Backend
+
+    /// One server, or a cluster (`redis+cluster://`): the same calls, routed by the cluster core.
+    private enum Backend: Sendable {
+        case server(RedisClientCore)
+        case cluster(RedisClusterCore)
+    }
 
     /// Starts connecting at once (on `loop`, or on a loop thread of its own when nil).
     package init(configuration: RedisConfiguration, loop: LoopThread? = nil) {
         self.configuration = configuration
         self.loop = loop ?? LoopThread(name: "fanout-redis")
         ownsLoop = loop == nil
-        let core = RedisClientCore(loop: self.loop, configuration: configuration)
-        self.core = core
-        try? self.loop.execute { core.start() }
+        if configuration.url.isCluster {
+            let core = RedisClusterCore(loop: self.loop, configuration: configuration)
+            backend = .cluster(core)
+            try? self.loop.execute { core.start() }
+        } else {
+            let core = RedisClientCore(loop: self.loop, configuration: configuration)
+            backend = .server(core)
+            try? self.loop.execute { core.start() }
+        }
     }
 
     /// A client for `url` (see `RedisURL`) with the default timeouts.
@@ -104,11 +126,16 @@ package final class RedisClient: Sendable {
         if batch.isEmpty { return [] }
         precondition(batch.allSatisfy { !$0.isEmpty }, "a Redis command needs at least its name")
         let milliseconds = Self.milliseconds(timeout ?? configuration.commandTimeout)
-        let core = self.core
+        let backend = self.backend
         let result: Result<[RedisValue], RedisError> = await withCheckedContinuation { continuation in
             do {
                 try loop.execute {
-                    core.submit(batch, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
+                    switch backend {
+                    case .server(let core):
+                        core.submit(batch, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
+                    case .cluster(let core):
+                        core.submit(batch, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
+                    }
                 }
             } catch {
                 continuation.resume(returning: .failure(RedisError(.shutdown, "the Redis client has shut down")))
@@ -120,11 +147,14 @@ package final class RedisClient: Sendable {
     /// Fails every pending command with `.shutdown`, closes the connection and stops reconnecting; then stops the
     /// client's own loop thread. Idempotent.
     package func shutdown() async {
-        let core = self.core
+        let backend = self.backend
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             do {
                 try loop.execute {
-                    core.shutdown()
+                    switch backend {
+                    case .server(let core): core.shutdown()
+                    case .cluster(let core): core.shutdown()
+                    }
                     continuation.resume()
                 }
             } catch {
@@ -223,6 +253,15 @@ final class RedisClientCore: @unchecked Sendable {
     private var lastConnectionError: RedisError?
     private var isShutdown = false
     private var stopActionID = 0
+    /// Told when the connection becomes ready (nil) or ends (why): how the cluster client, which has one core per
+    /// node, learns that a node can take commands or was lost. Nil for a plain client.
+    var connectionObserver: ((RedisError?) -> Void)?
+
+    /// Why the last connection ended or failed; nil once one is ready.
+    var lastError: RedisError? { lastConnectionError }
+
+    /// True while a connection is ready: a command submitted now is written at once.
+    var isConnected: Bool { connection?.isReady ?? false }
 
     init(loop: LoopThread, configuration: RedisConfiguration) {
         self.loop = loop
@@ -393,6 +432,7 @@ final class RedisClientCore: @unchecked Sendable {
             }
             dispatch(request, on: connection)
         }
+        if connection === self.connection { connectionObserver?(nil) }
     }
 
     func connectionDidEnd(_ connection: RedisConnection, error: RedisError) {
@@ -410,6 +450,7 @@ final class RedisClientCore: @unchecked Sendable {
         let delay = Self.backoff(attempt: reconnectAttempt, configuration.reconnectBackoff)
         reconnectAttempt += 1
         reconnectTimer?.schedule(milliseconds: delay) { [unowned self] in startConnecting() }
+        connectionObserver?(error)
     }
 
     /// The delay before attempt `attempt` (0-based): `initial * 2^attempt`, capped at `maximum`, drawn from [d/2, d].

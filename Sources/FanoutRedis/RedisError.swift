@@ -9,8 +9,8 @@ package struct RedisError: Error, Sendable, CustomStringConvertible, Equatable {
 
         /// The URL could not be parsed (the message names the part, never the password).
         package static let invalidURL = Kind(name: "invalid-url")
-        /// The URL asks for something this build cannot do: `rediss://` (TLS), because Debian's hiredis 0.14 has
-        /// no `hiredis_ssl`.
+        /// The URL or the call asks for something this client cannot do: `rediss://` (TLS), because Debian's hiredis
+        /// 0.14 has no `hiredis_ssl`; on a cluster, a batch holding a `MULTI` without its `EXEC` or `DISCARD`.
         package static let unsupported = Kind(name: "unsupported")
         /// The command was not answered within its deadline; the connection it was sent on has been dropped (a
         /// late answer could otherwise be taken for the next command's), and the client reconnects. The command
@@ -29,6 +29,10 @@ package struct RedisError: Error, Sendable, CustomStringConvertible, Equatable {
         package static let server = Kind(name: "server")
         /// `shutdown()` was called: the command was refused, or failed while waiting or in flight.
         package static let shutdown = Kind(name: "shutdown")
+        /// On a Redis Cluster, a batch holds a transaction (`MULTI` ... `EXEC`) whose keys are in more than one slot:
+        /// refused before anything is sent (Redis would refuse its EXEC with `CROSSSLOT`). A multi-key command on
+        /// keys of several slots is answered by Redis itself with a `CROSSSLOT` error reply (`.server`).
+        package static let crossSlot = Kind(name: "cross-slot")
         /// hiredis refused the command or the reply could not be read (out of memory, protocol error).
         package static let clientError = Kind(name: "client-error")
     }

@@ -1,19 +1,31 @@
-/// Where a Redis server is and how to log in: `redis://[[user]:password@]host[:port][/db]`.
+/// Where a Redis server is and how to log in: `redis://[[user]:password@]host[:port][/db]`; or where a Redis Cluster is:
+/// `redis+cluster://[[user]:password@]host[:port][,host[:port]...]`.
 ///
 /// - The port defaults to 6379 and the database to 0. An IPv6 host is written in brackets (`redis://[::1]:6379`).
 /// - `user` and `password` may be percent-encoded (`%40` for `@`). With a user, the client sends `AUTH user password`
 ///   (Redis 6 ACLs); with only a password (`redis://:secret@host`), `AUTH password`.
+/// - `redis+cluster://` says the server is a Redis Cluster: the hosts are seed nodes (any nodes of the cluster; one is
+///   enough, more help when some cannot be reached). The client connects to every seed, reads the slot map
+///   (`CLUSTER SLOTS`) from the first that answers, and connects to every primary (see `RedisClient`); a seed that
+///   cannot be reached is retried in the background, as a single server is. The credentials apply to every node. A cluster has
+///   only database 0, so a cluster URL takes no `/db`. The scheme decides, not a probe: a plain `redis://` client
+///   never sends `CLUSTER` commands, so the single-server path costs nothing more.
 /// - `rediss://` (TLS) is refused: Debian 12's hiredis 0.14 (libhiredis-dev 0.14.1) is built without TLS, there is
 ///   no `hiredis_ssl` library nor `hiredis_ssl.h` header to link, so the client cannot speak TLS. Reach a TLS-only
 ///   Redis through a local TLS tunnel (stunnel, spiped) and point `redis://` at it.
 ///
 /// The password never appears in `description` nor in any error: it is shown as `***`.
 package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
+    /// The server, or a cluster's first seed node.
     package var host: String
     package var port: Int
     package var user: String?
     package var password: String?
     package var database: Int
+    /// True for `redis+cluster://`: `host:port` and `otherSeeds` are seed nodes of a Redis Cluster.
+    package var isCluster: Bool
+    /// A cluster's seed nodes after the first (`host:port`); empty for a single server.
+    package var otherSeeds: [RedisNodeAddress]
 
     package init(host: String, port: Int = 6379, user: String? = nil, password: String? = nil, database: Int = 0) {
         self.host = host
@@ -21,20 +33,46 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
         self.user = user
         self.password = password
         self.database = database
+        isCluster = false
+        otherSeeds = []
+    }
+
+    /// A cluster URL: `seeds` (at least one) with the credentials every node takes.
+    package init(clusterSeeds seeds: [RedisNodeAddress], user: String? = nil, password: String? = nil) {
+        precondition(!seeds.isEmpty, "a cluster URL needs a seed node")
+        self.init(host: seeds[0].host, port: seeds[0].port, user: user, password: password)
+        isCluster = true
+        otherSeeds = Array(seeds.dropFirst())
+    }
+
+    /// Every seed node, the first being `host:port`.
+    package var seeds: [RedisNodeAddress] { [RedisNodeAddress(host: host, port: port)] + otherSeeds }
+
+    /// The single-server URL of one node of this URL's cluster (same credentials, database 0).
+    package func node(_ address: RedisNodeAddress) -> RedisURL {
+        RedisURL(host: address.host, port: address.port, user: user, password: password)
     }
 
     /// Parses `text`. Errors name the part that is wrong, never the password (nor the user info around it).
     package init(parsing text: String) throws(RedisError) {
         let rest: Substring
+        let cluster: Bool
         if text.hasPrefix("redis://") {
             rest = text.dropFirst("redis://".count)
+            cluster = false
+        } else if text.hasPrefix("redis+cluster://") {
+            rest = text.dropFirst("redis+cluster://".count)
+            cluster = true
         } else if text.hasPrefix("rediss://") {
             throw RedisError(
                 .unsupported,
                 "rediss:// (Redis over TLS) is not supported: Debian's hiredis 0.14 (libhiredis-dev) is built without "
                     + "TLS (no hiredis_ssl); use redis:// through a TLS tunnel such as stunnel")
         } else {
-            throw RedisError(.invalidURL, "a Redis URL starts with redis:// (redis://[user:password@]host:port[/db])")
+            throw RedisError(
+                .invalidURL,
+                "a Redis URL starts with redis:// (redis://[user:password@]host:port[/db]) or redis+cluster:// "
+                    + "(redis+cluster://[user:password@]host:port[,host:port...])")
         }
         // The user info ends at the last '@': a password may hold '@', '/', ':' or '?' unencoded.
         var afterUserInfo = rest
@@ -67,7 +105,36 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
             hostPort = afterUserInfo
             path = ""
         }
-        // Host, then an optional port.
+        // Hosts (one, or a cluster's seeds separated by commas), each with an optional port.
+        var addresses: [RedisNodeAddress] = []
+        for piece in hostPort.split(separator: ",", omittingEmptySubsequences: false) {
+            addresses.append(try Self.address(piece))
+        }
+        if addresses.count > 1, !cluster {
+            throw RedisError(
+                .invalidURL, "a redis:// URL names one host; several seed nodes are for redis+cluster://h1:p1,h2:p2")
+        }
+        host = addresses[0].host
+        port = addresses[0].port
+        otherSeeds = Array(addresses.dropFirst())
+        isCluster = cluster
+        if path.isEmpty {
+            database = 0
+        } else {
+            guard let value = Int(path), value >= 0, path.allSatisfy(\.isASCII) else {
+                throw RedisError(.invalidURL, "the database of a Redis URL must be a number >= 0, not '\(path)'")
+            }
+            guard value == 0 || !cluster else {
+                throw RedisError(
+                    .invalidURL, "a Redis Cluster has only database 0: a redis+cluster:// URL takes no /db")
+            }
+            database = value
+        }
+    }
+
+    /// One `host[:port]` of the URL (an IPv6 host in brackets).
+    private static func address(_ hostPort: Substring) throws(RedisError) -> RedisNodeAddress {
+        let host: String
         var portText: Substring? = nil
         if hostPort.hasPrefix("[") {
             guard let close = hostPort.firstIndex(of: "]") else {
@@ -96,39 +163,28 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
                 "the host of a Redis URL cannot hold ':', '%' or spaces (an IPv6 address goes in brackets; user info "
                     + "ends with '@': redis://user:password@host:port)")
         }
-        if let portText {
-            guard let value = Int(portText), (1...65535).contains(value), portText.allSatisfy(\.isASCII) else {
-                throw RedisError(
-                    .invalidURL,
-                    "the port of a Redis URL must be a number 1-65535 (user info ends with '@': "
-                        + "redis://user:password@host:port)")
-            }
-            port = value
-        } else {
-            port = 6379
+        guard let portText else { return RedisNodeAddress(host: host, port: 6379) }
+        guard let value = Int(portText), (1...65535).contains(value), portText.allSatisfy(\.isASCII) else {
+            throw RedisError(
+                .invalidURL,
+                "the port of a Redis URL must be a number 1-65535 (user info ends with '@': "
+                    + "redis://user:password@host:port)")
         }
-        if path.isEmpty {
-            database = 0
-        } else {
-            guard let value = Int(path), value >= 0, path.allSatisfy(\.isASCII) else {
-                throw RedisError(.invalidURL, "the database of a Redis URL must be a number >= 0, not '\(path)'")
-            }
-            database = value
-        }
+        return RedisNodeAddress(host: host, port: value)
     }
 
-    /// `redis://user:***@host:port/db`: the password redacted, for logs and errors.
+    /// `redis://user:***@host:port/db` (or `redis+cluster://user:***@h1:p1,h2:p2`): the password redacted, for logs
+    /// and errors.
     package var description: String {
-        var text = "redis://"
+        var text = isCluster ? "redis+cluster://" : "redis://"
         if password != nil { text += "\(user ?? ""):***@" }
-        text += host.contains(":") ? "[\(host)]" : host
-        text += ":\(port)"
+        text += seeds.map(\.endpoint).joined(separator: ",")
         if database != 0 { text += "/\(database)" }
         return text
     }
 
-    /// `host:port`, for messages.
-    package var endpoint: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    /// `host:port`, for messages (a cluster's first seed).
+    package var endpoint: String { RedisNodeAddress(host: host, port: port).endpoint }
 
     private static func percentDecoded(_ text: Substring) -> String? {
         var bytes: [UInt8] = []
@@ -154,4 +210,19 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
         default: nil
         }
     }
+}
+
+/// One node's address: a host (name, IPv4 or IPv6 address) and a port.
+package struct RedisNodeAddress: Sendable, Hashable, CustomStringConvertible {
+    package var host: String
+    package var port: Int
+
+    package init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// `host:port` (`[v6]:port`), for messages.
+    package var endpoint: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    package var description: String { endpoint }
 }

@@ -58,6 +58,9 @@ package final class RedisServerProcess {
 
     package var url: String { "redis://127.0.0.1:\(port)" }
 
+    /// True between a start and `kill()` (or until the process exits on its own).
+    package var isRunning: Bool { process?.isRunning ?? false }
+
     /// SIGKILL, and wait for the process to be gone (its sockets closed by the kernel).
     package func kill() {
         guard let process else { return }
