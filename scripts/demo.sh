@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo, in three parts.
+# make demo, in four parts.
 # Part 1: start mock-apns on a free port with freshly generated TLS material and signing key, send
 # examples/jobs.jsonl with `fanout send`, print the summary, stop the mock.
 # Part 2: the token registry. Import generated registrations, restart the mock with ~50 of activity
@@ -7,6 +7,8 @@
 # addressed by activity_id) with `fanout send --registry`, and show the registry pruned of those tokens.
 # Part 3: fanout serve against the mock (with its channel management listener): tokens registered over HTTP with
 # the device key, a broadcast channel created for the activity, an update by activity id, the dispatch read back.
+# Part 4: certificate-based authentication: mock-apns requiring client certificates, fanout push with the app's
+# .p12 (no provider token), and a topic the certificate does not cover refused before sending.
 # Exits 0 when every part behaves as expected.
 set -euo pipefail
 # The demo's mock is on this machine: an HTTPS_PROXY of the environment (which fanout honours) must not carry it.
