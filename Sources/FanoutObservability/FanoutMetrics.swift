@@ -26,6 +26,8 @@ package final class FanoutMetrics: FanoutMetricsListener {
     package let retries: MetricCounter
     package let inFlight: MetricGauge
     package let openConnections: MetricGauge
+    /// Connection attempts that failed before the connection was ready (TCP, a proxy's refusal, TLS, the preface).
+    package let connectionFailures: MetricCounter
     package let rateLimited: MetricFamily<MetricCounter>
     package let apnsRoundTrip: MetricHistogram
     /// `fanout_notifications_total{outcome=..., reason=""}` for each outcome, looked up without a lock.
@@ -47,6 +49,9 @@ package final class FanoutMetrics: FanoutMetricsListener {
         inFlight = registry.gauge(
             "fanout_notifications_in_flight", help: "Notifications sent to APNs and not yet answered.")
         openConnections = registry.gauge("fanout_open_connections", help: "Connections to APNs open now.")
+        connectionFailures = registry.counter(
+            "fanout_connection_failures_total",
+            help: "Connection attempts to APNs that failed before the connection was ready (TCP, proxy, TLS).")
         rateLimited = registry.counter(
             "fanout_rate_limited_total", help: "Requests refused or delayed by a workspace rate budget.",
             labelNames: ["workspace", "priority"])
@@ -114,5 +119,9 @@ package final class FanoutMetrics: FanoutMetricsListener {
 
     package func connectionRemoved() {
         openConnections.decrement()
+    }
+
+    package func connectionFailed(reason: String) {
+        connectionFailures.increment()
     }
 }

@@ -74,6 +74,27 @@ final class MetricsTests: XCTestCase {
         XCTAssertEqual(value("fanout_apns_round_trip_seconds_sum") ?? 0, 16.7345, accuracy: 1e-9)
     }
 
+    /// A connection that never becomes ready (here, refused) counts in `fanout_connection_failures_total`, which a
+    /// proxy's or TLS's refusal raises as well.
+    func testConnectionFailuresAreCounted() async throws {
+        let mock = try MockHarness()
+        let port = mock.port
+        let material = mock.material
+        mock.stop()
+        let metrics = FanoutMetrics()
+        let engine = try makeEngine(host: "127.0.0.1", port: port, material: material, loops: 1, connections: 1) {
+            $0.maxConnectAttempts = 2
+            $0.retryBase = .milliseconds(5)
+            $0.metricsListener = metrics
+        }
+        _ = try await engine.run(scoreUpdateJob(id: "nowhere", tokens: [testDeviceToken(1)])) { _ in }
+        await engine.shutdown()
+        XCTAssertGreaterThanOrEqual(metrics.connectionFailures.value, 2, "every failed attempt")
+        XCTAssertTrue(
+            metrics.registry.exposition().contains(
+                "fanout_connection_failures_total \(metrics.connectionFailures.value)"))
+    }
+
     func testScrapeOverRawSocketParsesAsPrometheusExposition() throws {
         let metrics = populatedMetrics()
         let endpoint = try MetricsEndpoint(registry: metrics.registry, host: "127.0.0.1", port: 0)
