@@ -2,7 +2,6 @@ import FanoutCore
 import FanoutPolicy
 import FanoutTransport
 import Foundation
-import Synchronization
 
 /// One notification on its way: which job, which token, its fixed `apns-id` (kept across retries),
 /// and how many attempts may have reached APNs.
@@ -162,7 +161,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     @exclusivity(unchecked) private var onWire: [PendingNotification?] = []
     @exclusivity(unchecked) private var freeWireSlots: [Int] = []
     /// Records the feeding tasks take (`takeSpares`) before they make new ones; at most `maxSpares`.
-    private let spares = Mutex<[PendingNotification]>([])
+    private let spares = FanoutMutex<[PendingNotification]>([])
     private let maxSpares: Int
     /// Runs `pump` once at the end of the loop turn in which answers freed streams. Created in `init`.
     private var pumpAtTurnEnd: LoopTurnAction!

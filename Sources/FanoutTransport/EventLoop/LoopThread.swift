@@ -1,6 +1,7 @@
 import CFanoutShims
 package import CLibUV
 import COpenSSL
+import FanoutCore
 import Foundation
 import Synchronization
 
@@ -58,7 +59,7 @@ package final class LoopThread: @unchecked Sendable {
         var tasks: [@Sendable () -> Void] = []
         var stopping = false
     }
-    private let queue = Mutex(Queue())
+    private let queue = FanoutMutex(Queue())
     /// Loop thread only: an empty array, with the capacity of an earlier drain, that the next drain swaps in for the
     /// queue's, so that a drain allocates nothing. (Copying the tasks out and `removeAll(keepingCapacity:)` on the
     /// queue's array would allocate a new buffer every time, since the copy would still share the old one.)
