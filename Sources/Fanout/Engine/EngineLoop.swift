@@ -305,8 +305,13 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             onWire.append(pending)
         }
         pending.connection = connection
+        // The id first: `submit` can complete the request before it returns (one the connection fails at once), and
+        // the completion can finish the record and hand it on (to the results thread, or when the loop is stopping
+        // to the spares, from which a feeding task refills it on another thread). So nothing touches `pending`
+        // once `submit` has it.
+        pending.requestID = connection.nextRequestID
         // No closure per notification: the connection hands `pending` back to `request(_:didComplete:on:)`.
-        pending.requestID = connection.submit(request, context: pending, handler: self)
+        connection.submit(request, context: pending, handler: self)
     }
 
     /// HTTP2ResponseHandler: a notification's stream ended; `context` is its PendingNotification.
