@@ -44,9 +44,9 @@ import FanoutCore
 ///
 /// ## Concurrency
 ///
-/// Thread-safe. Each limiter has its own `Mutex`, held for one refill and one comparison (tens of nanoseconds), so
-/// workspaces never contend with each other; there is no global lock. `RateLimiterRegistry` finds a workspace's
-/// limiter without taking any lock.
+/// Thread-safe. Each limiter has its own lock (`FanoutMutex`), held for one refill and one comparison (tens of
+/// nanoseconds), so workspaces never contend with each other; there is no global lock. `RateLimiterRegistry` finds a
+/// workspace's limiter without taking any lock.
 public final class WorkspaceRateLimiter: Sendable {
     /// The budget this limiter enforces.
     public let budget: RateBudget

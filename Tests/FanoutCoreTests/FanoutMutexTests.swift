@@ -38,7 +38,7 @@ final class FanoutMutexTests: XCTestCase {
         // __tsan_acquire (its annotation interface).
         let underThreadSanitizer = dlsym(nil, "__tsan_acquire") != nil
         XCTAssertEqual(
-            FanoutMutex<Int>.isVisibleToThreadSanitizer, underThreadSanitizer,
+            fanoutMutexIsPthreadMutex, underThreadSanitizer,
             underThreadSanitizer
                 ? "a ThreadSanitizer build without -Xswiftc -DFANOUT_TSAN: it cannot see Synchronization.Mutex"
                 : "FANOUT_TSAN set in a build without ThreadSanitizer")

@@ -25,7 +25,7 @@ import Synchronization
 /// and a `uv_prepare_t` (run just before the loop blocks for I/O) flushes every one of them.
 package final class LoopThread: @unchecked Sendable {
     // @unchecked Sendable: the C handles below are touched only on the loop thread; other threads
-    // touch only `queue` (behind a Mutex) and write to `wakeWriteFD`.
+    // touch only `queue` (behind a lock) and write to `wakeWriteFD`.
 
     /// Owned: allocated in init, closed with `uv_loop_close` and freed when the thread exits. `package` so that
     /// FanoutRedis can watch hiredis's socket with a `uv_poll_t` on it (on this loop's thread only).
