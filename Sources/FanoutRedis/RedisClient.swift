@@ -105,15 +105,21 @@ package final class RedisClient: Sendable {
         precondition(batch.allSatisfy { !$0.isEmpty }, "a Redis command needs at least its name")
         let milliseconds = Self.milliseconds(timeout ?? configuration.commandTimeout)
         let core = self.core
+        // The replies are made on the loop thread and read here after the await (HandOffFence says why the fence).
+        let fence = HandOffFence()
         let result: Result<[RedisValue], RedisError> = await withCheckedContinuation { continuation in
             do {
                 try loop.execute {
-                    core.submit(batch, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
+                    core.submit(batch, timeoutMilliseconds: milliseconds) { replies in
+                        fence.release()
+                        continuation.resume(returning: replies)
+                    }
                 }
             } catch {
                 continuation.resume(returning: .failure(RedisError(.shutdown, "the Redis client has shut down")))
             }
         }
+        fence.acquire()
         return try result.get()
     }
 
