@@ -8,7 +8,7 @@
 # whole suite is too slow under TSan, e.g. `bash scripts/sanitize.sh 'FanoutCoreTests|EngineTests'`.
 # A full run (no FILTER, no SANITIZE_SKIP, both sanitizers) writes its result to the "Sanitizers" section of
 # docs/RELIABILITY.md (SANITIZE_OUT to write elsewhere).
-# The whole suite takes about 7 minutes under TSan and 2 under ASan on 2 cores, plus the two builds.
+# The whole suite takes about 28 minutes under TSan on 2 shared cores (make sanitize-core: about 4), plus the builds.
 #
 # Environment:
 #   SANITIZERS        which to run, in order (default "thread address")
