@@ -33,11 +33,13 @@ let package = Package(
         // Function-like C macros that Swift cannot import, wrapped as functions.
         .target(name: "CFanoutShims", dependencies: ["COpenSSL"]),
 
-        // Pure Swift: APNs model (headers, reasons, responses, payloads, JSON) and the chunked line reader. Imports no
-        // C library but libc (the line reader's open/read).
+        // Pure Swift: APNs model (headers, reasons, responses, payloads, JSON), the chunked line reader and the
+        // package's lock (FanoutMutex). Imports no C library but libc (the line reader's open/read, the lock's
+        // pthread mutex in ThreadSanitizer builds).
         .target(name: "FanoutCore", swiftSettings: internalImports),
-        // Pure Swift policies: workspace rate limits (hierarchical token buckets, injectable clock).
-        .target(name: "FanoutPolicy", swiftSettings: internalImports),
+        // Pure Swift policies: workspace rate limits (hierarchical token buckets, injectable clock). FanoutCore for its
+        // lock (FanoutMutex).
+        .target(name: "FanoutPolicy", dependencies: ["FanoutCore"], swiftSettings: internalImports),
         // The only production Swift that imports the C modules: loop thread, TCP, TLS, the nghttp2
         // session (client and server connections), the HTTP server (HTTP/1.1 and HTTP/2, for `fanout serve` and
         // the metrics endpoint), ES256 keys and provider tokens. Everything is `package`.

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# make sanitize: the test suite under ThreadSanitizer and then AddressSanitizer.
+# make sanitize: the test suite under ThreadSanitizer and then AddressSanitizer. make sanitize-core (what CI runs):
+# ThreadSanitizer over the concurrent core's tests (Makefile's TSAN_CORE_TESTS).
 #
 #   bash scripts/sanitize.sh [FILTER]
 #
 # FILTER is passed to `swift test --filter` (a regex over Target.Class/method), for a subset when the
 # whole suite is too slow under TSan, e.g. `bash scripts/sanitize.sh 'FanoutCoreTests|EngineTests'`.
-# The whole suite takes about 7 minutes under TSan and 2 under ASan on 2 cores, plus the two builds.
+# A full run (no FILTER, no SANITIZE_SKIP, both sanitizers) writes its result to the "Sanitizers" section of
+# docs/RELIABILITY.md (SANITIZE_OUT to write elsewhere).
+# The whole suite takes about 28 minutes under TSan on 2 shared cores (make sanitize-core: about 4), plus the builds.
 #
 # Environment:
 #   SANITIZERS        which to run, in order (default "thread address")
@@ -20,10 +23,13 @@
 # Each sanitizer builds into its own scratch path (.build-tsan, .build-asan), so the normal .build is
 # untouched. Reports are written by the sanitizer runtimes to .build-<san>/reports/<san>.<pid>
 # (log_path), which also catches the mock-apns and fanout processes the integration tests start.
-# ThreadSanitizer reads scripts/tsan-suppressions.txt, where each suppression says why it is there.
-# TSan does not see Synchronization.Mutex's lock on Linux (see that file): reports whose two accesses both run
-# inside Mutex.withLock bodies are counted apart and listed in .build-tsan/reports.txt, not failed on.
-# The exit status is 0 only when every run built, passed its tests and left no other sanitizer report.
+# ThreadSanitizer reads scripts/tsan-suppressions.txt, where each suppression says why it is there (only code outside
+# this repository may be suppressed).
+# The ThreadSanitizer build is compiled with the FANOUT_TSAN condition (-Xswiftc -DFANOUT_TSAN): the package's lock,
+# FanoutMutex, is then a pthread mutex, which TSan intercepts, instead of Synchronization.Mutex, whose contended
+# hand-over (a futex syscall) it cannot see on Linux (Sources/FanoutCore/FanoutMutex.swift says more). So every
+# report counts: the exit status is 0 only when every run built, passed its tests and left no sanitizer report,
+# and the ThreadSanitizer canary (a deliberate race, after the tests) was reported.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -33,6 +39,7 @@ limit=${SANITIZE_TIMEOUT:-5400}
 jobs=${SANITIZE_JOBS:-$(nproc)}
 overall=0
 summary=()
+rows=()
 
 run_one() {
     local san=$1 short scratch reports log status tests failures
@@ -49,14 +56,19 @@ run_one() {
 
     echo "== $san: building into ${scratch#"$root"/} (limit ${limit}s)"
     local started=$SECONDS
+    local conditions=()
+    [ "$san" = thread ] && conditions=(-Xswiftc -DFANOUT_TSAN)
+    local built_in
     if ! timeout --kill-after=30 "$limit" swift build --build-tests --sanitize="$san" --scratch-path "$scratch" \
-        -j "$jobs" >"$scratch/build.log" 2>&1; then
+        -j "$jobs" "${conditions[@]}" >"$scratch/build.log" 2>&1; then
         tail -30 "$scratch/build.log"
         summary+=("$san: BUILD FAILED or timed out after $((SECONDS - started))s (see ${scratch#"$root"/}/build.log)")
+        rows+=("| $san | build failed | | | | $((SECONDS - started)) | |")
         overall=1
         return
     fi
-    echo "   built in $((SECONDS - started))s"
+    built_in=$((SECONDS - started))
+    echo "   built in ${built_in}s"
 
     local filter_args=()
     [ -n "$filter" ] && filter_args=(--filter "$filter")
@@ -80,7 +92,7 @@ run_one() {
         ASAN_OPTIONS="detect_leaks=0 quarantine_size_mb=16 log_path=$reports/asan ${ASAN_OPTIONS:-}" \
         FANOUT_TIME_SCALE=$([ "$san" = thread ] && echo 10 || echo 3) \
         timeout --kill-after=30 "$limit" swift test --skip-build --sanitize="$san" --scratch-path "$scratch" \
-        "${filter_args[@]}" >"$log" 2>&1
+        "${conditions[@]}" "${filter_args[@]}" >"$log" 2>&1
     status=$?
     local took=$((SECONDS - started))
 
@@ -89,41 +101,57 @@ run_one() {
     local passed=${tests:-no XCTest summary}
     local classified=$scratch/reports.txt
     classify_reports "$reports" >"$classified"
-    local total mutex unexplained
-    total=$(grep -c . "$classified")
-    mutex=$(grep -c '^mutex' "$classified")
-    unexplained=$((total - mutex))
+    local count
+    count=$(grep -c . "$classified")
     failures=$(grep -E "^Test Case .* failed" "$log" | sed -E "s/^Test Case '([^']*)' failed.*$/\1/" | sort -u)
+
+    # The canary: a clean ThreadSanitizer run means something only if this run can see a race at all, so the same
+    # build runs ThreadSanitizerCanaryTests once more with FANOUT_TSAN_CANARY=1, which makes it race on an
+    # unsynchronised counter (Tests/FanoutCoreTests/FanoutMutexTests.swift), and the run fails unless TSan reports it.
+    # Its reports go to a directory of their own and count for nothing else.
+    local canary_verdict="" canary_note=""
+    if [ "$san" = thread ]; then
+        local canary=$scratch/canary
+        rm -rf "$canary" && mkdir -p "$canary"
+        FANOUT_TSAN_CANARY=1 \
+            TSAN_OPTIONS="halt_on_error=0 exitcode=0 log_path=$canary/tsan ${TSAN_OPTIONS:-}" \
+            timeout --kill-after=30 "$limit" swift test --skip-build --sanitize="$san" --scratch-path "$scratch" \
+            "${conditions[@]}" --filter 'FanoutCoreTests\.ThreadSanitizerCanaryTests' >"$scratch/canary.log" 2>&1
+        local canary_status=$? caught
+        caught=$(classify_reports "$canary" | grep -c 'Tests/FanoutCoreTests/FanoutMutexTests.swift')
+        if [ "$canary_status" -ne 0 ] || [ "$caught" -eq 0 ]; then
+            canary_verdict="CANARY NOT REPORTED: the deliberate race went unseen (exit $canary_status, $caught report(s); see ${scratch#"$root"/}/canary.log)"
+        else
+            canary_note="   canary: the deliberate race was reported ($caught report(s) in ${canary#"$root"/}/)"
+        fi
+    fi
 
     local verdict=ok
     if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then verdict="TIMED OUT after ${took}s"; fi
     [ "$status" -ne 0 ] && [ "$verdict" = ok ] && verdict="TESTS FAILED (exit $status)"
-    [ "$unexplained" -gt 0 ] && [ "$verdict" = ok ] && verdict="SANITIZER REPORTS"
+    [ "$count" -gt 0 ] && [ "$verdict" = ok ] && verdict="SANITIZER REPORTS"
+    [ -n "$canary_verdict" ] && [ "$verdict" = ok ] && verdict=$canary_verdict
     [ "$verdict" != ok ] && overall=1
 
-    summary+=("$san: $verdict; $passed in ${took}s; $unexplained sanitizer report(s) to look at")
-    [ "$mutex" -gt 0 ] && summary+=("   + $mutex ThreadSanitizer report(s) with both accesses inside Mutex.withLock bodies: the lock TSan cannot see (scripts/tsan-suppressions.txt says why); not counted")
+    summary+=("$san: $verdict; $passed in ${took}s; $count sanitizer report(s)")
+    [ -n "$canary_note" ] && summary+=("$canary_note")
+    local executed failed
+    executed=$(grep -Eo '^Executed [0-9]+' <<<"$tests" | grep -Eo '[0-9]+')
+    failed=$(grep -Eo '[0-9]+ failures?' <<<"$tests" | grep -Eo '[0-9]+')
+    rows+=("| $san | $verdict | ${executed:-?} | ${failed:-?} | $count | $built_in | $took |")
     summary+=("   log ${log#"$root"/}, raw reports ${reports#"$root"/}/, one line per report in ${classified#"$root"/}")
     if [ -n "$failures" ]; then
         summary+=("   failing tests:")
         while IFS= read -r name; do summary+=("     $name"); done <<<"$failures"
     fi
-    if [ "$unexplained" -gt 0 ]; then
+    if [ "$count" -gt 0 ]; then
         # Distinct reports: kind and the first frame in the project's sources of each access.
-        while IFS= read -r line; do summary+=("   $line"); done < <(
-            grep -v '^mutex' "$classified" | cut -f2- | sort | uniq -c | sort -rn)
+        while IFS= read -r line; do summary+=("   $line"); done < <(sort "$classified" | uniq -c | sort -rn)
     fi
 }
 
-# One line per sanitizer report in the log files under $1: `mutex` or `report`, then tab-separated the kind and,
-# for each access (ThreadSanitizer) or the crash (AddressSanitizer), its first frame in the project's sources.
-#
-# A ThreadSanitizer report is `mutex` when both accesses run inside the body of a Synchronization.Mutex's withLock:
-# a frame whose mangled name is a closure taking `inout sending` and returning `sending` (mangled `zYu`, then `K`,
-# `YK<type>` or `<type>YK` when it throws (a generic body's thrown type comes before `YK`: SQLiteRegistryStore.read's
-# `zYuAIYKYTXEfU`), then `YTXEfU`), i.e. withLock's `(inout sending Value) throws(E) -> sending Result`; no
-# code in this repository declares such a closure itself. The frame may be below the access (a helper such as
-# ProviderTokenCache.mint(_:now:) that the body calls with `&state`).
+# One line per sanitizer report in the log files under $1: tab-separated, the kind and, for each access
+# (ThreadSanitizer) or the crash (AddressSanitizer), its first frame in the project's sources.
 classify_reports() {
     local file
     for file in "$1"/*; do
@@ -131,8 +159,7 @@ classify_reports() {
         awk '
             function flush() {
                 if (kind == "") return
-                label = (accesses >= 2 && locked[1] && locked[2]) ? "mutex" : "report"
-                line = label "\t" kind
+                line = kind
                 for (i = 1; i <= (accesses > 2 ? 2 : (accesses == 0 ? 1 : accesses)); i++)
                     line = line "\t" (where[i] == "" ? "?" : where[i])
                 print line
@@ -144,7 +171,6 @@ classify_reports() {
                 sub(/ \(pid=[0-9]+\)/, "", kind)
                 sub(/ on address 0x[0-9a-f]+.*/, "", kind)
                 accesses = 0
-                delete locked
                 delete where
                 section = 0
                 if (kind ~ /AddressSanitizer|LeakSanitizer/) { accesses = 1; section = 1 }
@@ -163,7 +189,6 @@ classify_reports() {
                 next
             }
             /^    #[0-9]+ / && section > 0 {
-                if ($2 ~ /zYu(K|YK[A-Za-z0-9_]+|[A-Za-z0-9_]+YK)?YTXEfU/) locked[section] = 1
                 if (where[section] == "" && match($0, /\/(Sources|Tools|Tests|Benchmarks)\/[^ ]*:[0-9]+/))
                     where[section] = substr($0, RSTART + 1, RLENGTH - 1)
                 next
@@ -174,7 +199,54 @@ classify_reports() {
     done
 }
 
+# record FILE: replaces the "Sanitizers" section at the end of FILE (from its marker on) with this run's result.
+# scripts/soak.sh, which writes the rest of the file, keeps the section.
+record() {
+    local file=$1 commit kernel kept=""
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit (with uncommitted changes)"
+    kernel=$(uname -sr)
+    [ -f "$file" ] && kept=$(sed '/^<!-- sanitize -->$/,$d' "$file")
+    {
+        printf '%s\n\n' "$kept"
+        cat <<EOF
+<!-- sanitize -->
+## Sanitizers
+
+The whole test suite under ThreadSanitizer and then AddressSanitizer, written by \`scripts/sanitize.sh\` at the end
+of each full run. CI runs the ThreadSanitizer part over the concurrent core's tests (\`make sanitize-core\`).
+
+- **Command:** \`make sanitize\`
+- **Date:** $(date -u '+%Y-%m-%d %H:%M UTC')
+- **Commit:** $commit
+- **Machine:** $(nproc) cores, $kernel; \`swift build -j $jobs\`.
+- **Verdict:** $([ "$overall" -eq 0 ] && echo "clean (exit 0)" || echo "FAILED (exit 1)")
+
+| sanitizer | verdict | tests | failures | reports | build s | tests s |
+|---|---|---:|---:|---:|---:|---:|
+$(printf '%s\n' "${rows[@]}")
+
+How to read it:
+- **Reports** counts every sanitizer report, in the test process and in the processes the tests start
+  (\`fanout\`, \`mock-apns\`); none is set aside. scripts/tsan-suppressions.txt may only hold entries for code
+  outside this repository, each saying why.
+- ThreadSanitizer sees every lock: its build compiles the package's lock (\`FanoutMutex\`) as a pthread mutex
+  (\`FANOUT_TSAN\`), since it cannot see \`Synchronization.Mutex\`'s contended hand-over on Linux.
+- **The canary.** After the suite, the same ThreadSanitizer build runs \`ThreadSanitizerCanaryTests\` with
+  \`FANOUT_TSAN_CANARY=1\`, a deliberate race on an unsynchronised counter; the run fails unless TSan reports it,
+  so a clean run cannot come from a ThreadSanitizer that stopped looking.
+- Left out: \`AllocationTests\` (its probe replaces malloc, as the sanitizers do). Tests that bound elapsed time
+  are given 10 times as long under ThreadSanitizer, 3 times under AddressSanitizer.
+EOF
+    } >"$file"
+}
+
 for san in $sanitizers; do run_one "$san"; done
+# A full run (every test, both sanitizers) records its result; a subset (a filter, `make sanitize-core`) does not.
+if [ -z "$filter" ] && [ "$sanitizers" = "thread address" ] && [ -z "${SANITIZE_SKIP:-}" ]; then
+    record "${SANITIZE_OUT:-$root/docs/RELIABILITY.md}"
+    summary+=("recorded in ${SANITIZE_OUT:-docs/RELIABILITY.md}")
+fi
 
 echo
 echo "== sanitizer report"

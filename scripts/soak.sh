@@ -395,6 +395,9 @@ echo "$TABLE"
 case $OUT in /*) OUT_PATH=$OUT ;; *) OUT_PATH="$ROOT/$OUT" ;; esac
 COMMAND="make soak"
 [ -n "${SOAK_COMMAND:-}" ] && COMMAND=$SOAK_COMMAND
+# The file's last section, from its `<!-- sanitize -->` marker on, is scripts/sanitize.sh's (`make sanitize`): kept.
+SANITIZE_SECTION=""
+[ -f "$OUT_PATH" ] && SANITIZE_SECTION=$(sed -n '/^<!-- sanitize -->$/,$p' "$OUT_PATH")
 {
     cat <<EOF
 # Reliability
@@ -444,6 +447,7 @@ How to read it:
   REFUSED_STREAM every 997, throttle after reject, 1 ms latency, 2% 503, 1% 500, 1% 429, 0.2%
   \`400 BadTopic\`) plus the mock killed and restarted at 40%.
 EOF
+    if [ -n "$SANITIZE_SECTION" ]; then printf '\n%s\n' "$SANITIZE_SECTION"; fi
 } >"$OUT_PATH"
 log "wrote $OUT ($FAILURES row(s) failed their checks)"
 [ "$FAILURES" -eq 0 ]

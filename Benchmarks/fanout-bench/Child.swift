@@ -3,7 +3,6 @@ import Fanout
 import FanoutCore
 import FanoutPolicy
 import Foundation
-import Synchronization
 
 // MARK: Child mode: one measured run in a clean process
 
@@ -433,7 +432,7 @@ final class SendTally: Sendable {
         var refused = 0
         var waiter: CheckedContinuation<Void, Never>?
     }
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
     let total: Int
 
     init(total: Int) { self.total = total }

@@ -1,8 +1,8 @@
 import CommandLineSupport
+import FanoutCore
 import FanoutObservability
 import FanoutService
 import Foundation
-import Synchronization
 
 /// `fanout serve`: the HTTP service (README: "fanout serve").
 enum ServeCommand {
@@ -127,7 +127,7 @@ final class ServeSignals: @unchecked Sendable {
 
 /// Set once; wakes its waiter.
 private final class SignalLatch: Sendable {
-    private let state = Mutex<(fired: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+    private let state = FanoutMutex<(fired: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
 
     func fire() {
         let waiter = state.withLock { state in

@@ -1,4 +1,4 @@
-import Synchronization
+import FanoutCore
 
 /// The job lines a worker has parsed, so that a job's many shards parse its line once; at most `capacity` of them,
 /// the least recently used dropped first.
@@ -29,7 +29,7 @@ final class FleetJobCache<Value: Sendable>: Sendable {
     static var defaultCapacity: Int { 64 }
 
     let capacity: Int
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
 
     init(capacity: Int = defaultCapacity) {
         precondition(capacity > 0)

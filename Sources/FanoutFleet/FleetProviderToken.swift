@@ -1,8 +1,8 @@
 import Fanout
+import FanoutCore
 package import FanoutRedis
 package import FanoutTransport
 import Foundation
-import Synchronization
 
 /// One APNs provider token per team for the whole fleet: minted by one worker under a Redis lock, read by the others,
 /// and refreshed once by the fleet. Apple allows one new token per team every 20 minutes, not one per process.
@@ -54,8 +54,8 @@ package final class FleetProviderToken: ProviderTokenSource {
     private let signer: ProviderTokenSigner
     private let options: Options
     private let log: @Sendable (String) -> Void
-    private let local = Mutex(Local())
-    private let background = Mutex<Task<Void, Never>?>(nil)
+    private let local = FanoutMutex(Local())
+    private let background = FanoutMutex<Task<Void, Never>?>(nil)
     private let tokenKey: RedisArgument
     private let lockKey: RedisArgument
 

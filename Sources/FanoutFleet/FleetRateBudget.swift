@@ -1,6 +1,6 @@
 package import Fanout
+import FanoutCore
 package import FanoutRedis
-import Synchronization
 
 /// One rate budget per workspace for the whole fleet: the workspace's token buckets live in Redis, and each worker
 /// leases capacity from them in chunks, so that most decisions are answered from memory.
@@ -73,7 +73,7 @@ package final class FleetRateBudget: SharedRateLimiter {
     private let limits: RateLimiterRegistry
     private let options: Options
     private let log: @Sendable (String) -> Void
-    private let local = Mutex(Local())
+    private let local = FanoutMutex(Local())
 
     /// - Parameters:
     ///   - client: the worker's Redis client (not the one blocked in XREADGROUP).

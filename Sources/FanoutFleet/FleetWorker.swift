@@ -1,9 +1,9 @@
 package import Fanout
+import FanoutCore
 package import FanoutJobFormat
 import FanoutJobLines
 package import FanoutRedis
 import Foundation
-import Synchronization
 
 /// How a `FleetWorker` reads, claims and writes.
 package struct FleetWorkerOptions: Sendable {
@@ -88,7 +88,7 @@ package final class FleetWorker: Sendable {
     private let log: @Sendable (String) -> Void
     /// The hold on `options.name` (`FleetWorkerName`): given by the CLI, which claims it before anything else, or taken
     /// by `run()`.
-    private let nameHold: Mutex<FleetWorkerName?>
+    private let nameHold: FanoutMutex<FleetWorkerName?>
 
     private struct State {
         /// When `stop()` was called: the grace period runs from here, whatever the reading loop was waiting on.
@@ -101,7 +101,7 @@ package final class FleetWorker: Sendable {
         var stats = FleetWorkerStats()
     }
 
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
     /// Fired by `stop()`: the reading loop's Redis calls and backoffs are raced against it, so that a stop does not
     /// wait for a call in progress (with Redis hung, up to its deadline: 11 s for the blocked read).
     private let stopping = StopSignal()
@@ -133,7 +133,7 @@ package final class FleetWorker: Sendable {
         engines: @escaping EngineRouter, reader: RedisClient, writer: RedisClient, options: FleetWorkerOptions,
         name: FleetWorkerName? = nil, log: @escaping @Sendable (String) -> Void
     ) {
-        nameHold = Mutex(name)
+        nameHold = FanoutMutex(name)
         engineFor = engines
         self.reader = reader
         self.writer = writer
@@ -715,8 +715,8 @@ final class ResultSink: Sendable {
     private let writer: RedisClient
     /// The worker's: a write still waiting on Redis when it fires is no longer waited for (see `StopSignal`).
     private let cutOff: StopSignal
-    private let buffer = Mutex<[Pending]>([])
-    private let writtenCount = Mutex(0)
+    private let buffer = FanoutMutex<[Pending]>([])
+    private let writtenCount = FanoutMutex(0)
 
     /// - Parameters: shard, start, count: the shard (its number, first position and size), whose marks and results
     ///   the results go to.

@@ -1,5 +1,5 @@
+import FanoutCore
 import FanoutRedis
-import Synchronization
 
 /// A one-shot signal that ends the waits raced against it at once: the worker's stop, and the end of its shards'
 /// last chance to write.
@@ -17,7 +17,7 @@ final class StopSignal: Sendable {
         var waiters: [Int: @Sendable () -> Void] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
 
     init() {}
 
@@ -80,7 +80,7 @@ final class StopSignal: Sendable {
 
 /// A continuation resumed by whichever of two parties comes first; the second's value is dropped.
 private final class Once<T: Sendable>: Sendable {
-    private let continuation = Mutex<CheckedContinuation<T, Never>?>(nil)
+    private let continuation = FanoutMutex<CheckedContinuation<T, Never>?>(nil)
 
     func set(_ continuation: CheckedContinuation<T, Never>) {
         self.continuation.withLock { $0 = continuation }

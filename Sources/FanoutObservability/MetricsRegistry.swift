@@ -1,3 +1,4 @@
+import FanoutCore
 import Synchronization
 
 /// A set of metrics rendered together in the Prometheus text exposition format (version 0.0.4).
@@ -11,7 +12,7 @@ import Synchronization
 /// their counts add up; the first registration's HELP text stays. Registering a name again with another type,
 /// other label names or other buckets is a programming error and traps, naming the metric.
 package final class MetricsRegistry: Sendable {
-    private let families = Mutex<[any ExpositionFamily]>([])
+    private let families = FanoutMutex<[any ExpositionFamily]>([])
 
     package init() {}
 
@@ -218,7 +219,7 @@ package final class MetricFamily<Metric: AnyObject & Sendable>: Sendable {
     let maxLabelSets: Int
     private let make: @Sendable () -> Metric
     private let render: @Sendable (Metric, String, String, inout String) -> Void
-    private let children = Mutex<[[String]: Metric]>([:])
+    private let children = FanoutMutex<[[String]: Metric]>([:])
 
     /// The label value that stands for every label set past `maxLabelSets`.
     package static var overflowLabelValue: String { "_overflow" }

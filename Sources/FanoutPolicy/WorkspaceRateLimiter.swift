@@ -1,4 +1,4 @@
-import Synchronization
+import FanoutCore
 
 /// One workspace's rate limiter: hierarchical token buckets with per-priority guarantees and ceilings.
 ///
@@ -44,14 +44,14 @@ import Synchronization
 ///
 /// ## Concurrency
 ///
-/// Thread-safe. Each limiter has its own `Mutex`, held for one refill and one comparison (tens of nanoseconds), so
-/// workspaces never contend with each other; there is no global lock. `RateLimiterRegistry` finds a workspace's
-/// limiter without taking any lock.
+/// Thread-safe. Each limiter has its own lock (`FanoutMutex`), held for one refill and one comparison (tens of
+/// nanoseconds), so workspaces never contend with each other; there is no global lock. `RateLimiterRegistry` finds a
+/// workspace's limiter without taking any lock.
 public final class WorkspaceRateLimiter: Sendable {
     /// The budget this limiter enforces.
     public let budget: RateBudget
     private let config: RateBuckets.Config
-    private let buckets: Mutex<RateBuckets>
+    private let buckets: FanoutMutex<RateBuckets>
 
     /// A limiter whose buckets start full. `budget` must be valid (`RateBudget.validate()`).
     public init(budget: RateBudget = .default) {
@@ -63,7 +63,7 @@ public final class WorkspaceRateLimiter: Sendable {
         self.budget = budget
         let config = RateBuckets.Config(budget)
         self.config = config
-        buckets = Mutex(RateBuckets(config))
+        buckets = FanoutMutex(RateBuckets(config))
     }
 
     /// The largest cost a request at `priority` can ever be admitted with: the burst of its ceiling bucket, or of the

@@ -127,20 +127,25 @@ package final class RedisClient: Sendable {
         precondition(batch.allSatisfy { !$0.isEmpty }, "a Redis command needs at least its name")
         let milliseconds = Self.milliseconds(timeout ?? configuration.commandTimeout)
         let backend = self.backend
+        // The replies are made on the loop thread and read here after the await (HandOffFence says why the fence).
+        let fence = HandOffFence()
         let result: Result<[RedisValue], RedisError> = await withCheckedContinuation { continuation in
             do {
                 try loop.execute {
+                    let done: (Result<[RedisValue], RedisError>) -> Void = { replies in
+                        fence.release()
+                        continuation.resume(returning: replies)
+                    }
                     switch backend {
-                    case .server(let core):
-                        core.submit(batch, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
-                    case .cluster(let core):
-                        core.submit(batch, timeoutMilliseconds: milliseconds) { continuation.resume(returning: $0) }
+                    case .server(let core): core.submit(batch, timeoutMilliseconds: milliseconds, completion: done)
+                    case .cluster(let core): core.submit(batch, timeoutMilliseconds: milliseconds, completion: done)
                     }
                 }
             } catch {
                 continuation.resume(returning: .failure(RedisError(.shutdown, "the Redis client has shut down")))
             }
         }
+        fence.acquire()
         return try result.get()
     }
 

@@ -1,6 +1,6 @@
+import FanoutCore
 package import FanoutRedis
 package import FanoutRegistry
-import Synchronization
 
 /// The registry on Redis, shared by every `fanout serve` and worker pointed at the same server: the same observable
 /// semantics as `SQLiteRegistryStore` for everything `RegistryStore` promises. Keys: `RedisRegistryKeys`; scripts:
@@ -58,7 +58,7 @@ package final class RedisRegistryStore: RegistryStore {
 
     let keys: RedisRegistryKeys
     let hub: RegistryEventHub
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
 
     private struct State {
         /// Bundle id → workspace, reloaded on a miss (another process may have defined the app since).

@@ -1,4 +1,4 @@
-import Synchronization
+import FanoutCore
 
 /// The in-process change feed: any number of `AsyncStream` subscribers, each given every published event in order.
 package final class RegistryEventHub: Sendable {
@@ -8,7 +8,7 @@ package final class RegistryEventHub: Sendable {
         var finished = false
     }
 
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
     private let bufferLimit: Int
 
     package init(bufferLimit: Int) {

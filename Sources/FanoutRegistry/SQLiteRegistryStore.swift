@@ -1,5 +1,5 @@
+import FanoutCore
 import FanoutSQLite
-import Synchronization
 
 /// The registry in one SQLite file (WAL mode): the store `fanout registry`, `fanout send --registry` and
 /// `fanout serve --db` open.
@@ -15,8 +15,8 @@ public final class SQLiteRegistryStore: RegistryStore {
     public let configuration: RegistryConfiguration
     public var clock: RegistryClock { configuration.clock }
 
-    private let writer: Mutex<RegistryConnection>
-    private let reader: Mutex<RegistryConnection>
+    private let writer: FanoutMutex<RegistryConnection>
+    private let reader: FanoutMutex<RegistryConnection>
     private let hub: RegistryEventHub
 
     /// Opens the registry at `path`, creating it when the file is missing or empty. Throws `notARegistry` for any
@@ -49,8 +49,8 @@ public final class SQLiteRegistryStore: RegistryStore {
             let writerConnection = RegistryConnection(database: writerDatabase, configuration: configuration)
             let readerConnection = RegistryConnection(database: readerDatabase, configuration: configuration)
             _ = try writerConnection.loadApps()
-            writer = Mutex(writerConnection)
-            reader = Mutex(readerConnection)
+            writer = FanoutMutex(writerConnection)
+            reader = FanoutMutex(readerConnection)
         } catch let error as RegistryError {
             throw error
         } catch let error as SQLiteError {

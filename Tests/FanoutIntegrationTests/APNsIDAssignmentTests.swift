@@ -1,6 +1,6 @@
 import Fanout
+import FanoutCore
 import Foundation
-import Synchronization
 import XCTest
 
 /// Who gives a notification its `apns-id`: APNs by default (no header sent, the answer's id in the result), or
@@ -13,7 +13,7 @@ final class APNsIDAssignmentTests: XCTestCase {
         let engine = try makeEngine(for: mock, loops: 1, connections: 1) { configuration in
             if let mode { configuration.apnsIDs = mode }
         }
-        let ids = Mutex<[String: String]>([:])
+        let ids = FanoutMutex<[String: String]>([:])
         let tokens = (0..<100).map { testDeviceToken($0) }
         let summary = try await engine.run(scoreUpdateJob(id: "ids", tokens: tokens)) { result in
             ids.withLock { $0[result.token ?? "-"] = result.apnsID ?? "none" }

@@ -1,11 +1,11 @@
 // Broadcast push (iOS 18) end to end against mock-apns: channels managed through the management listener, one
 // broadcast per channel, activities bound to channels, and the refusals that happen before anything is sent.
 import Fanout
+import FanoutCore
 import FanoutRegistry
 import FanoutTransport
 import Foundation
 import MockAPNsKit
-import Synchronization
 import XCTest
 
 final class BroadcastTests: XCTestCase {
@@ -140,7 +140,7 @@ final class BroadcastTests: XCTestCase {
         XCTAssertEqual(mock.stats.accepted, 0, "no device push")
 
         let unknown = "AAAAAAAAAAAAAAAAAAAAAAAA"
-        let results = Mutex<[NotificationResult]>([])
+        let results = FanoutMutex<[NotificationResult]>([])
         let refused = try await engine.run(update("b2", recipients: .channel(app: Self.app, id: unknown))) { result in
             results.withLock { $0.append(result) }
         }

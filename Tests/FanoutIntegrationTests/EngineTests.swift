@@ -85,7 +85,7 @@ final class EngineTests: XCTestCase {
             $0.retryBudgetRatio = 1
         }
         let tokens = (0..<20).map { testDeviceToken($0) }
-        let reasons = Mutex<[String: Int]>([:])
+        let reasons = FanoutMutex<[String: Int]>([:])
         let job = liveActivityJob(id: "refused", tokens: tokens)
         guard
             let finished = try await withDeadline(
@@ -237,7 +237,7 @@ final class EngineTests: XCTestCase {
         defer { mock.stop() }
         let engine = try makeEngine(for: mock)
         let valid = (0..<950).map { testDeviceToken($0) }
-        let outcomes = Mutex<[String: NotificationResult]>([:])
+        let outcomes = FanoutMutex<[String: NotificationResult]>([:])
         let summary = try await engine.run(liveActivityJob(id: "mixed", tokens: (valid + unregistered).shuffled())) {
             result in
             outcomes.withLock { $0[result.token!] = result }
@@ -296,7 +296,7 @@ final class EngineTests: XCTestCase {
             let job = FanoutJob(
                 id: "spelling-\(index)", headers: NotificationHeaders(pushType: .alert, topic: "com.example.app"),
                 payload: .raw(Array(#"{"aps":{"alert":"hi"}}"#.utf8)), recipients: recipients)
-            let results = Mutex<[Int: NotificationResult]>([:])
+            let results = FanoutMutex<[Int: NotificationResult]>([:])
             let summary = try await engine.run(job) { result in results.withLock { $0[result.position] = result } }
             XCTAssertEqual(summary.counts.delivered, 4, "\(recipients)")
             XCTAssertEqual(summary.counts.unregistered, 1, "\(recipients)")
@@ -422,7 +422,7 @@ final class EngineTests: XCTestCase {
             (broadcastNotJSON, "payload: not valid JSON"),
         ]
         for (job, mention) in expectations {
-            let results = Mutex<[NotificationResult]>([])
+            let results = FanoutMutex<[NotificationResult]>([])
             do {
                 _ = try await engine.run(job) { result in results.withLock { $0.append(result) } }
                 XCTFail("job \(job.id) should have been refused")

@@ -540,14 +540,14 @@ final class FaultMatrixTests: XCTestCase {
 
 /// What a run's threads share: results, progress, memory samples.
 private final class RunProgress: Sendable {
-    let tally: Mutex<Tally>
+    let tally: FanoutMutex<Tally>
     let done = Atomic<Int>(0)
     let finished = Atomic<Bool>(false)
-    let memory: Mutex<MemorySamples>
+    let memory: FanoutMutex<MemorySamples>
 
     init(count: Int, memory start: Int) {
-        tally = Mutex(Tally(count: count))
-        memory = Mutex(MemorySamples(start: start))
+        tally = FanoutMutex(Tally(count: count))
+        memory = FanoutMutex(MemorySamples(start: start))
     }
 }
 

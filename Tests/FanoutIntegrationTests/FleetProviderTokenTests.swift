@@ -1,3 +1,4 @@
+import FanoutCore
 // Issue 14, item 4: one provider token per team for the fleet, against a real redis-server. Each "worker" here is a
 // FleetProviderToken with its own Redis client; the clock is fake, so the 20-minute and 50-minute rules are checked
 // without waiting.
@@ -6,12 +7,11 @@ import FanoutRedis
 import FanoutTestSupport
 import FanoutTransport
 import Foundation
-import Synchronization
 import XCTest
 
 final class FleetProviderTokenTests: XCTestCase {
     private final class FakeClock: Sendable {
-        private let seconds = Mutex<Int64>(Int64(Date().timeIntervalSince1970))
+        private let seconds = FanoutMutex<Int64>(Int64(Date().timeIntervalSince1970))
         var now: Int64 { seconds.withLock { $0 } }
         func advance(by delta: Int64) { seconds.withLock { $0 += delta } }
     }
@@ -132,7 +132,7 @@ final class FleetProviderTokenTests: XCTestCase {
         let signer = try ProviderTokenSigner(key: ES256PrivateKey.generate(), keyID: "KEYID12345", teamID: "TEAMID1234")
         var options = FleetProviderToken.Options()
         options.pollInterval = .milliseconds(50)
-        let lines = Mutex<[String]>([])
+        let lines = FanoutMutex<[String]>([])
         let client = try RedisClient(url: redis.url)
         addTeardownBlock { await client.shutdown() }
         let worker = FleetProviderToken(

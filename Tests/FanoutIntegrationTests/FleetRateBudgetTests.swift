@@ -1,3 +1,4 @@
+import FanoutCore
 // Issue 14, item 3: one rate budget per workspace for the fleet, against a real redis-server. Each "worker" is a
 // FleetRateBudget with its own Redis client; both the workers' clock and the server's time are fake, so a minute of
 // traffic runs in a moment.
@@ -6,13 +7,12 @@ import FanoutPolicy
 import FanoutRedis
 import FanoutTestSupport
 import Foundation
-import Synchronization
 import XCTest
 
 final class FleetRateBudgetTests: XCTestCase {
     /// The workers' clock (ns) and the server's (ms since 1970), moved together.
     private final class FakeClock: RateClock {
-        private let elapsed = Mutex<UInt64>(1_000_000_000)
+        private let elapsed = FanoutMutex<UInt64>(1_000_000_000)
         private let origin = Int64(Date().timeIntervalSince1970 * 1000)
         func nanoseconds() -> UInt64 { elapsed.withLock { $0 } }
         var serverMilliseconds: Int64 { origin + Int64(nanoseconds() / 1_000_000) }

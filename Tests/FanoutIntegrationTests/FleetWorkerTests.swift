@@ -2,10 +2,10 @@
 // what a stop does while every shard slot is busy, and what is sent for a job id enqueued again after its keys were
 // deleted. FleetTests runs the `fanout` binary end to end; these look at one worker's behaviour closely.
 import Fanout
+import FanoutCore
 import FanoutRedis
 import FanoutTestSupport
 import Foundation
-import Synchronization
 import XCTest
 
 @testable import FanoutFleet
@@ -20,7 +20,7 @@ final class FleetWorkerTests: XCTestCase {
         private let returnedFlag: ReturnedFlag
 
         private final class ReturnedFlag: Sendable {
-            let value = Mutex(false)
+            let value = FanoutMutex(false)
         }
 
         /// Whether `run()` has returned.
@@ -278,7 +278,7 @@ final class FleetWorkerTests: XCTestCase {
         options.claimIdle = .seconds(1)
         let second = FleetWorker(
             engine: engine, reader: reader, writer: writer, options: options, log: { print("[same 2] \($0)") })
-        let outcome = Mutex<String?>(nil)
+        let outcome = FanoutMutex<String?>(nil)
         let run = Task {
             do throws(FleetError) {
                 _ = try await second.run()

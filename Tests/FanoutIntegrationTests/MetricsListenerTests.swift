@@ -27,7 +27,7 @@ final class RecordingMetricsListener: FanoutMetricsListener {
         var connectionFailures: [String] = []
     }
 
-    private let state = Mutex(Events())
+    private let state = FanoutMutex(Events())
     var events: Events { state.withLock { $0 } }
 
     func notificationSent(attempt: Int) { state.withLock { $0.sentAttempts.append(attempt) } }

@@ -5,7 +5,6 @@ import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import MockAPNsKit
-import Synchronization
 import XCTest
 
 /// Retry, token invalidation, provider-token self-healing and rate limits, end to end against mock-apns.
@@ -100,7 +99,7 @@ final class PolicyTests: XCTestCase {
                 $0.failures = [InjectedFailure(rate: 1, status: entry.status, reason: entry.reason)]
             }
             let engine = try makeEngine(mock, loops: 1)
-            let results = Mutex<[NotificationResult]>([])
+            let results = FanoutMutex<[NotificationResult]>([])
             let summary = try await engine.run(alertJob(entry.reason, tokens: (0..<20).map { testDeviceToken($0) })) {
                 result in results.withLock { $0.append(result) }
             }
@@ -144,7 +143,7 @@ final class PolicyTests: XCTestCase {
         var limited: [JobSummary] = []
         var retryAfter: [Double] = []
         for index in 0..<8 {
-            let results = Mutex<[NotificationResult]>([])
+            let results = FanoutMutex<[NotificationResult]>([])
             let summary = try await engine.run(
                 alertJob("tight-\(index)", tokens: [testDeviceToken(index)], workspace: "tight")
             ) {

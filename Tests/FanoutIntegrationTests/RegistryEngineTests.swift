@@ -1,4 +1,5 @@
 import Fanout
+import FanoutCore
 import FanoutObservability
 import FanoutSQLite
 import Foundation
@@ -219,7 +220,7 @@ final class RegistryEngineTests: XCTestCase {
             toFile: "\(directory)/unregistered.txt", atomically: true, encoding: .utf8)
         let mock = try MockHarness { $0.unregisteredPath = "\(directory)/unregistered.txt" }
         defer { mock.stop() }
-        let lines = Mutex<[String]>([])
+        let lines = FanoutMutex<[String]>([])
         let logger = FanoutLogger(
             format: .text, sink: .init { bytes in lines.withLock { $0.append(String(decoding: bytes, as: UTF8.self)) } }
         )

@@ -1,4 +1,5 @@
 import Fanout
+import FanoutCore
 import FanoutTransport
 import Foundation
 import Synchronization
@@ -44,7 +45,7 @@ final class ResultsThreadTests: XCTestCase {
         let payload = Array(#"{"aps":{"alert":"hi"}}"#.utf8)
         let handlerEntered = DispatchSemaphore(value: 0)
         let sendsDone = DispatchSemaphore(value: 0)
-        let handlerWait = Mutex<DispatchTimeoutResult?>(nil)
+        let handlerWait = FanoutMutex<DispatchTimeoutResult?>(nil)
         let held = Task {
             try await engine.run(scoreUpdateJob(id: "held", tokens: [testDeviceToken(1)])) { _ in
                 handlerEntered.signal()

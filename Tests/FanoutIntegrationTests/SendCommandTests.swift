@@ -1,3 +1,4 @@
+import FanoutTestSupport
 import Foundation
 import XCTest
 
@@ -274,16 +275,24 @@ final class SendCommandTests: XCTestCase {
                 #"{"id": "hung", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "tokens.txt"}"#
             ], to: jobs)
         let config = "\(setup.directory)/config.json"
+        // Only the blackholed streams may outlive the deadline: 1 s in a plain build. Under ThreadSanitizer on a loaded
+        // machine both processes are so slow that answers the mock sent took over 1 s (they were timed out, sent
+        // again and accepted twice), so it grows with the sanitizer's slow-down, but to 3 s at most: a hung stream's
+        // retries must come well within the retry budget's 10 s window of first attempts, which they are counted
+        // against (20% of them, plus 10); at 10 s the last ones found the window empty and were refused.
+        let deadline = min(1 * testTimeScale, 3)
         try writeLines(
-            [#"{"max_attempts": 3, "request_timeout_seconds": 1, "loops": 1, "connections": 2}"#], to: config)
+            [#"{"max_attempts": 3, "request_timeout_seconds": \#(deadline), "loops": 1, "connections": 2}"#],
+            to: config)
         let results = "\(setup.directory)/results.jsonl"
         let started = Date()
         let run = try ProcessSupport.run(
-            setup.fanout, setup.sendArguments(jobs: jobs, results: results, extra: ["--config", config]), timeout: 60)
+            setup.fanout, setup.sendArguments(jobs: jobs, results: results, extra: ["--config", config]),
+            timeout: 60 * testTimeScale)
         let elapsed = Date().timeIntervalSince(started)
-        // Three attempts, each at most the 1 s deadline plus a backoff of at most 5 s, after the
-        // sending itself (well under 10 s here): a run that waited on a hung stream would take far longer.
-        XCTAssertLessThan(elapsed, 3 * (1 + 5) + 10, "the run took \(elapsed) s")
+        // Three attempts, each at most the deadline plus a backoff of at most 5 s, after the sending itself (well
+        // under 10 s here): a run that waited on a hung stream would take far longer.
+        XCTAssertLessThan(elapsed, 3 * (deadline + 5) + 10 * testTimeScale, "the run took \(elapsed) s")
         XCTAssertTrue([0, 1].contains(run.exitCode), run.summary)
         let lines = try readResults(results)
         XCTAssertEqual(lines.count, total)

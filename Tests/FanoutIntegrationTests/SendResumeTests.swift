@@ -3,11 +3,11 @@
 // give every (job, token) exactly one line, send nothing finished again, and sum in its summary what the results
 // file holds; a second --resume must add nothing.
 import Fanout
+import FanoutCore
 import FanoutJobLines
 import FanoutRegistry
 import Foundation
 import MockAPNsKit
-import Synchronization
 import XCTest
 
 @testable import FanoutJobFile
@@ -541,7 +541,7 @@ final class SendResumeTests: XCTestCase {
 /// set, as a registry that breaks partway through a job does; everything else goes to `store`.
 private final class PageFailingRegistry: RegistryStore {
     private let store: SQLiteRegistryStore
-    private let failing = Mutex(false)
+    private let failing = FanoutMutex(false)
 
     init(_ store: SQLiteRegistryStore) { self.store = store }
 

@@ -50,7 +50,7 @@ final class SequenceRecipientsTests: XCTestCase {
         // At each result, the cursor must not be further ahead of the results seen than what may be in flight, one
         // batch read while waiting for room, and results finished but not yet handed to this closure (each at most
         // `maxInFlight`): memory stays bounded, and the sequence is never read to its end first.
-        let finished = Mutex((count: 0, maxAhead: 0, positions: Set<Int>()))
+        let finished = FanoutMutex((count: 0, maxAhead: 0, positions: Set<Int>()))
         let summary = try await engine.run(job("cursor", .sequence(TokenSequence(cursor)))) { result in
             let read = yielded.value.load(ordering: .sequentiallyConsistent)
             finished.withLock {
@@ -72,7 +72,7 @@ final class SequenceRecipientsTests: XCTestCase {
         defer { mock.stop() }
         let engine = try makeEngine(for: mock, loops: 1, connections: 1)
         let cursor = Cursor(count: 1_000, failAfter: 300, yielded: Counter())
-        let invalid = Mutex<[NotificationResult]>([])
+        let invalid = FanoutMutex<[NotificationResult]>([])
         let summary = try await engine.run(job("broken-cursor", .sequence(TokenSequence(cursor)))) { result in
             if result.outcome == .invalid { invalid.withLock { $0.append(result) } }
         }

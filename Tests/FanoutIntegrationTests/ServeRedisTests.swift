@@ -1,3 +1,4 @@
+import FanoutCore
 // Issue 14, item 5: `fanout serve --redis URL`. Two real `fanout serve` processes on one real redis-server (each
 // with its own --db for its dispatch queue) behind no load balancer: the test is the load balancer, sending each
 // request to the instance it chooses. Both send to one in-process mock-apns.
@@ -8,7 +9,6 @@ import FanoutRegistry
 import FanoutTestSupport
 import Foundation
 import MockAPNsKit
-import Synchronization
 import XCTest
 
 final class ServeRedisTests: XCTestCase {
@@ -295,7 +295,7 @@ final class ServeRedisTests: XCTestCase {
         // both with the same "now" (the same second, the same last sent timestamp).
         var dispatches: [(ServeHarness, String)] = []
         for round in 0..<3 {
-            let answers = Mutex<[Int: Result<CurlResponse, any Error>]>([:])
+            let answers = FanoutMutex<[Int: Result<CurlResponse, any Error>]>([:])
             DispatchQueue.concurrentPerform(iterations: 2) { side in
                 let answer = Result {
                     try (side == 0 ? first : second).curl(

@@ -1,9 +1,9 @@
 // `--log-format text|json`: one line per event, escaped so that an event stays on one line and JSON parses, and
 // redacted so that keys and tokens of authentication never reach the output.
 import Fanout
+import FanoutCore
 import FanoutObservability
 import Foundation
-import Synchronization
 import XCTest
 
 final class LoggerTests: XCTestCase {
@@ -12,7 +12,7 @@ final class LoggerTests: XCTestCase {
 
     /// Collects written lines.
     private final class Capture: Sendable {
-        private let lines = Mutex<[String]>([])
+        private let lines = FanoutMutex<[String]>([])
         var all: [String] { lines.withLock { $0 } }
         var sink: FanoutLogger.Sink {
             FanoutLogger.Sink { bytes in self.lines.withLock { $0.append(String(decoding: bytes, as: UTF8.self)) } }

@@ -1,6 +1,6 @@
 import Dispatch
+import FanoutCore
 import FanoutPolicy
-import Synchronization
 import XCTest
 
 final class RateLimiterRegistryTests: XCTestCase {
@@ -18,7 +18,7 @@ final class RateLimiterRegistryTests: XCTestCase {
     func testConcurrentLookupsAgreeOnOneLimiterPerWorkspace() throws {
         let registry = try RateLimiterRegistry()
         let names = (0..<2_000).map { "workspace-\($0)" }
-        let seen = Mutex([String: Set<ObjectIdentifier>]())
+        let seen = FanoutMutex([String: Set<ObjectIdentifier>]())
         DispatchQueue.concurrentPerform(iterations: 8) { thread in
             var mine: [String: Set<ObjectIdentifier>] = [:]
             for index in names.indices {

@@ -1,6 +1,6 @@
 import Dispatch
+import FanoutCore
 import FanoutPolicy
-import Synchronization
 import XCTest
 
 /// Small budgets whose numbers can be followed by hand. With 3,600 per hour and a 60 s burst (the default split), the
@@ -91,7 +91,7 @@ final class WorkspaceRateLimiterTests: XCTestCase {
 
     func testConcurrentDecisionsAtOneInstantAdmitExactlyTheBurst() {
         let limiter = WorkspaceRateLimiter(budget: hourly(.reject))
-        let admitted = Mutex([10: 0, 5: 0, 1: 0])
+        let admitted = FanoutMutex([10: 0, 5: 0, 1: 0])
         let start = start
         DispatchQueue.concurrentPerform(iterations: 8) { thread in
             var mine = [10: 0, 5: 0, 1: 0]

@@ -68,7 +68,7 @@ final class AppCertificateTests: XCTestCase {
         let material = try TestTLSMaterial.create(in: directory)
         let config = try parse(
             #"{"cert_path": "\#(material.clientP12Path)", "cert_password_env": "\#(Self.variable)"}"#)
-        let lines = Mutex<[String]>([])
+        let lines = FanoutMutex<[String]>([])
         let logger = FanoutLogger(
             sink: .init { bytes in lines.withLock { $0.append(String(decoding: bytes, as: UTF8.self)) } })
         let metrics = FanoutMetrics()

@@ -256,6 +256,29 @@ final class HTTP2DeadlineTests: XCTestCase {
         XCTAssertEqual(results.count, 2, "no second completion")
     }
 
+    /// A request the connection cannot take completes inside `submit`, before `submit` returns its id; `nextRequestID`
+    /// read before is that id (the engine stores it in the notification's record before submitting, since the
+    /// completion may already have handed the record on).
+    func testNextRequestIDIsTheIDOfARequestThatCompletesInsideSubmit() throws {
+        connect(timeout: nil)
+        try warmUp()
+        let box = self.box
+        let results = TaggedResults()
+        let (announced, returned, completedInside) = loop.runAndWait {
+            let connection = box.connection!
+            connection.close(immediately: true)
+            let announced = connection.nextRequestID
+            let returned = connection.submit(Self.request("/closed"), completion: results.completion("/closed"))
+            return (announced, returned, results.count == 1)
+        }
+        XCTAssertTrue(completedInside, "a closed connection fails a request inside submit")
+        XCTAssertEqual(returned, announced)
+        guard case .notSent? = try XCTUnwrap(results.all("/closed").first).result.failure else {
+            return XCTFail("expected notSent: \(results.all("/closed"))")
+        }
+        XCTAssertEqual(loop.runAndWait { box.connection!.nextRequestID.rawValue }, returned.rawValue + 1)
+    }
+
     /// The server answers A and B together; A's completion cancels B while B's answer is on its way
     /// (nghttp2 drops frames for a stream with a RST_STREAM queued): B completes once, cancelled.
     func testAResponseAfterCancelDoesNotCompleteTwice() throws {

@@ -170,7 +170,7 @@ extension HTTP2TransportTests {
 /// Answers 200, and checks that each request's `x-request-index` names the request its path does.
 final class HeaderCheckingHandler: HTTP2ServerHandler, @unchecked Sendable {
     let matched = Atomic<Int>(0)
-    let mismatches = Mutex<[String]>([])
+    let mismatches = FanoutMutex<[String]>([])
 
     func serverConnection(_ connection: HTTP2ServerConnection, didReceive request: HTTP2ServerRequest) {
         let index = request.path.split(separator: "/").last.map(String.init) ?? "?"

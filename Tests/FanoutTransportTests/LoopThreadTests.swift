@@ -1,3 +1,4 @@
+import FanoutCore
 import FanoutTransport
 import Foundation
 import Synchronization
@@ -10,7 +11,7 @@ final class LoopThreadTests: XCTestCase {
         let loop = LoopThread(name: "loop-test")
         defer { loop.shutdown() }
         let done = DispatchSemaphore(value: 0)
-        let ran = Mutex(0)
+        let ran = FanoutMutex(0)
         let chain = 100  // far more than the prepare callback runs in one turn: the rest need the idle handle
         @Sendable func step(_ remaining: Int) {
             ran.withLock { $0 += 1 }

@@ -1,5 +1,5 @@
+import FanoutCore
 import Foundation
-import Synchronization
 import XCTest
 
 @testable import FanoutTransport
@@ -18,7 +18,7 @@ final class TCPConnectorTests: XCTestCase {
         let loop = LoopThread(name: "connector-test")
         defer { loop.shutdown() }
         // The socket stays on the loop thread: closed there, and only what happened crosses to the test.
-        let failure = Mutex<String??>(nil)
+        let failure = FanoutMutex<String??>(nil)
         let done = DispatchSemaphore(value: 0)
         let started = ContinuousClock.now
         try loop.execute {

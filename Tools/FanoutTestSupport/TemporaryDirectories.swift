@@ -1,5 +1,5 @@
+import FanoutCore
 import Foundation
-import Synchronization
 
 /// Directories a test run made under the system's temporary directory (a mock's TLS material, a child process's
 /// output files) and removes when the test process exits. Their owners cannot remove them when they stop: a test may
@@ -7,7 +7,7 @@ import Synchronization
 /// keeps test cases alive to the end of the run. Left behind, every `make test` added about 250 of them (30,000 seen
 /// on one machine).
 package enum TemporaryDirectories {
-    private static let registered = Mutex<(paths: [String], hooked: Bool)>(([], false))
+    private static let registered = FanoutMutex<(paths: [String], hooked: Bool)>(([], false))
 
     /// Removes `path` (and what it holds) when the process exits normally.
     package static func removeAtExit(_ path: String) {

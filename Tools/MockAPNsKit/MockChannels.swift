@@ -1,5 +1,5 @@
+import FanoutCore
 import Foundation
-import Synchronization
 
 /// The broadcast channels of one mock process, which is one APNs environment: per app, each channel's storage
 /// policy. The management listener creates, reads, lists and deletes them; the push listener looks them up for
@@ -17,7 +17,7 @@ package final class MockChannels: Sendable {
     package let environment: MockEnvironment
     /// Creating one more channel for an app that has this many fails (`CannotCreateChannelConfig`).
     package let maxPerApp: Int
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
     private let stats: MockStats?
 
     package init(environment: MockEnvironment = .development, maxPerApp: Int = 10_000, stats: MockStats? = nil) {

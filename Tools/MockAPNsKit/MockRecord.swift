@@ -1,5 +1,5 @@
+import FanoutCore
 import Foundation
-import Synchronization
 
 /// `--record FILE`: one line `token apns-id` per accepted notification, appended. Lines are buffered
 /// and written at least once a second and on exit.
@@ -8,7 +8,7 @@ final class MockRecord: Sendable {
         var buffer: [UInt8] = []
         var handle: FileHandle?
     }
-    private let state: Mutex<State>
+    private let state: FanoutMutex<State>
 
     init(path: String) throws {
         guard
@@ -20,7 +20,7 @@ final class MockRecord: Sendable {
             throw MockStartError("cannot open --record file \(path) for writing")
         }
         _ = try? handle.seekToEnd()  // throwing, not trapping: a pipe (`--record /dev/stdout`) cannot seek
-        state = Mutex(State(handle: handle))
+        state = FanoutMutex(State(handle: handle))
     }
 
     func append(token: String, apnsID: String) {

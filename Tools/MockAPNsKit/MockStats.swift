@@ -1,3 +1,4 @@
+import FanoutCore
 import Foundation
 import Synchronization
 
@@ -37,9 +38,9 @@ package final class MockStats: Sendable {
         var channels = 0
     }
 
-    private let tallies = Mutex(Tallies())
+    private let tallies = FanoutMutex(Tallies())
     /// Every loop's own counts (see `LoopStats`), folded into `tallies` whenever the stats are read.
-    private let loops = Mutex<[LoopStats]>([])
+    private let loops = FanoutMutex<[LoopStats]>([])
 
     package init() {}
 
@@ -58,7 +59,7 @@ package final class MockStats: Sendable {
             var apnsIDs: [UInt64] = []
         }
 
-        fileprivate let counts = Mutex(Counts())
+        fileprivate let counts = FanoutMutex(Counts())
         private unowned let stats: MockStats
         /// Digests kept before the loop asks for a fold (`foldSoon`), so that memory stays bounded with no reader.
         /// Small, so each fold is short: a fold inserts into sets of millions (a cache miss each) on a thread that

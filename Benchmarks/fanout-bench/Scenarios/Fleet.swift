@@ -1,7 +1,7 @@
+import FanoutCore
 import FanoutRedis
 import FanoutTestSupport
 import Foundation
-import Synchronization
 
 /// fleet: the fleet on Redis against `fanout send` of the same jobs, in the same run.
 ///
@@ -476,7 +476,7 @@ final class BenchRedis: Sendable {
 
 /// Runs `body` on the concurrency pool and waits for it on this (non-pool) thread.
 func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    let result = Mutex<Result<T, any Error>?>(nil)
+    let result = FanoutMutex<Result<T, any Error>?>(nil)
     let done = DispatchSemaphore(value: 0)
     Task {
         let value: Result<T, any Error>

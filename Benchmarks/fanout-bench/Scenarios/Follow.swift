@@ -1,3 +1,4 @@
+import FanoutCore
 import Foundation
 import Synchronization
 
@@ -191,7 +192,7 @@ private func measureFollow(
     let interval = 1e9 / rate
     @Sendable func due(_ index: Int) -> UInt64 { start + UInt64((Double(index) * interval).rounded()) }
     let produced = DispatchSemaphore(value: 0)
-    let producerError = Mutex<String?>(nil)
+    let producerError = FanoutMutex<String?>(nil)
     Thread.detachNewThread {
         defer { produced.signal() }
         for index in 0..<jobs {

@@ -178,6 +178,9 @@ public final class BroadcastChannelClient: Sendable {
         connectionConfiguration.proxy = proxy?.proxy
         let configuration = connectionConfiguration
         let tls = self.tls
+        // The response is made on the loop thread and read here after the await (HandOffFence says why the fence).
+        let fence = HandOffFence()
+        defer { fence.acquire() }
         return await withCheckedContinuation { continuation in
             do {
                 try loop.execute {
@@ -192,7 +195,10 @@ public final class BroadcastChannelClient: Sendable {
                         open = HTTP2ClientConnection(loop: loop, configuration: configuration, tlsContext: tls)
                         connection.current = open
                     }
-                    _ = open.submit(request) { continuation.resume(returning: $0) }
+                    _ = open.submit(request) { response in
+                        fence.release()
+                        continuation.resume(returning: response)
+                    }
                 }
             } catch {
                 continuation.resume(

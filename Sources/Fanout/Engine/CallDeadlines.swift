@@ -1,5 +1,5 @@
 import Dispatch
-import Synchronization
+import FanoutCore
 
 /// The deadlines of an engine's calls (`send(_:timeout:overBudget:)`, `run(_:timeout:onResult:)`): one timer for all of them,
 /// armed for the earliest, that stops each run whose deadline passes (`FanoutRun.expire()`). A call that ends first
@@ -22,7 +22,7 @@ final class CallDeadlines: Sendable {
         var armedFor: ContinuousClock.Instant?
     }
 
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
     private let queue = DispatchQueue(label: "fanout-call-deadlines")
     /// Touched on `queue` only (created, armed and cancelled there).
     private nonisolated(unsafe) var timer: DispatchSourceTimer?

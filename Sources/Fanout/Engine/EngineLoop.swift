@@ -2,7 +2,6 @@ import FanoutCore
 import FanoutPolicy
 import FanoutTransport
 import Foundation
-import Synchronization
 
 /// One notification on its way: which job, which token, its fixed `apns-id` (kept across retries),
 /// and how many attempts may have reached APNs.
@@ -165,7 +164,7 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
     @exclusivity(unchecked) private var onWire: [PendingNotification?] = []
     @exclusivity(unchecked) private var freeWireSlots: [Int] = []
     /// Records the feeding tasks take (`takeSpares`) before they make new ones; at most `maxSpares`.
-    private let spares = Mutex<[PendingNotification]>([])
+    private let spares = FanoutMutex<[PendingNotification]>([])
     private let maxSpares: Int
     /// Runs `pump` once at the end of the loop turn in which answers freed streams. Created in `init`.
     private var pumpAtTurnEnd: LoopTurnAction!
@@ -311,9 +310,14 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             onWire.append(pending)
         }
         pending.connection = connection
-        // No closure per notification: the connection hands `pending` back to `request(_:didComplete:on:)`.
-        pending.requestID = connection.submit(request, context: pending, handler: self)
+        // The id first: `submit` can complete the request before it returns (one the connection fails at once), and
+        // the completion can finish the record and hand it on (to the results thread, or when the loop is stopping
+        // to the spares, from which a feeding task refills it on another thread). So nothing touches `pending`
+        // once `submit` has it.
+        pending.requestID = connection.nextRequestID
         metricsListener?.notificationSent(attempt: pending.attempts)
+        // No closure per notification: the connection hands `pending` back to `request(_:didComplete:on:)`.
+        connection.submit(request, context: pending, handler: self)
     }
 
     /// HTTP2ResponseHandler: a notification's stream ended; `context` is its PendingNotification.

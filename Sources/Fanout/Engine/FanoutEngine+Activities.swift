@@ -1,7 +1,6 @@
 import FanoutCore
 import FanoutRegistry
 import Foundation
-import Synchronization
 
 /// Per-activity decisions for jobs addressed by activity id: latest-wins coalescing and the
 /// priority-10 guard.
@@ -23,7 +22,7 @@ final class ActivityLedger: Sendable {
         /// How many entries the two maps may hold before the next `forgetQuietActivities`.
         var forgetAt = ActivityLedger.minimumForgetThreshold
     }
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
 
     /// An activity's entry: its app and id (a NUL keeps `a` + `b/c` apart from `a/b` + `c`).
     static func key(app: String, activityID: String) -> String { app + "\u{0}" + activityID }

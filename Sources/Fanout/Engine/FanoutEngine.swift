@@ -27,7 +27,7 @@ public final class FanoutEngine: Sendable {
     private let nextExecutor = Atomic<Int>(0)
     /// The endpoint's `:authority`, worked out once rather than per job (it searches and formats strings).
     private let authority: String
-    private let state = Mutex(EngineState())
+    private let state = FanoutMutex(EngineState())
     /// Constant headers of recent jobs, checked and encoded once per distinct header set.
     private let headerCache = HeaderCache()
     /// Seeds each job's `apns-id` generator: a job's seed is this plus a count, expanded by SplitMix64,
@@ -244,7 +244,7 @@ public final class FanoutEngine: Sendable {
             recipients: .tokens([notification.deviceToken]))
         job.singleNotificationID = notification.headers.apnsID.map(APNsIdentifier.init)
         job.overBudget = overBudget
-        let collected = Mutex<NotificationResult?>(nil)
+        let collected = FanoutMutex<NotificationResult?>(nil)
         // Storing the result costs next to nothing, so the loop delivers it (no results-thread hop).
         _ = try await run(
             job, timeout: timeout ?? configuration.sendTimeout,

@@ -1,3 +1,4 @@
+import FanoutCore
 import Foundation
 import Synchronization
 
@@ -45,11 +46,11 @@ public final class FanoutRun: Sendable {
     /// reason `DeadlineExceeded`. Set before `cancelledFlag`.
     private let deadlineFlag = Atomic<Bool>(false)
     /// Ends the wait the run's feeding is in (for room in flight), when the run is stopped while it waits.
-    private let waitCanceller = Mutex<(@Sendable () -> Void)?>(nil)
+    private let waitCanceller = FanoutMutex<(@Sendable () -> Void)?>(nil)
     /// Tells the engine's loops to drop this run's queued notifications and reset its open streams.
     private let cancelOnLoops: @Sendable (FanoutRun) -> Void
     /// The task feeding a `submit`ted job, cancelled with the run.
-    private let feeder = Mutex<Task<Void, Never>?>(nil)
+    private let feeder = FanoutMutex<Task<Void, Never>?>(nil)
 
     private struct State {
         var counts = OutcomeCounts()
@@ -66,7 +67,7 @@ public final class FanoutRun: Sendable {
         var demoted = 0
         var broadcasts = 0
     }
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
 
     /// The `results` of a run whose results go to its handler: one stream, finished, shared by every such run (its
     /// `next()` returns nil at once, so any number of tasks may iterate it), instead of a stream made per job.

@@ -1,5 +1,5 @@
+import FanoutCore
 import FanoutTransport
-import Synchronization
 
 /// Bounds the notifications in flight in an engine: submission suspends while the engine is full,
 /// so a large job applies back-pressure instead of queueing without limit. Permits are released
@@ -22,13 +22,13 @@ final class InFlightLimiter: Sendable {
         var nextWaiterID: UInt64 = 0
         var emptyWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     }
-    private let state: Mutex<State>
+    private let state: FanoutMutex<State>
     let capacity: Int
 
     init(capacity: Int) {
         precondition(capacity > 0)
         self.capacity = capacity
-        state = Mutex(State(available: capacity))
+        state = FanoutMutex(State(available: capacity))
     }
 
     /// Waits until `count` permits (at most `capacity`) are free, then takes them. FIFO. A wait for `run` ends too

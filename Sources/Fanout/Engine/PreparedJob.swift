@@ -1,7 +1,6 @@
 import FanoutCore
 import FanoutTransport
 import Foundation
-import Synchronization
 
 /// A job made ready to send, shared read-only by every loop: the payload encoded once into a
 /// `SharedBody`, and the constant header block built once per provider token (the token changes
@@ -120,7 +119,7 @@ final class PreparedJob: Sendable {
 /// a block later cannot fail) and the block last encoded from them, for one provider token.
 final class ConstantHeaders: Sendable {
     let fieldsWithoutToken: [HeaderField]
-    private let cachedBlock = Mutex<(bearer: String?, block: HeaderBlock)?>(nil)
+    private let cachedBlock = FanoutMutex<(bearer: String?, block: HeaderBlock)?>(nil)
 
     init(_ fieldsWithoutToken: [HeaderField]) {
         self.fieldsWithoutToken = fieldsWithoutToken
@@ -152,7 +151,7 @@ final class ConstantHeaders: Sendable {
 /// rest). Headers that vary per job (an `apns-expiration` per request) only fill it: at `capacity` entries it starts
 /// over.
 final class HeaderCache: Sendable {
-    private let entries = Mutex<[NotificationHeaders: ConstantHeaders]>([:])
+    private let entries = FanoutMutex<[NotificationHeaders: ConstantHeaders]>([:])
     static let capacity = 64
 
     func lookup(_ headers: NotificationHeaders) -> ConstantHeaders? {

@@ -1,5 +1,5 @@
+import FanoutCore
 import FanoutRegistry
-import Synchronization
 
 /// Removes the tokens APNs invalidated from the registry as their results arrive, in batches, off the
 /// loop threads: a 410 (`Unregistered`) only if the token was registered before its timestamp,
@@ -13,7 +13,7 @@ final class RegistryPruner: Sendable {
     }
     /// Shared with the pruning task (which must not hold the pruner: dropping it ends the task).
     private final class SharedState: Sendable {
-        let mutex = Mutex(State())
+        let mutex = FanoutMutex(State())
     }
     private let shared = SharedState()
     /// Wakes the pruning task when the first change of a batch arrives (or when closing).

@@ -1,6 +1,6 @@
 import CFanoutShims
+import FanoutCore
 import Foundation
-import Synchronization
 
 /// A notification its loop has decided, as the loop hands it to its results thread: the record (still holding the
 /// job, token, `apns-id`, position and attempts) and what only the loop knew. The results thread makes the
@@ -33,7 +33,7 @@ final class ResultsThread: Sendable {
         var sleeping = false
         var closing = false
     }
-    private let queue = Mutex(Queue())
+    private let queue = FanoutMutex(Queue())
     private let wake = DispatchSemaphore(value: 0)
     private let exited = DispatchSemaphore(value: 0)
     private let deliver: @Sendable (inout [FinishedNotification]) -> Void

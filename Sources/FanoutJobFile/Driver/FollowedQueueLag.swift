@@ -1,3 +1,4 @@
+import FanoutCore
 import Foundation
 import Synchronization
 
@@ -40,9 +41,9 @@ final class FollowedQueueLag: Sendable {
     }
 
     private let path: String
-    private let position = Mutex(ReaderPosition())
-    private let scanner = Mutex(Scanner())
-    private let latestReading = Mutex(Reading(bytes: 0, jobs: 0, oldestAge: nil))
+    private let position = FanoutMutex(ReaderPosition())
+    private let scanner = FanoutMutex(Scanner())
+    private let latestReading = FanoutMutex(Reading(bytes: 0, jobs: 0, oldestAge: nil))
 
     /// What the last `measure()` found. Any thread.
     var latest: Reading { latestReading.withLock { $0 } }

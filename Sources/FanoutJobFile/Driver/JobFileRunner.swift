@@ -3,7 +3,6 @@ package import Fanout
 import FanoutCore
 package import FanoutJobLines
 import Foundation
-import Synchronization
 
 /// What `fanout send` was asked to do.
 package struct SendOptions: Sendable {
@@ -39,7 +38,7 @@ package final class JobFileRunner: Sendable {
     private let engine: FanoutEngine
     private let options: SendOptions
     /// The followed job file once open, for `stopFollowing()`; and whether a stop came first.
-    private let following = Mutex<(file: FollowedJobFile?, stopped: Bool)>((nil, false))
+    private let following = FanoutMutex<(file: FollowedJobFile?, stopped: Bool)>((nil, false))
 
     package init(engine: FanoutEngine, options: SendOptions) {
         self.engine = engine
@@ -288,7 +287,7 @@ package final class JobFileRunner: Sendable {
     private static func send(
         _ job: FanoutJob, line: Int, engine: FanoutEngine, writer: ResultsWriter, unfinished: UnfinishedJobs
     ) async {
-        let jobLevel = Mutex<NotificationResult?>(nil)
+        let jobLevel = FanoutMutex<NotificationResult?>(nil)
         do {
             let summary = try await engine.run(job) { result in
                 if result.tokenValue == nil && result.channel == nil {
@@ -396,7 +395,7 @@ package final class JobFileRunner: Sendable {
 
 /// The jobs of a run that stopped before their last recipient (see `JobFileRunner.send`), for the run's error.
 private final class UnfinishedJobs: Sendable {
-    private let jobs = Mutex<[(job: String, line: Int, reason: String)]>([])
+    private let jobs = FanoutMutex<[(job: String, line: Int, reason: String)]>([])
 
     func add(job: String, line: Int, reason: String) {
         jobs.withLock { $0.append((job, line, reason)) }

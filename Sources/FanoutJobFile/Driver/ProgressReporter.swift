@@ -1,5 +1,6 @@
 import CommandLineSupport
 import Fanout
+import FanoutCore
 package import FanoutJobLines
 import Foundation
 import Synchronization
@@ -23,7 +24,7 @@ package final class ProgressReporter: @unchecked Sendable {
     /// (-1 until then).
     private let total = Atomic<Int>(-1)
     /// With `--follow`: the bytes of the job file not read yet.
-    private let queueLag = Mutex<(@Sendable () -> FollowedQueueLag.Reading)?>(nil)
+    private let queueLag = FanoutMutex<(@Sendable () -> FollowedQueueLag.Reading)?>(nil)
 
     package init(mode: Mode, counts: @escaping @Sendable () -> SendCounts) {
         self.mode = mode

@@ -1,7 +1,7 @@
 import Fanout
+import FanoutCore
 import FanoutJobLines
 import Foundation
-import Synchronization
 
 /// Appends results lines (from any thread), keeps the counts and each running job's progress,
 /// and at every flush writes the buffered lines, syncs them, then rewrites the journal that
@@ -36,16 +36,16 @@ final class ResultsWriter: Sendable {
         var counts = SendCounts()
     }
 
-    private let state: Mutex<State>
+    private let state: FanoutMutex<State>
     /// Serialises flushes (file writes happen outside the state lock).
-    private let flushLock = Mutex(())
+    private let flushLock = FanoutMutex(())
     private let descriptor: Int32
     private let journalPath: String?
     private let jobsFile: String
     private let jobsFileSize: Int
     /// With `--follow`: the file being read, for the journal.
-    private let followed = Mutex<SendJournal.FollowedFile?>(nil)
-    private let offset: Mutex<Int>
+    private let followed = FanoutMutex<SendJournal.FollowedFile?>(nil)
+    private let offset: FanoutMutex<Int>
 
     /// 64 KiB: about 200 lines, a write(2) every few hundred results, and at most about that many lines a SIGKILL can
     /// lose and a resumed run then sends again (1 MiB would be about 3,000).
@@ -71,7 +71,7 @@ final class ResultsWriter: Sendable {
         }
         self.jobsFile = jobsFile
         self.jobsFileSize = jobsFileSize
-        offset = Mutex(fileLength)
+        offset = FanoutMutex(fileLength)
         var initial = State()
         if let resumeFrom {
             initial.counts = resumeFrom.counts
@@ -83,7 +83,7 @@ final class ResultsWriter: Sendable {
                     tokensFrom: partial.tokensFrom)
             }
         }
-        state = Mutex(initial)
+        state = FanoutMutex(initial)
     }
 
     deinit {
@@ -143,7 +143,7 @@ final class ResultsWriter: Sendable {
 
     /// The first write that failed: results taken from the buffer for it are lost, so every later
     /// flush fails with it too, and the run ends with this error instead of a results file with a hole.
-    private let writeFailure = Mutex<SendError?>(nil)
+    private let writeFailure = FanoutMutex<SendError?>(nil)
 
     /// Writes what is buffered, syncs it, then records the journal describing it (or, with `syncAndJournal`
     /// false, only writes it).

@@ -1,6 +1,5 @@
 import FanoutCore
 import Foundation
-import Synchronization
 
 /// The `timestamp` of each Live Activity push the API accepts, strictly increasing per activity.
 ///
@@ -9,7 +8,7 @@ import Synchronization
 /// `max(now, last + 1)`, with the last one sent (from the registry, which survives restarts) as a floor. Entries
 /// older than a few seconds are forgotten: past them "now" is newer anyway.
 final class ContentTimestamps: Sendable {
-    private let assigned = Mutex<[String: Int64]>([:])
+    private let assigned = FanoutMutex<[String: Int64]>([:])
 
     /// Gives the activity its next timestamp and runs `commit` with it under the same lock, so that of two
     /// concurrent requests the one with the later timestamp is also committed (and so sent) later. The lock is held

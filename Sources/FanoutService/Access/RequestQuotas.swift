@@ -1,6 +1,6 @@
+import FanoutCore
 package import FanoutPolicy
 import Foundation
-import Synchronization
 
 /// Every workspace's two API quotas (server requests, device registrations), behind one lock: a decision is a few
 /// arithmetic operations, so one lock for all is cheaper than a lock per bucket.
@@ -8,7 +8,7 @@ package final class RequestQuotas: Sendable {
     package enum Budget: Sendable { case api, devices }
 
     private struct Key: Hashable { var workspace: String; var budget: Budget }
-    private let buckets: Mutex<[Key: RequestQuota]>
+    private let buckets: FanoutMutex<[Key: RequestQuota]>
     private let clock: any RateClock
     private let wallClock: @Sendable () -> Double
 
@@ -21,7 +21,7 @@ package final class RequestQuotas: Sendable {
             buckets[Key(workspace: workspace.name, budget: .api)] = RequestQuota(rule: workspace.rateLimit)
             buckets[Key(workspace: workspace.name, budget: .devices)] = RequestQuota(rule: workspace.deviceRateLimit)
         }
-        self.buckets = Mutex(buckets)
+        self.buckets = FanoutMutex(buckets)
         self.clock = clock
         self.wallClock = wallClock
     }

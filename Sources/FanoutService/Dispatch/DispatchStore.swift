@@ -1,4 +1,5 @@
 package import Fanout
+import FanoutCore
 import FanoutRegistry
 import FanoutSQLite
 import Foundation
@@ -48,10 +49,10 @@ package struct DispatchRecord: Sendable, Equatable {
 /// writer. Each is behind its own mutex; calls block their thread for one transaction or one page.
 package final class DispatchStore: Sendable {
     package let path: String
-    private let writer: Mutex<DispatchConnection>
-    private let reader: Mutex<DispatchConnection>
+    private let writer: FanoutMutex<DispatchConnection>
+    private let reader: FanoutMutex<DispatchConnection>
     /// Only for `checkpointIfDue`.
-    private let checkpointer: Mutex<DispatchConnection>
+    private let checkpointer: FanoutMutex<DispatchConnection>
     private let lastCheckpoint = Atomic<UInt64>(0)
 
     /// How long a write waits for another connection's lock (the registry's import commits 50,000 rows at a time).
@@ -87,9 +88,9 @@ package final class DispatchStore: Sendable {
             try readerDatabase.execute("PRAGMA cache_size = -8192; PRAGMA mmap_size = 0; PRAGMA query_only = 1")
             let checkpointDatabase = try SQLiteDatabase(
                 path: path, mode: .readWrite, busyTimeoutMilliseconds: Self.busyTimeoutMilliseconds)
-            writer = Mutex(DispatchConnection(database: writerDatabase))
-            reader = Mutex(DispatchConnection(database: readerDatabase))
-            checkpointer = Mutex(DispatchConnection(database: checkpointDatabase))
+            writer = FanoutMutex(DispatchConnection(database: writerDatabase))
+            reader = FanoutMutex(DispatchConnection(database: readerDatabase))
+            checkpointer = FanoutMutex(DispatchConnection(database: checkpointDatabase))
         } catch let error as DispatchStoreError {
             throw error
         } catch let error as SQLiteError {

@@ -31,9 +31,9 @@ package final class Dispatcher: Sendable {
     /// For the size of an activity's audience (the status page's progress).
     private let registry: (any RegistryStore)?
     /// How many results each running dispatch will have, when known at its start.
-    private let expected = Mutex<[String: Int]>([:])
+    private let expected = FanoutMutex<[String: Int]>([:])
     private let maxRunning: Int
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
     private let log: @Sendable (String) -> Void
     /// Told the id of each dispatch queued, started or finished (for `SharedDispatches`).
     private let changed: @Sendable (String) -> Void

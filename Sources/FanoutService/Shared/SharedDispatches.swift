@@ -1,8 +1,8 @@
 import Fanout
+import FanoutCore
 import FanoutJobLines
 import FanoutRedis
 import Foundation
-import Synchronization
 
 /// With the registry on Redis, what every `fanout serve` on it must know of the dispatches another one accepted:
 /// their state and counts (so `GET /v1/dispatches/{id}` answers on any instance behind a load balancer), and the
@@ -29,10 +29,10 @@ final class SharedDispatches: Sendable {
     private let store: DispatchStore
     private let interval: Duration
     /// Dispatches accepted or started since the last publication, or running.
-    private let dirty = Mutex<Set<String>>([])
-    private let publisher = Mutex<Task<Void, Never>?>(nil)
+    private let dirty = FanoutMutex<Set<String>>([])
+    private let publisher = FanoutMutex<Task<Void, Never>?>(nil)
     /// The last result position published, per dispatch of this instance's (only the publisher task touches it).
-    private let publishedUpTo = Mutex<[String: Int]>([:])
+    private let publishedUpTo = FanoutMutex<[String: Int]>([:])
     private static let expirySeconds = 7 * 86_400
     private static let resultsExpirySeconds = 86_400
     /// Results lines per ZADD, and per pipeline (about 300 bytes each: a pipeline holds some 6 MB).

@@ -1,5 +1,5 @@
+import FanoutCore
 import Foundation
-import Synchronization
 
 /// Holds the current APNs provider token and decides when to mint a new one.
 ///
@@ -23,7 +23,7 @@ package final class ProviderTokenCache: Sendable {
     package let refreshAfter: Int64
     /// Minimum seconds between two mints, also for `forceRefresh`.
     package let minimumInterval: Int64
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
 
     /// Throws `.invalidArgument` unless 0 < `refreshAfter` < 3600 and 0 ≤ `minimumInterval` ≤ `refreshAfter`.
     package init(signer: ProviderTokenSigner, refreshAfter: Int64 = 3000, minimumInterval: Int64 = 1200) throws {
@@ -129,5 +129,5 @@ extension ProviderTokenCache {
         weak var cache: ProviderTokenCache?
     }
 
-    private static let sharedCaches = Mutex<[SharedKey: WeakCache]>([:])
+    private static let sharedCaches = FanoutMutex<[SharedKey: WeakCache]>([:])
 }

@@ -1,4 +1,5 @@
 import CLibUV
+import FanoutCore
 import Foundation
 import Synchronization
 
@@ -18,7 +19,7 @@ package final class FileChangeWatcher: Sendable {
     }
 
     private let thread: LoopThread
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
     /// Loop-thread objects, created in init and closed in `close()`.
     private let handles: UncheckedSendableBox<Handles>
 

@@ -1,6 +1,7 @@
 import CFanoutShims
 package import CLibUV
 import COpenSSL
+import FanoutCore
 import Foundation
 import Synchronization
 
@@ -24,7 +25,7 @@ import Synchronization
 /// and a `uv_prepare_t` (run just before the loop blocks for I/O) flushes every one of them.
 package final class LoopThread: @unchecked Sendable {
     // @unchecked Sendable: the C handles below are touched only on the loop thread; other threads
-    // touch only `queue` (behind a Mutex) and write to `wakeWriteFD`.
+    // touch only `queue` (behind a lock) and write to `wakeWriteFD`.
 
     /// Owned: allocated in init, closed with `uv_loop_close` and freed when the thread exits. `package` so that
     /// FanoutRedis can watch hiredis's socket with a `uv_poll_t` on it (on this loop's thread only).
@@ -60,7 +61,7 @@ package final class LoopThread: @unchecked Sendable {
         var tasks: [@Sendable () -> Void] = []
         var stopping = false
     }
-    private let queue = Mutex(Queue())
+    private let queue = FanoutMutex(Queue())
     /// Loop thread only: an empty array, with the capacity of an earlier drain, that the next drain swaps in for the
     /// queue's, so that a drain allocates nothing. (Copying the tasks out and `removeAll(keepingCapacity:)` on the
     /// queue's array would allocate a new buffer every time, since the copy would still share the old one.)

@@ -193,6 +193,11 @@ package final class HTTP2ClientConnection: HTTP2SessionDelegate, @unchecked Send
     /// Whether new requests are accepted (not closed, not draining after GOAWAY or `close`).
     package var isAcceptingRequests: Bool { !isClosed && !isClosing && !goawayReceived }
 
+    /// The id the next `submit` returns. A request can complete inside `submit` (one the connection cannot take
+    /// fails at once, `.notSent`), before its id is returned: a caller whose completion needs the id reads it here
+    /// first. Loop thread.
+    package var nextRequestID: HTTP2RequestID { HTTP2RequestID(rawValue: lastRequestID + 1) }
+
     // MARK: Requests
 
     /// Queues a request; `completion` runs on the loop thread exactly once, with the response or an

@@ -1,3 +1,4 @@
+import FanoutCore
 import Foundation
 import Synchronization
 
@@ -19,7 +20,7 @@ package final class HTTPServer: Sendable {
     /// `perLoop[i]` is touched only on `loops[i]`.
     private let perLoop: [UncheckedSendableBox<HTTPServerLoopState>]
     private let counter: HTTPConnectionCounter
-    private let stopped = Mutex(false)
+    private let stopped = FanoutMutex(false)
 
     /// Binds `host:port` (a numeric IPv4 or IPv6 address; port 0 picks a free one) on `threads` loops and starts
     /// serving.

@@ -1,4 +1,5 @@
 import CFanoutShims
+import FanoutCore
 import Foundation
 import Synchronization
 
@@ -24,7 +25,7 @@ package final class HeapTrimmer: Sendable {
         var scheduled = false
         var trims = 0
     }
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
     private let queue = DispatchQueue(label: "fanout-heap-trim", qos: .utility)
 
     private init() {}

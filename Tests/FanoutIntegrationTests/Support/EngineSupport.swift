@@ -1,7 +1,7 @@
 import Fanout
+import FanoutCore
 import FanoutTestSupport
 import Foundation
-import Synchronization
 import XCTest
 
 /// An engine pointed at `mock` with its CA and signing key; `configure` adjusts the rest.
@@ -44,7 +44,7 @@ final class ResultLog: Sendable {
         var resultsPerToken: [String: Int] = [:]
         var counts: [String: Int] = [:]
     }
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
 
     func add(_ result: NotificationResult) {
         state.withLock { state in

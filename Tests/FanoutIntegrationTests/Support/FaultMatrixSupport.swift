@@ -6,7 +6,6 @@ import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import MockAPNsKit
-import Synchronization
 import XCTest
 
 /// mock-apns in-process on 127.0.0.1 with a `--record` file, which can be killed (every connection
@@ -248,7 +247,7 @@ func withDeadline<T: Sendable>(
 
 /// Resumes a `withDeadline` caller once: with the body's result or, first, with nil at the deadline.
 private final class DeadlineGate<T: Sendable>: Sendable {
-    private let continuation = Mutex<CheckedContinuation<Result<T, Error>?, Never>?>(nil)
+    private let continuation = FanoutMutex<CheckedContinuation<Result<T, Error>?, Never>?>(nil)
 
     func arm(_ continuation: CheckedContinuation<Result<T, Error>?, Never>) {
         self.continuation.withLock { $0 = continuation }

@@ -1,6 +1,5 @@
 import FanoutCore
 package import FanoutTransport
-import Synchronization
 
 /// The claims of a provider token whose signature checked out.
 package struct ProviderTokenClaims: Sendable, Hashable {
@@ -210,7 +209,7 @@ package final class ProviderTokenVerifierCache: Sendable {
 
     /// Maximum number of remembered tokens (least recently used is evicted first).
     package let capacity: Int
-    private let state = Mutex(State())
+    private let state = FanoutMutex(State())
 
     package init(capacity: Int = 16) {
         precondition(capacity >= 1, "ProviderTokenVerifierCache capacity must be at least 1")

@@ -1,7 +1,7 @@
 import CLibUV
+import FanoutCore
 package import FanoutTransport
 import Foundation
-import Synchronization
 
 /// An HTTP/2 server, over TLS or in cleartext (h2c with prior knowledge), on N loop threads (mock-apns, tests). Each loop listens on the same
 /// port (SO_REUSEPORT), and accepted connections are dealt to the loops in turn, as nghttpd's acceptor does: the
@@ -43,7 +43,7 @@ package final class HTTP2Server: @unchecked Sendable {
         var loops: [LoopThread] = []
         var states: [LoopState] = []
         var boundPort = port
-        let dealer = Mutex(Dealer())
+        let dealer = FanoutMutex(Dealer())
         for index in 0..<threads {
             let loop = LoopThread(name: "server-loop-\(index)")
             let state = LoopState()
