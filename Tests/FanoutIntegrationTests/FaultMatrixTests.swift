@@ -7,7 +7,7 @@ import MockAPNsKit
 import Synchronization
 import XCTest
 
-/// The short fault matrix (issue 7, part 1): the engine against an in-process mock-apns, one run per
+/// The short fault matrix: the engine against an in-process mock-apns, one run per
 /// fault and one with the faults mixed. For every run:
 /// - every notification ends with exactly one outcome (results counted per token);
 /// - the mock's record accepts no notification twice, except those in flight on a connection that

@@ -1,5 +1,5 @@
 import FanoutCore
-// Issue 14, item 4: one provider token per team for the fleet, against a real redis-server. Each "worker" here is a
+// One provider token per team for the fleet, against a real redis-server. Each "worker" here is a
 // FleetProviderToken with its own Redis client; the clock is fake, so the 20-minute and 50-minute rules are checked
 // without waiting.
 import FanoutFleet

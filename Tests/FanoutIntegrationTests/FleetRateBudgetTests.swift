@@ -1,5 +1,5 @@
 import FanoutCore
-// Issue 14, item 3: one rate budget per workspace for the fleet, against a real redis-server. Each "worker" is a
+// One rate budget per workspace for the fleet, against a real redis-server. Each "worker" is a
 // FleetRateBudget with its own Redis client; both the workers' clock and the server's time are fake, so a minute of
 // traffic runs in a moment.
 import FanoutFleet

@@ -1,4 +1,4 @@
-// The fleet sends registry-addressed jobs (issue 14 item 2, "an activity_id job into pages of the registry"): tokens
+// The fleet sends registry-addressed jobs: tokens
 // registered in the registry on a real redis-server (through a RedisRegistryStore, as `fanout serve --redis` keeps
 // it), an `activity_id` job enqueued by the real `fanout` binary, two real workers against mock-apns in process,
 // and the registry pruned of the tokens the mock answers 410.

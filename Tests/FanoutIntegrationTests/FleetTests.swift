@@ -1,4 +1,4 @@
-// The fleet on Redis Streams (issue 14, item 2), end to end: a real redis-server started by the test, mock-apns in
+// The fleet on Redis Streams, end to end: a real redis-server started by the test, mock-apns in
 // process with its record file, and the real `fanout` binary for enqueue, worker, status and results.
 //
 // The issue's two "Must show" runs (3 workers; one killed) send its 300,000 notifications in 10 jobs, in shards of
@@ -17,8 +17,8 @@ final class FleetTests: XCTestCase {
         var total: Int { jobs * tokensPerJob }
         var shardsPerJob: Int { (tokensPerJob + shardSize - 1) / shardSize }
 
-        /// Issue 14's "Must show": 300,000 notifications in 10 jobs.
-        static let issue = Scale(jobs: 10, tokensPerJob: 30_000, shardSize: 5_000)
+        /// At full scale: 300,000 notifications in 10 jobs.
+        static let full = Scale(jobs: 10, tokensPerJob: 30_000, shardSize: 5_000)
         static let small = Scale(jobs: 5, tokensPerJob: 6_000, shardSize: 1_000)
     }
 
@@ -194,7 +194,7 @@ final class FleetTests: XCTestCase {
     }
 
     func testThreeWorkersSendTenJobsWithExactlyOneResultPerTokenAndNoDuplicates() throws {
-        scale = .issue
+        scale = .full
         let fleet = try startFleet()
         try enqueue(fleet)
         // A job id is enqueued once: the same file again is refused line by line.
@@ -245,7 +245,7 @@ final class FleetTests: XCTestCase {
                 + "\(String(format: "%.1f", seconds)) s from the workers' start to the last shard")
     }
 
-    /// Issue 14, item 3: three workers share workspace acme's 7,200 jobs per hour (2 per second) with a burst of 5 and
+    /// Three workers share workspace acme's 7,200 jobs per hour (2 per second) with a burst of 5 and
     /// `wait`. Each job is one shard of one token, so a job's `finished_at` follows its admission closely. Priority 5
     /// can take 4 of the burst (priority 10 and 1 keep their reservations), so any 10 s admit at most 4 + 20 = 24
     /// jobs; the workspace other, on the default budget, is not held back.
@@ -312,7 +312,7 @@ final class FleetTests: XCTestCase {
         XCTAssertEqual(records, [], "leases left after shutdown")
     }
 
-    /// Issue 14, item 4: three workers starting at once share one provider token, minted by one of them under the
+    /// Three workers starting at once share one provider token, minted by one of them under the
     /// Redis lock, and mock-apns sees that token only.
     func testThreeWorkersStartingAtOnceMintOneProviderTokenAndTheMockSeesOnlyThatOne() throws {
         let fleet = try startFleet()
@@ -342,7 +342,7 @@ final class FleetTests: XCTestCase {
     }
 
     func testAWorkerKilledMidRunLeavesItsShardsToTheOthersWithDuplicatesOnlyFromThem() async throws {
-        scale = .issue
+        scale = .full
         let fleet = try startFleet()
         try enqueue(fleet)
         let workers = try startWorkers(fleet, count: 3)

@@ -5,7 +5,7 @@ import Foundation
 import Synchronization
 import XCTest
 
-/// Results are delivered by each loop's results thread, not on the loop threads (issue 15): the loop only decides
+/// Results are delivered by each loop's results thread, not on the loop threads: the loop only decides
 /// the outcome. A slow handler holds sending back through the in-flight permits, which come back only as results
 /// are delivered, and every result is still delivered once, before the summary.
 final class ResultsThreadTests: XCTestCase {

@@ -1,5 +1,5 @@
 import FanoutCore
-// Issue 14, item 5: `fanout serve --redis URL`. Two real `fanout serve` processes on one real redis-server (each
+// `fanout serve --redis URL`. Two real `fanout serve` processes on one real redis-server (each
 // with its own --db for its dispatch queue) behind no load balancer: the test is the load balancer, sending each
 // request to the instance it chooses. Both send to one in-process mock-apns.
 import FanoutPolicy
