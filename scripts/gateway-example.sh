@@ -18,17 +18,17 @@ mkdir -p "$example/.deps"
 "$SWIFT" build -c release --product mock-apns
 bin=$("$SWIFT" build -c release --show-bin-path)
 # Its own build directory (examples/gateway/.build): it compiles the Fanout modules there again. SwiftPM keeps the
-# dependency's list of source files from the last build, so after a file of Fanout was removed or renamed it fails
-# with "missing inputs": that build directory is then thrown away and the build run once more.
-errors=$(mktemp)
-if ! "$SWIFT" build -c release --package-path "$example" 2> "$errors"; then
-    cat "$errors" >&2
-    grep -q "because of missing inputs" "$errors" || { rm -f "$errors"; exit 1; }
-    echo "gateway-example: Fanout's files changed since the example's last build; building it afresh" >&2
+# dependency's list of source files from the example's last build (reached through the .deps symlink, it does not
+# look again), so when a file of the package was added, removed or renamed since, that build directory is thrown
+# away first: the list of the package's files is kept beside it and compared.
+sources=$(cd "$example/.deps/fanout" && find Sources Package.swift -name '*.swift' -o -name 'module.modulemap' -o -name '*.[ch]' | LC_ALL=C sort | sha256sum | cut -d' ' -f1)
+stamp="$example/.build/fanout-sources.sha256"
+if [ -d "$example/.build" ] && [ "$(cat "$stamp" 2>/dev/null)" != "$sources" ]; then
+    echo "gateway-example: the package's files changed since the example's last build; building it afresh" >&2
     rm -rf "$example/.build"
-    "$SWIFT" build -c release --package-path "$example"
 fi
-rm -f "$errors"
+"$SWIFT" build -c release --package-path "$example"
+echo "$sources" > "$stamp"
 gateway="$("$SWIFT" build -c release --package-path "$example" --show-bin-path)/gateway"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gateway-example.XXXXXX")
