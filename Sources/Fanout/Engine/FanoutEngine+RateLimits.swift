@@ -33,6 +33,10 @@ extension FanoutEngine {
                 } else {
                     limits.decide(workspace: job.workspace, priority: priority, cost: cost, now: now)
                 }
+            // Not admitted: how long until the budget would admit it, and whether to wait that long (the budget's
+            // policy, unless the call chose for itself with `overBudget`).
+            let untilAdmitted: UInt64
+            var waits = false
             switch decision {
             case .admit(let admitted) where admitted == priority:
                 return .send(prepared)
@@ -40,26 +44,22 @@ extension FanoutEngine {
                 let lower = demoted ?? PreparedJob(demoting: prepared, to: admitted)
                 demoted = lower
                 return .send(lower)
-            case .reject(let retryAfter) where job.overBudget != .wait:
-                return .rateLimited(retryAfterSeconds: Double(retryAfter) / 1e9)
-            case .wait(let until) where job.overBudget == .reject:
-                return .rateLimited(retryAfterSeconds: Double(until > now ? until - now : 0) / 1e9)
-            case .reject, .wait:
-                if isShuttingDown() { return .notSent }
-                // Cancelled, or its deadline passed (`FanoutRun.expire`): the caller's task may still be running.
-                if run.isCancelled { return .cancelled }
-                let pause =
-                    switch decision {
-                    case .wait(let until): until > now ? until - now : 0
-                    case .reject(let retryAfter): retryAfter
-                    case .admit: UInt64(0)
-                    }
-                // Short naps, so that a deadline or a cancel ends the wait within 20 ms.
-                do {
-                    try await Task.sleep(nanoseconds: min(max(pause, 1_000_000), 20_000_000))
-                } catch {
-                    return .cancelled  // Task.sleep throws only when the task is cancelled
-                }
+            case .reject(let retryAfter):
+                untilAdmitted = retryAfter
+            case .wait(let until):
+                untilAdmitted = until > now ? until - now : 0
+                waits = true
+            }
+            if let choice = job.overBudget { waits = choice == .wait }
+            guard waits else { return .rateLimited(retryAfterSeconds: Double(untilAdmitted) / 1e9) }
+            if isShuttingDown() { return .notSent }
+            // Cancelled, or its deadline passed (`FanoutRun.expire`): the caller's task may still be running.
+            if run.isCancelled { return .cancelled }
+            // Short naps, so that a deadline or a cancel ends the wait within 20 ms.
+            do {
+                try await Task.sleep(nanoseconds: min(max(untilAdmitted, 1_000_000), 20_000_000))
+            } catch {
+                return .cancelled  // Task.sleep throws only when the task is cancelled
             }
         }
     }
