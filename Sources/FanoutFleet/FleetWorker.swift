@@ -142,8 +142,9 @@ package final class FleetWorker: Sendable {
     }
 
     /// Stop reading; shards being sent get `stopGrace` from now to finish, then `stopWriteWindow` to write what they
-    /// finished. `run()` then returns, at once when nothing is being sent: it never waits for a Redis call in
-    /// progress (see `StopSignal`), so a hung Redis does not hold a stop up.
+    /// finished. `run()` then returns, soon when nothing is being sent: it waits for the read or claim in progress
+    /// until `options.block` and half a second after its start (what it brings is sent), and for no other Redis call
+    /// (see `StopSignal`), so a hung Redis does not hold a stop up.
     package func stop() {
         let first = state.withLock { state in
             guard state.stoppedAt == nil else { return false }
@@ -199,6 +200,9 @@ package final class FleetWorker: Sendable {
             let claimCheck = min(options.claimIdle / 4, .seconds(1))
             var lastClaim: ContinuousClock.Instant?
             var failures = 0
+            // The read or claim a stop did not wait for: Redis may still hand it shards, pending under this worker's
+            // name, after the stop.
+            var unfinishedFetch: (task: Task<Result<Fetched, RedisError>, Never>, started: ContinuousClock.Instant)?
             while !isStopping {
                 if running >= options.concurrentShards {
                     // Wakes when a shard ends or at the stop, whichever comes first.
@@ -211,8 +215,13 @@ package final class FleetWorker: Sendable {
                     var claimed: [ShardEntry] = []
                     if lastClaim.map({ ContinuousClock.now - $0 >= claimCheck }) ?? true {
                         let cursor = claimCursor
-                        (claimed, claimCursor) = try await stopping.call { () async throws(RedisError) in
+                        let fetch = startFetch { () async throws(RedisError) in
                             try await self.claim(count: free, cursor: cursor)
+                        }
+                        unfinishedFetch = (fetch, .now)
+                        (claimed, claimCursor) = try await stopping.call { () async throws(RedisError) in
+                            let fetched = try await fetch.value.get()
+                            return (fetched.entries, fetched.cursor ?? cursor)
                         }
                         // Found some: look again on the next turn (more may be waiting).
                         lastClaim = claimed.isEmpty ? ContinuousClock.now : nil
@@ -224,8 +233,12 @@ package final class FleetWorker: Sendable {
                         // Reading "0" returns the held shards first: ask for enough to see past them.
                         let held = readID == "0" ? state.withLock { $0.held.count } : 0
                         let id = readID
-                        claimed = try await stopping.call { () async throws(RedisError) in
+                        let fetch = startFetch { () async throws(RedisError) in
                             try await self.read(count: free + held, id: id)
+                        }
+                        unfinishedFetch = (fetch, .now)
+                        claimed = try await stopping.call { () async throws(RedisError) in
+                            try await fetch.value.get().entries
                         }
                         // "0" reads this consumer's own pending entries (a restart under the same name) without
                         // blocking; once it offers nothing new, only new entries ('>').
@@ -236,9 +249,11 @@ package final class FleetWorker: Sendable {
                         }
                     }
                     entries = claimed
+                    unfinishedFetch = nil
                     failures = 0
                 } catch {
                     if isStopping { break }
+                    unfinishedFetch = nil
                     failures += 1
                     log("Redis: \(error.message); retrying")
                     // A read whose reply was lost (the connection dropped, a restart) may still have given us shards:
@@ -267,6 +282,21 @@ package final class FleetWorker: Sendable {
                 }
                 // `running` counts shards not yet reaped: a finished one frees its slot when the group is next
                 // awaited (at once, when the slots are full).
+            }
+            // Shards a read or claim brought after the stop are this worker's as much as those it was sending: sent
+            // within the grace period, not left pending for another worker to claim `claimIdle` later. A healthy
+            // Redis answers a blocked read within `options.block` of its start; a hung one is not waited for longer.
+            if let fetch = unfinishedFetch,
+                case .success(let fetched)? = await StopSignal.race(
+                    within: fetch.started + options.block + .milliseconds(500) - .now, { await fetch.task.value })
+            {
+                for entry in fetched.entries where state.withLock({ $0.held.insert(entry.id).inserted }) {
+                    running += 1
+                    group.addTask {
+                        await self.process(entry)
+                        return .shardEnded
+                    }
+                }
             }
             let (sending, stoppedAt) = state.withLock { ($0.held.count, $0.stoppedAt ?? .now) }
             guard sending > 0 else { return group.cancelAll() }
@@ -309,7 +339,27 @@ package final class FleetWorker: Sendable {
         var fields: [String: String]?
     }
 
-    private func read(count: Int, id: String) async throws(RedisError) -> [ShardEntry] {
+    /// What one read or claim gave: its entries, and for a claim the cursor of the next.
+    struct Fetched: Sendable {
+        var entries: [ShardEntry]
+        var cursor: String?
+    }
+
+    /// Runs a read or claim in a task of its own, so that the reading loop can stop waiting for it and still learn,
+    /// after the stop, which shards it brought.
+    private func startFetch(
+        _ operation: @escaping @Sendable () async throws(RedisError) -> Fetched
+    ) -> Task<Result<Fetched, RedisError>, Never> {
+        Task {
+            do throws(RedisError) {
+                return .success(try await operation())
+            } catch {
+                return .failure(error)
+            }
+        }
+    }
+
+    private func read(count: Int, id: String) async throws(RedisError) -> Fetched {
         let block = milliseconds(options.block)
         let reply = try await reader.command(
             [
@@ -320,12 +370,12 @@ package final class FleetWorker: Sendable {
         // nil (timed out on the server) or [[stream, [entries]]].
         guard let streams = reply.array, let first = streams.first?.array, first.count == 2,
             let entries = first[1].array
-        else { return [] }
-        return entries.compactMap(Self.entry)
+        else { return Fetched(entries: []) }
+        return Fetched(entries: entries.compactMap(Self.entry))
     }
 
     /// The entries claimed, and the cursor for the next claim.
-    private func claim(count: Int, cursor: String) async throws(RedisError) -> ([ShardEntry], String) {
+    private func claim(count: Int, cursor: String) async throws(RedisError) -> Fetched {
         let reply = try await writer.command([
             "XAUTOCLAIM", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group), RedisArgument(options.name),
             RedisArgument(Int(milliseconds(options.claimIdle))), RedisArgument(cursor), "COUNT",
@@ -333,9 +383,9 @@ package final class FleetWorker: Sendable {
         ])
         // [next cursor, [entries], [deleted ids]] (Redis 7; 6.2 has no third element).
         guard let parts = reply.array, parts.count >= 2, let next = parts[0].string, let entries = parts[1].array else {
-            return ([], cursor)
+            return Fetched(entries: [], cursor: cursor)
         }
-        return (entries.compactMap(Self.entry), next)
+        return Fetched(entries: entries.compactMap(Self.entry), cursor: next)
     }
 
     private static func entry(_ value: RedisValue) -> ShardEntry? {
@@ -352,7 +402,8 @@ package final class FleetWorker: Sendable {
 
     /// Frees this worker's name (a clean exit), waiting at most `timeout`; a restart under it may then take it at once.
     package func releaseName(timeout: Duration) async {
-        await nameHold.withLock { $0 }?.release(client: writer, timeout: timeout)
+        // Taken out first, so that the heartbeat (still running when `run()` has not returned) does not take it back.
+        await nameHold.withLock { $0.take() }?.release(client: writer, timeout: timeout)
     }
 
     private func heartbeatLoop() async {

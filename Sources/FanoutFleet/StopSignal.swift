@@ -72,6 +72,17 @@ final class StopSignal: Sendable {
         return try outcome.get()
     }
 
+    /// What `operation` returns, or nil once `limit` has passed (the operation runs on, unobserved).
+    static func race<T: Sendable>(within limit: Duration, _ operation: @escaping @Sendable () async -> T) async -> T? {
+        let signal = StopSignal()
+        let timer = Task {
+            try? await Task.sleep(for: limit)
+            signal.fire()
+        }
+        defer { timer.cancel() }
+        return await signal.race(operation)
+    }
+
     /// Sleeps for `duration`, or until the signal fires.
     func sleep(for duration: Duration) async {
         _ = await race { try? await Task.sleep(for: duration) }

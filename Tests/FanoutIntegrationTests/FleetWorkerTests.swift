@@ -179,6 +179,40 @@ final class FleetWorkerTests: XCTestCase {
         }
     }
 
+    /// A stop does not wait for the blocked read in progress, but Redis may still answer it with a shard, which it
+    /// then holds pending under this worker's name. Such a shard is the worker's to send within the grace period: a
+    /// graceful stop leaves nothing pending for another worker to claim `claimIdle` later.
+    func testAShardTheBlockedReadBringsAfterTheStopIsSentBeforeTheWorkerReturns() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let worker = try await startWorker("reader", mock: mock, redis: redis) { $0.block = .seconds(5) }
+        func blockedClients() async -> Int {
+            guard case .bytes(let info)? = try? await client.command(["INFO", "clients"]) else { return 0 }
+            let line = String(decoding: info, as: UTF8.self).split(whereSeparator: \.isNewline)
+                .first { $0.hasPrefix("blocked_clients:") }
+            return line.flatMap { Int($0.dropFirst("blocked_clients:".count)) } ?? 0
+        }
+        let blocked = await eventuallyAsync { await blockedClients() == 1 }
+        XCTAssertTrue(blocked, "the worker's read never blocked")
+
+        worker.worker.stop()
+        let tokens = (0..<3).map { testDeviceToken($0) }
+        try await enqueue([Self.jobLine(id: "late", priority: 10, alert: "hi", tokens: tokens)], redis: redis)
+        let returned = await eventually(timeout: .seconds(10) * testTimeScale) { worker.hasReturned }
+        await worker.shutdown()
+        XCTAssertTrue(returned, "run() did not return after the stop")
+
+        let pending = try await client.command(["XPENDING", RedisArgument(FleetKeys.stream), "fanout-workers"])
+        XCTAssertEqual(pending.array?.first, .integer(0), "nothing left pending: \(pending)")
+        let status = try await FleetReader(client: client).status(job: "late")
+        XCTAssertEqual(status?.isDone, true, "the shard the read brought was sent")
+        XCTAssertEqual(status?.counts.outcomes.delivered, tokens.count)
+        XCTAssertEqual(mock.stats.accepted, tokens.count)
+        await client.shutdown()
+    }
+
     /// README: on SIGTERM the worker reads no more shards and exits. With Redis hung (SIGSTOP) and no shard being sent,
     /// the stop must not wait for the Redis call in progress, whose deadline is 10 s away (11 s for the blocked
     /// read): `run()` returns within a second or two.
