@@ -1,8 +1,8 @@
-import FanoutRedis
+package import FanoutRedis
 
 /// The fleet's Lua scripts. Each touches the keys of one job only (one hash tag), or the stream only, so each runs on
 /// one Redis Cluster slot.
-enum FleetScripts {
+package enum FleetScripts {
     /// Records a batch of one shard's results. KEYS: the shard's marks, the shard's results, the counts hash. ARGV:
     /// the shard's start and count; the positions, space-separated; their records, `POSITION LINE` each (the line
     /// ends in a newline), in the same order; then (outcome, count) pairs and `retries`, for the whole batch.
@@ -105,7 +105,7 @@ enum FleetScripts {
     /// XAUTOCLAIM takes them. KEYS: the stream. ARGV: group, consumer, entry ids. An entry another consumer has
     /// claimed meanwhile is left to it (a plain XCLAIM with min-idle 0 would take it back). Returns the ids still
     /// owned.
-    static let heartbeat = RedisScript(
+    package static let heartbeat = RedisScript(
         """
         local owned = {}
         for i = 3, #ARGV do

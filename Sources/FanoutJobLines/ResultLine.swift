@@ -97,6 +97,25 @@ package enum ResultLine {
         package var isJobLine: Bool { token == nil && channel == nil }
     }
 
+    /// Reads a results line back whole, as the result it was written from (for a dispatch taken over from another
+    /// process, whose results it published as lines): nil for a line that does not parse.
+    package static func result(_ line: some Collection<UInt8>, position: Int) -> NotificationResult? {
+        guard case .object(let object)? = try? JSONValue.parse(line), let job = object["job"]?.stringValue,
+            let outcome = object["outcome"]?.stringValue
+        else { return nil }
+        let latencyMilliseconds = object["latency_ms"]?.doubleValue ?? 0
+        var result = NotificationResult(
+            jobID: job, token: object["token"]?.stringValue, outcome: NotificationOutcome(named: outcome),
+            status: object["status"]?.int64Value.map { Int(clamping: $0) }, reason: object["reason"]?.stringValue,
+            apnsID: object["apns_id"]?.stringValue, apnsUniqueID: object["apns_unique_id"]?.stringValue,
+            attempts: object["attempts"]?.int64Value.map { Int(clamping: $0) } ?? 1,
+            latency: .nanoseconds(Int64(latencyMilliseconds * 1_000_000)),
+            timestamp: object["timestamp"]?.int64Value, retryAfterSeconds: object["retry_after_s"]?.doubleValue)
+        result.position = position
+        result.channel = object["channel"]?.stringValue
+        return result
+    }
+
     /// Reads a results line back (for resuming from the results file).
     package static func parse(_ line: some Collection<UInt8>) -> Parsed? {
         // A line that does not parse (the torn last line of an interrupted run) is simply not a result.

@@ -1,6 +1,7 @@
 import Fanout
 import FanoutFleet
 package import FanoutObservability
+import FanoutRedis
 import FanoutRegistry
 import FanoutTransport
 import Foundation
@@ -25,6 +26,8 @@ package final class ServiceInstance: Sendable {
     private let sharedBudget: FleetRateBudget?
     /// With Redis and `fleet_worker`: the fleet's shards this instance sends, and the task running it.
     private let fleet: ServiceFleetWorker?
+    /// With Redis: the one dispatch queue, which this instance feeds and (with `fleet_worker`) takes from.
+    private let queue: SharedDispatchQueue?
     private let sweeper: Task<Void, Never>
 
     package static func start(configuration: ServiceConfiguration, logger: FanoutLogger) async throws(ServiceStartError)
@@ -95,13 +98,22 @@ package final class ServiceInstance: Sendable {
         do throws(ServiceStartError) {
             var fleet: ServiceFleetWorker?
             if let url = configuration.redis, configuration.fleetWorker {
-                fleet = try await ServiceFleetWorker.start(url: url, engines: engines, logger: logger)
+                fleet = try await ServiceFleetWorker.start(
+                    url: url, engines: engines, claimIdle: configuration.claimIdle, logger: logger)
             }
+            var queue: SharedDispatchQueue?
             do {
+                if let url = configuration.redis, let redis = stores.redis, let sharedDispatches {
+                    queue = try await Self.startQueue(
+                        url: url, writer: redis, shared: sharedDispatches, core: core, configuration: configuration,
+                        logger: logger)
+                }
+                core.queue = queue
                 return try ServiceInstance(
                     configuration: configuration, core: core, engines: engines, stores: stores, tokens: tokens,
-                    sharedBudget: sharedBudget, fleet: fleet)
+                    sharedBudget: sharedBudget, fleet: fleet, queue: queue)
             } catch {
+                await queue?.stop()
                 await fleet?.stop()
                 throw error
             }
@@ -115,12 +127,42 @@ package final class ServiceInstance: Sendable {
         }
     }
 
+    /// The shared dispatch queue: its group made, and taking dispatches unless the instance is API-only.
+    private static func startQueue(
+        url: String, writer: RedisClient, shared: SharedDispatches, core: ServiceCore,
+        configuration: ServiceConfiguration, logger: FanoutLogger
+    ) async throws(ServiceStartError) -> SharedDispatchQueue {
+        let consumer =
+            "serve-\(FleetWorkerOptions.defaultName)-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
+        var options = SharedDispatchQueue.Options(
+            consumer: consumer, claimIdle: configuration.claimIdle, maxHeld: configuration.maxRunningDispatches)
+        options.takes = configuration.fleetWorker
+        let reader: RedisClient
+        do {
+            reader = try await FleetConnection.connect(url, commandTimeout: options.block + .seconds(10))
+        } catch {
+            throw ServiceStartError("the dispatch queue: \(error)")
+        }
+        let queue = SharedDispatchQueue(
+            writer: writer, reader: reader, store: core.store, shared: shared, dispatcher: core.dispatcher,
+            options: options, log: { logger.info($0, fields: ["consumer": consumer]) })
+        do {
+            try await queue.start()
+        } catch {
+            await reader.shutdown()
+            throw ServiceStartError("the dispatch queue: \(error.message)")
+        }
+        return queue
+    }
+
     private init(
         configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, stores: ServiceStores,
-        tokens: SharedProviderTokens, sharedBudget: FleetRateBudget?, fleet: ServiceFleetWorker?
+        tokens: SharedProviderTokens, sharedBudget: FleetRateBudget?, fleet: ServiceFleetWorker?,
+        queue: SharedDispatchQueue?
     ) throws(ServiceStartError) {
         self.sharedBudget = sharedBudget
         self.fleet = fleet
+        self.queue = queue
         self.core = core
         self.engines = engines
         self.stores = stores
@@ -172,9 +214,10 @@ package final class ServiceInstance: Sendable {
                 "cannot listen on \(configuration.listenHost):\(configuration.listenPort): \(error)")
         }
         port = http.port
-        // Only once the port is ours: a start that fails to bind must not have begun sending.
+        // Only once the port is ours: a start that fails to bind must not have begun sending. With the queue on
+        // Redis, what a previous process left unfinished is pending there, and is taken over like any other's.
         do {
-            resumedDispatches = try core.dispatcher.resumeUnfinished()
+            resumedDispatches = queue == nil ? try core.dispatcher.resumeUnfinished() : 0
         } catch {
             http.shutdown()
             sweeper.cancel()
@@ -189,6 +232,7 @@ package final class ServiceInstance: Sendable {
         // them stays pending for another instance or worker.
         fleet?.requestStop()
         await core.dispatcher.stop(gracePeriod: gracePeriod)
+        await queue?.stop()
         await fleet?.stop()
         await core.sharedDispatches?.stop()
         await engines.shutdown(gracePeriod: .seconds(2))

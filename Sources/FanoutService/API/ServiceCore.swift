@@ -25,6 +25,12 @@ package final class ServiceCore: Sendable {
     let sharedDispatches: SharedDispatches?
     /// With the registry on Redis: the workspaces' API budgets, one bucket for every instance.
     private let sharedQuotas: SharedRequestQuotas?
+    /// With the registry on Redis: the one dispatch queue of every instance (set once, at start).
+    private let queueBox = FanoutMutex<SharedDispatchQueue?>(nil)
+    var queue: SharedDispatchQueue? {
+        get { queueBox.withLock { $0 } }
+        set { queueBox.withLock { $0 = newValue } }
+    }
 
     init(
         configuration: ServiceConfiguration, quotas: RequestQuotas, registry: any RegistryStore, store: DispatchStore,
@@ -191,6 +197,7 @@ package final class ServiceCore: Sendable {
             if let idempotency { await sharedDispatches.release(idempotency, workspace: caller.workspace, for: id) }
             throw error
         }
+        guard queue == nil else { return record }
         do {
             try await sharedDispatches.publish(record)
         } catch {
@@ -214,6 +221,7 @@ package final class ServiceCore: Sendable {
     {
         guard let activityID = spec.activityID, !spec.timestampGiven else {
             try spec.validate(now: Self.nowSeconds())
+            if let queue { return try await enqueue(spec, id: id, caller: caller, idempotency: idempotency, on: queue) }
             return try commit(spec, id: id, caller: caller, idempotency: idempotency)
         }
         let app = spec.app.bundleID
@@ -230,16 +238,51 @@ package final class ServiceCore: Sendable {
             }
         }
         var used = now
-        let record = try timestamps.assign(app: app, activityID: activityID, now: now, lastSent: lastSent) {
-            timestamp throws(APIError) in
-            var stamped = spec
-            stamped.setTimestamp(timestamp)
-            try stamped.validate(now: Self.nowSeconds())
-            used = timestamp
-            return try commit(stamped, id: id, caller: caller, idempotency: idempotency)
+        let record: DispatchRecord
+        if let queue {
+            // Timestamps are claimed from Redis, unique per activity across instances; the queue's takers run them
+            // in any order, and the registry's latest-wins rule keeps the newest content.
+            let stamped = try timestamps.assign(app: app, activityID: activityID, now: now, lastSent: lastSent) {
+                timestamp throws(APIError) in
+                var stamped = spec
+                stamped.setTimestamp(timestamp)
+                try stamped.validate(now: Self.nowSeconds())
+                used = timestamp
+                return stamped
+            }
+            record = try await enqueue(stamped, id: id, caller: caller, idempotency: idempotency, on: queue)
+        } else {
+            record = try timestamps.assign(app: app, activityID: activityID, now: now, lastSent: lastSent) {
+                timestamp throws(APIError) in
+                var stamped = spec
+                stamped.setTimestamp(timestamp)
+                try stamped.validate(now: Self.nowSeconds())
+                used = timestamp
+                return try commit(stamped, id: id, caller: caller, idempotency: idempotency)
+            }
         }
         if used > now, let sharedTimestamps {
             try? await sharedTimestamps.raise(app: app, activityID: activityID, to: used)
+        }
+        return record
+    }
+
+    /// With the queue on Redis: the checked dispatch committed there (its record and its queue entry, one
+    /// transaction), for any instance to take. This instance's store has nothing of it until it takes it.
+    private func enqueue(
+        _ spec: DispatchSpec, id: String, caller: Caller, idempotency: IdempotencyKey?, on queue: SharedDispatchQueue
+    ) async throws(APIError) -> DispatchRecord {
+        let record = DispatchRecord(
+            id: id, workspace: caller.workspace, app: spec.app.bundleID, kind: spec.kind, jobLine: spec.jobLine,
+            state: .queued, counts: OutcomeCounts(), payloadEncodings: 0, demoted: 0,
+            createdAt: Self.nowMilliseconds(), startedAt: nil, finishedAt: nil, idempotencyKey: idempotency?.key)
+        guard let sharedDispatches else { preconditionFailure("the queue on Redis comes with the shared records") }
+        do {
+            try await sharedDispatches.publish(
+                record, also: [SharedDispatchQueue.enqueueCommand(record, activityID: spec.activityID)])
+        } catch {
+            logger.error("cannot queue a dispatch", fields: ["error": error.message])
+            throw APIError(503, "the dispatch could not be queued; nothing was sent, retry later")
         }
         return record
     }

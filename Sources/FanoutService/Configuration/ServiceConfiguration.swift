@@ -25,11 +25,16 @@ package struct ServiceConfiguration: Sendable {
     package var listenPort = 8080
     package var database = "fanout.db"
     /// `redis://…`: keep the registry on Redis, shared by every `fanout serve` given the same URL, with one provider
-    /// token per team and content timestamps ordered across them. The dispatch queue stays in `database`.
+    /// token per team and content timestamps ordered across them, and the dispatch queue there too
+    /// (`SharedDispatchQueue`): a dispatch any instance accepts is run by whichever takes it.
     package var redis: String?
-    /// With `redis`: the instance also takes shards from the fleet's stream (`fanout enqueue`'s jobs) and sends them
-    /// with its team engines, as a `fanout worker` does (`fleet_worker`; false for an API-only instance).
+    /// With `redis`: the instance takes dispatches from the shared queue and shards from the fleet's stream
+    /// (`fanout enqueue`'s jobs), and sends them with its team engines, as a `fanout worker` does (`fleet_worker`;
+    /// false for an API-only instance, which only accepts).
     package var fleetWorker = true
+    /// With `redis`: a dispatch or shard whose instance has not been heard of this long (it died, or was stopped
+    /// mid-send) is taken over by another (`claim_idle_seconds`).
+    package var claimIdle: Duration = .seconds(30)
     /// `proxy`: the HTTP proxy every connection to Apple goes through (`http://[user:password@]host:port`), or
     /// `none`; nil: the environment's `HTTPS_PROXY` unless `NO_PROXY` names the host.
     package var proxy: String?
@@ -223,7 +228,8 @@ private struct ConfigReader {
         let object = try object(
             root, "",
             keys: [
-                "listen", "db", "redis", "fleet_worker", "proxy", "max_connections", "header_timeout_seconds",
+                "listen", "db", "redis", "fleet_worker", "claim_idle_seconds", "proxy", "max_connections",
+                "header_timeout_seconds",
                 "write_timeout_seconds",
                 "threads",
                 "tls_cert", "tls_key",
@@ -250,6 +256,7 @@ private struct ConfigReader {
             }
             config.fleetWorker = flag
         }
+        if let seconds = try positive(object, "claim_idle_seconds", "") { config.claimIdle = .seconds(seconds) }
         config.maxConnections = try positive(object, "max_connections", "") ?? config.maxConnections
         if let seconds = try positive(object, "header_timeout_seconds", "") { config.headerTimeout = .seconds(seconds) }
         if let seconds = try positive(object, "write_timeout_seconds", "") { config.writeTimeout = .seconds(seconds) }

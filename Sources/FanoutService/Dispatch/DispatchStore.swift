@@ -240,6 +240,38 @@ package final class DispatchStore: Sendable {
         return (record, created)
     }
 
+    /// Takes in a dispatch from the shared queue (accepted by any instance): inserts it, queued, unless this store
+    /// has it already, and raises its run count to at least `runsBefore` (the runs other processes gave it), so that
+    /// this run's positions (`positionOffset(run:)`) are its own. Returns it as stored.
+    package func adopt(_ record: DispatchRecord, runsBefore: Int) throws(DispatchStoreError) -> DispatchRecord {
+        try write { connection throws(SQLiteError) in
+            let database = connection.database
+            try database.withStatement(
+                """
+                INSERT INTO dispatches (id, workspace, app, kind, job_line, state, created_at, idempotency_key)
+                VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7) ON CONFLICT DO NOTHING
+                """
+            ) { statement throws(SQLiteError) in
+                try statement.bind(record.id, at: 1)
+                try statement.bind(record.workspace, at: 2)
+                try statement.bind(record.app, at: 3)
+                try statement.bind(record.kind, at: 4)
+                try statement.bind(record.jobLine, at: 5)
+                try statement.bind(record.createdAt, at: 6)
+                try statement.bind(record.idempotencyKey, at: 7)
+                try statement.run()
+            }
+            try database.withStatement("UPDATE dispatches SET runs = max(runs, ?2) WHERE id = ?1") {
+                statement throws(SQLiteError) in
+                try statement.bind(record.id, at: 1)
+                try statement.bind(Int64(runsBefore), at: 2)
+                try statement.run()
+            }
+        }
+        guard let stored = try self.record(id: record.id) else { throw Self.notFound(record.id) }
+        return stored
+    }
+
     /// nil when there is no such dispatch OR it belongs to another workspace (the API answers 404 either way).
     package func dispatch(id: String, workspace: String) throws(DispatchStoreError) -> DispatchRecord? {
         try read { connection throws(SQLiteError) in

@@ -70,6 +70,16 @@ package final class Dispatcher: Sendable {
         launchWhatFits()
     }
 
+    /// Stops one dispatch here (another process took it over): dropped if waiting, cancelled if running; what it
+    /// recorded stays.
+    package func cancel(_ id: String) {
+        let task = state.withLock { state in
+            state.waiting.removeAll { $0.record.id == id }
+            return state.running[id]
+        }
+        task?.cancel()
+    }
+
     /// Dispatches sending now.
     package var runningCount: Int { state.withLock { $0.running.count } }
 

@@ -17,8 +17,8 @@ final class ServiceFleetWorker: Sendable {
 
     /// Connects (a reading and a writing client, as `fanout worker`), takes the name `serve-HOST-PID-RANDOM`, and
     /// starts.
-    static func start(url: String, engines: TeamEngines, logger: FanoutLogger) async throws(ServiceStartError)
-        -> ServiceFleetWorker
+    static func start(url: String, engines: TeamEngines, claimIdle: Duration, logger: FanoutLogger)
+        async throws(ServiceStartError) -> ServiceFleetWorker
     {
         // A name of its own each start: a restarted instance (same host name, and in a container the same PID)
         // must not wait for its dead predecessor's hold to expire; that one's shards are claimed like any dead
@@ -26,6 +26,7 @@ final class ServiceFleetWorker: Sendable {
         let suffix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
         var options = FleetWorkerOptions(name: "serve-\(FleetWorkerOptions.defaultName)-\(suffix)")
         options.stopGrace = .seconds(5)
+        options.claimIdle = max(claimIdle, FleetWorkerOptions.minimumClaimIdle)
         let writer: RedisClient
         let reader: RedisClient
         do {

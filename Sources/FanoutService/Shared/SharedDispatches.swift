@@ -166,25 +166,76 @@ final class SharedDispatches: Sendable {
             defer { dirty.removeAll() }
             return dirty.union(running)
         }
-        for id in ids {
-            guard let record = try? store.record(id: id) else { continue }
-            // Its new results in pipelines of at most `resultsPerRound` lines, then the record with the last one.
-            while true {
-                let (results, last, more) = resultsCommands(record)
-                let commands = more ? results : results + [Self.setCommand(record)]
-                let replies = try? await client.commands(commands, timeout: timeout)
-                guard let replies, !replies.contains(where: { if case .error = $0 { true } else { false } }) else {
-                    // Redis is away: try this one again next round, from the same position.
-                    dirty.withLock { _ = $0.insert(id) }
-                    break
-                }
-                if let last { publishedUpTo.withLock { $0[id] = last } }
-                if !more { break }
-            }
-            if record.state == .done {
-                publishedUpTo.withLock { _ = $0.removeValue(forKey: id) }
-            }
+        for id in ids where await !publish(id, timeout: timeout) {
+            // Redis is away: try this one again next round, from the same position.
+            dirty.withLock { _ = $0.insert(id) }
         }
+    }
+
+    /// Publishes the dispatch's record and the results committed since the last time; false when Redis did not take
+    /// all of it (what it took stays published, the rest is sent again next time).
+    func publish(_ id: String, timeout: Duration? = nil) async -> Bool {
+        guard let record = try? store.record(id: id) else { return true }
+        // Its new results in pipelines of at most `resultsPerRound` lines, then the record with the last one.
+        while true {
+            let (results, last, more) = resultsCommands(record)
+            let commands = more ? results : results + [Self.setCommand(record)]
+            let replies = try? await client.commands(commands, timeout: timeout)
+            guard let replies, !replies.contains(where: { if case .error = $0 { true } else { false } }) else {
+                return false
+            }
+            if let last { publishedUpTo.withLock { $0[id] = last } }
+            if !more { break }
+        }
+        if record.state == .done {
+            publishedUpTo.withLock { _ = $0.removeValue(forKey: id) }
+        }
+        return true
+    }
+
+    /// Every results line published for the dispatch, with its position, in position order (a dispatch taken over
+    /// from an instance that stopped: what it finished).
+    func publishedResults(id: String) async throws(RedisError) -> [(position: Int, line: ArraySlice<UInt8>)] {
+        var lines: [(position: Int, line: ArraySlice<UInt8>)] = []
+        var lower = "-inf"
+        while true {
+            let reply = try await client.command([
+                "ZRANGEBYSCORE", Self.resultsKey(id), RedisArgument(lower), "+inf", "LIMIT", "0",
+                RedisArgument(Self.resultsChunk),
+            ])
+            let members = reply.array ?? []
+            for case .bytes(let member) in members {
+                guard let space = member.firstIndex(of: UInt8(ascii: " ")),
+                    let position = Int(String(decoding: member[..<space], as: UTF8.self))
+                else { continue }
+                lines.append((position, member[(space + 1)...]))
+                lower = "(" + Self.score(position)
+            }
+            if members.count < Self.resultsChunk { return lines }
+        }
+    }
+
+    /// The results up to `position` are published already (taken over from the instance that published them).
+    func markPublished(_ id: String, upTo position: Int) {
+        publishedUpTo.withLock { $0[id] = max($0[id] ?? -1, position) }
+    }
+
+    /// Publishes a new dispatch's record, lists it among its workspace's newest, and runs `also` (the shared
+    /// queue's entry) in one transaction: all of it or none.
+    func publish(_ record: DispatchRecord, also: [[RedisArgument]]) async throws(RedisError) {
+        let recent = Self.recentKey(record.workspace)
+        let replies = try await client.commands(
+            [["MULTI"], Self.setCommand(record)]
+                + [
+                    ["ZADD", recent, RedisArgument(String(record.createdAt)), RedisArgument(record.id)],
+                    ["ZREMRANGEBYRANK", recent, "0", RedisArgument(-Self.recentKept - 1)],
+                    ["EXPIRE", recent, RedisArgument(Self.expirySeconds)],
+                ] + also + [["EXEC"]])
+        for case .error(let message) in replies { throw RedisError.server(message) }
+        guard case .array(let results)? = replies.last else {
+            throw RedisError.server("the transaction was not run")
+        }
+        for case .error(let message) in results { throw RedisError.server(message) }
     }
 
     /// ZADD commands for up to `resultsPerRound` results committed after the last published position, the last

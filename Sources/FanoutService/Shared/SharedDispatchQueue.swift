@@ -1,0 +1,275 @@
+import Fanout
+import FanoutCore
+import FanoutFleet
+import FanoutJobLines
+import FanoutRedis
+import Foundation
+
+/// With Redis, the one queue of every `fanout serve` on it: a dispatch accepted by any instance is an entry on a
+/// Redis stream, and any instance that takes work (`fleet_worker`) runs it; none holds work only it can finish.
+///
+/// | Key | Type | What |
+/// |---|---|---|
+/// | `fanout:dispatch-queue` | stream | one entry per accepted dispatch: its id, workspace, app, kind, creation time, job line, activity |
+/// | (group `fanout-serve`) | consumer group | each instance a consumer of its own (`serve-HOST-PID-RANDOM`) |
+/// | `fanout:dispatch:{ID}:runs` | counter | the runs any instance gave the dispatch: each take counts one |
+///
+/// - **Accepting is enqueueing**: `enqueueCommand` goes into the same `MULTI` as the published record
+///   (`SharedDispatches.publish(_:also:)`), before the `202`; the accepting instance's file has nothing of it.
+/// - **Taking**: `XREADGROUP` (new entries), and every `claimIdle` an `XAUTOCLAIM` of entries idle that long (their
+///   instance died or was stopped mid-dispatch). The taker counts a run (`INCR`), copies into its own store the
+///   results the earlier runs published (`SharedDispatches.publishedResults`), and hands the dispatch to its
+///   `Dispatcher`, which skips every recipient with a result and stores this run's at positions of its own.
+/// - **Heartbeat**: while a dispatch runs, its entry's idle time is reset every `claimIdle / 3` (`XCLAIM ...
+///   JUSTID`), so nobody takes a live instance's work.
+/// - **Done**: once the dispatcher marks it done, the record and its last results are published, then the entry is
+///   acknowledged and deleted. An instance that dies before that leaves it pending: another takes it after
+///   `claimIdle`, finds every result published so far, and sends the rest. What is sent twice is what the dead
+///   instance had sent but not yet published: its in-flight notifications and the results committed since its last
+///   publication (`SharedDispatches`' interval), never a second result for a recipient.
+final class SharedDispatchQueue: Sendable {
+    static let stream = RedisArgument("fanout:dispatch-queue")
+    static let group = RedisArgument("fanout-serve")
+
+    struct Options: Sendable {
+        /// This instance's consumer name.
+        var consumer: String
+        /// An entry idle this long belongs to an instance that stopped: another takes it.
+        var claimIdle: Duration = .seconds(30)
+        /// Dispatches taken and not yet done, at most (the dispatcher's own limit on running ones applies too).
+        var maxHeld: Int
+        /// Whether this instance takes dispatches (false: an API-only instance, which only enqueues).
+        var takes = true
+
+        var block: Duration { min(.seconds(1), claimIdle / 4) }
+        var heartbeatInterval: Duration { max(.milliseconds(100), claimIdle / 3) }
+    }
+
+    private let writer: RedisClient
+    /// Owned: blocked reads hold its connection; shut down by `stop`.
+    private let reader: RedisClient
+    private let store: DispatchStore
+    private let shared: SharedDispatches
+    private let dispatcher: Dispatcher
+    private let options: Options
+    private let log: @Sendable (String) -> Void
+    /// Dispatch id → its stream entry, for every dispatch taken and not yet acknowledged.
+    private let held = FanoutMutex<[String: String]>([:])
+    private let loop = FanoutMutex<Task<Void, Never>?>(nil)
+
+    init(
+        writer: RedisClient, reader: RedisClient, store: DispatchStore, shared: SharedDispatches,
+        dispatcher: Dispatcher, options: Options, log: @escaping @Sendable (String) -> Void
+    ) {
+        self.writer = writer
+        self.reader = reader
+        self.store = store
+        self.shared = shared
+        self.dispatcher = dispatcher
+        self.options = options
+        self.log = log
+    }
+
+    /// The `XADD` of a new dispatch's entry (run inside the accept's transaction).
+    static func enqueueCommand(_ record: DispatchRecord, activityID: String?) -> [RedisArgument] {
+        var command: [RedisArgument] = [
+            "XADD", stream, "*", "id", RedisArgument(record.id), "workspace", RedisArgument(record.workspace), "app",
+            RedisArgument(record.app), "kind", RedisArgument(record.kind), "created",
+            RedisArgument(String(record.createdAt)), "line", RedisArgument(bytes: record.jobLine),
+        ]
+        if let activityID { command += ["activity", RedisArgument(activityID)] }
+        if let key = record.idempotencyKey { command += ["idempotency", RedisArgument(key)] }
+        return command
+    }
+
+    /// Creates the consumer group (once for every instance) and starts taking, unless this instance only accepts.
+    func start() async throws(RedisError) {
+        do {
+            _ = try await writer.command(["XGROUP", "CREATE", Self.stream, Self.group, "0", "MKSTREAM"])
+        } catch let error where error.kind == .server && error.message.hasPrefix("BUSYGROUP") {
+            // Another instance made it.
+        }
+        guard options.takes else { return }
+        let task = Task(priority: .utility) { [self] in
+            // The heartbeat in a task of its own: a take that reads many published results must not delay it.
+            async let beating: Void = heartbeatLoop()
+            await run()
+            await beating
+        }
+        loop.withLock { $0 = task }
+    }
+
+    /// Takes no more dispatches; what this instance holds and has not finished stays pending for another instance
+    /// (the dispatcher's stop, before this, gave the running ones their grace period). Closes the reading client.
+    func stop() async {
+        let task = loop.withLock { $0.take() }
+        task?.cancel()
+        await task?.value
+        await acknowledgeFinished()
+        await reader.shutdown()
+    }
+
+    /// Dispatch ids this instance holds (taken, not yet acknowledged).
+    var heldIDs: [String] { held.withLock { Array($0.keys) } }
+
+    private func run() async {
+        var lastClaim: ContinuousClock.Instant?
+        var failures = 0
+        while !Task.isCancelled {
+            await acknowledgeFinished()
+            let free = options.maxHeld - held.withLock { $0.count }
+            guard free > 0 else {
+                try? await Task.sleep(for: min(options.block, .milliseconds(100)))
+                continue
+            }
+            do throws(RedisError) {
+                var entries: [(id: String, fields: [String: [UInt8]])] = []
+                if lastClaim.map({ ContinuousClock.now - $0 >= options.claimIdle / 4 }) ?? true {
+                    entries = try await claim(count: free)
+                    lastClaim = entries.isEmpty ? .now : nil
+                }
+                if entries.isEmpty { entries = try await read(count: free) }
+                failures = 0
+                for entry in entries where !Task.isCancelled { await take(entry) }
+            } catch {
+                failures += 1
+                log("the dispatch queue: \(error.message); retrying")
+                if error.kind == .server && error.message.hasPrefix("NOGROUP") {
+                    // The group is gone (Redis restarted without its data): made again, from the stream's start.
+                    _ = try? await writer.command(["XGROUP", "CREATE", Self.stream, Self.group, "0", "MKSTREAM"])
+                }
+                try? await Task.sleep(for: .milliseconds(min(2000, 100 * failures)))
+            }
+        }
+    }
+
+    private func read(count: Int) async throws(RedisError) -> [(id: String, fields: [String: [UInt8]])] {
+        let reply = try await reader.command(
+            [
+                "XREADGROUP", "GROUP", Self.group, RedisArgument(options.consumer), "COUNT", RedisArgument(count),
+                "BLOCK", RedisArgument(Self.milliseconds(options.block)), "STREAMS", Self.stream, ">",
+            ], timeout: options.block + .seconds(10))
+        guard let streams = reply.array, let first = streams.first?.array, first.count == 2,
+            let entries = first[1].array
+        else { return [] }
+        return entries.compactMap(Self.entry)
+    }
+
+    private func claim(count: Int) async throws(RedisError) -> [(id: String, fields: [String: [UInt8]])] {
+        let reply = try await writer.command([
+            "XAUTOCLAIM", Self.stream, Self.group, RedisArgument(options.consumer),
+            RedisArgument(Self.milliseconds(options.claimIdle)), "0-0", "COUNT", RedisArgument(count),
+        ])
+        guard let parts = reply.array, parts.count >= 2, let entries = parts[1].array else { return [] }
+        return entries.compactMap(Self.entry)
+    }
+
+    private static func entry(_ value: RedisValue) -> (id: String, fields: [String: [UInt8]])? {
+        guard let pair = value.array, pair.count == 2, let id = pair[0].string else { return nil }
+        var fields: [String: [UInt8]] = [:]
+        let list = pair[1].array ?? []
+        var index = 0
+        while index + 1 < list.count {
+            if let key = list[index].string, case .bytes(let value) = list[index + 1] { fields[key] = value }
+            index += 2
+        }
+        return (id, fields)
+    }
+
+    private static func milliseconds(_ duration: Duration) -> Int {
+        Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+    }
+
+    /// Takes one entry: counts a run, brings in what earlier runs published, and queues it on this instance. An
+    /// entry that cannot be taken now (Redis or the store failing) is left pending: it is claimed again later.
+    private func take(_ entry: (id: String, fields: [String: [UInt8]])) async {
+        func text(_ name: String) -> String? { entry.fields[name].map { String(decoding: $0, as: UTF8.self) } }
+        guard let id = text("id"), let workspace = text("workspace"), let app = text("app"), let kind = text("kind"),
+            let created = text("created").flatMap(Int64.init), let line = entry.fields["line"]
+        else {
+            // Not an entry this version wrote: nothing to run.
+            log("the dispatch queue: entry \(entry.id) is not a dispatch; deleted")
+            _ = try? await writer.commands([
+                ["XACK", Self.stream, Self.group, RedisArgument(entry.id)],
+                ["XDEL", Self.stream, RedisArgument(entry.id)],
+            ])
+            return
+        }
+        // Held from here, so that the heartbeat keeps it while its earlier results are read.
+        let isNew = held.withLock { held -> Bool in
+            guard held[id] == nil else { return false }
+            held[id] = entry.id
+            return true
+        }
+        guard isNew else { return }
+        do {
+            let runsKey = RedisArgument("fanout:dispatch:{\(id)}:runs")
+            let replies = try await writer.commands([["INCR", runsKey], ["EXPIRE", runsKey, "604800"]])
+            guard case .integer(let runs)? = replies.first else {
+                throw RedisError.server("INCR answered \(String(describing: replies.first))")
+            }
+            let record = DispatchRecord(
+                id: id, workspace: workspace, app: app, kind: kind, jobLine: line, state: .queued,
+                counts: OutcomeCounts(), payloadEncodings: 0, demoted: 0, createdAt: created, startedAt: nil,
+                finishedAt: nil, idempotencyKey: text("idempotency"))
+            let adopted = try store.adopt(record, runsBefore: Int(runs) - 1)
+            if runs > 1 {
+                // An earlier run's results, as its instance published them: this store gets them at the same
+                // positions (a position it has already is kept), so the resume skips them and the counts hold them.
+                let published = try await shared.publishedResults(id: id)
+                let results = published.compactMap { item -> NotificationResult? in
+                    guard item.position >= 0 else { return nil }
+                    return ResultLine.result(item.line, position: item.position)
+                }
+                try store.appendResults(results, dispatch: id)
+                if let last = published.last?.position { shared.markPublished(id, upTo: last) }
+                log("dispatch \(id) taken over (run \(runs)): \(results.count) result(s) already recorded")
+            }
+            if adopted.state != .done { dispatcher.submit(adopted, activityID: text("activity")) }
+        } catch {
+            held.withLock { _ = $0.removeValue(forKey: id) }
+            log("dispatch \(id): cannot be taken now (\(error)); left for a later claim")
+        }
+    }
+
+    /// Publishes each finished dispatch and then acknowledges its entry: an entry is deleted only once every
+    /// instance can read the dispatch's end.
+    private func acknowledgeFinished() async {
+        let finished = held.withLock { $0 }.filter { id, _ in (try? store.record(id: id))?.state == .done }
+        for (id, entry) in finished {
+            guard await shared.publish(id, timeout: .seconds(2)) else { continue }
+            let replies = try? await writer.commands([
+                ["XACK", Self.stream, Self.group, RedisArgument(entry)], ["XDEL", Self.stream, RedisArgument(entry)],
+            ])
+            if replies != nil { held.withLock { _ = $0.removeValue(forKey: id) } }
+        }
+    }
+
+    private func heartbeatLoop() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: options.heartbeatInterval)
+            await heartbeat()
+        }
+    }
+
+    /// Resets the idle time of every entry this instance still owns, so that no other instance claims it. One that
+    /// another has claimed meanwhile (a heartbeat came late) is left to it (`FleetScripts.heartbeat`), and this
+    /// instance stops sending it: the other resumes it after what is published.
+    private func heartbeat() async {
+        let entries = held.withLock { $0 }
+        guard !entries.isEmpty else { return }
+        do {
+            let owned = try await writer.evalScript(
+                FleetScripts.heartbeat, keys: [Self.stream],
+                arguments: [Self.group, RedisArgument(options.consumer)] + entries.values.map { RedisArgument($0) })
+            let kept = Set((owned.array ?? []).compactMap(\.string))
+            for (id, entry) in entries where !kept.contains(entry) {
+                guard held.withLock({ $0.removeValue(forKey: id) }) != nil else { continue }
+                log("dispatch \(id) was taken over by another instance (a heartbeat came late); stopping it here")
+                dispatcher.cancel(id)
+            }
+        } catch {
+            log("the dispatch queue's heartbeat: \(error.message)")
+        }
+    }
+}

@@ -1,0 +1,100 @@
+// `fanout serve --redis` with its dispatches on the shared queue: three real `fanout serve` processes on one real
+// redis-server (AOF on) and one in-process mock-apns. A dispatch one instance accepted is finished by the others when
+// that instance is killed and never comes back.
+import FanoutCore
+import FanoutRedis
+import FanoutRedisRegistry
+import FanoutRegistry
+import FanoutTestSupport
+import Foundation
+import XCTest
+
+final class ServeQueueTests: XCTestCase {
+    private static func token(_ number: Int) -> String {
+        let hex = String(number, radix: 16)
+        return "a8" + String(repeating: "0", count: 62 - hex.count) + hex
+    }
+
+    /// Registers `count` update tokens of `activity` straight into the registry on Redis (as a bulk import would).
+    private func register(_ count: Int, activity: String, redisURL: String) async throws {
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redisURL)))
+        let store = RedisRegistryStore(client: client)
+        for start in stride(from: 0, to: count, by: 10_000) {
+            _ = try await store.apply(
+                (start..<min(count, start + 10_000)).map { index in
+                    .updateToken(
+                        UpdateTokenRegistration(
+                            app: ServeHarness.acmeApp, activityID: activity, deviceID: "d-\(index)",
+                            token: Self.token(index)))
+                })
+        }
+        await client.shutdown()
+    }
+
+    /// A 200,000-token activity update accepted by A, and A killed with SIGKILL while it sends it, never to return:
+    /// B and C (started after the kill, so that A is the one that took it) take the dispatch over once A's hold on it
+    /// is idle past `claim_idle_seconds`, and finish it. Every token has exactly one result, paged through B; the
+    /// mock got each token at least once, and more than once only for what A had sent.
+    func testADispatchWhoseInstanceWasKilledIsFinishedByTheOthers() async throws {
+        let redis = try RedisServerProcess(for: self, appendOnly: true)
+        let mock = try MockHarness { $0.capturePayloads = true }
+        defer { mock.stop() }
+        func instance() throws -> ServeHarness {
+            let instance = try ServeHarness(testCase: self, mock: mock, extraConfig: ["claim_idle_seconds": 2])
+            try instance.start(arguments: ["--redis", redis.url])
+            return instance
+        }
+        let a = try instance()
+        let count = 200_000
+        try await register(count, activity: "match", redisURL: redis.url)
+
+        let update = try a.curl(
+            "POST", "/v1/activities/match/update", key: ServeKeys.acmeServer, json: #"{"content_state": {"n": 1}}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let sending = Date().addingTimeInterval(60 * testTimeScale)
+        while mock.stats.accepted < 20_000 && Date() < sending { try await Task.sleep(for: .milliseconds(5)) }
+        a.kill()
+        let sentByA = mock.stats.accepted
+        XCTAssertGreaterThanOrEqual(sentByA, 20_000, "A was sending when it was killed")
+        XCTAssertLessThan(sentByA, count, "A was killed before it finished")
+        let b = try instance()
+        let c = try instance()
+        addTeardownBlock {
+            for instance in [b, c] { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        }
+
+        let done = try b.waitForDispatch(id, timeout: 240)
+        XCTAssertEqual(done["delivered"] as? Int, count, "\(done)")
+        var tokens: [String] = []
+        var after = "-1"
+        while true {
+            let page = try b.curl(
+                "GET", "/v1/dispatches/\(id)/results?limit=10000&after=\(after)", key: ServeKeys.acmeServer)
+            XCTAssertEqual(page.status, 200, page.text)
+            let lines = page.text.split(separator: "\n")
+            if lines.isEmpty { break }
+            for line in lines {
+                let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                XCTAssertEqual(object["outcome"] as? String, "delivered", String(line))
+                tokens.append(try XCTUnwrap(object["token"] as? String))
+            }
+            after = try XCTUnwrap(page.headers["x-fanout-last-position"])
+        }
+        XCTAssertEqual(tokens.count, count, "one result per token")
+        XCTAssertEqual(Set(tokens).count, count, "no token twice")
+
+        let queueLines = [b.log, c.log].joined().split(separator: "\n").filter { $0.contains("dispatch \(id)") }
+        let takeovers = queueLines.filter { $0.contains("taken over (run") }.count
+        let perToken = mock.stats.payloadsByToken
+        let missing = (0..<count).filter { (perToken[Self.token($0)]?.count ?? 0) == 0 }.count
+        let twice = perToken.values.reduce(0) { $0 + max(0, $1.count - 1) }
+        XCTAssertEqual(missing, 0, "every token reached the mock")
+        XCTAssertGreaterThan(takeovers, 0, "B or C took the dispatch over from A: \(queueLines)")
+        // Sent twice: only what A had sent and not yet published the result of when it died.
+        XCTAssertLessThan(twice, sentByA, "only part of what A sent is sent again")
+        print(
+            "serve queue takeover: A sent \(sentByA) before the kill, \(twice) sent twice; \(queueLines)"
+        )
+    }
+}
