@@ -103,10 +103,9 @@ package final class ServiceInstance: Sendable {
             }
             var queue: SharedDispatchQueue?
             do {
-                if let url = configuration.redis, let redis = stores.redis, let sharedDispatches {
+                if let url = configuration.redis, let sharedDispatches {
                     queue = try await Self.startQueue(
-                        url: url, writer: redis, shared: sharedDispatches, core: core, configuration: configuration,
-                        logger: logger)
+                        url: url, shared: sharedDispatches, core: core, configuration: configuration, logger: logger)
                 }
                 core.queue = queue
                 return try ServiceInstance(
@@ -129,7 +128,7 @@ package final class ServiceInstance: Sendable {
 
     /// The shared dispatch queue: its group made, and taking dispatches unless the instance is API-only.
     private static func startQueue(
-        url: String, writer: RedisClient, shared: SharedDispatches, core: ServiceCore,
+        url: String, shared: SharedDispatches, core: ServiceCore,
         configuration: ServiceConfiguration, logger: FanoutLogger
     ) async throws(ServiceStartError) -> SharedDispatchQueue {
         let consumer =
@@ -137,10 +136,19 @@ package final class ServiceInstance: Sendable {
         var options = SharedDispatchQueue.Options(
             consumer: consumer, claimIdle: configuration.claimIdle, maxHeld: configuration.maxRunningDispatches)
         options.takes = configuration.fleetWorker
+        // Two connections of its own: blocked reads hold one, and the heartbeat must not wait behind the results
+        // the instance publishes on the shared one.
         let reader: RedisClient
+        let writer: RedisClient
         do {
             reader = try await FleetConnection.connect(url, commandTimeout: options.block + .seconds(10))
         } catch {
+            throw ServiceStartError("the dispatch queue: \(error)")
+        }
+        do {
+            writer = try await FleetConnection.connect(url)
+        } catch {
+            await reader.shutdown()
             throw ServiceStartError("the dispatch queue: \(error)")
         }
         let queue = SharedDispatchQueue(
@@ -150,6 +158,7 @@ package final class ServiceInstance: Sendable {
             try await queue.start()
         } catch {
             await reader.shutdown()
+            await writer.shutdown()
             throw ServiceStartError("the dispatch queue: \(error.message)")
         }
         return queue

@@ -40,7 +40,7 @@ final class ServeQueueTests: XCTestCase {
         let mock = try MockHarness { $0.capturePayloads = true }
         defer { mock.stop() }
         func instance() throws -> ServeHarness {
-            let instance = try ServeHarness(testCase: self, mock: mock, extraConfig: ["claim_idle_seconds": 2])
+            let instance = try ServeHarness(testCase: self, mock: mock, extraConfig: ["claim_idle_seconds": 3])
             try instance.start(arguments: ["--redis", redis.url])
             return instance
         }
@@ -96,5 +96,58 @@ final class ServeQueueTests: XCTestCase {
         print(
             "serve queue takeover: A sent \(sentByA) before the kill, \(twice) sent twice; \(queueLines)"
         )
+    }
+
+    /// Twenty updates of one activity accepted through three instances in turn: whichever instances run them, the
+    /// activity's dispatches run one at a time (its run lock on Redis), so every device's last update is the newest
+    /// content (the mock's record per token ends on the highest timestamp, the twentieth update).
+    func testUpdatesOfOneActivityThroughThreeInstancesEndOnTheNewestContentOnEveryDevice() async throws {
+        let redis = try RedisServerProcess(for: self, appendOnly: true)
+        // Answers 20 ms late, so that each update sends for longer than the next one takes to be accepted: run side
+        // by side, they would overlap.
+        let mock = try MockHarness {
+            $0.capturePayloads = true
+            $0.latencyMilliseconds = 20
+        }
+        defer { mock.stop() }
+        var instances: [ServeHarness] = []
+        for _ in 0..<3 {
+            let instance = try ServeHarness(testCase: self, mock: mock)
+            try instance.start(arguments: ["--redis", redis.url])
+            instances.append(instance)
+        }
+        addTeardownBlock { [instances] in
+            for instance in instances { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        }
+        let count = 5_000
+        try await register(count, activity: "race", redisURL: redis.url)
+        var ids: [String] = []
+        for update in 0..<20 {
+            let response = try instances[update % 3].curl(
+                "POST", "/v1/activities/race/update", key: ServeKeys.acmeServer,
+                json: #"{"content_state": {"n": \#(update)}}"#)
+            XCTAssertEqual(response.status, 202, response.text)
+            ids.append(try XCTUnwrap(try response.object()["dispatch_id"] as? String))
+        }
+        for id in ids { _ = try instances[0].waitForDispatch(id, timeout: 120) }
+
+        let payloads = mock.stats.payloadsByToken
+        var notNewest = 0
+        var highest: Int64 = 0
+        for index in 0..<count {
+            let last = try XCTUnwrap(payloads[Self.token(index)]?.last, "token \(index) got no update")
+            let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(last)) as? [String: Any])
+            let aps = try XCTUnwrap(object["aps"] as? [String: Any])
+            let state = try XCTUnwrap(aps["content-state"] as? [String: Any])
+            let timestamp = try XCTUnwrap((aps["timestamp"] as? NSNumber)?.int64Value)
+            highest = max(highest, timestamp)
+            if state["n"] as? Int != 19 { notNewest += 1 }
+        }
+        XCTAssertEqual(notNewest, 0, "devices whose last update is not the newest content")
+        for index in 0..<count {
+            let last = payloads[Self.token(index)]?.last ?? []
+            let aps = (try? JSONSerialization.jsonObject(with: Data(last)) as? [String: Any])?["aps"] as? [String: Any]
+            XCTAssertEqual((aps?["timestamp"] as? NSNumber)?.int64Value, highest, "token \(index)")
+        }
     }
 }

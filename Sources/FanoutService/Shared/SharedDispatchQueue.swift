@@ -45,8 +45,9 @@ final class SharedDispatchQueue: Sendable {
         var heartbeatInterval: Duration { max(.milliseconds(100), claimIdle / 3) }
     }
 
+    /// Owned, both shut down by `stop`: the reader's connection is held by blocked reads, the writer's carries
+    /// claims, heartbeats and acknowledgements.
     private let writer: RedisClient
-    /// Owned: blocked reads hold its connection; shut down by `stop`.
     private let reader: RedisClient
     private let store: DispatchStore
     private let shared: SharedDispatches
@@ -55,6 +56,11 @@ final class SharedDispatchQueue: Sendable {
     private let log: @Sendable (String) -> Void
     /// Dispatch id → its stream entry, for every dispatch taken and not yet acknowledged.
     private let held = FanoutMutex<[String: String]>([:])
+    /// Dispatches of an activity taken while another instance runs one of the same activity: each starts once it
+    /// gets the activity's run lock (`activityLockKey`). Dispatch id → the dispatch and its activity.
+    private let waitingForActivity = FanoutMutex<[String: (record: DispatchRecord, activityID: String)]>([:])
+    /// Dispatch id → the activity run lock it holds while it runs.
+    private let activityLocks = FanoutMutex<[String: RedisArgument]>([:])
     private let loop = FanoutMutex<Task<Void, Never>?>(nil)
 
     init(
@@ -106,7 +112,14 @@ final class SharedDispatchQueue: Sendable {
         task?.cancel()
         await task?.value
         await acknowledgeFinished()
+        // The activities of dispatches left unfinished are free for others at once (their entries wait for
+        // `claimIdle` anyway, and whoever takes one takes its lock too: the lock names the dispatch).
+        for (id, lock) in activityLocks.withLock({ $0 }) {
+            _ = try? await writer.evalScript(
+                Self.releaseLock, keys: [lock], arguments: [RedisArgument(id)], timeout: .seconds(1))
+        }
         await reader.shutdown()
+        await writer.shutdown()
     }
 
     /// Dispatch ids this instance holds (taken, not yet acknowledged).
@@ -117,6 +130,7 @@ final class SharedDispatchQueue: Sendable {
         var failures = 0
         while !Task.isCancelled {
             await acknowledgeFinished()
+            await startWaitingActivities()
             let free = options.maxHeld - held.withLock { $0.count }
             guard free > 0 else {
                 try? await Task.sleep(for: min(options.block, .milliseconds(100)))
@@ -144,10 +158,12 @@ final class SharedDispatchQueue: Sendable {
     }
 
     private func read(count: Int) async throws(RedisError) -> [(id: String, fields: [String: [UInt8]])] {
+        // A dispatch waiting for its activity's lock is tried again after each read: a short one then.
+        let block = waitingForActivity.withLock { $0.isEmpty } ? options.block : .milliseconds(50)
         let reply = try await reader.command(
             [
                 "XREADGROUP", "GROUP", Self.group, RedisArgument(options.consumer), "COUNT", RedisArgument(count),
-                "BLOCK", RedisArgument(Self.milliseconds(options.block)), "STREAMS", Self.stream, ">",
+                "BLOCK", RedisArgument(Self.milliseconds(block)), "STREAMS", Self.stream, ">",
             ], timeout: options.block + .seconds(10))
         guard let streams = reply.array, let first = streams.first?.array, first.count == 2,
             let entries = first[1].array
@@ -225,7 +241,14 @@ final class SharedDispatchQueue: Sendable {
                 if let last = published.last?.position { shared.markPublished(id, upTo: last) }
                 log("dispatch \(id) taken over (run \(runs)): \(results.count) result(s) already recorded")
             }
-            if adopted.state != .done { dispatcher.submit(adopted, activityID: text("activity")) }
+            if adopted.state != .done {
+                if let activityID = text("activity") {
+                    waitingForActivity.withLock { $0[id] = (adopted, activityID) }
+                    await startWaitingActivities()
+                } else {
+                    dispatcher.submit(adopted, activityID: nil)
+                }
+            }
         } catch {
             held.withLock { _ = $0.removeValue(forKey: id) }
             log("dispatch \(id): cannot be taken now (\(error)); left for a later claim")
@@ -233,15 +256,67 @@ final class SharedDispatchQueue: Sendable {
     }
 
     /// Publishes each finished dispatch and then acknowledges its entry: an entry is deleted only once every
-    /// instance can read the dispatch's end.
+    /// instance can read the dispatch's end. Its activity's run lock is then released.
     private func acknowledgeFinished() async {
-        let finished = held.withLock { $0 }.filter { id, _ in (try? store.record(id: id))?.state == .done }
+        let finished = held.withLock { $0 }.filter { id, _ in
+            waitingForActivity.withLock { $0[id] == nil } && (try? store.record(id: id))?.state == .done
+        }
         for (id, entry) in finished {
             guard await shared.publish(id, timeout: .seconds(2)) else { continue }
             let replies = try? await writer.commands([
                 ["XACK", Self.stream, Self.group, RedisArgument(entry)], ["XDEL", Self.stream, RedisArgument(entry)],
             ])
-            if replies != nil { held.withLock { _ = $0.removeValue(forKey: id) } }
+            guard replies != nil else { continue }
+            held.withLock { _ = $0.removeValue(forKey: id) }
+            if let lock = activityLocks.withLock({ $0.removeValue(forKey: id) }) {
+                _ = try? await writer.evalScript(Self.releaseLock, keys: [lock], arguments: [RedisArgument(id)])
+            }
+        }
+    }
+
+    // MARK: One activity at a time
+
+    /// The run lock of an activity: the id of the dispatch of it that runs now, on any instance. Two updates of one
+    /// activity run one after the other, so the registry's latest-wins rule sees the first one's content before it
+    /// checks the second's (an older one that comes second is superseded, not sent), and a device's last update is
+    /// the newest content.
+    private static func activityLockKey(app: String, activityID: String) -> RedisArgument {
+        RedisArgument("fanout:activity-run:{\(app)/\(activityID)}")
+    }
+
+    /// KEYS: the lock. ARGV: the dispatch id, the expiry in ms. Takes the lock, or keeps it fresh for its holder;
+    /// returns 1 when the dispatch holds it.
+    private static let takeLock = RedisScript(
+        """
+        local holder = redis.call('GET', KEYS[1])
+        if holder and holder ~= ARGV[1] then return 0 end
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        return 1
+        """)
+
+    /// KEYS: the lock. ARGV: the dispatch id. Frees it if the dispatch holds it.
+    private static let releaseLock = RedisScript(
+        """
+        if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+        return 0
+        """)
+
+    /// Starts each waiting dispatch whose activity's run lock it gets. The lock expires after `claimIdle` unless
+    /// the heartbeat refreshes it, so an instance that died holding it holds up the activity no longer than it
+    /// holds up the dispatch itself.
+    private func startWaitingActivities() async {
+        let waiting = waitingForActivity.withLock { $0 }
+        for (id, item) in waiting {
+            let lock = Self.activityLockKey(app: item.record.app, activityID: item.activityID)
+            guard
+                let reply = try? await writer.evalScript(
+                    Self.takeLock, keys: [lock],
+                    arguments: [RedisArgument(id), RedisArgument(Self.milliseconds(options.claimIdle))]),
+                reply.integer == 1
+            else { continue }
+            guard waitingForActivity.withLock({ $0.removeValue(forKey: id) }) != nil else { continue }
+            activityLocks.withLock { $0[id] = lock }
+            dispatcher.submit(item.record, activityID: item.activityID)
         }
     }
 
@@ -266,7 +341,14 @@ final class SharedDispatchQueue: Sendable {
             for (id, entry) in entries where !kept.contains(entry) {
                 guard held.withLock({ $0.removeValue(forKey: id) }) != nil else { continue }
                 log("dispatch \(id) was taken over by another instance (a heartbeat came late); stopping it here")
+                waitingForActivity.withLock { _ = $0.removeValue(forKey: id) }
+                activityLocks.withLock { _ = $0.removeValue(forKey: id) }
                 dispatcher.cancel(id)
+            }
+            for (id, lock) in activityLocks.withLock({ $0 }) {
+                _ = try await writer.evalScript(
+                    Self.takeLock, keys: [lock],
+                    arguments: [RedisArgument(id), RedisArgument(Self.milliseconds(options.claimIdle))])
             }
         } catch {
             log("the dispatch queue's heartbeat: \(error.message)")
