@@ -26,6 +26,8 @@ package final class ServiceInstance: Sendable {
     /// With Redis and `fleet_worker`: the fleet's shards this instance sends, and the task running it.
     private let fleet: ServiceFleetWorker?
     private let sweeper: Task<Void, Never>
+    /// Webhooks: the outbox, its deliverer threads and the registry feed (nil without webhooks in the config).
+    private let events: ServiceEvents?
 
     package static func start(configuration: ServiceConfiguration, logger: FanoutLogger) async throws(ServiceStartError)
         -> ServiceInstance
@@ -81,10 +83,24 @@ package final class ServiceInstance: Sendable {
             throw ServiceStartError("\(error)")
         }
         let sharedDispatches = stores.redis.map { SharedDispatches(client: $0, store: stores.dispatches) }
+        let events: ServiceEvents?
+        do {
+            events = try ServiceEvents.start(
+                configuration: configuration, store: stores.dispatches, registry: registry,
+                metrics: metrics.registry, logger: logger, environment: ProcessInfo.processInfo.environment)
+        } catch {
+            await engines.shutdown(gracePeriod: .zero)
+            tokens.stop()
+            await stores.close()
+            throw error
+        }
         let dispatcher = Dispatcher(
             store: stores.dispatches, engines: engines, registry: registry,
             maxRunning: configuration.maxRunningDispatches, log: { message in logger.error(message) },
-            changed: { id in sharedDispatches?.changed(id) })
+            changed: { id in
+                sharedDispatches?.changed(id)
+                events?.dispatchChanged(id)  // webhooks: accepted, finished, failed (Webhooks/ServiceEvents.swift)
+            })
         sharedDispatches?.start(running: { dispatcher.runningIDs })
         let core = ServiceCore(
             configuration: configuration, quotas: RequestQuotas(configuration), registry: registry,
@@ -100,12 +116,13 @@ package final class ServiceInstance: Sendable {
             do {
                 return try ServiceInstance(
                     configuration: configuration, core: core, engines: engines, stores: stores, tokens: tokens,
-                    sharedBudget: sharedBudget, fleet: fleet)
+                    sharedBudget: sharedBudget, fleet: fleet, events: events)
             } catch {
                 await fleet?.stop()
                 throw error
             }
         } catch {
+            events?.stop()
             await sharedDispatches?.stop()
             await engines.shutdown(gracePeriod: .zero)
             _ = await sharedBudget?.returnLeases(timeout: .seconds(1))
@@ -117,8 +134,10 @@ package final class ServiceInstance: Sendable {
 
     private init(
         configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, stores: ServiceStores,
-        tokens: SharedProviderTokens, sharedBudget: FleetRateBudget?, fleet: ServiceFleetWorker?
+        tokens: SharedProviderTokens, sharedBudget: FleetRateBudget?, fleet: ServiceFleetWorker?,
+        events: ServiceEvents?
     ) throws(ServiceStartError) {
+        self.events = events
         self.sharedBudget = sharedBudget
         self.fleet = fleet
         self.core = core
@@ -198,6 +217,7 @@ package final class ServiceInstance: Sendable {
         core.channels.shutdown()
         http.shutdown()
         tokens.stop()
+        events?.stop()
         await stores.close()
     }
 }

@@ -1,0 +1,271 @@
+import Fanout
+import FanoutCore
+import FanoutObservability
+import FanoutRegistry
+import FanoutSQLite
+import Foundation
+
+/// What `fanout serve` tells its workspaces' webhook endpoints (docs/WEBHOOKS.md): the events of dispatches and of
+/// the registry, recorded in the outbox (`WebhookOutbox`) and delivered by one `WebhookDeliverer` thread per endpoint.
+///
+/// Where events come from:
+/// - Dispatches: `dispatchChanged(_:)`, which the dispatcher calls with a dispatch's id when it is queued and when a
+///   run of it ends (its `changed` callback). It reads the dispatch's committed state and records `dispatch.accepted`,
+///   then `dispatch.finished` or `dispatch.failed` (and `activity.ended` for an `end`) once it is done. Event ids are
+///   made from the dispatch id, so a call repeated after a restart records nothing twice.
+/// - Token removals: a task that follows the registry's change feed (its durable event log) from a cursor kept in the
+///   outbox, written in the same transaction as the events it read, so a restart resumes where it stopped.
+///
+/// Nothing here waits for a receiver: recording is one SQLite transaction on the caller's thread, and deliveries run
+/// on the deliverers' threads.
+final class ServiceEvents: Sendable {
+    let outbox: WebhookOutbox
+    private let store: DispatchStore
+    private let endpoints: [WebhookEndpointConfiguration]
+    private let byWorkspace: [String: [WebhookEndpointConfiguration]]
+    private let workspaceOfApp: [String: String]
+    private let deliverers: [String: WebhookDeliverer]
+    private let registryFeed: Task<Void, Never>?
+    private let log: FanoutLogger
+
+    /// Opens the outbox and starts the deliverers and the registry feed; nil when no workspace has webhooks.
+    static func start(
+        configuration: ServiceConfiguration, store: DispatchStore, registry: any RegistryStore,
+        metrics: MetricsRegistry, logger: FanoutLogger, environment: [String: String]
+    ) throws(ServiceStartError) -> ServiceEvents? {
+        let endpoints = configuration.workspaces.keys.sorted().flatMap { configuration.workspaces[$0]!.webhooks }
+        guard !endpoints.isEmpty else { return nil }
+        var secrets: [String: [UInt8]] = [:]
+        for endpoint in endpoints {
+            do {
+                secrets[endpoint.key] = try endpoint.secret(environment: environment)
+            } catch {
+                throw ServiceStartError("\(error)")
+            }
+        }
+        let outbox: WebhookOutbox
+        do {
+            outbox = try WebhookOutbox(path: configuration.database)
+        } catch {
+            throw ServiceStartError("cannot open the webhook outbox in \(configuration.database): \(error)")
+        }
+        return ServiceEvents(
+            configuration: configuration, endpoints: endpoints, secrets: secrets, outbox: outbox, store: store,
+            registry: registry, metrics: WebhookMetrics(registry: metrics), logger: logger)
+    }
+
+    private init(
+        configuration: ServiceConfiguration, endpoints: [WebhookEndpointConfiguration], secrets: [String: [UInt8]],
+        outbox: WebhookOutbox, store: DispatchStore, registry: any RegistryStore, metrics: WebhookMetrics,
+        logger: FanoutLogger
+    ) {
+        self.outbox = outbox
+        self.store = store
+        self.endpoints = endpoints
+        byWorkspace = Dictionary(grouping: endpoints, by: \.workspace)
+        var workspaceOfApp: [String: String] = [:]
+        for workspace in configuration.workspaces.values {
+            for app in workspace.apps.keys { workspaceOfApp[app] = workspace.name }
+        }
+        self.workspaceOfApp = workspaceOfApp
+        log = logger
+        // An endpoint taken out of the config leaves its backlog behind: nobody would deliver it.
+        if let dropped = try? outbox.dropEndpoints(except: Set(endpoints.map(\.key))), dropped > 0 {
+            logger.warning("dropped \(dropped) webhook deliveries of endpoints no longer in the config")
+        }
+        let backlog = (try? outbox.backlog()) ?? [:]
+        var deliverers: [String: WebhookDeliverer] = [:]
+        for endpoint in endpoints {
+            deliverers[endpoint.key] = WebhookDeliverer(
+                endpoint: endpoint, secret: secrets[endpoint.key] ?? [], outbox: outbox, metrics: metrics,
+                backlog: backlog[endpoint.key] ?? 0, logger: logger)
+        }
+        self.deliverers = deliverers
+        if endpoints.contains(where: { $0.events.contains(.tokenRemoved) }) {
+            let feed = RegistryFeed(
+                outbox: outbox, registry: registry, workspaceOfApp: workspaceOfApp, logger: logger)
+            let record: @Sendable ([WebhookEvent], String) throws(SQLiteError) -> Void = {
+                [byWorkspace, deliverers] events, cursor throws(SQLiteError) in
+                try Self.record(
+                    events, outbox: outbox, byWorkspace: byWorkspace, deliverers: deliverers,
+                    meta: [(RegistryFeed.cursorName, cursor)])
+            }
+            registryFeed = Task(executorPreference: BlockingExecutor.dispatches, priority: .utility) {
+                await feed.run(record: record)
+            }
+        } else {
+            registryFeed = nil
+        }
+        for deliverer in deliverers.values { deliverer.start() }
+    }
+
+    /// Stops the feed and the deliverers (a delivery in flight is left pending for the next start), closes the
+    /// outbox.
+    func stop() {
+        registryFeed?.cancel()
+        for deliverer in deliverers.values { deliverer.stop() }
+        for deliverer in deliverers.values { deliverer.join(timeout: .seconds(2)) }
+        outbox.close()
+    }
+
+    // MARK: Recording
+
+    /// Records `events`, each with a delivery for every endpoint of its workspace that takes its type, and wakes
+    /// those endpoints' deliverers.
+    private static func record(
+        _ events: [WebhookEvent], outbox: WebhookOutbox, byWorkspace: [String: [WebhookEndpointConfiguration]],
+        deliverers: [String: WebhookDeliverer], meta: [(String, String)] = []
+    ) throws(SQLiteError) {
+        // New deliveries per endpoint (the closure is asked only for events not recorded before).
+        var added: [String: Int] = [:]
+        try outbox.record(
+            events,
+            endpoints: { event in
+                let keys = (byWorkspace[event.workspace] ?? []).filter { $0.events.contains(event.type) }.map(\.key)
+                for key in keys { added[key, default: 0] += 1 }
+                return keys
+            }, meta: meta)
+        for (key, count) in added { deliverers[key]?.wake(added: count) }
+    }
+
+    private func record(_ events: [WebhookEvent]) {
+        guard !events.isEmpty else { return }
+        do {
+            try Self.record(events, outbox: outbox, byWorkspace: byWorkspace, deliverers: deliverers)
+        } catch {
+            log.error("cannot record webhook events \(events.map(\.id)): \(error)")
+        }
+    }
+
+    /// The dispatcher's hook: dispatch `id` was queued, or a run of it ended. Records what its committed state says
+    /// happened (nothing for a workspace without webhooks).
+    func dispatchChanged(_ id: String) {
+        guard let record = try? store.record(id: id), byWorkspace[record.workspace] != nil else { return }
+        let activityID = Dispatcher.activityID(of: record)
+        var data: JSONObject = [
+            "dispatch_id": .string(record.id), "app": .string(record.app), "kind": .string(record.kind),
+        ]
+        if let activityID { data["activity_id"] = .string(activityID) }
+        var events = [
+            WebhookEvent(
+                id: "evt_\(record.id)_accepted", type: .dispatchAccepted, workspace: record.workspace,
+                created: record.createdAt, data: data)
+        ]
+        if record.state == .done {
+            let finished = record.finishedAt ?? record.createdAt
+            if let reason = try? store.jobFailure(id: record.id) {
+                var failed = data
+                failed["reason"] = .string(reason)
+                events.append(
+                    WebhookEvent(
+                        id: "evt_\(record.id)_failed", type: .dispatchFailed, workspace: record.workspace,
+                        created: finished, data: failed))
+            } else {
+                var summary = data
+                summary["notifications"] = .integer(Int64(record.notifications))
+                let counts = record.counts
+                summary["counts"] = .object([
+                    "delivered": .integer(Int64(counts.delivered)), "rejected": .integer(Int64(counts.rejected)),
+                    "unregistered": .integer(Int64(counts.unregistered)), "failed": .integer(Int64(counts.failed)),
+                    "expired": .integer(Int64(counts.expired)), "rate_limited": .integer(Int64(counts.rateLimited)),
+                    "invalid": .integer(Int64(counts.invalid)), "superseded": .integer(Int64(counts.superseded)),
+                ])
+                summary["retries"] = .integer(Int64(counts.retries))
+                summary["broadcasts"] = .integer(Int64(record.broadcasts))
+                summary["created"] = .integer(record.createdAt)
+                if let started = record.startedAt { summary["started"] = .integer(started) }
+                summary["finished"] = .integer(finished)
+                events.append(
+                    WebhookEvent(
+                        id: "evt_\(record.id)_finished", type: .dispatchFinished, workspace: record.workspace,
+                        created: finished, data: summary))
+            }
+            if record.kind == "end", let activityID {
+                events.append(
+                    WebhookEvent(
+                        id: "evt_\(record.id)_activity_ended", type: .activityEnded, workspace: record.workspace,
+                        created: finished,
+                        data: [
+                            "app": .string(record.app), "activity_id": .string(activityID),
+                            "dispatch_id": .string(record.id),
+                        ]))
+            }
+        }
+        self.record(events)
+    }
+}
+
+extension DispatchStore {
+    /// The reason of the dispatch's job-level failure (its job could not be run: the line no longer parsed, the
+    /// registry could not be read on its last attempt), nil when it has none.
+    func jobFailure(id: String) throws(DispatchStoreError) -> String? {
+        try read { connection throws(SQLiteError) -> String? in
+            try connection.database.withStatement(
+                """
+                SELECT r.reason FROM dispatch_results r JOIN dispatches d ON r.dispatch = d.seq
+                WHERE d.id = ?1 AND r.position <= ?2 AND r.outcome = ?3 LIMIT 1
+                """
+            ) { statement throws(SQLiteError) -> String? in
+                try statement.bind(id, at: 1)
+                try statement.bind(DispatchSchema.jobLevelKeyLimit, at: 2)
+                try statement.bind(NotificationOutcome.invalid.code, at: 3)
+                return try statement.step() ? (statement.optionalString(at: 0) ?? "invalid") : nil
+            }
+        }
+    }
+}
+
+/// Follows the registry's change feed and turns token removals into `token.removed` events.
+private struct RegistryFeed: Sendable {
+    static let cursorName = "registry_cursor"
+    static let sinceName = "registry_since"
+    let outbox: WebhookOutbox
+    let registry: any RegistryStore
+    let workspaceOfApp: [String: String]
+    let logger: FanoutLogger
+
+    func run(record: @Sendable ([WebhookEvent], String) throws(SQLiteError) -> Void) async {
+        // The first start follows the feed from now on (the log's earlier day is history, not news).
+        var since = Int64(Date().timeIntervalSince1970 * 1000)
+        var cursor: RegistryCursor?
+        do {
+            if let stored = try outbox.meta(Self.sinceName), let value = Int64(stored) {
+                since = value
+            } else {
+                try outbox.record([], endpoints: { _ in [] }, meta: [(Self.sinceName, String(since))])
+            }
+            cursor = try outbox.meta(Self.cursorName).map(RegistryCursor.init(rawValue:))
+        } catch {
+            logger.error("webhooks: cannot read the registry feed's cursor: \(error)")
+        }
+        let pageSize = 500
+        while !Task.isCancelled {
+            do {
+                let page = try await registry.events(after: cursor, limit: pageSize)
+                var events: [WebhookEvent] = []
+                for event in page.items where event.change == .removed && event.at >= since {
+                    guard let workspace = workspaceOfApp[event.app] else { continue }
+                    var data: JSONObject = [
+                        "app": .string(event.app), "token": .string(event.token), "kind": .string(event.kind.rawValue),
+                        "reason": .string(event.reason?.rawValue ?? "stopped"),
+                    ]
+                    if let activity = event.activityID { data["activity_id"] = .string(activity) }
+                    if let device = event.deviceID { data["device_id"] = .string(device) }
+                    events.append(
+                        WebhookEvent(
+                            id: "evt_tok_\(event.sequence)", type: .tokenRemoved, workspace: workspace,
+                            created: event.at, data: data))
+                }
+                let next = page.next ?? cursor
+                if let next, next != cursor || !events.isEmpty {
+                    try record(events, next.rawValue)
+                    cursor = next
+                }
+                if page.items.count < pageSize { try? await Task.sleep(for: .milliseconds(250)) }
+            } catch {
+                logger.warning("webhooks: cannot read the registry's change feed: \(error); trying again")
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+    }
+}
