@@ -323,4 +323,97 @@ final class ServeWebhookTests: XCTestCase {
         XCTAssertTrue(metrics.contains(#"fanout_webhook_backlog{endpoint="acme/0"} 4"#), metrics)
         print("hung receiver: 10,000-token push \(hung) s with it, \(without) s without webhooks")
     }
+
+    /// The `text/event-stream` blocks of an answer: (id, event, data) for each event, and the last `id:` seen.
+    private func parseStream(_ text: String) -> (events: [(id: Int, type: String, data: [String: Any])], lastID: Int?) {
+        var events: [(id: Int, type: String, data: [String: Any])] = []
+        var lastID: Int?
+        for block in text.components(separatedBy: "\n\n") {
+            var id: Int?
+            var type = "message"
+            var data: String?
+            for line in block.split(separator: "\n") {
+                if line.hasPrefix("id: ") { id = Int(line.dropFirst(4)) }
+                if line.hasPrefix("event: ") { type = String(line.dropFirst(7)) }
+                if line.hasPrefix("data: ") { data = String(line.dropFirst(6)) }
+            }
+            if let id { lastID = id }
+            if let id, let data,
+                let object = (try? JSONSerialization.jsonObject(with: Data(data.utf8))) as? [String: Any]
+            {
+                events.append((id, type, object))
+            }
+        }
+        return (events, lastID)
+    }
+
+    /// `GET /v1/events`: a workspace with `event_stream` reads its own events, resuming after `Last-Event-ID`, and
+    /// never another workspace's.
+    func testEventStreamResumesAfterLastEventIDAndKeepsWorkspacesApart() throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let receiver = try WebhookReceiver(secret: Self.secret)
+        defer { receiver.stop() }
+        let serve = try ServeHarness(
+            testCase: self, mock: mock, acmeExtra: ["webhooks": endpoint(receiver, env: "ACME_HOOK_SECRET")],
+            globexExtra: ["event_stream": true])
+        try serve.start(environment: ["ACME_HOOK_SECRET": Self.secret])
+        defer { serve.stop() }
+
+        // From now: an empty answer whose id is where the next one starts.
+        let first = try serve.curl("GET", "/v1/events?wait=0", key: ServeKeys.globexServer)
+        XCTAssertEqual(first.status, 200, first.text)
+        XCTAssertEqual(first.headers["content-type"], "text/event-stream; charset=utf-8")
+        let start = try XCTUnwrap(parseStream(first.text).lastID)
+        XCTAssertTrue(parseStream(first.text).events.isEmpty)
+
+        func push(_ key: String) throws -> String {
+            let response = try serve.curl(
+                "POST", "/v1/push", key: key,
+                json: #"{"alert": {"title": "Hi"}, "audience": {"tokens": ["\#(testDeviceToken(1))"]}}"#)
+            XCTAssertEqual(response.status, 202, response.text)
+            let id = try XCTUnwrap(try response.object()["dispatch_id"] as? String)
+            _ = try serve.waitForDispatch(id, key: key)
+            return id
+        }
+        let acmeID = try push(ServeKeys.acmeServer)
+        let globexID = try push(ServeKeys.globexServer)
+
+        var seen: [(id: Int, type: String, data: [String: Any])] = []
+        var cursor = start
+        let deadline = Date().addingTimeInterval(30)
+        while seen.count < 2 && Date() < deadline {
+            let answer = try serve.curl(
+                "GET", "/v1/events?wait=5", key: ServeKeys.globexServer, headers: ["Last-Event-ID": String(cursor)])
+            XCTAssertEqual(answer.status, 200, answer.text)
+            let parsed = parseStream(answer.text)
+            seen += parsed.events
+            cursor = parsed.lastID ?? cursor
+        }
+        XCTAssertEqual(seen.map(\.type), ["dispatch.accepted", "dispatch.finished"])
+        XCTAssertEqual(
+            seen.map { $0.data["id"] as? String }, ["evt_\(globexID)_accepted", "evt_\(globexID)_finished"])
+        XCTAssertTrue(seen.allSatisfy { $0.data["workspace"] as? String == "globex" })
+        XCTAssertEqual(seen.map(\.id), seen.map(\.id).sorted())
+        // Resuming after the first event gives the second again; nothing after the last.
+        let resumed = try serve.curl(
+            "GET", "/v1/events?wait=0", key: ServeKeys.globexServer, headers: ["Last-Event-ID": String(seen[0].id)])
+        XCTAssertEqual(parseStream(resumed.text).events.map(\.id), [seen[1].id])
+        let after = try serve.curl(
+            "GET", "/v1/events?wait=0", key: ServeKeys.globexServer, headers: ["Last-Event-ID": String(seen[1].id)])
+        XCTAssertTrue(parseStream(after.text).events.isEmpty)
+        // From the beginning: still only globex's; acme reads its own (it has webhooks).
+        let all = try serve.curl("GET", "/v1/events?wait=0&last_event_id=0", key: ServeKeys.globexServer)
+        XCTAssertEqual(parseStream(all.text).events.count, 2)
+        let acme = try serve.curl("GET", "/v1/events?wait=0&last_event_id=0", key: ServeKeys.acmeServer)
+        XCTAssertEqual(
+            Set(parseStream(acme.text).events.compactMap { $0.data["id"] as? String }),
+            ["evt_\(acmeID)_accepted", "evt_\(acmeID)_finished"])
+        // Device keys and bad ids are refused.
+        XCTAssertEqual(try serve.curl("GET", "/v1/events?wait=0", key: ServeKeys.globexDevice).status, 403)
+        XCTAssertEqual(
+            try serve.curl(
+                "GET", "/v1/events?wait=0", key: ServeKeys.globexServer, headers: ["Last-Event-ID": "abc"]
+            ).status, 400)
+    }
 }

@@ -84,6 +84,19 @@ final class WebhookConfigurationTests: XCTestCase {
             "workspaces.acme.webhooks[1].url: is listed twice in the workspace")
     }
 
+    func testEventStreamIsAFlag() throws {
+        let json = """
+            {"workspaces": {"acme": {"server_keys_sha256": ["\(Self.digest)"], "event_stream": true,
+              "apps": {"x": {"team_id": "T1", "key_id": "K1", "key_path": "AuthKey.p8"}}}}}
+            """
+        XCTAssertEqual(
+            try ServiceConfiguration.parse(Array(json.utf8), relativeTo: "").workspaces["acme"]?.eventStream, true)
+        let wrong = json.replacingOccurrences(of: "true", with: "\"yes\"")
+        XCTAssertThrowsError(try ServiceConfiguration.parse(Array(wrong.utf8), relativeTo: "")) { error in
+            XCTAssertEqual("\(error)", "workspaces.acme.event_stream: must be true or false")
+        }
+    }
+
     func testSecretsComeFromTheEnvironmentOrAFileAndErrorsNeverShowThem() throws {
         let directory = NSTemporaryDirectory() + "webhook-secret-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

@@ -17,7 +17,8 @@ import Foundation
 ///                               "endpoint": "sandbox" | "production" | "HOST:PORT", "ca_file": null,
 ///                               "manage_endpoint": "HOST:PORT" (broadcast channels; Apple's host by default),
 ///                               "pushwoosh_application": "XXXXX-XXXXX", "braze_app_id": "..."}},
-///     "webhooks": [{"url": "https://...", "secret_env": "VAR" | "secret_file": "...", "events": [...]}]}}}
+///     "webhooks": [{"url": "https://...", "secret_env": "VAR" | "secret_file": "...", "events": [...]}],
+///     "event_stream": false}}}
 /// ```
 /// Paths are relative to the config file's directory. An unknown key is an error, and every error names the key
 /// path at fault. Keys are only ever given as SHA-256 digests.
@@ -90,6 +91,8 @@ package struct WorkspaceConfiguration: Sendable {
     package var apps: [String: AppConfiguration]
     /// Where the workspace's events are POSTed (`webhooks`, docs/WEBHOOKS.md).
     package var webhooks: [WebhookEndpointConfiguration] = []
+    /// `event_stream`: keep the workspace's events for `GET /v1/events` even without webhooks.
+    package var eventStream = false
 }
 
 package struct AppConfiguration: Sendable, Hashable {
@@ -317,7 +320,7 @@ private struct ConfigReader {
             value, path,
             keys: [
                 "server_keys_sha256", "device_keys_sha256", "rate_limit", "device_rate_limit", "send_budget", "apps",
-                "webhooks",
+                "webhooks", "event_stream",
             ])
         let serverKeys = try digests(object, "server_keys_sha256", path)
         let deviceKeys = try digests(object, "device_keys_sha256", path)
@@ -344,7 +347,8 @@ private struct ConfigReader {
             sendBudget: try sendBudget(object["send_budget"], join(path, "send_budget")),
             apps: byBundle,
             webhooks: try WebhookConfigurationReader.read(
-                object["webhooks"], workspace: name, path: join(path, "webhooks"), resolve: resolve))
+                object["webhooks"], workspace: name, path: join(path, "webhooks"), resolve: resolve),
+            eventStream: try WebhookConfigurationReader.flag(object["event_stream"], path: join(path, "event_stream")))
     }
 
     /// `send_budget`: `{"requests_per_hour", "burst_seconds", "counting": "job" | "notification", "policy": "wait" |

@@ -23,18 +23,21 @@ final class ServiceEvents: Sendable {
     private let store: DispatchStore
     private let endpoints: [WebhookEndpointConfiguration]
     private let byWorkspace: [String: [WebhookEndpointConfiguration]]
-    private let workspaceOfApp: [String: String]
+    /// The workspaces whose events are recorded: those with webhooks or `event_stream`.
+    let recording: Set<String>
+    private let maintenance: Task<Void, Never>
     private let deliverers: [String: WebhookDeliverer]
     private let registryFeed: Task<Void, Never>?
     private let log: FanoutLogger
 
-    /// Opens the outbox and starts the deliverers and the registry feed; nil when no workspace has webhooks.
+    /// Opens the outbox and starts the deliverers and the registry feed; nil when no workspace has webhooks or
+    /// `event_stream`.
     static func start(
         configuration: ServiceConfiguration, store: DispatchStore, registry: any RegistryStore,
         metrics: MetricsRegistry, logger: FanoutLogger, environment: [String: String]
     ) throws(ServiceStartError) -> ServiceEvents? {
         let endpoints = configuration.workspaces.keys.sorted().flatMap { configuration.workspaces[$0]!.webhooks }
-        guard !endpoints.isEmpty else { return nil }
+        guard !endpoints.isEmpty || configuration.workspaces.values.contains(where: \.eventStream) else { return nil }
         var secrets: [String: [UInt8]] = [:]
         for endpoint in endpoints {
             do {
@@ -63,11 +66,13 @@ final class ServiceEvents: Sendable {
         self.store = store
         self.endpoints = endpoints
         byWorkspace = Dictionary(grouping: endpoints, by: \.workspace)
+        let recording = Set(
+            configuration.workspaces.values.filter { !$0.webhooks.isEmpty || $0.eventStream }.map(\.name))
+        self.recording = recording
         var workspaceOfApp: [String: String] = [:]
-        for workspace in configuration.workspaces.values {
+        for workspace in configuration.workspaces.values where recording.contains(workspace.name) {
             for app in workspace.apps.keys { workspaceOfApp[app] = workspace.name }
         }
-        self.workspaceOfApp = workspaceOfApp
         log = logger
         // An endpoint taken out of the config leaves its backlog behind: nobody would deliver it.
         if let dropped = try? outbox.dropEndpoints(except: Set(endpoints.map(\.key))), dropped > 0 {
@@ -81,7 +86,8 @@ final class ServiceEvents: Sendable {
                 backlog: backlog[endpoint.key] ?? 0, logger: logger)
         }
         self.deliverers = deliverers
-        if endpoints.contains(where: { $0.events.contains(.tokenRemoved) }) {
+        let streamed = configuration.workspaces.values.contains(where: \.eventStream)
+        if streamed || endpoints.contains(where: { $0.events.contains(.tokenRemoved) }) {
             let feed = RegistryFeed(
                 outbox: outbox, registry: registry, workspaceOfApp: workspaceOfApp, logger: logger)
             let record: @Sendable ([WebhookEvent], String) throws(SQLiteError) -> Void = {
@@ -97,12 +103,38 @@ final class ServiceEvents: Sendable {
             registryFeed = nil
         }
         for deliverer in deliverers.values { deliverer.start() }
+        maintenance = Task(executorPreference: BlockingExecutor.dispatches, priority: .background) {
+            while !Task.isCancelled {
+                do {
+                    try outbox.prune(now: Int64(Date().timeIntervalSince1970 * 1000))
+                } catch {
+                    logger.warning("webhooks: cannot prune the outbox: \(error)")
+                }
+                try? await Task.sleep(for: .seconds(3_600))
+            }
+        }
+        recoverFinishedEvents()
+    }
+
+    /// A kill between a dispatch's last commit and the recording of its `dispatch.finished` (or `failed`) leaves
+    /// the event unrecorded: the newest dispatches that finished in the last day without one get it now.
+    private func recoverFinishedEvents() {
+        guard let recent = try? store.recent(workspace: nil, limit: 1_000) else { return }
+        let since = Int64(Date().timeIntervalSince1970 * 1000) - 86_400_000
+        for record in recent.reversed()
+        where record.state == .done && recording.contains(record.workspace) && (record.finishedAt ?? 0) >= since {
+            let recorded = ["finished", "failed"].contains { outcome in
+                (try? outbox.contains(eventID: "evt_\(record.id)_\(outcome)")) ?? true
+            }
+            if !recorded { dispatchChanged(record.id) }
+        }
     }
 
     /// Stops the feed and the deliverers (a delivery in flight is left pending for the next start), closes the
     /// outbox.
     func stop() {
         registryFeed?.cancel()
+        maintenance.cancel()
         for deliverer in deliverers.values { deliverer.stop() }
         for deliverer in deliverers.values { deliverer.join(timeout: .seconds(2)) }
         outbox.close()
@@ -140,7 +172,7 @@ final class ServiceEvents: Sendable {
     /// The dispatcher's hook: dispatch `id` was queued, or a run of it ended. Records what its committed state says
     /// happened (nothing for a workspace without webhooks).
     func dispatchChanged(_ id: String) {
-        guard let record = try? store.record(id: id), byWorkspace[record.workspace] != nil else { return }
+        guard let record = try? store.record(id: id), recording.contains(record.workspace) else { return }
         let activityID = Dispatcher.activityID(of: record)
         var data: JSONObject = [
             "dispatch_id": .string(record.id), "app": .string(record.app), "kind": .string(record.kind),

@@ -135,6 +135,13 @@ enum WebhookConfigurationReader {
         return endpoints
     }
 
+    /// `true` or `false` (absent: false).
+    static func flag(_ value: JSONValue?, path: String) throws(ServiceConfigurationError) -> Bool {
+        guard let value, !value.isNull else { return false }
+        guard let flag = value.boolValue else { throw ServiceConfigurationError(path, "must be true or false") }
+        return flag
+    }
+
     private static func string(_ object: JSONObject, _ key: String, _ path: String) throws(ServiceConfigurationError)
         -> String?
     {

@@ -269,21 +269,34 @@ final class WebhookOutbox: Sendable {
         }
     }
 
-    /// A workspace's events after `sequence`, oldest first (for a stream that resumes).
-    func events(workspace: String, after sequence: Int64, limit: Int) throws(SQLiteError) -> [(Int64, [UInt8])] {
-        try read { database throws(SQLiteError) -> [(Int64, [UInt8])] in
+    /// A workspace's events after `sequence`, oldest first (for a stream that resumes): sequence, type, body.
+    func events(workspace: String, after sequence: Int64, limit: Int) throws(SQLiteError) -> [(
+        Int64, String, [UInt8]
+    )] {
+        try read { database throws(SQLiteError) -> [(Int64, String, [UInt8])] in
             try database.withStatement(
-                "SELECT seq, body FROM webhook_events WHERE workspace = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
+                "SELECT seq, type, body FROM webhook_events WHERE workspace = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
             ) { statement throws(SQLiteError) in
                 try statement.bind(workspace, at: 1)
                 try statement.bind(sequence, at: 2)
                 try statement.bind(Int64(limit), at: 3)
-                var rows: [(Int64, [UInt8])] = []
+                var rows: [(Int64, String, [UInt8])] = []
                 while try statement.step() {
-                    rows.append((statement.int64(at: 0), statement.data(at: 1).map { [UInt8]($0) } ?? []))
+                    rows.append(
+                        (
+                            statement.int64(at: 0), statement.string(at: 1),
+                            statement.data(at: 2).map { [UInt8]($0) } ?? []
+                        ))
                 }
                 return rows
             }
+        }
+    }
+
+    /// The newest event's sequence (0 when there is none).
+    func lastSequence() throws(SQLiteError) -> Int64 {
+        try read { database throws(SQLiteError) -> Int64 in
+            try database.scalarInt64("SELECT coalesce(max(seq), 0) FROM webhook_events") ?? 0
         }
     }
 }
