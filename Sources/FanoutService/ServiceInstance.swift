@@ -90,6 +90,7 @@ package final class ServiceInstance: Sendable {
                 metrics: metrics.registry, logger: logger, environment: ProcessInfo.processInfo.environment)
         } catch {
             await engines.shutdown(gracePeriod: .zero)
+            _ = await sharedBudget?.returnLeases(timeout: .seconds(1))
             tokens.stop()
             await stores.close()
             throw error

@@ -416,4 +416,23 @@ final class ServeWebhookTests: XCTestCase {
                 "GET", "/v1/events?wait=0", key: ServeKeys.globexServer, headers: ["Last-Event-ID": "abc"]
             ).status, 400)
     }
+
+    /// A secret the environment does not have stops the start (exit 2) naming the key, not the variable's value.
+    func testAMissingSecretStopsTheStartNamingTheKey() throws {
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let receiver = try WebhookReceiver(secret: Self.secret)
+        defer { receiver.stop() }
+        let serve = try ServeHarness(
+            testCase: self, mock: mock, acmeExtra: ["webhooks": endpoint(receiver, env: "ACME_HOOK_SECRET")])
+        let result = try ProcessSupport.run(
+            serve.fanout,
+            ["serve", "--config", serve.configPath, "--db", serve.database, "--listen", "127.0.0.1:0"],
+            environment: ProcessSupport.cleanEnvironment(adding: [:]), timeout: 30)
+        XCTAssertEqual(result.exitCode, 2, result.summary)
+        XCTAssertTrue(
+            result.stderr.contains(
+                "workspaces.acme.webhooks[0].secret_env: environment variable ACME_HOOK_SECRET is not set"),
+            result.summary)
+    }
 }
