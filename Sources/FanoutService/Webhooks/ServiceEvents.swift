@@ -83,7 +83,7 @@ final class ServiceEvents: Sendable {
         for endpoint in endpoints {
             deliverers[endpoint.key] = WebhookDeliverer(
                 endpoint: endpoint, secret: secrets[endpoint.key] ?? [], outbox: outbox, metrics: metrics,
-                backlog: backlog[endpoint.key] ?? 0, logger: logger)
+                backlog: backlog[endpoint.key] ?? 0, logger: logger, checkpoint: { store.checkpointIfDue() })
         }
         self.deliverers = deliverers
         let streamed = configuration.workspaces.values.contains(where: \.eventStream)
@@ -95,6 +95,7 @@ final class ServiceEvents: Sendable {
                 try Self.record(
                     events, outbox: outbox, byWorkspace: byWorkspace, deliverers: deliverers,
                     meta: [(RegistryFeed.cursorName, cursor)])
+                store.checkpointIfDue()
             }
             registryFeed = Task(executorPreference: BlockingExecutor.dispatches, priority: .utility) {
                 await feed.run(record: record)

@@ -20,11 +20,14 @@ final class WebhookDeliverer: Sendable {
     private let exited = DispatchSemaphore(value: 0)
     private let stopping = Atomic<Bool>(false)
     private let label: String
+    /// The dispatch store's passive WAL checkpoint (the outbox's connection never checkpoints in a commit).
+    private let checkpoint: @Sendable () -> Void
 
     init(
         endpoint: WebhookEndpointConfiguration, secret: [UInt8], outbox: WebhookOutbox, metrics: WebhookMetrics,
-        backlog: Int, logger: FanoutLogger
+        backlog: Int, logger: FanoutLogger, checkpoint: @escaping @Sendable () -> Void
     ) {
+        self.checkpoint = checkpoint
         self.endpoint = endpoint
         self.secret = secret
         self.outbox = outbox
@@ -122,6 +125,7 @@ final class WebhookDeliverer: Sendable {
             }
             metrics.deliveries.labels(label).increment()
             metrics.backlog.labels(label).decrement()
+            checkpoint()
             if failingSince != nil {
                 logger.info("webhook \(endpoint.path) (\(endpoint.target.origin)) delivers again")
                 failingSince = nil

@@ -82,6 +82,9 @@ final class WebhookOutbox: Sendable {
         self.path = path
         let database = try SQLiteDatabase(path: path, mode: .readWrite, busyTimeoutMilliseconds: 5_000)
         _ = try database.useWriteAheadLog()
+        // No checkpoint inside a commit (one can take tens of milliseconds, and an accept's event is recorded on the
+        // request's path): the deliverers call the dispatch store's passive `checkpointIfDue` instead.
+        try database.execute("PRAGMA wal_autocheckpoint = 0")
         try database.transaction(.immediate) { () throws(SQLiteError) in try database.execute(Self.schema) }
         self.database = FanoutMutex(OutboxConnection(database: database))
     }
