@@ -30,7 +30,7 @@ final class WebhookConfigurationTests: XCTestCase {
             webhooks: """
                 [{"url": "http://127.0.0.1:9000/hooks?x=1", "secret_env": "HOOK_SECRET"},
                  {"url": "https://hooks.example.com", "secret_file": "hook.secret", "events": ["token.removed"],
-                  "timeout_seconds": 2.5, "retry_seconds": 0.5, "max_retry_seconds": 60}]
+                  "timeout_seconds": 2.5, "retry_seconds": 0.5, "max_retry_seconds": 60, "concurrency": 1}]
                 """)
         let endpoints = try XCTUnwrap(config.workspaces["acme"]).webhooks
         XCTAssertEqual(endpoints.count, 2)
@@ -39,6 +39,8 @@ final class WebhookConfigurationTests: XCTestCase {
         XCTAssertEqual(endpoints[0].target.pathAndQuery, "/hooks?x=1")
         XCTAssertEqual(endpoints[0].events, Set(WebhookEventType.allCases))
         XCTAssertEqual(endpoints[0].timeout, .seconds(10))
+        XCTAssertEqual(endpoints[0].concurrency, 4)
+        XCTAssertEqual(endpoints[1].concurrency, 1)
         XCTAssertEqual(endpoints[1].target.secure, true)
         XCTAssertEqual(endpoints[1].target.port, 443)
         XCTAssertEqual(endpoints[1].target.pathAndQuery, "/")
@@ -76,6 +78,9 @@ final class WebhookConfigurationTests: XCTestCase {
         XCTAssertTrue(
             message(#"[{"url": "http://h/x", "secret_env": "S", "timeout_seconds": 0}]"#).hasPrefix(
                 "workspaces.acme.webhooks[0].timeout_seconds:"))
+        XCTAssertEqual(
+            message(#"[{"url": "http://h/x", "secret_env": "S", "concurrency": 0}]"#),
+            "workspaces.acme.webhooks[0].concurrency: must be a whole number from 1 to 32")
         XCTAssertTrue(
             message(#"[{"url": "http://h/x", "secret_env": "S", "colour": 1}]"#).hasPrefix(
                 "workspaces.acme.webhooks[0].colour: unknown key"))
@@ -142,21 +147,29 @@ final class WebhookConfigurationTests: XCTestCase {
         let outbox = try WebhookOutbox(path: directory + "/fanout.db")
         defer { outbox.close() }
         func event(_ id: String) -> WebhookEvent {
-            WebhookEvent(id: id, type: .dispatchAccepted, workspace: "acme", created: 1, data: ["n": .string(id)])
+            WebhookEvent(
+                id: id, type: .dispatchAccepted, workspace: "acme", created: 1, data: ["n": .string(id)], orderKey: "k")
         }
-        XCTAssertEqual(try outbox.record([event("e1"), event("e2")], endpoints: { _ in ["a", "b"] }), 2)
+        XCTAssertEqual(try outbox.record([event("e1"), event("e2")], endpoints: { _ in [("a", 0), ("b", 0)] }), 2)
         // The same events again (a repeated hook after a restart): nothing new, no second delivery.
-        XCTAssertEqual(try outbox.record([event("e1"), event("e3")], endpoints: { _ in ["a"] }), 1)
+        XCTAssertEqual(try outbox.record([event("e1"), event("e3")], endpoints: { _ in [("a", 0)] }), 1)
         XCTAssertEqual(try outbox.backlog(), ["a": 3, "b": 2])
-        XCTAssertEqual(try outbox.next(endpoint: "a")?.eventID, "e1")
-        try outbox.failed(endpoint: "a", sequence: try XCTUnwrap(outbox.next(endpoint: "a")).sequence)
-        XCTAssertEqual(try outbox.next(endpoint: "a")?.attempts, 1)
-        try outbox.delivered(endpoint: "a", sequence: try XCTUnwrap(outbox.next(endpoint: "a")).sequence)
-        XCTAssertEqual(try outbox.next(endpoint: "a")?.eventID, "e2")
-        XCTAssertEqual(try outbox.next(endpoint: "b")?.eventID, "e1", "each endpoint has its own queue")
+        XCTAssertEqual(try outbox.next(endpoint: "a", lane: 0)?.eventID, "e1")
+        try outbox.failed(endpoint: "a", sequence: try XCTUnwrap(outbox.next(endpoint: "a", lane: 0)).sequence)
+        XCTAssertEqual(try outbox.next(endpoint: "a", lane: 0)?.attempts, 1)
+        try outbox.delivered(endpoint: "a", sequence: try XCTUnwrap(outbox.next(endpoint: "a", lane: 0)).sequence)
+        XCTAssertEqual(try outbox.next(endpoint: "a", lane: 0)?.eventID, "e2")
+        XCTAssertEqual(try outbox.next(endpoint: "b", lane: 0)?.eventID, "e1", "each endpoint has its own queue")
         XCTAssertEqual(try outbox.dropEndpoints(except: ["a"]), 2)
-        XCTAssertNil(try outbox.next(endpoint: "b"))
+        XCTAssertNil(try outbox.next(endpoint: "b", lane: 0))
         XCTAssertEqual(try outbox.events(workspace: "acme", after: 0, limit: 10).count, 3)
+        // Lanes: each read on its own; a lowered concurrency folds the lanes past it into the ones left.
+        XCTAssertEqual(try outbox.record([event("e4")], endpoints: { _ in [("a", 3)] }), 1)
+        XCTAssertEqual(try outbox.next(endpoint: "a", lane: 3)?.eventID, "e4")
+        try outbox.fold(endpoint: "a", lanes: 2)
+        XCTAssertNil(try outbox.next(endpoint: "a", lane: 3))
+        XCTAssertEqual(try outbox.backlog(), ["a": 3])
+        XCTAssertEqual(event("e").lane(of: 4), event("f").lane(of: 4), "the lane is the order key's")
         XCTAssertEqual(try outbox.events(workspace: "globex", after: 0, limit: 10).count, 0)
     }
 }

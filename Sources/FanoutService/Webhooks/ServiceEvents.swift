@@ -26,7 +26,9 @@ final class ServiceEvents: Sendable {
     /// The workspaces whose events are recorded: those with webhooks or `event_stream`.
     let recording: Set<String>
     private let maintenance: Task<Void, Never>
-    private let deliverers: [String: WebhookDeliverer]
+    /// Each endpoint's deliverers, one per lane (`concurrency`).
+    private let deliverers: [String: [WebhookDeliverer]]
+    private let metrics: WebhookMetrics
     private let registryFeed: Task<Void, Never>?
     private let log: FanoutLogger
 
@@ -78,14 +80,23 @@ final class ServiceEvents: Sendable {
         if let dropped = try? outbox.dropEndpoints(except: Set(endpoints.map(\.key))), dropped > 0 {
             logger.warning("dropped \(dropped) webhook deliveries of endpoints no longer in the config")
         }
-        let backlog = (try? outbox.backlog()) ?? [:]
-        var deliverers: [String: WebhookDeliverer] = [:]
         for endpoint in endpoints {
-            deliverers[endpoint.key] = WebhookDeliverer(
-                endpoint: endpoint, secret: secrets[endpoint.key] ?? [], outbox: outbox, metrics: metrics,
-                backlog: backlog[endpoint.key] ?? 0, logger: logger, checkpoint: { store.checkpointIfDue() })
+            // A lowered `concurrency` leaves deliveries in lanes that no longer have a deliverer.
+            try? outbox.fold(endpoint: endpoint.key, lanes: endpoint.concurrency)
+        }
+        let backlog = (try? outbox.backlog()) ?? [:]
+        var deliverers: [String: [WebhookDeliverer]] = [:]
+        for endpoint in endpoints {
+            metrics.backlog.labels(endpoint.metricLabel).set(backlog[endpoint.key] ?? 0)
+            _ = metrics.deliveries.labels(endpoint.metricLabel)
+            deliverers[endpoint.key] = (0..<endpoint.concurrency).map { lane in
+                WebhookDeliverer(
+                    endpoint: endpoint, lane: lane, secret: secrets[endpoint.key] ?? [], outbox: outbox,
+                    metrics: metrics, logger: logger, checkpoint: { store.checkpointIfDue() })
+            }
         }
         self.deliverers = deliverers
+        self.metrics = metrics
         let streamed = configuration.workspaces.values.contains(where: \.eventStream)
         if streamed || endpoints.contains(where: { $0.events.contains(.tokenRemoved) }) {
             let feed = RegistryFeed(
@@ -93,7 +104,7 @@ final class ServiceEvents: Sendable {
             let record: @Sendable ([WebhookEvent], String) throws(SQLiteError) -> Void = {
                 [byWorkspace, deliverers] events, cursor throws(SQLiteError) in
                 try Self.record(
-                    events, outbox: outbox, byWorkspace: byWorkspace, deliverers: deliverers,
+                    events, outbox: outbox, byWorkspace: byWorkspace, deliverers: deliverers, metrics: metrics,
                     meta: [(RegistryFeed.cursorName, cursor)])
                 store.checkpointIfDue()
             }
@@ -103,7 +114,7 @@ final class ServiceEvents: Sendable {
         } else {
             registryFeed = nil
         }
-        for deliverer in deliverers.values { deliverer.start() }
+        for deliverer in deliverers.values.joined() { deliverer.start() }
         maintenance = Task(executorPreference: BlockingExecutor.dispatches, priority: .background) {
             while !Task.isCancelled {
                 do {
@@ -136,8 +147,9 @@ final class ServiceEvents: Sendable {
     func stop() {
         registryFeed?.cancel()
         maintenance.cancel()
-        for deliverer in deliverers.values { deliverer.stop() }
-        for deliverer in deliverers.values { deliverer.join(timeout: .seconds(2)) }
+        for deliverer in deliverers.values.joined() { deliverer.stop() }
+        let deadline = ContinuousClock.now + .seconds(2)
+        for deliverer in deliverers.values.joined() { deliverer.join(until: deadline) }
         outbox.close()
     }
 
@@ -147,24 +159,32 @@ final class ServiceEvents: Sendable {
     /// those endpoints' deliverers.
     private static func record(
         _ events: [WebhookEvent], outbox: WebhookOutbox, byWorkspace: [String: [WebhookEndpointConfiguration]],
-        deliverers: [String: WebhookDeliverer], meta: [(String, String)] = []
+        deliverers: [String: [WebhookDeliverer]], metrics: WebhookMetrics, meta: [(String, String)] = []
     ) throws(SQLiteError) {
-        // New deliveries per endpoint (the closure is asked only for events not recorded before).
-        var added: [String: Int] = [:]
+        // New deliveries per endpoint and lane (the closure is asked only for events not recorded before).
+        var added: [String: [Int: Int]] = [:]
+        var labels: [String: String] = [:]
         try outbox.record(
             events,
             endpoints: { event in
-                let keys = (byWorkspace[event.workspace] ?? []).filter { $0.events.contains(event.type) }.map(\.key)
-                for key in keys { added[key, default: 0] += 1 }
-                return keys
+                (byWorkspace[event.workspace] ?? []).filter { $0.events.contains(event.type) }.map { endpoint in
+                    let lane = event.lane(of: endpoint.concurrency)
+                    added[endpoint.key, default: [:]][lane, default: 0] += 1
+                    labels[endpoint.key] = endpoint.metricLabel
+                    return (endpoint.key, lane)
+                }
             }, meta: meta)
-        for (key, count) in added { deliverers[key]?.wake(added: count) }
+        for (key, lanes) in added {
+            metrics.backlog.labels(labels[key]!).increment(by: lanes.values.reduce(0, +))
+            for lane in lanes.keys { deliverers[key]?[lane].wake() }
+        }
     }
 
     private func record(_ events: [WebhookEvent]) {
         guard !events.isEmpty else { return }
         do {
-            try Self.record(events, outbox: outbox, byWorkspace: byWorkspace, deliverers: deliverers)
+            try Self.record(
+                events, outbox: outbox, byWorkspace: byWorkspace, deliverers: deliverers, metrics: metrics)
         } catch {
             log.error("cannot record webhook events \(events.map(\.id)): \(error)")
         }
@@ -175,6 +195,8 @@ final class ServiceEvents: Sendable {
     func dispatchChanged(_ id: String) {
         guard let record = try? store.record(id: id), recording.contains(record.workspace) else { return }
         let activityID = Dispatcher.activityID(of: record)
+        // An activity's events stay in order; a dispatch without one is ordered on its own.
+        let orderKey = activityID.map { "\(record.app) \($0)" } ?? record.id
         var data: JSONObject = [
             "dispatch_id": .string(record.id), "app": .string(record.app), "kind": .string(record.kind),
         ]
@@ -182,7 +204,7 @@ final class ServiceEvents: Sendable {
         var events = [
             WebhookEvent(
                 id: "evt_\(record.id)_accepted", type: .dispatchAccepted, workspace: record.workspace,
-                created: record.createdAt, data: data)
+                created: record.createdAt, data: data, orderKey: orderKey)
         ]
         if record.state == .done {
             let finished = record.finishedAt ?? record.createdAt
@@ -192,7 +214,7 @@ final class ServiceEvents: Sendable {
                 events.append(
                     WebhookEvent(
                         id: "evt_\(record.id)_failed", type: .dispatchFailed, workspace: record.workspace,
-                        created: finished, data: failed))
+                        created: finished, data: failed, orderKey: orderKey))
             } else {
                 var summary = data
                 summary["notifications"] = .integer(Int64(record.notifications))
@@ -211,7 +233,7 @@ final class ServiceEvents: Sendable {
                 events.append(
                     WebhookEvent(
                         id: "evt_\(record.id)_finished", type: .dispatchFinished, workspace: record.workspace,
-                        created: finished, data: summary))
+                        created: finished, data: summary, orderKey: orderKey))
             }
             if record.kind == "end", let activityID {
                 events.append(
@@ -221,7 +243,7 @@ final class ServiceEvents: Sendable {
                         data: [
                             "app": .string(record.app), "activity_id": .string(activityID),
                             "dispatch_id": .string(record.id),
-                        ]))
+                        ], orderKey: orderKey))
             }
         }
         self.record(events)
@@ -287,7 +309,8 @@ private struct RegistryFeed: Sendable {
                     events.append(
                         WebhookEvent(
                             id: "evt_tok_\(event.sequence)", type: .tokenRemoved, workspace: workspace,
-                            created: event.at, data: data))
+                            created: event.at, data: data,
+                            orderKey: event.activityID.map { "\(event.app) \($0)" } ?? "\(event.app) \(event.token)"))
                 }
                 let next = page.next ?? cursor
                 if let next, next != cursor || !events.isEmpty {

@@ -16,7 +16,7 @@ package enum WebhookEventType: String, Sendable, CaseIterable, Hashable {
 /// ```json
 /// {"url": "https://hooks.example.com/fanout", "secret_env": "ACME_WEBHOOK_SECRET" | "secret_file": "hook.secret",
 ///  "events": ["dispatch.finished", "token.removed"], "timeout_seconds": 10, "retry_seconds": 1,
-///  "max_retry_seconds": 300, "ca_file": null}
+///  "max_retry_seconds": 300, "concurrency": 4, "ca_file": null}
 /// ```
 /// The signing secret is never in the config: an environment variable or a file names where it is, read at start.
 package struct WebhookEndpointConfiguration: Sendable {
@@ -36,10 +36,16 @@ package struct WebhookEndpointConfiguration: Sendable {
     package var maxRetryDelay: Duration = .seconds(300)
     /// PEM CAs for an `https` receiver, instead of the system's.
     package var caFile: String?
+    /// Deliveries in flight at once: events are spread over this many lanes by their activity (else dispatch, else
+    /// token), each lane in order. 1 keeps every event of the endpoint in one order.
+    package var concurrency = 4
 
     /// The outbox's name for the endpoint: its workspace and URL (an endpoint keeps its backlog across restarts
     /// while its URL stays; one whose URL changes starts afresh).
     package var key: String { workspace + " " + url }
+
+    /// Its metrics' `endpoint` label: `<workspace>/<index>`.
+    package var metricLabel: String { "\(workspace)/\(index)" }
 
     /// `workspaces.NAME.webhooks[i]`, for errors and logs.
     package var path: String { "workspaces.\(workspace).webhooks[\(index)]" }
@@ -75,7 +81,7 @@ enum WebhookConfigurationReader {
             let here = "\(path)[\(index)]"
             let known: Set<String> = [
                 "url", "secret_env", "secret_file", "secret", "events", "timeout_seconds", "retry_seconds",
-                "max_retry_seconds", "ca_file",
+                "max_retry_seconds", "ca_file", "concurrency",
             ]
             guard let object = element.objectValue else { throw ServiceConfigurationError(here, "must be an object") }
             for member in object where !known.contains(member.key) {
@@ -127,6 +133,12 @@ enum WebhookConfigurationReader {
             if let seconds = try seconds(object, "timeout_seconds", here) { endpoint.timeout = seconds }
             if let seconds = try seconds(object, "retry_seconds", here) { endpoint.retryDelay = seconds }
             if let seconds = try seconds(object, "max_retry_seconds", here) { endpoint.maxRetryDelay = seconds }
+            if let value = object["concurrency"], !value.isNull {
+                guard let lanes = value.int64Value, (1...32).contains(lanes) else {
+                    throw ServiceConfigurationError("\(here).concurrency", "must be a whole number from 1 to 32")
+                }
+                endpoint.concurrency = Int(lanes)
+            }
             guard endpoint.maxRetryDelay >= endpoint.retryDelay else {
                 throw ServiceConfigurationError("\(here).max_retry_seconds", "must be at least retry_seconds")
             }

@@ -4,13 +4,14 @@ import FanoutTransport
 import Foundation
 import Synchronization
 
-/// Delivers one endpoint's events, oldest first, one at a time, on a thread of its own (blocking HTTP, never an
-/// engine's loop or a request's task): an event is POSTed until the endpoint answers 2xx, then deleted from the
-/// outbox and the next one is sent. A failure (another status, a timeout, a refused connection) waits
+/// Delivers one lane of an endpoint's events (`concurrency` lanes; an activity's events all in one), oldest first,
+/// one at a time, on a thread of its own (blocking HTTP, never an engine's loop or a request's task): an event is
+/// POSTed until the endpoint answers 2xx, then deleted from the outbox and the next one is sent. A failure (another status, a timeout, a refused connection) waits
 /// `retryDelay · 2^(attempts-1)`, capped at `maxRetryDelay`, and sends the same event again, so the endpoint gets
-/// its events in order, each at least once. A dead or slow endpoint holds back only its own queue.
+/// each lane's events in order, each at least once. A dead or slow endpoint holds back only its own queue.
 final class WebhookDeliverer: Sendable {
     private let endpoint: WebhookEndpointConfiguration
+    private let lane: Int
     /// The signing key (the config's secret); never logged.
     private let secret: [UInt8]
     private let outbox: WebhookOutbox
@@ -24,18 +25,17 @@ final class WebhookDeliverer: Sendable {
     private let checkpoint: @Sendable () -> Void
 
     init(
-        endpoint: WebhookEndpointConfiguration, secret: [UInt8], outbox: WebhookOutbox, metrics: WebhookMetrics,
-        backlog: Int, logger: FanoutLogger, checkpoint: @escaping @Sendable () -> Void
+        endpoint: WebhookEndpointConfiguration, lane: Int, secret: [UInt8], outbox: WebhookOutbox,
+        metrics: WebhookMetrics, logger: FanoutLogger, checkpoint: @escaping @Sendable () -> Void
     ) {
         self.checkpoint = checkpoint
+        self.lane = lane
         self.endpoint = endpoint
         self.secret = secret
         self.outbox = outbox
         self.metrics = metrics
         self.logger = logger
-        label = "\(endpoint.workspace)/\(endpoint.index)"
-        metrics.backlog.labels(label).set(backlog)
-        _ = metrics.deliveries.labels(label)
+        label = endpoint.metricLabel
     }
 
     func start() {
@@ -47,9 +47,8 @@ final class WebhookDeliverer: Sendable {
         thread.start()
     }
 
-    /// `added` new events are pending.
-    func wake(added: Int) {
-        metrics.backlog.labels(label).increment(by: added)
+    /// New events are pending.
+    func wake() {
         signal.signal()
     }
 
@@ -58,9 +57,11 @@ final class WebhookDeliverer: Sendable {
         signal.signal()
     }
 
-    /// Waits up to `timeout` for the thread to end (a delivery in flight may take its own timeout; it stays pending).
-    func join(timeout: Duration) {
-        let (seconds, attoseconds) = timeout.components
+    /// Waits until `deadline` at most for the thread to end (a delivery in flight may take its own timeout; it stays
+    /// pending).
+    func join(until deadline: ContinuousClock.Instant) {
+        let left = max(.zero, deadline - ContinuousClock.now)
+        let (seconds, attoseconds) = left.components
         _ = exited.wait(timeout: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)))
     }
 
@@ -81,7 +82,7 @@ final class WebhookDeliverer: Sendable {
         while !stopping.load(ordering: .relaxed) {
             let delivery: WebhookDelivery?
             do {
-                delivery = try outbox.next(endpoint: endpoint.key)
+                delivery = try outbox.next(endpoint: endpoint.key, lane: lane)
             } catch {
                 if stopping.load(ordering: .relaxed) { return }
                 logger.warning("webhook \(endpoint.path): cannot read the outbox: \(error)")

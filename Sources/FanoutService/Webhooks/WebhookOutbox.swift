@@ -12,13 +12,27 @@ struct WebhookEvent: Sendable, Equatable {
     /// Unix milliseconds.
     var created: Int64
     var data: JSONObject
+    /// What must stay in order (the activity, else the dispatch, else the token): an endpoint's events with the
+    /// same key go through the same delivery lane, one at a time. Not part of the body.
+    var orderKey: String
 
-    init(id: String, type: WebhookEventType, workspace: String, created: Int64, data: JSONObject) {
+    init(id: String, type: WebhookEventType, workspace: String, created: Int64, data: JSONObject, orderKey: String) {
         self.id = id
         self.type = type
         self.workspace = workspace
         self.created = created
         self.data = data
+        self.orderKey = orderKey
+    }
+
+    /// The lane of `orderKey` among `lanes` (FNV-1a: the same on every run, since lanes are kept on disk).
+    func lane(of lanes: Int) -> Int {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in orderKey.utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return Int(hash % UInt64(max(1, lanes)))
     }
 
     /// The JSON body.
@@ -43,7 +57,7 @@ struct WebhookDelivery: Sendable {
 ///
 /// - `webhook_events`: every event recorded (`seq` orders them; `id` is unique, so recording the same happening twice
 ///   is a no-op). Kept `retention` after they were made, for deduplication of a re-recorded event.
-/// - `webhook_pending`: (endpoint, event) for each delivery not yet answered 2xx, keyed so an endpoint's are read
+/// - `webhook_pending`: (endpoint, lane, event) for each delivery not yet answered 2xx, keyed so a lane's are read
 ///   in event order. A row is deleted only after its 2xx (at least once).
 /// - `webhook_meta`: the registry change feed's cursor (token removals) and where it started.
 ///
@@ -67,10 +81,12 @@ final class WebhookOutbox: Sendable {
         CREATE INDEX IF NOT EXISTS webhook_events_by_workspace ON webhook_events (workspace, seq);
         CREATE TABLE IF NOT EXISTS webhook_pending (
             endpoint TEXT NOT NULL,
+            lane INTEGER NOT NULL,
             event INTEGER NOT NULL,
             attempts INTEGER NOT NULL DEFAULT 0,
-            PRIMARY KEY (endpoint, event)
+            PRIMARY KEY (endpoint, lane, event)
         ) STRICT, WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS webhook_pending_by_event ON webhook_pending (event);
         CREATE TABLE IF NOT EXISTS webhook_meta (
             name TEXT PRIMARY KEY,
             value TEXT NOT NULL
@@ -115,7 +131,8 @@ final class WebhookOutbox: Sendable {
     /// the same transaction (the registry feed's cursor with the events it read). Returns how many were new.
     @discardableResult
     func record(
-        _ events: [WebhookEvent], endpoints: (WebhookEvent) -> [String], meta: [(String, String)] = []
+        _ events: [WebhookEvent], endpoints: (WebhookEvent) -> [(endpoint: String, lane: Int)],
+        meta: [(String, String)] = []
     ) throws(SQLiteError) -> Int {
         try write { database throws(SQLiteError) -> Int in
             var added = 0
@@ -137,11 +154,13 @@ final class WebhookOutbox: Sendable {
                 guard inserted else { continue }
                 added += 1
                 let sequence = database.lastInsertRowID
-                for endpoint in endpoints(event) {
-                    try database.withStatement("INSERT INTO webhook_pending (endpoint, event) VALUES (?1, ?2)") {
-                        statement throws(SQLiteError) in
+                for (endpoint, lane) in endpoints(event) {
+                    try database.withStatement(
+                        "INSERT INTO webhook_pending (endpoint, lane, event) VALUES (?1, ?2, ?3)"
+                    ) { statement throws(SQLiteError) in
                         try statement.bind(endpoint, at: 1)
-                        try statement.bind(sequence, at: 2)
+                        try statement.bind(Int64(lane), at: 2)
+                        try statement.bind(sequence, at: 3)
                         try statement.run()
                     }
                 }
@@ -179,17 +198,18 @@ final class WebhookOutbox: Sendable {
         }
     }
 
-    /// The endpoint's oldest pending delivery.
-    func next(endpoint: String) throws(SQLiteError) -> WebhookDelivery? {
+    /// The oldest pending delivery of the endpoint's lane.
+    func next(endpoint: String, lane: Int) throws(SQLiteError) -> WebhookDelivery? {
         try read { database throws(SQLiteError) -> WebhookDelivery? in
             try database.withStatement(
                 """
                 SELECT p.event, e.id, e.type, e.body, p.attempts FROM webhook_pending p
                 JOIN webhook_events e ON e.seq = p.event
-                WHERE p.endpoint = ?1 ORDER BY p.event LIMIT 1
+                WHERE p.endpoint = ?1 AND p.lane = ?2 ORDER BY p.event LIMIT 1
                 """
             ) { statement throws(SQLiteError) -> WebhookDelivery? in
                 try statement.bind(endpoint, at: 1)
+                try statement.bind(Int64(lane), at: 2)
                 guard try statement.step() else { return nil }
                 return WebhookDelivery(
                     sequence: statement.int64(at: 0), eventID: statement.string(at: 1), type: statement.string(at: 2),
@@ -231,6 +251,20 @@ final class WebhookOutbox: Sendable {
                 var counts: [String: Int] = [:]
                 while try statement.step() { counts[statement.string(at: 0)] = Int(statement.int64(at: 1)) }
                 return counts
+            }
+        }
+    }
+
+    /// Moves the endpoint's deliveries in lanes at or past `lanes` (its `concurrency` was lowered) into the lanes
+    /// it has now.
+    func fold(endpoint: String, lanes: Int) throws(SQLiteError) {
+        try write { database throws(SQLiteError) in
+            try database.withStatement(
+                "UPDATE webhook_pending SET lane = lane % ?2 WHERE endpoint = ?1 AND lane >= ?2"
+            ) { statement throws(SQLiteError) in
+                try statement.bind(endpoint, at: 1)
+                try statement.bind(Int64(lanes), at: 2)
+                try statement.run()
             }
         }
     }
