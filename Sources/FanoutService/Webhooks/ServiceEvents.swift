@@ -6,7 +6,8 @@ import FanoutSQLite
 import Foundation
 
 /// What `fanout serve` tells its workspaces' webhook endpoints (docs/WEBHOOKS.md): the events of dispatches and of
-/// the registry, recorded in the outbox (`WebhookOutbox`) and delivered by one `WebhookDeliverer` thread per endpoint.
+/// the registry, recorded in the outbox (`WebhookOutbox`) and delivered by one `WebhookDeliverer` thread per lane of
+/// each endpoint.
 ///
 /// Where events come from:
 /// - Dispatches: `dispatchChanged(_:)`, which the dispatcher calls with a dispatch's id when it is queued and when a
