@@ -78,6 +78,9 @@ final class WebhookDeliverer: Sendable {
     }
 
     private func run() {
+        // This thread's own: one kept-alive connection per lane.
+        let client = HTTP1Post.Client(target: endpoint.target, caFile: endpoint.caFile)
+        defer { client.close() }
         var failingSince: ContinuousClock.Instant?
         while !stopping.load(ordering: .relaxed) {
             let delivery: WebhookDelivery?
@@ -101,7 +104,7 @@ final class WebhookDeliverer: Sendable {
                 if stopping.load(ordering: .relaxed) { return }
             }
             let started = ContinuousClock.now
-            let outcome = send(delivery)
+            let outcome = send(delivery, on: client)
             metrics.duration.observe(ContinuousClock.now - started)
             if let failure = outcome {
                 metrics.failures.labels(label, failure.kind).increment()
@@ -140,7 +143,7 @@ final class WebhookDeliverer: Sendable {
     }
 
     /// POSTs the delivery, signed; nil on a 2xx.
-    private func send(_ delivery: WebhookDelivery) -> (kind: String, message: String)? {
+    private func send(_ delivery: WebhookDelivery, on client: HTTP1Post.Client) -> (kind: String, message: String)? {
         let timestamp = String(Int64(Date().timeIntervalSince1970))
         let signature = WebhookSignature.sign(secret: secret, timestamp: timestamp, body: delivery.body)
         let headers = [
@@ -149,9 +152,7 @@ final class WebhookDeliverer: Sendable {
             ("Fanout-Signature", signature),
         ]
         do {
-            let status = try HTTP1Post.post(
-                endpoint.target, headers: headers, body: delivery.body, timeout: endpoint.timeout,
-                caFile: endpoint.caFile)
+            let status = try client.post(headers: headers, body: delivery.body, timeout: endpoint.timeout)
             if (200..<300).contains(status) { return nil }
             return ("status", "answered \(status)")
         } catch {

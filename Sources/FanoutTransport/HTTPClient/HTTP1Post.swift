@@ -1,14 +1,14 @@
 import CFanoutShims
 import COpenSSL
+import FanoutHTTP1
 import Foundation
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// One HTTP/1.1 `POST` on a connection of its own, blocking the calling thread until the answer's status line and
-/// headers arrive or `timeout` passes: `fanout serve`'s webhook deliveries, which run on threads of their own and
-/// only need the status. `http://` and `https://` (TLS 1.2 or later, the server's certificate verified against the
+/// HTTP/1.1 `POST`s that block the calling thread until the answer arrives or `timeout` passes: `fanout serve`'s
+/// webhook deliveries, which run on threads of their own and only need the status. `http://` and `https://` (TLS 1.2 or later, the server's certificate verified against the
 /// system's CAs and the URL's host name).
 package enum HTTP1Post {
     /// An `http` or `https` URL split into what the request needs.
@@ -50,66 +50,175 @@ package enum HTTP1Post {
         package var description: String
     }
 
-    /// Sends `body` and returns the answer's status code.
+    /// Sends `body` on a connection of its own and returns the answer's status code.
     /// - Parameter caFile: PEM CAs to verify an `https` server with, instead of the system's.
     package static func post(
         _ target: Target, headers: [(String, String)], body: [UInt8], timeout: Duration, caFile: String? = nil
     ) throws(Failure) -> Int {
-        let deadline = ContinuousClock.now + timeout
-        let fd = try connect(target, deadline: deadline)
-        defer { close(fd) }
-        var head = "POST \(target.pathAndQuery) HTTP/1.1\r\nHost: \(hostHeader(target))\r\n"
-        for (name, value) in headers { head += "\(name): \(value)\r\n" }
-        head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-        let request = Array(head.utf8) + body
-        if target.secure {
-            let tls = try TLSConnection(fd: fd, host: target.host, caFile: caFile, deadline: deadline)
-            defer { tls.close() }
-            try tls.write(request, deadline: deadline)
-            return try readStatus(deadline: deadline) { buffer throws(Failure) in
-                try tls.read(into: &buffer, deadline: deadline)
+        let client = Client(target: target, caFile: caFile)
+        defer { client.close() }
+        return try client.post(headers: headers, body: body, timeout: timeout)
+    }
+
+    /// POSTs to one target on a kept-alive connection, one request at a time, from one thread at a time (a webhook
+    /// deliverer's). The connection is reused while the server keeps it (its answers framed by `Content-Length` or
+    /// chunked, no `Connection: close`); a kept connection the server closed meanwhile is replaced once, when
+    /// nothing of the answer came back on it.
+    package final class Client {
+        package let target: Target
+        private let caFile: String?
+        /// The connected socket (owned: closed in `close()`), -1 when there is none.
+        private var fd: Int32 = -1
+        private var tls: TLSConnection?
+
+        package init(target: Target, caFile: String? = nil) {
+            self.target = target
+            self.caFile = caFile
+        }
+
+        deinit { close() }
+
+        /// Closes the connection (the next `post` opens another).
+        package func close() {
+            tls?.close()
+            tls = nil
+            if fd >= 0 { Glibc.close(fd) }
+            fd = -1
+        }
+
+        /// Sends `body` and returns the answer's status code, within `timeout` (a replaced connection included).
+        package func post(headers: [(String, String)], body: [UInt8], timeout: Duration) throws(Failure) -> Int {
+            let deadline = ContinuousClock.now + timeout
+            var head = "POST \(target.pathAndQuery) HTTP/1.1\r\nHost: \(HTTP1Post.hostHeader(target))\r\n"
+            for (name, value) in headers { head += "\(name): \(value)\r\n" }
+            head += "Content-Length: \(body.count)\r\n\r\n"
+            let request = Array(head.utf8) + body
+            let reused = fd >= 0
+            var answered = false
+            do {
+                return try exchange(request, deadline: deadline, answered: &answered)
+            } catch {
+                close()
+                guard reused, !answered, error.kind != .timeout else { throw error }
+                // The server closed the kept connection while it was idle: once more on a new one.
+                var again = false
+                do {
+                    return try exchange(request, deadline: deadline, answered: &again)
+                } catch {
+                    close()
+                    throw error
+                }
             }
         }
-        try writeAll(fd, request, deadline: deadline)
-        return try readStatus(deadline: deadline) { buffer throws(Failure) in
-            try readSome(fd, into: &buffer, deadline: deadline)
+
+        private func exchange(_ request: [UInt8], deadline: ContinuousClock.Instant, answered: inout Bool)
+            throws(Failure) -> Int
+        {
+            if fd < 0 {
+                fd = try HTTP1Post.connect(target, deadline: deadline)
+                if target.secure {
+                    tls = try TLSConnection(fd: fd, host: target.host, caFile: caFile, deadline: deadline)
+                }
+            }
+            try write(request, deadline: deadline)
+            var received: [UInt8] = []
+            let (status, keep) = try readAnswer(into: &received, deadline: deadline, answered: &answered)
+            if !keep { close() }
+            return status
+        }
+
+        private func write(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws(Failure) {
+            if let tls { return try tls.write(bytes, deadline: deadline) }
+            try HTTP1Post.writeAll(fd, bytes, deadline: deadline)
+        }
+
+        private func read(into buffer: inout [UInt8], deadline: ContinuousClock.Instant) throws(Failure) -> Int {
+            if let tls { return try tls.read(into: &buffer, deadline: deadline) }
+            return try HTTP1Post.readSome(fd, into: &buffer, deadline: deadline)
+        }
+
+        /// Reads the answer's head and, when it is framed, its body (discarded): the status, and whether the
+        /// connection can carry the next request.
+        private func readAnswer(into received: inout [UInt8], deadline: ContinuousClock.Instant, answered: inout Bool)
+            throws(Failure) -> (status: Int, keep: Bool)
+        {
+            while true {
+                guard let end = HTTP1Post.headEnd(received) else {
+                    guard received.count < 64 * 1024 else {
+                        throw Failure(kind: .protocolError, description: "the answer's head is over 64 KiB")
+                    }
+                    if try read(into: &received, deadline: deadline) == 0 {
+                        throw Failure(kind: .protocolError, description: "the connection closed before an answer")
+                    }
+                    answered = true
+                    continue
+                }
+                let lines = String(decoding: received[..<end], as: UTF8.self).components(separatedBy: "\r\n")
+                let parts = lines[0].split(separator: " ", maxSplits: 2)
+                guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), let status = Int(parts[1]),
+                    (100...599).contains(status)
+                else { throw Failure(kind: .protocolError, description: "the answer is not HTTP/1.x") }
+                received.removeFirst(end + 4)
+                // 1xx (100 Continue): the final answer follows.
+                if status < 200 { continue }
+                var fields: [String: String] = [:]
+                for line in lines.dropFirst() {
+                    guard let colon = line.firstIndex(of: ":") else { continue }
+                    fields[line[..<colon].lowercased()] = line[line.index(after: colon)...]
+                        .trimmingCharacters(in: .whitespaces).lowercased()
+                }
+                var keep = parts[0] == "HTTP/1.1" && !(fields["connection"] ?? "").contains("close")
+                if status == 204 || status == 304 {
+                    // No body.
+                } else if (fields["transfer-encoding"] ?? "").contains("chunked") {
+                    keep = try skipChunked(received, deadline: deadline) && keep
+                } else if let length = fields["content-length"].flatMap(Int.init), length >= 0 {
+                    keep = try skip(length, after: received, deadline: deadline) && keep
+                } else {
+                    keep = false  // a body that ends with the connection
+                }
+                return (status, keep)
+            }
+        }
+
+        /// Reads and drops a body of `length` bytes (`already` holds its start); false, reading nothing more, when
+        /// it is over 64 KiB (the connection is closed instead).
+        private func skip(_ length: Int, after already: [UInt8], deadline: ContinuousClock.Instant) throws(Failure)
+            -> Bool
+        {
+            guard length <= 64 * 1024 else { return false }
+            var buffer = already
+            while buffer.count < length {
+                if try read(into: &buffer, deadline: deadline) == 0 { return false }
+            }
+            return buffer.count == length
+        }
+
+        /// Reads and drops a chunked body (`already` holds its start); false when it is over 64 KiB or malformed.
+        private func skipChunked(_ already: [UInt8], deadline: ContinuousClock.Instant) throws(Failure) -> Bool {
+            var decoder = HTTP1ChunkedDecoder(maxBodyBytes: 64 * 1024)
+            var input = already
+            var body: [UInt8] = []
+            while true {
+                let (consumed, outcome) = input.withUnsafeBytes { decoder.decode($0, into: &body) }
+                switch outcome {
+                case .done: return consumed == input.count
+                case .tooLarge, .malformed: return false
+                case .needMore:
+                    input.removeAll(keepingCapacity: true)
+                    body.removeAll(keepingCapacity: true)
+                    if try read(into: &input, deadline: deadline) == 0 { return false }
+                }
+            }
         }
     }
 
-    private static func hostHeader(_ target: Target) -> String {
+    fileprivate static func hostHeader(_ target: Target) -> String {
         let host = target.host.contains(":") ? "[\(target.host)]" : target.host
         return target.port == (target.secure ? 443 : 80) ? host : "\(host):\(target.port)"
     }
 
-    /// Reads until the end of the head and returns the status line's code.
-    private static func readStatus(deadline: ContinuousClock.Instant, _ read: (inout [UInt8]) throws(Failure) -> Int)
-        throws(Failure) -> Int
-    {
-        var received: [UInt8] = []
-        while true {
-            if let end = headEnd(received) {
-                let head = String(decoding: received[..<end], as: UTF8.self)
-                let parts = head.split(separator: " ", maxSplits: 2)
-                guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), let status = Int(parts[1]),
-                    (100...599).contains(status)
-                else { throw Failure(kind: .protocolError, description: "the answer is not HTTP/1.x") }
-                // 1xx (100 Continue): the final answer follows.
-                if status < 200 {
-                    received.removeFirst(end + 4)
-                    continue
-                }
-                return status
-            }
-            guard received.count < 64 * 1024 else {
-                throw Failure(kind: .protocolError, description: "the answer's head is over 64 KiB")
-            }
-            if try read(&received) == 0 {
-                throw Failure(kind: .protocolError, description: "the connection closed before an answer")
-            }
-        }
-    }
-
-    private static func headEnd(_ bytes: [UInt8]) -> Int? {
+    fileprivate static func headEnd(_ bytes: [UInt8]) -> Int? {
         guard bytes.count >= 4 else { return nil }
         for index in 0...(bytes.count - 4)
         where bytes[index] == 13 && bytes[index + 1] == 10 && bytes[index + 2] == 13 && bytes[index + 3] == 10 {
@@ -119,7 +228,7 @@ package enum HTTP1Post {
     }
 
     /// Milliseconds left before `deadline` for `poll`, or a timeout failure.
-    private static func remaining(_ deadline: ContinuousClock.Instant) throws(Failure) -> Int32 {
+    fileprivate static func remaining(_ deadline: ContinuousClock.Instant) throws(Failure) -> Int32 {
         let left = deadline - ContinuousClock.now
         guard left > .zero else { throw Failure(kind: .timeout, description: "no answer in time") }
         let (seconds, attoseconds) = left.components
@@ -127,7 +236,7 @@ package enum HTTP1Post {
     }
 
     /// Waits until `fd` is readable (`POLLIN`) or writable (`POLLOUT`).
-    private static func wait(_ fd: Int32, _ events: Int16, deadline: ContinuousClock.Instant) throws(Failure) {
+    fileprivate static func wait(_ fd: Int32, _ events: Int16, deadline: ContinuousClock.Instant) throws(Failure) {
         while true {
             var entry = pollfd(fd: fd, events: events, revents: 0)
             let ready = poll(&entry, 1, try remaining(deadline))
@@ -139,7 +248,7 @@ package enum HTTP1Post {
     }
 
     /// A connected non-blocking socket (each address in turn until one answers).
-    private static func connect(_ target: Target, deadline: ContinuousClock.Instant) throws(Failure) -> Int32 {
+    fileprivate static func connect(_ target: Target, deadline: ContinuousClock.Instant) throws(Failure) -> Int32 {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         hints.ai_family = AF_UNSPEC
@@ -181,7 +290,7 @@ package enum HTTP1Post {
         throw Failure(kind: .connect, description: "cannot connect to \(target.origin): \(lastError)")
     }
 
-    private static func writeAll(_ fd: Int32, _ bytes: [UInt8], deadline: ContinuousClock.Instant) throws(Failure) {
+    fileprivate static func writeAll(_ fd: Int32, _ bytes: [UInt8], deadline: ContinuousClock.Instant) throws(Failure) {
         var offset = 0
         while offset < bytes.count {
             let written = bytes.withUnsafeBytes {
@@ -198,7 +307,7 @@ package enum HTTP1Post {
     }
 
     /// Appends what is there to read (waiting for some); 0 at the end of the stream.
-    private static func readSome(_ fd: Int32, into buffer: inout [UInt8], deadline: ContinuousClock.Instant)
+    fileprivate static func readSome(_ fd: Int32, into buffer: inout [UInt8], deadline: ContinuousClock.Instant)
         throws(Failure) -> Int
     {
         var chunk = [UInt8](repeating: 0, count: 4096)
@@ -216,7 +325,7 @@ package enum HTTP1Post {
     }
 
     /// A client TLS session on a connected non-blocking socket.
-    private final class TLSConnection {
+    fileprivate final class TLSConnection {
         /// Owned: freed in `close()` (the session holds its own reference to the context, so the context is freed
         /// right after `SSL_new`).
         private var ssl: OpaquePointer?
