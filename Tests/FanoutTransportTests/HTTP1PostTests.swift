@@ -1,3 +1,4 @@
+import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import XCTest
@@ -12,10 +13,10 @@ final class HTTP1PostTests: XCTestCase {
     }
 
     private func server(
-        _ seen: Seen, limits: HTTPServerLimits = HTTPServerLimits(),
+        _ seen: Seen, limits: HTTPServerLimits = HTTPServerLimits(), tls: TLSServerContext? = nil,
         answer: @escaping @Sendable (HTTPRequest, Int) -> HTTPResponse?
     ) throws -> HTTPServer {
-        try HTTPServer(host: "127.0.0.1", port: 0, threads: 1, tls: nil, limits: limits) {
+        try HTTPServer(host: "127.0.0.1", port: 0, threads: 1, tls: tls, limits: limits) {
             request, responder in
             let index = seen.lock.withLock { () -> Int in
                 seen.bodies.append(String(decoding: request.body, as: UTF8.self))
@@ -66,6 +67,41 @@ final class HTTP1PostTests: XCTestCase {
         while http.openConnections > 0 && Date() < deadline { usleep(10_000) }
         XCTAssertEqual(http.openConnections, 0, "the server closed the idle connection")
         XCTAssertEqual(try client.post(headers: [], body: [], timeout: .seconds(5)), 202)
+    }
+
+    /// https: the server's certificate is verified (against `caFile`, else the system's CAs, which do not know
+    /// the test CA) with its host name, and the kept connection carries the next request through TLS.
+    func testHTTPSVerifiesTheServerAndKeepsTheConnection() throws {
+        let material = try makeTLSMaterial()
+        let tls = try TLSServerContext(
+            TLSServerConfiguration(
+                certificateFile: material.serverCertPath, privateKeyFile: material.serverKeyPath,
+                alpnProtocols: ["http/1.1"]))
+        let seen = Seen()
+        let https = try server(seen, tls: tls) { _, _ in HTTPResponse(status: 200, body: Array("ok".utf8)) }
+        defer { https.shutdown() }
+        let target = try XCTUnwrap(HTTP1Post.Target(url: "https://localhost:\(https.port)/hook"))
+        let client = HTTP1Post.Client(target: target, caFile: material.caPEMPath)
+        defer { client.close() }
+        for index in 0..<3 {
+            XCTAssertEqual(try client.post(headers: [], body: Array("s\(index)".utf8), timeout: .seconds(5)), 200)
+        }
+        XCTAssertEqual(https.openConnections, 1)
+        XCTAssertEqual(seen.lock.withLock { seen.bodies }, ["s0", "s1", "s2"])
+        XCTAssertThrowsError(try HTTP1Post.post(target, headers: [], body: [], timeout: .seconds(5))) { error in
+            XCTAssertEqual((error as? HTTP1Post.Failure)?.kind, .tls, "\(error)")
+        }
+        // An IP address is checked against the certificate's IP addresses.
+        let address = try XCTUnwrap(HTTP1Post.Target(url: "https://127.0.0.1:\(https.port)/hook"))
+        XCTAssertEqual(
+            try HTTP1Post.post(address, headers: [], body: [], timeout: .seconds(5), caFile: material.caPEMPath), 200)
+        // A name the certificate does not cover ("127.1" reaches 127.0.0.1, but it is neither of its names).
+        let otherName = try XCTUnwrap(HTTP1Post.Target(url: "https://127.1:\(https.port)/hook"))
+        XCTAssertThrowsError(
+            try HTTP1Post.post(otherName, headers: [], body: [], timeout: .seconds(5), caFile: material.caPEMPath)
+        ) { error in
+            XCTAssertEqual((error as? HTTP1Post.Failure)?.kind, .tls, "\(error)")
+        }
     }
 
     func testAServerThatNeverAnswersIsATimeout() throws {
