@@ -26,7 +26,8 @@ package final class ServiceInstance: Sendable {
     /// With Redis and `fleet_worker`: the fleet's shards this instance sends, and the task running it.
     private let fleet: ServiceFleetWorker?
     private let sweeper: Task<Void, Never>
-    /// Webhooks: the outbox, its deliverer threads and the registry feed (nil without webhooks in the config).
+    /// Webhooks and the event stream: the outbox, its deliverer threads and the registry feed (nil when no workspace
+    /// has webhooks or `event_stream`).
     private let events: ServiceEvents?
 
     package static func start(configuration: ServiceConfiguration, logger: FanoutLogger) async throws(ServiceStartError)
