@@ -4,6 +4,7 @@
 // workspace's events never reach another's endpoint; a receiver that never answers does not hold up sending.
 import FanoutCore
 import FanoutSQLite
+import FanoutTestSupport
 import FanoutTransport
 import Foundation
 import Synchronization
@@ -434,5 +435,56 @@ final class ServeWebhookTests: XCTestCase {
             result.stderr.contains(
                 "workspaces.acme.webhooks[0].secret_env: environment variable ACME_HOOK_SECRET is not set"),
             result.summary)
+    }
+
+    /// With the registry on Redis (`--redis`), token removals come from its stream: APNs's 410s and a device's stop
+    /// reach the webhook as `token.removed`, with their reasons.
+    func testTokenRemovalsFromARedisRegistryReachTheWebhook() throws {
+        let redis = try RedisServerProcess(for: self)
+        let dead = (0..<5).map { testDeviceToken(500 + $0) }
+        let unregisteredFile = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "webhook-redis-unregistered-\(UUID().uuidString)"
+        ).path
+        try dead.joined(separator: "\n").write(toFile: unregisteredFile, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: unregisteredFile) }
+        let mock = try MockHarness { $0.unregisteredPath = unregisteredFile }
+        defer { mock.stop() }
+        let receiver = try WebhookReceiver(secret: Self.secret)
+        defer { receiver.stop() }
+        let serve = try ServeHarness(
+            testCase: self, mock: mock, acmeExtra: ["webhooks": endpoint(receiver, env: "ACME_HOOK_SECRET")])
+        try serve.start(arguments: ["--redis", redis.url], environment: ["ACME_HOOK_SECRET": Self.secret])
+        addTeardownBlock { serve.stop() }
+
+        for index in 0..<20 {
+            let registered = try serve.curl(
+                "POST", "/v1/activities/match-r/tokens", key: ServeKeys.acmeDevice,
+                json: #"{"token": "\#(testDeviceToken(490 + index))", "device_id": "d-\#(index)"}"#)
+            XCTAssertEqual(registered.status, 200, registered.text)
+        }
+        let stopped = try serve.curl(
+            "DELETE", "/v1/activities/match-r/tokens", key: ServeKeys.acmeDevice, json: #"{"device_id": "d-0"}"#)
+        XCTAssertEqual(stopped.status, 200, stopped.text)
+        let update = try serve.curl(
+            "POST", "/v1/activities/match-r/update", key: ServeKeys.acmeServer,
+            json: #"{"content_state": {"minute": 1}}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+
+        try receiver.wait(timeout: 60, "the removals and the dispatch") { _ in
+            let events = receiver.deduplicated
+            return events.filter { $0.type == "token.removed" }.count == dead.count + 1
+                && events.contains { $0.eventID == "evt_\(id)_finished" }
+        }
+        XCTAssertTrue(receiver.allCalls.allSatisfy(\.signatureValid))
+        var reasons: [String: String] = [:]
+        for event in receiver.deduplicated where event.type == "token.removed" {
+            let data = try XCTUnwrap(event.object["data"] as? [String: Any])
+            reasons[try XCTUnwrap(data["token"] as? String)] = data["reason"] as? String
+            XCTAssertEqual(data["activity_id"] as? String, "match-r")
+        }
+        var expected = Dictionary(uniqueKeysWithValues: dead.map { ($0, "unregistered") })
+        expected[testDeviceToken(490)] = "stopped"
+        XCTAssertEqual(reasons, expected)
     }
 }
