@@ -25,22 +25,46 @@ final class ServiceEventsTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    /// acme keeps its events (`event_stream`); globex has neither webhooks nor a stream.
-    private func configuration() throws -> ServiceConfiguration {
+    /// acme keeps its events (`event_stream`, or `acmeKeys` in its place); globex has neither webhooks nor a stream.
+    private func configuration(acmeKeys: String = #""event_stream": true"#) throws -> ServiceConfiguration {
         let app = #"{"team_id": "T1", "key_id": "K1", "key_path": "AuthKey.p8"}"#
         let json = """
             {"db": "\(directory)/fanout.db", "workspaces": {
-              "acme": {"server_keys_sha256": ["\(Self.digest)"], "event_stream": true, "apps": {"com.acme.app": \(app)}},
+              "acme": {"server_keys_sha256": ["\(Self.digest)"], \(acmeKeys), "apps": {"com.acme.app": \(app)}},
               "globex": {"server_keys_sha256": ["\(Self.otherDigest)"], "apps": {"com.globex.app": \(app)}}}}
             """
         return try ServiceConfiguration.parse(Array(json.utf8), relativeTo: directory)
     }
 
-    private func start(_ store: DispatchStore, _ registry: SQLiteRegistryStore) throws -> ServiceEvents {
+    private func start(
+        _ store: DispatchStore, _ registry: SQLiteRegistryStore, acmeKeys: String = #""event_stream": true"#,
+        environment: [String: String] = [:]
+    ) throws -> ServiceEvents {
         try XCTUnwrap(
             ServiceEvents.start(
-                configuration: try configuration(), store: store, registry: registry, metrics: MetricsRegistry(),
-                logger: FanoutLogger(sink: .init { _ in }), environment: [:]))
+                configuration: try configuration(acmeKeys: acmeKeys), store: store, registry: registry,
+                metrics: MetricsRegistry(), logger: FanoutLogger(sink: .init { _ in }), environment: environment))
+    }
+
+    /// Without a stream, only the types some endpoint takes are kept.
+    func testOnlyTheTypesAnEndpointTakesAreKeptWithoutAStream() throws {
+        let store = try DispatchStore(path: directory + "/fanout.db")
+        defer { store.close() }
+        let registry = try SQLiteRegistryStore(path: directory + "/fanout.db")
+        defer { registry.close() }
+        // An endpoint nothing listens on, retried no sooner than a day: the test reads the outbox only.
+        let events = try start(
+            store, registry,
+            acmeKeys:
+                #""webhooks": [{"url": "http://127.0.0.1:9/x", "secret_env": "S", "events": ["dispatch.finished"], "retry_seconds": 86400}]"#,
+            environment: ["S": "secret"])
+        defer { events.stop() }
+        let id = try accept(store, kind: "push", line: #"{"id":"y"}"#)
+        events.dispatchChanged(id)
+        try store.markDone(id: id, now: 1_300, payloadEncodings: 0, demoted: 0)
+        events.dispatchChanged(id)
+        XCTAssertEqual(try recorded(events).map { $0["id"] as? String }, ["evt_\(id)_finished"])
+        XCTAssertEqual(try events.outbox.backlog(), ["acme http://127.0.0.1:9/x": 1])
     }
 
     private func recorded(_ events: ServiceEvents, workspace: String = "acme") throws -> [[String: Any]] {

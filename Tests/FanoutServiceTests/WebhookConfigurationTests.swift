@@ -79,6 +79,10 @@ final class WebhookConfigurationTests: XCTestCase {
             message(#"[{"url": "http://h/x", "secret_env": "S", "timeout_seconds": 0}]"#).hasPrefix(
                 "workspaces.acme.webhooks[0].timeout_seconds:"))
         XCTAssertEqual(
+            message(#"[{"url": "http://h/x", "secret_env": "S", "retry_seconds": 10, "max_retry_seconds": 5}]"#),
+            "workspaces.acme.webhooks[0].max_retry_seconds: must be at least retry_seconds")
+        XCTAssertEqual(message(#"[{"url": "http://h/x", "secret_env": "S", "retry_seconds": 600}]"#), "accepted")
+        XCTAssertEqual(
             message(#"[{"url": "http://h/x", "secret_env": "S", "concurrency": 0}]"#),
             "workspaces.acme.webhooks[0].concurrency: must be a whole number from 1 to 32")
         XCTAssertTrue(

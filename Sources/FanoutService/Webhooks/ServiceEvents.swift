@@ -24,6 +24,8 @@ final class ServiceEvents: Sendable {
     private let store: DispatchStore
     private let endpoints: [WebhookEndpointConfiguration]
     private let byWorkspace: [String: [WebhookEndpointConfiguration]]
+    /// Workspaces with `event_stream`: every event of theirs is kept, whatever their endpoints take.
+    private let streamed: Set<String>
     /// The workspaces whose events are recorded: those with webhooks or `event_stream`.
     let recording: Set<String>
     private let maintenance: Task<Void, Never>
@@ -69,6 +71,8 @@ final class ServiceEvents: Sendable {
         self.store = store
         self.endpoints = endpoints
         byWorkspace = Dictionary(grouping: endpoints, by: \.workspace)
+        let streamed = Set(configuration.workspaces.values.filter(\.eventStream).map(\.name))
+        self.streamed = streamed
         let recording = Set(
             configuration.workspaces.values.filter { !$0.webhooks.isEmpty || $0.eventStream }.map(\.name))
         self.recording = recording
@@ -98,14 +102,14 @@ final class ServiceEvents: Sendable {
         }
         self.deliverers = deliverers
         self.metrics = metrics
-        let streamed = configuration.workspaces.values.contains(where: \.eventStream)
-        if streamed || endpoints.contains(where: { $0.events.contains(.tokenRemoved) }) {
+        if !streamed.isEmpty || endpoints.contains(where: { $0.events.contains(.tokenRemoved) }) {
             let feed = RegistryFeed(
                 outbox: outbox, registry: registry, workspaceOfApp: workspaceOfApp, logger: logger)
             let record: @Sendable ([WebhookEvent], String) throws(SQLiteError) -> Void = {
                 [byWorkspace, deliverers] events, cursor throws(SQLiteError) in
                 try Self.record(
-                    events, outbox: outbox, byWorkspace: byWorkspace, deliverers: deliverers, metrics: metrics,
+                    events, outbox: outbox, byWorkspace: byWorkspace, streamed: streamed, deliverers: deliverers,
+                    metrics: metrics,
                     meta: [(RegistryFeed.cursorName, cursor)])
                 store.checkpointIfDue()
             }
@@ -135,12 +139,19 @@ final class ServiceEvents: Sendable {
         guard let recent = try? store.recent(workspace: nil, limit: 1_000) else { return }
         let since = Int64(Date().timeIntervalSince1970 * 1000) - 86_400_000
         for record in recent.reversed()
-        where record.state == .done && recording.contains(record.workspace) && (record.finishedAt ?? 0) >= since {
+        where record.state == .done && (record.finishedAt ?? 0) >= since
+            && (keeps(record.workspace, .dispatchFinished) || keeps(record.workspace, .dispatchFailed))
+        {
             let recorded = ["finished", "failed"].contains { outcome in
                 (try? outbox.contains(eventID: "evt_\(record.id)_\(outcome)")) ?? true
             }
             if !recorded { dispatchChanged(record.id) }
         }
+    }
+
+    /// Whether events of `type` are kept for `workspace` (its stream, or an endpoint that takes them).
+    private func keeps(_ workspace: String, _ type: WebhookEventType) -> Bool {
+        streamed.contains(workspace) || (byWorkspace[workspace] ?? []).contains { $0.events.contains(type) }
     }
 
     /// Stops the feed and the deliverers (a delivery in flight is left pending for the next start), closes the
@@ -160,13 +171,20 @@ final class ServiceEvents: Sendable {
     /// those endpoints' deliverers.
     private static func record(
         _ events: [WebhookEvent], outbox: WebhookOutbox, byWorkspace: [String: [WebhookEndpointConfiguration]],
+        streamed: Set<String>,
         deliverers: [String: [WebhookDeliverer]], metrics: WebhookMetrics, meta: [(String, String)] = []
     ) throws(SQLiteError) {
         // New deliveries per endpoint and lane (the closure is asked only for events not recorded before).
         var added: [String: [Int: Int]] = [:]
         var labels: [String: String] = [:]
+        // Kept only when an endpoint takes its type or its workspace streams: an expiry sweep of a million tokens
+        // is not a million rows for a workspace whose endpoints want only dispatches.
+        let kept = events.filter { event in
+            streamed.contains(event.workspace)
+                || (byWorkspace[event.workspace] ?? []).contains { $0.events.contains(event.type) }
+        }
         try outbox.record(
-            events,
+            kept,
             endpoints: { event in
                 (byWorkspace[event.workspace] ?? []).filter { $0.events.contains(event.type) }.map { endpoint in
                     let lane = event.lane(of: endpoint.concurrency)
@@ -185,7 +203,8 @@ final class ServiceEvents: Sendable {
         guard !events.isEmpty else { return }
         do {
             try Self.record(
-                events, outbox: outbox, byWorkspace: byWorkspace, deliverers: deliverers, metrics: metrics)
+                events, outbox: outbox, byWorkspace: byWorkspace, streamed: streamed, deliverers: deliverers,
+                metrics: metrics)
         } catch {
             log.error("cannot record webhook events \(events.map(\.id)): \(error)")
         }

@@ -132,7 +132,11 @@ enum WebhookConfigurationReader {
                 secretFile: secretFile, events: events, caFile: try string(object, "ca_file", here).map(resolve))
             if let seconds = try seconds(object, "timeout_seconds", here) { endpoint.timeout = seconds }
             if let seconds = try seconds(object, "retry_seconds", here) { endpoint.retryDelay = seconds }
-            if let seconds = try seconds(object, "max_retry_seconds", here) { endpoint.maxRetryDelay = seconds }
+            if let seconds = try seconds(object, "max_retry_seconds", here) {
+                endpoint.maxRetryDelay = seconds
+            } else {
+                endpoint.maxRetryDelay = max(endpoint.maxRetryDelay, endpoint.retryDelay)
+            }
             if let value = object["concurrency"], !value.isNull {
                 guard let lanes = value.int64Value, (1...32).contains(lanes) else {
                     throw ServiceConfigurationError("\(here).concurrency", "must be a whole number from 1 to 32")
