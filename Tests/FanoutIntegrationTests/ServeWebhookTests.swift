@@ -166,8 +166,9 @@ final class ServeWebhookTests: XCTestCase {
         let mock = try MockHarness { $0.unregisteredPath = unregisteredFile }
         defer { mock.stop() }
         // Holds the first delivery of the first `dispatch.finished`: the server is killed while it waits.
+        let held = HeldOnce()
         let receiver = try WebhookReceiver(secret: Self.secret, failFirst: 3) { type, _, _ in
-            type == "dispatch.finished" && !ServeWebhookTests.heldOnce.exchange(true, ordering: .relaxed)
+            type == "dispatch.finished" && !held.flag.exchange(true, ordering: .relaxed)
         }
         defer { receiver.stop() }
         let globexReceiver = try WebhookReceiver(secret: Self.globexSecret)
@@ -284,7 +285,10 @@ final class ServeWebhookTests: XCTestCase {
         print("webhook life test: \(calls.count) calls for \(events.count) events in \(Int(elapsed)) s")
     }
 
-    static let heldOnce = Atomic<Bool>(false)
+    /// Whether the receiver has held its one call yet.
+    private final class HeldOnce: Sendable {
+        let flag = Atomic<Bool>(false)
+    }
 
     /// A receiver that accepts connections and never answers: a 10,000-token push still finishes in about the time
     /// the same push takes for a workspace without webhooks, and the events wait in the backlog.
