@@ -22,7 +22,6 @@ import Foundation
 final class ServiceEvents: Sendable {
     let outbox: WebhookOutbox
     private let store: DispatchStore
-    private let endpoints: [WebhookEndpointConfiguration]
     private let byWorkspace: [String: [WebhookEndpointConfiguration]]
     /// Workspaces with `event_stream`: every event of theirs is kept, whatever their endpoints take.
     private let streamed: Set<String>
@@ -69,7 +68,6 @@ final class ServiceEvents: Sendable {
     ) {
         self.outbox = outbox
         self.store = store
-        self.endpoints = endpoints
         byWorkspace = Dictionary(grouping: endpoints, by: \.workspace)
         let streamed = Set(configuration.workspaces.values.filter(\.eventStream).map(\.name))
         self.streamed = streamed

@@ -6,9 +6,10 @@ import Synchronization
 
 /// Delivers one lane of an endpoint's events (`concurrency` lanes; an activity's events all in one), oldest first,
 /// one at a time, on a thread of its own (blocking HTTP, never an engine's loop or a request's task): an event is
-/// POSTed until the endpoint answers 2xx, then deleted from the outbox and the next one is sent. A failure (another status, a timeout, a refused connection) waits
-/// `retryDelay · 2^(attempts-1)`, capped at `maxRetryDelay`, and sends the same event again, so the endpoint gets
-/// each lane's events in order, each at least once. A dead or slow endpoint holds back only its own queue.
+/// POSTed until the endpoint answers 2xx, then deleted from the outbox and the next one is sent. A failure (another
+/// status, a timeout, a refused connection) waits `retryDelay · 2^(attempts-1)`, capped at `maxRetryDelay`, and
+/// sends the same event again, so the endpoint gets each lane's events in order, each at least once. A dead or slow
+/// endpoint holds back only its own lanes.
 final class WebhookDeliverer: Sendable {
     private let endpoint: WebhookEndpointConfiguration
     private let lane: Int
@@ -112,7 +113,8 @@ final class WebhookDeliverer: Sendable {
                 if failingSince == nil {
                     failingSince = .now
                     logger.warning(
-                        "webhook \(endpoint.path) (\(endpoint.target.origin)): \(failure.message); retrying with backoff",
+                        "webhook \(endpoint.path) (\(endpoint.target.origin)): \(failure.message); "
+                            + "retrying with backoff",
                         fields: ["event": delivery.eventID])
                 }
                 pause(backoff(attempts: delivery.attempts + 1))

@@ -8,8 +8,8 @@ import Foundation
 #endif
 
 /// HTTP/1.1 `POST`s that block the calling thread until the answer arrives or `timeout` passes: `fanout serve`'s
-/// webhook deliveries, which run on threads of their own and only need the status. `http://` and `https://` (TLS 1.2 or later, the server's certificate verified against the
-/// system's CAs and the URL's host name).
+/// webhook deliveries, which run on threads of their own and only need the status. `http://` and `https://` (TLS 1.2
+/// or later, the server's certificate verified against the system's CAs, or a given CA file, and the URL's host).
 package enum HTTP1Post {
     /// An `http` or `https` URL split into what the request needs.
     package struct Target: Sendable, Equatable {
