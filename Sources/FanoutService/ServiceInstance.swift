@@ -29,6 +29,9 @@ package final class ServiceInstance: Sendable {
     /// With Redis: the one dispatch queue, which this instance feeds and (with `fleet_worker`) takes from.
     private let queue: SharedDispatchQueue?
     private let sweeper: Task<Void, Never>
+    /// Webhooks and the event stream: the outbox, its deliverer threads and the registry feed (nil when no workspace
+    /// has webhooks or `event_stream`).
+    private let events: ServiceEvents?
 
     package static func start(configuration: ServiceConfiguration, logger: FanoutLogger) async throws(ServiceStartError)
         -> ServiceInstance
@@ -84,10 +87,25 @@ package final class ServiceInstance: Sendable {
             throw ServiceStartError("\(error)")
         }
         let sharedDispatches = stores.redis.map { SharedDispatches(client: $0, store: stores.dispatches) }
+        let events: ServiceEvents?
+        do {
+            events = try ServiceEvents.start(
+                configuration: configuration, store: stores.dispatches, registry: registry,
+                metrics: metrics.registry, logger: logger, environment: ProcessInfo.processInfo.environment)
+        } catch {
+            await engines.shutdown(gracePeriod: .zero)
+            _ = await sharedBudget?.returnLeases(timeout: .seconds(1))
+            tokens.stop()
+            await stores.close()
+            throw error
+        }
         let dispatcher = Dispatcher(
             store: stores.dispatches, engines: engines, registry: registry,
             maxRunning: configuration.maxRunningDispatches, log: { message in logger.error(message) },
-            changed: { id in sharedDispatches?.changed(id) })
+            changed: { id in
+                sharedDispatches?.changed(id)
+                events?.dispatchChanged(id)  // webhooks: accepted, finished, failed (Webhooks/ServiceEvents.swift)
+            })
         sharedDispatches?.start(running: { dispatcher.runningIDs })
         let core = ServiceCore(
             configuration: configuration, quotas: RequestQuotas(configuration), registry: registry,
@@ -110,13 +128,14 @@ package final class ServiceInstance: Sendable {
                 core.queue = queue
                 return try ServiceInstance(
                     configuration: configuration, core: core, engines: engines, stores: stores, tokens: tokens,
-                    sharedBudget: sharedBudget, fleet: fleet, queue: queue)
+                    sharedBudget: sharedBudget, fleet: fleet, queue: queue, events: events)
             } catch {
                 await queue?.stop()
                 await fleet?.stop()
                 throw error
             }
         } catch {
+            events?.stop()
             await sharedDispatches?.stop()
             await engines.shutdown(gracePeriod: .zero)
             _ = await sharedBudget?.returnLeases(timeout: .seconds(1))
@@ -167,8 +186,9 @@ package final class ServiceInstance: Sendable {
     private init(
         configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, stores: ServiceStores,
         tokens: SharedProviderTokens, sharedBudget: FleetRateBudget?, fleet: ServiceFleetWorker?,
-        queue: SharedDispatchQueue?
+        queue: SharedDispatchQueue?, events: ServiceEvents?
     ) throws(ServiceStartError) {
+        self.events = events
         self.sharedBudget = sharedBudget
         self.fleet = fleet
         self.queue = queue
@@ -203,7 +223,7 @@ package final class ServiceInstance: Sendable {
         // The server's own refusals (a body over 1 MiB, a request that timed out, a malformed head, too many
         // connections) in a JSON shape every API's clients read, not plain text.
         limits.ownAnswer = { status, message in ServiceRouter.serverAnswer(status: status, message: message) }
-        let router = ServiceRouter(core: core)
+        let router = ServiceRouter(core: core, events: events)
         do {
             http = try HTTPServer(
                 host: configuration.listenHost, port: configuration.listenPort, threads: configuration.threads,
@@ -251,6 +271,7 @@ package final class ServiceInstance: Sendable {
         core.channels.shutdown()
         http.shutdown()
         tokens.stop()
+        events?.stop()
         await stores.close()
     }
 }

@@ -4,9 +4,17 @@ import FanoutCore
 /// and the service's own `/healthz`, `/metrics` and `/` (the status page).
 package struct ServiceRouter: Sendable {
     let core: ServiceCore
+    /// The recorded events, for `GET /v1/events` (nil when no workspace keeps them).
+    let events: ServiceEvents?
 
     package init(core: ServiceCore) {
         self.core = core
+        events = nil
+    }
+
+    init(core: ServiceCore, events: ServiceEvents?) {
+        self.core = core
+        self.events = events
     }
 
     package func handle(_ request: APIRequest) async -> APIResponse {
@@ -38,6 +46,8 @@ package struct ServiceRouter: Sendable {
             return NativeAPI.error(APIError(400, "the path is not valid percent-encoded UTF-8"))
         }
         switch segments.first {
+        case "v1" where segments == ["v1", "events"]:
+            return await EventStreamAPI(core: core, events: events).handle(request)
         case "v1":
             return await NativeAPI(core: core).handle(request, segments: segments)
         case "json" where segments.count == 3 && segments[1] == "1.3":

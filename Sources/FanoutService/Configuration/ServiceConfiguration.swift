@@ -16,7 +16,9 @@ import Foundation
 ///                               or "cert_path": "app.pem", "cert_key_path": "app-key.pem",
 ///                               "endpoint": "sandbox" | "production" | "HOST:PORT", "ca_file": null,
 ///                               "manage_endpoint": "HOST:PORT" (broadcast channels; Apple's host by default),
-///                               "pushwoosh_application": "XXXXX-XXXXX", "braze_app_id": "..."}}}}}
+///                               "pushwoosh_application": "XXXXX-XXXXX", "braze_app_id": "..."}},
+///     "webhooks": [{"url": "https://...", "secret_env": "VAR" | "secret_file": "...", "events": [...]}],
+///     "event_stream": false}}}
 /// ```
 /// Paths are relative to the config file's directory. An unknown key is an error, and every error names the key
 /// path at fault. Keys are only ever given as SHA-256 digests.
@@ -92,6 +94,10 @@ package struct WorkspaceConfiguration: Sendable {
     /// one budget for every instance and `fanout worker` on it (the fleet's leased budget).
     package var sendBudget: RateBudget?
     package var apps: [String: AppConfiguration]
+    /// Where the workspace's events are POSTed (`webhooks`, docs/WEBHOOKS.md).
+    package var webhooks: [WebhookEndpointConfiguration] = []
+    /// `event_stream`: keep the workspace's events for `GET /v1/events` even without webhooks.
+    package var eventStream = false
 }
 
 package struct AppConfiguration: Sendable, Hashable {
@@ -321,6 +327,7 @@ private struct ConfigReader {
             value, path,
             keys: [
                 "server_keys_sha256", "device_keys_sha256", "rate_limit", "device_rate_limit", "send_budget", "apps",
+                "webhooks", "event_stream",
             ])
         let serverKeys = try digests(object, "server_keys_sha256", path)
         let deviceKeys = try digests(object, "device_keys_sha256", path)
@@ -345,7 +352,10 @@ private struct ConfigReader {
             name: name, serverKeyDigests: serverKeys, deviceKeyDigests: deviceKeys, rateLimit: rateLimit,
             deviceRateLimit: deviceRateLimit,
             sendBudget: try sendBudget(object["send_budget"], join(path, "send_budget")),
-            apps: byBundle)
+            apps: byBundle,
+            webhooks: try WebhookConfigurationReader.read(
+                object["webhooks"], workspace: name, path: join(path, "webhooks"), resolve: resolve),
+            eventStream: try WebhookConfigurationReader.flag(object["event_stream"], path: join(path, "event_stream")))
     }
 
     /// `send_budget`: `{"requests_per_hour", "burst_seconds", "counting": "job" | "notification", "policy": "wait" |

@@ -34,16 +34,18 @@ final class ServeHarness: @unchecked Sendable {
     ///   - acmeRateLimit: acme's API budget (`{"requests_per_hour": N, "burst": B}`), the default when nil.
     ///   - extraConfig: top-level config keys (e.g. `"max_connections": 4`).
     ///   - acmeExtra: keys of acme's workspace (e.g. its `send_budget`).
+    ///   - globexExtra: keys of globex's workspace (e.g. its `webhooks`).
     ///   - acmeCertificate: the keys of a push certificate (`cert_path`, ...) for acme's app, in place of its
     ///     signing key.
     convenience init(
         testCase: XCTestCase, mock: MockHarness, acmeRateLimit: (perHour: Int, burst: Int)? = nil,
-        extraConfig: [String: Any] = [:], acmeExtra: [String: Any] = [:], acmeCertificate: [String: Any]? = nil
+        extraConfig: [String: Any] = [:], acmeExtra: [String: Any] = [:], acmeCertificate: [String: Any]? = nil,
+        globexExtra: [String: Any] = [:]
     ) throws {
         try self.init(
             testCase: testCase, mockPort: mock.port, material: mock.material, managePort: mock.server.managePort,
             acmeRateLimit: acmeRateLimit, extraConfig: extraConfig, acmeExtra: acmeExtra,
-            acmeCertificate: acmeCertificate)
+            acmeCertificate: acmeCertificate, globexExtra: globexExtra)
     }
 
     /// - Parameters:
@@ -52,7 +54,7 @@ final class ServeHarness: @unchecked Sendable {
     init(
         testCase: XCTestCase, mockPort: Int, material: TestTLSMaterial, managePort: Int? = nil,
         acmeRateLimit: (perHour: Int, burst: Int)? = nil, extraConfig: [String: Any] = [:],
-        acmeExtra: [String: Any] = [:], acmeCertificate: [String: Any]? = nil
+        acmeExtra: [String: Any] = [:], acmeCertificate: [String: Any]? = nil, globexExtra: [String: Any] = [:]
     ) throws {
         directory = try ProcessSupport.temporaryDirectory(for: testCase, "serve")
         database = (directory as NSString).appendingPathComponent("fanout.db")
@@ -82,11 +84,12 @@ final class ServeHarness: @unchecked Sendable {
             acme["rate_limit"] = ["requests_per_hour": limit.perHour, "burst": limit.burst]
         }
         acme.merge(acmeExtra) { _, new in new }
-        let globex: [String: Any] = [
+        var globex: [String: Any] = [
             "server_keys_sha256": [SHA256Digest.hexHash(ServeKeys.globexServer)],
             "device_keys_sha256": [SHA256Digest.hexHash(ServeKeys.globexDevice)],
             "apps": [Self.globexApp: app([:])],
         ]
+        globex.merge(globexExtra) { _, new in new }
         var config: [String: Any] = ["workspaces": ["acme": acme, "globex": globex], "grace_seconds": 5]
         config.merge(extraConfig) { _, new in new }
         let data = try JSONSerialization.data(withJSONObject: config, options: [.sortedKeys, .prettyPrinted])
