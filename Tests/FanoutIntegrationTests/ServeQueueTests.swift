@@ -150,4 +150,65 @@ final class ServeQueueTests: XCTestCase {
             XCTAssertEqual((aps?["timestamp"] as? NSNumber)?.int64Value, highest, "token \(index)")
         }
     }
+
+    /// With Redis gone, a dispatch cannot be queued: the request gets `503` with `Retry-After`, and nothing of it is
+    /// left anywhere (no record on this instance, nothing sent once Redis is back).
+    func testADispatchWhileRedisIsGoneIsA503AndNothingIsHalfAccepted() async throws {
+        let redis = try RedisServerProcess(for: self, appendOnly: true)
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let instance = try ServeHarness(testCase: self, mock: mock)
+        try instance.start(arguments: ["--redis", redis.url])
+        addTeardownBlock { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        let tokens = (0..<3).map { "\"\(Self.token($0))\"" }.joined(separator: ", ")
+        let push = #"{"alert": {"title": "t"}, "audience": {"tokens": [\#(tokens)]}}"#
+
+        redis.kill()
+        let refused = try instance.curl("POST", "/v1/push", key: ServeKeys.acmeServer, json: push)
+        XCTAssertEqual(refused.status, 503, refused.text)
+        XCTAssertEqual(refused.headers["retry-after"], "1")
+        _ = try redis.restart()
+
+        // Once Redis answers, the same request is accepted and sent; the refused one never is.
+        let deadline = Date().addingTimeInterval(20 * testTimeScale)
+        var accepted = try instance.curl("POST", "/v1/push", key: ServeKeys.acmeServer, json: push)
+        while accepted.status == 503 && Date() < deadline {
+            try await Task.sleep(for: .milliseconds(100))
+            accepted = try instance.curl("POST", "/v1/push", key: ServeKeys.acmeServer, json: push)
+        }
+        XCTAssertEqual(accepted.status, 202, accepted.text)
+        let id = try XCTUnwrap(try accepted.object()["dispatch_id"] as? String)
+        XCTAssertEqual(try instance.waitForDispatch(id)["delivered"] as? Int, 3)
+        XCTAssertEqual(mock.stats.accepted, 3, "the refused request sent nothing")
+    }
+
+    /// Redis restarted (with AOF) while a 100,000-token dispatch is being sent: the instance rides it out, the
+    /// dispatch completes with one result per token, and nothing is lost.
+    func testRedisRestartedMidDispatchLosesNothing() async throws {
+        let redis = try RedisServerProcess(for: self, appendOnly: true)
+        let mock = try MockHarness { $0.capturePayloads = true }
+        defer { mock.stop() }
+        let instance = try ServeHarness(testCase: self, mock: mock, extraConfig: ["claim_idle_seconds": 3])
+        try instance.start(arguments: ["--redis", redis.url])
+        addTeardownBlock { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        let count = 100_000
+        try await register(count, activity: "restart", redisURL: redis.url)
+        let update = try instance.curl(
+            "POST", "/v1/activities/restart/update", key: ServeKeys.acmeServer,
+            json: #"{"content_state": {"n": 1}}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let sending = Date().addingTimeInterval(60 * testTimeScale)
+        while mock.stats.accepted < 10_000 && Date() < sending { try await Task.sleep(for: .milliseconds(5)) }
+        redis.kill()
+        _ = try redis.restart()
+
+        let done = try instance.waitForDispatch(id, timeout: 180)
+        XCTAssertEqual(done["delivered"] as? Int, count, "\(done)")
+        let perToken = mock.stats.payloadsByToken
+        let missing = (0..<count).filter { (perToken[Self.token($0)]?.count ?? 0) == 0 }.count
+        XCTAssertEqual(missing, 0, "every token reached the mock")
+        let twice = perToken.values.reduce(0) { $0 + max(0, $1.count - 1) }
+        XCTAssertEqual(twice, 0, "one instance that lived through the restart sends nothing twice")
+    }
 }
