@@ -99,13 +99,17 @@ package final class ServiceInstance: Sendable {
             await stores.close()
             throw error
         }
+        // With the queue on Redis, each committed batch of results is published before the dispatch sends more.
+        var publishCommitted: (@Sendable (String) -> Void)?
+        if let sharedDispatches { publishCommitted = { id in sharedDispatches.publishWaiting(id) } }
         let dispatcher = Dispatcher(
             store: stores.dispatches, engines: engines, registry: registry,
             maxRunning: configuration.maxRunningDispatches, log: { message in logger.error(message) },
             changed: { id in
                 sharedDispatches?.changed(id)
                 events?.dispatchChanged(id)  // webhooks: accepted, finished, failed (Webhooks/ServiceEvents.swift)
-            })
+            },
+            afterCommit: publishCommitted)
         sharedDispatches?.start(running: { dispatcher.runningIDs })
         let core = ServiceCore(
             configuration: configuration, quotas: RequestQuotas(configuration), registry: registry,

@@ -39,8 +39,13 @@ package final class DispatchResultBuffer: Sendable {
 
     private let core: Core
 
-    package init(store: DispatchStore, dispatchID: String) {
-        core = Core(store: store, dispatchID: dispatchID)
+    /// - Parameter afterCommit: called on the writer thread after each commit, before the `add`s it held back go on
+    ///   (with the queue on Redis: the results published, so that what another instance would send again after
+    ///   this one died stays within the same bound). It may block.
+    package init(
+        store: DispatchStore, dispatchID: String, afterCommit: (@Sendable (String) -> Void)? = nil
+    ) {
+        core = Core(store: store, dispatchID: dispatchID, afterCommit: afterCommit)
         let core = self.core
         let thread = Thread { core.run() }
         thread.name = "fanout-dispatch-writer"
@@ -77,6 +82,7 @@ extension DispatchResultBuffer {
 
         let store: DispatchStore
         let dispatchID: String
+        let afterCommit: (@Sendable (String) -> Void)?
         private let condition = NSCondition()
         private var pending: [NotificationResult] = []
         /// Results added, and results the writer has finished with (committed or lost to a failed commit).
@@ -88,9 +94,10 @@ extension DispatchResultBuffer {
         private var failure: DispatchStoreError?
         private var closed = false
 
-        init(store: DispatchStore, dispatchID: String) {
+        init(store: DispatchStore, dispatchID: String, afterCommit: (@Sendable (String) -> Void)?) {
             self.store = store
             self.dispatchID = dispatchID
+            self.afterCommit = afterCommit
         }
 
         func add(_ result: NotificationResult) {
@@ -167,6 +174,7 @@ extension DispatchResultBuffer {
                     error = failed
                 }
                 store.checkpointIfDue()
+                if error == nil { afterCommit?(dispatchID) }
 
                 condition.lock()
                 written += batch.count

@@ -37,11 +37,15 @@ package final class Dispatcher: Sendable {
     private let log: @Sendable (String) -> Void
     /// Told the id of each dispatch queued, started or finished (for `SharedDispatches`).
     private let changed: @Sendable (String) -> Void
+    /// Run on a dispatch's results writer after each commit (`DispatchResultBuffer`'s `afterCommit`).
+    private let afterCommit: (@Sendable (String) -> Void)?
 
     package init(
         store: DispatchStore, engines: TeamEngines, registry: (any RegistryStore)? = nil, maxRunning: Int,
-        log: @escaping @Sendable (String) -> Void = { _ in }, changed: @escaping @Sendable (String) -> Void = { _ in }
+        log: @escaping @Sendable (String) -> Void = { _ in }, changed: @escaping @Sendable (String) -> Void = { _ in },
+        afterCommit: (@Sendable (String) -> Void)? = nil
     ) {
+        self.afterCommit = afterCommit
         precondition(maxRunning > 0)
         self.store = store
         self.engines = engines
@@ -158,7 +162,7 @@ package final class Dispatcher: Sendable {
             run = try store.markRunning(id: record.id, now: Self.nowMilliseconds())
             let offset = DispatchStore.positionOffset(run: run)
             let lastAttempt = run >= Self.attemptsBeforeGivingUp
-            let buffer = DispatchResultBuffer(store: store, dispatchID: record.id)
+            let buffer = DispatchResultBuffer(store: store, dispatchID: record.id, afterCommit: afterCommit)
             guard let job = try job(for: record, run: run, buffer: buffer),
                 let engine = engines.engine(forApp: record.app)
             else {

@@ -193,6 +193,19 @@ final class SharedDispatches: Sendable {
         return true
     }
 
+    /// `publish`, from a thread that may block (a dispatch's results writer), waiting at most about 2 s: with the
+    /// queue on Redis, each committed batch is published before the dispatch sends more, so an instance that dies
+    /// leaves little unpublished for the one that takes its dispatch over. With Redis away the writer waits that
+    /// long per batch, which slows sending until it is back rather than letting what cannot be recorded grow.
+    func publishWaiting(_ id: String) {
+        let done = DispatchSemaphore(value: 0)
+        Task(priority: .userInitiated) {
+            _ = await publish(id, timeout: .seconds(2))
+            done.signal()
+        }
+        _ = done.wait(timeout: .now() + 3)
+    }
+
     /// Every results line published for the dispatch, with its position, in position order (a dispatch taken over
     /// from an instance that stopped: what it finished).
     func publishedResults(id: String) async throws(RedisError) -> [(position: Int, line: ArraySlice<UInt8>)] {
