@@ -214,4 +214,41 @@ final class ServeQueueTests: XCTestCase {
         let twice = perToken.values.reduce(0) { $0 + max(0, $1.count - 1) }
         XCTAssertEqual(twice, 0, "one instance that lived through the restart sends nothing twice")
     }
+
+    /// SIGTERM of an instance in the middle of a dispatch: once its grace period is over it publishes what it
+    /// finished and queues the rest again, so another instance takes it over at once, not after
+    /// `claim_idle_seconds` (30 here). Every token ends with one result.
+    func testAStoppedInstanceHandsItsUnfinishedDispatchToAnotherAtOnce() async throws {
+        let redis = try RedisServerProcess(for: self, appendOnly: true)
+        // Slow answers, so that the dispatch outlasts A's grace period.
+        let mock = try MockHarness {
+            $0.capturePayloads = true
+            $0.latencyMilliseconds = 500
+        }
+        defer { mock.stop() }
+        let a = try ServeHarness(testCase: self, mock: mock, extraConfig: ["grace_seconds": 1])
+        try a.start(arguments: ["--redis", redis.url])
+        let count = 40_000
+        try await register(count, activity: "handover", redisURL: redis.url)
+        let update = try a.curl(
+            "POST", "/v1/activities/handover/update", key: ServeKeys.acmeServer,
+            json: #"{"content_state": {"n": 1}}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let sending = Date().addingTimeInterval(60 * testTimeScale)
+        while mock.stats.accepted < 4_000 && Date() < sending { try await Task.sleep(for: .milliseconds(5)) }
+        let b = try ServeHarness(testCase: self, mock: mock)
+        try b.start(arguments: ["--redis", redis.url])
+        addTeardownBlock { XCTAssertEqual(b.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+
+        XCTAssertEqual(a.stop(), 0, "A exits 0 on SIGTERM")
+        XCTAssertTrue(a.log.contains("queued again for another instance"), a.log)
+        let stoppedAt = Date()
+        let done = try b.waitForDispatch(id, timeout: 25)
+        XCTAssertLessThan(Date().timeIntervalSince(stoppedAt), 25, "taken over before claim_idle_seconds")
+        XCTAssertEqual(done["delivered"] as? Int, count, "\(done)")
+        let perToken = mock.stats.payloadsByToken
+        let missing = (0..<count).filter { (perToken[Self.token($0)]?.count ?? 0) == 0 }.count
+        XCTAssertEqual(missing, 0, "every token reached the mock")
+    }
 }

@@ -56,6 +56,8 @@ final class SharedDispatchQueue: Sendable {
     private let log: @Sendable (String) -> Void
     /// Dispatch id → its stream entry, for every dispatch taken and not yet acknowledged.
     private let held = FanoutMutex<[String: String]>([:])
+    /// Dispatch id → its entry's fields, for a stop to queue again what it did not finish.
+    private let heldFields = FanoutMutex<[String: [String: [UInt8]]]>([:])
     /// Dispatches of an activity taken while another instance runs one of the same activity: each starts once it
     /// gets the activity's run lock (`activityLockKey`). Dispatch id → the dispatch and its activity.
     private let waitingForActivity = FanoutMutex<[String: (record: DispatchRecord, activityID: String)]>([:])
@@ -112,14 +114,41 @@ final class SharedDispatchQueue: Sendable {
         task?.cancel()
         await task?.value
         await acknowledgeFinished()
-        // The activities of dispatches left unfinished are free for others at once (their entries wait for
-        // `claimIdle` anyway, and whoever takes one takes its lock too: the lock names the dispatch).
+        await handBackUnfinished()
+        // The activities of dispatches left unfinished are free for others at once (whoever takes one takes its
+        // lock too: the lock names the dispatch).
         for (id, lock) in activityLocks.withLock({ $0 }) {
             _ = try? await writer.evalScript(
                 Self.releaseLock, keys: [lock], arguments: [RedisArgument(id)], timeout: .seconds(1))
         }
         await reader.shutdown()
         await writer.shutdown()
+    }
+
+    /// At a stop: each dispatch taken and not finished (its dispatcher has stopped) is published as far as it got,
+    /// then queued again as a new entry in place of its own (one transaction), so another instance takes it at once
+    /// instead of after `claimIdle`. One that cannot be published now stays pending, and is claimed as a dead
+    /// instance's would be.
+    private func handBackUnfinished() async {
+        let unfinished = held.withLock { $0 }
+        for (id, entry) in unfinished {
+            guard let fields = heldFields.withLock({ $0[id] }),
+                await shared.publish(id, timeout: .seconds(1))
+            else { continue }
+            var add: [RedisArgument] = ["XADD", Self.stream, "*"]
+            for (name, value) in fields.sorted(by: { $0.key < $1.key }) {
+                add += [RedisArgument(name), RedisArgument(bytes: value)]
+            }
+            let replies = try? await writer.commands(
+                [
+                    ["MULTI"], add, ["XACK", Self.stream, Self.group, RedisArgument(entry)],
+                    ["XDEL", Self.stream, RedisArgument(entry)], ["EXEC"],
+                ], timeout: .seconds(1))
+            guard case .array? = replies?.last else { continue }
+            held.withLock { _ = $0.removeValue(forKey: id) }
+            heldFields.withLock { _ = $0.removeValue(forKey: id) }
+            log("dispatch \(id): not finished at the stop; queued again for another instance")
+        }
     }
 
     /// Dispatch ids this instance holds (taken, not yet acknowledged).
@@ -218,6 +247,7 @@ final class SharedDispatchQueue: Sendable {
             return true
         }
         guard isNew else { return }
+        heldFields.withLock { $0[id] = entry.fields }
         do {
             let runsKey = RedisArgument("fanout:dispatch:{\(id)}:runs")
             let replies = try await writer.commands([["INCR", runsKey], ["EXPIRE", runsKey, "604800"]])
@@ -251,6 +281,7 @@ final class SharedDispatchQueue: Sendable {
             }
         } catch {
             held.withLock { _ = $0.removeValue(forKey: id) }
+            heldFields.withLock { _ = $0.removeValue(forKey: id) }
             log("dispatch \(id): cannot be taken now (\(error)); left for a later claim")
         }
     }
@@ -268,6 +299,7 @@ final class SharedDispatchQueue: Sendable {
             ])
             guard replies != nil else { continue }
             held.withLock { _ = $0.removeValue(forKey: id) }
+            heldFields.withLock { _ = $0.removeValue(forKey: id) }
             if let lock = activityLocks.withLock({ $0.removeValue(forKey: id) }) {
                 _ = try? await writer.evalScript(Self.releaseLock, keys: [lock], arguments: [RedisArgument(id)])
             }
@@ -340,6 +372,7 @@ final class SharedDispatchQueue: Sendable {
             let kept = Set((owned.array ?? []).compactMap(\.string))
             for (id, entry) in entries where !kept.contains(entry) {
                 guard held.withLock({ $0.removeValue(forKey: id) }) != nil else { continue }
+                heldFields.withLock { _ = $0.removeValue(forKey: id) }
                 log("dispatch \(id) was taken over by another instance (a heartbeat came late); stopping it here")
                 waitingForActivity.withLock { _ = $0.removeValue(forKey: id) }
                 activityLocks.withLock { _ = $0.removeValue(forKey: id) }
