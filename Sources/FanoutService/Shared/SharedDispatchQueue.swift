@@ -262,14 +262,17 @@ final class SharedDispatchQueue: Sendable {
             if runs > 1 {
                 // An earlier run's results, as its instance published them: this store gets them at the same
                 // positions (a position it has already is kept), so the resume skips them and the counts hold them.
-                let published = try await shared.publishedResults(id: id)
-                let results = published.compactMap { item -> NotificationResult? in
-                    guard item.position >= 0 else { return nil }
-                    return ResultLine.result(item.line, position: item.position)
+                var recorded = 0
+                let last = try await shared.publishedResults(id: id) { page in
+                    let results = page.compactMap { item -> NotificationResult? in
+                        guard item.position >= 0 else { return nil }
+                        return ResultLine.result(item.line, position: item.position)
+                    }
+                    try store.appendResults(results, dispatch: id)
+                    recorded += results.count
                 }
-                try store.appendResults(results, dispatch: id)
-                if let last = published.last?.position { shared.markPublished(id, upTo: last) }
-                log("dispatch \(id) taken over (run \(runs)): \(results.count) result(s) already recorded")
+                if let last { shared.markPublished(id, upTo: last) }
+                log("dispatch \(id) taken over (run \(runs)): \(recorded) result(s) already recorded")
             }
             if adopted.state != .done {
                 if let activityID = text("activity") {

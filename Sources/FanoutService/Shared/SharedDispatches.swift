@@ -206,25 +206,31 @@ final class SharedDispatches: Sendable {
         _ = done.wait(timeout: .now() + 3)
     }
 
-    /// Every results line published for the dispatch, with its position, in position order (a dispatch taken over
-    /// from an instance that stopped: what it finished).
-    func publishedResults(id: String) async throws(RedisError) -> [(position: Int, line: ArraySlice<UInt8>)] {
-        var lines: [(position: Int, line: ArraySlice<UInt8>)] = []
+    /// Every results line published for the dispatch, with its position, in position order, a page of at most
+    /// `resultsChunk` at a time (a dispatch taken over from an instance that stopped: what it finished). Returns the
+    /// last position (nil when none was published).
+    func publishedResults(
+        id: String, page: ([(position: Int, line: ArraySlice<UInt8>)]) throws -> Void
+    ) async throws -> Int? {
         var lower = "-inf"
+        var last: Int?
         while true {
             let reply = try await client.command([
                 "ZRANGEBYSCORE", Self.resultsKey(id), RedisArgument(lower), "+inf", "LIMIT", "0",
                 RedisArgument(Self.resultsChunk),
             ])
             let members = reply.array ?? []
+            var lines: [(position: Int, line: ArraySlice<UInt8>)] = []
             for case .bytes(let member) in members {
                 guard let space = member.firstIndex(of: UInt8(ascii: " ")),
                     let position = Int(String(decoding: member[..<space], as: UTF8.self))
                 else { continue }
                 lines.append((position, member[(space + 1)...]))
                 lower = "(" + Self.score(position)
+                last = position
             }
-            if members.count < Self.resultsChunk { return lines }
+            try page(lines)
+            if members.count < Self.resultsChunk { return last }
         }
     }
 
