@@ -227,6 +227,7 @@ package final class ServiceInstance: Sendable {
         // The server's own refusals (a body over 1 MiB, a request that timed out, a malformed head, too many
         // connections) in a JSON shape every API's clients read, not plain text.
         limits.ownAnswer = { status, message in ServiceRouter.serverAnswer(status: status, message: message) }
+        core.events = events
         let router = ServiceRouter(core: core, events: events)
         do {
             http = try HTTPServer(

@@ -326,6 +326,15 @@ final class ServeWebhookTests: XCTestCase {
         try receiver.wait(timeout: 10, "the first delivery") { !$0.isEmpty }
         let metrics = try serve.curl("GET", "/metrics").text
         XCTAssertTrue(metrics.contains(#"fanout_webhook_backlog{endpoint="acme/0"} 4"#), metrics)
+        // The status shows the workspace's own endpoint and its backlog, by label, not by URL.
+        let status = try serve.curl("GET", "/v1/status", key: ServeKeys.acmeServer)
+        let webhooks = try XCTUnwrap(try status.object()["webhooks"] as? [[String: Any]], status.text)
+        XCTAssertEqual(webhooks.map { $0["endpoint"] as? String }, ["acme/0"], status.text)
+        XCTAssertEqual(webhooks.first?["backlog"] as? Int, 4, status.text)
+        XCTAssertEqual(webhooks.first?["delivered"] as? Int, 0, status.text)
+        XCTAssertFalse(status.text.contains("127.0.0.1"), "no endpoint URL in the status: \(status.text)")
+        let other = try serve.curl("GET", "/v1/status", key: ServeKeys.globexServer)
+        XCTAssertNil(try other.object()["webhooks"], "a workspace without webhooks shows none: \(other.text)")
         print("hung receiver: 10,000-token push \(hung) s with it, \(without) s without webhooks")
     }
 

@@ -25,6 +25,12 @@ package final class ServiceCore: Sendable {
     let sharedDispatches: SharedDispatches?
     /// With the registry on Redis: the workspaces' API budgets, one bucket for every instance.
     private let sharedQuotas: SharedRequestQuotas?
+    /// The webhooks' events, when a workspace has webhooks or `event_stream` (set once, at start).
+    private let eventsBox = FanoutMutex<ServiceEvents?>(nil)
+    var events: ServiceEvents? {
+        get { eventsBox.withLock { $0 } }
+        set { eventsBox.withLock { $0 = newValue } }
+    }
     /// With the registry on Redis: the one dispatch queue of every instance (set once, at start).
     private let queueBox = FanoutMutex<SharedDispatchQueue?>(nil)
     var queue: SharedDispatchQueue? {

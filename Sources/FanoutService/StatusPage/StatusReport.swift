@@ -17,7 +17,7 @@ enum StatusReport {
             "limit_per_hour": .integer(Int64(rule?.requestsPerHour ?? 0)),
             "remaining": .integer(Int64(await core.remainingBudget(workspace: workspace) ?? 0)),
         ]
-        return [
+        var report: JSONValue = [
             "workspace": .string(workspace),
             "uptime_s": .integer(Int64(Date().timeIntervalSince(core.started))),
             "apns_connections": .integer(Int64(core.metrics.openConnections.value)),
@@ -33,5 +33,9 @@ enum StatusReport {
                     return record.json.setting(.integer(Int64(total)), at: ["expected"])
                 }),
         ]
+        if let events = core.events, events.recording.contains(workspace) {
+            report = report.setting(events.status(workspace: workspace), at: ["webhooks"])
+        }
+        return report
     }
 }

@@ -210,6 +210,20 @@ final class ServiceEvents: Sendable {
 
     /// The dispatcher's hook: dispatch `id` was queued, or a run of it ended. Records what its committed state says
     /// happened (nothing for a workspace without webhooks).
+    /// The workspace's endpoints as `/v1/status` shows them: each one's label (`workspace/index`, never its URL,
+    /// which may carry a credential in its path), the events delivered since start, and the backlog.
+    func status(workspace: String) -> JSONValue {
+        let backlog = (try? outbox.backlog()) ?? [:]
+        return .array(
+            (byWorkspace[workspace] ?? []).map { endpoint -> JSONValue in
+                [
+                    "endpoint": .string(endpoint.metricLabel),
+                    "delivered": .integer(Int64(metrics.deliveries.labels(endpoint.metricLabel).value)),
+                    "backlog": .integer(Int64(backlog[endpoint.key] ?? 0)),
+                ]
+            })
+    }
+
     func dispatchChanged(_ id: String) {
         guard let record = try? store.record(id: id), recording.contains(record.workspace) else { return }
         let activityID = Dispatcher.activityID(of: record)
