@@ -66,21 +66,9 @@ final class ServeQueueTests: XCTestCase {
 
         let done = try b.waitForDispatch(id, timeout: 240)
         XCTAssertEqual(done["delivered"] as? Int, count, "\(done)")
-        var tokens: [String] = []
-        var after = "-1"
-        while true {
-            let page = try b.curl(
-                "GET", "/v1/dispatches/\(id)/results?limit=10000&after=\(after)", key: ServeKeys.acmeServer)
-            XCTAssertEqual(page.status, 200, page.text)
-            let lines = page.text.split(separator: "\n")
-            if lines.isEmpty { break }
-            for line in lines {
-                let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
-                XCTAssertEqual(object["outcome"] as? String, "delivered", String(line))
-                tokens.append(try XCTUnwrap(object["token"] as? String))
-            }
-            after = try XCTUnwrap(page.headers["x-fanout-last-position"])
-        }
+        let lines = try b.resultObjects(of: id, limit: 10_000)
+        XCTAssertEqual(Set(lines.map { $0["outcome"] as? String }), ["delivered"])
+        let tokens = lines.compactMap { $0["token"] as? String }
         XCTAssertEqual(tokens.count, count, "one result per token")
         XCTAssertEqual(Set(tokens).count, count, "no token twice")
 

@@ -372,21 +372,9 @@ final class ServeRedisTests: XCTestCase {
         XCTAssertEqual(update.status, 202, update.text)
         let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
         XCTAssertEqual(try first.waitForDispatch(id)["delivered"] as? Int, count)
-        var tokens: [String] = []
-        var after = "-1"
-        while true {
-            let page = try first.curl(
-                "GET", "/v1/dispatches/\(id)/results?limit=1000&after=\(after)", key: ServeKeys.acmeServer)
-            XCTAssertEqual(page.status, 200, page.text)
-            let lines = page.text.split(separator: "\n")
-            if lines.isEmpty { break }
-            for line in lines {
-                let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
-                XCTAssertEqual(object["outcome"] as? String, "delivered")
-                tokens.append(try XCTUnwrap(object["token"] as? String))
-            }
-            after = try XCTUnwrap(page.headers["x-fanout-last-position"])
-        }
+        let lines = try first.resultObjects(of: id)
+        XCTAssertEqual(Set(lines.map { $0["outcome"] as? String }), ["delivered"])
+        let tokens = lines.compactMap { $0["token"] as? String }
         XCTAssertEqual(tokens.count, count, "one line per token")
         XCTAssertEqual(Set(tokens).count, count, "each token once")
         XCTAssertTrue(Set(tokens).isSubset(of: Set((0..<count).map(Self.token))), "only the activity's tokens")

@@ -164,6 +164,30 @@ final class ServeHarness: @unchecked Sendable {
             rawHeaders: (try? String(contentsOfFile: headerFile, encoding: .utf8)) ?? "", body: result.stdoutData)
     }
 
+    /// Every results line of a dispatch, parsed, paged through `/v1/dispatches/{id}/results` (`limit` a page).
+    func resultObjects(of id: String, key: String = ServeKeys.acmeServer, limit: Int = 1_000) throws
+        -> [[String: Any]]
+    {
+        var objects: [[String: Any]] = []
+        var after = "-1"
+        while true {
+            let page = try curl("GET", "/v1/dispatches/\(id)/results?limit=\(limit)&after=\(after)", key: key)
+            guard page.status == 200 else { throw ProcessSupportError("results page: \(page.status) \(page.text)") }
+            let lines = page.text.split(separator: "\n")
+            if lines.isEmpty { return objects }
+            for line in lines {
+                guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                    throw ProcessSupportError("not a results line: \(line)")
+                }
+                objects.append(object)
+            }
+            guard let last = page.headers["x-fanout-last-position"] else {
+                throw ProcessSupportError("a results page without x-fanout-last-position")
+            }
+            after = last
+        }
+    }
+
     /// A dispatch's JSON, waiting until its state is `done`.
     func waitForDispatch(_ id: String, key: String = ServeKeys.acmeServer, timeout: TimeInterval = 60) throws
         -> [String: Any]
