@@ -245,7 +245,14 @@ final class RedisRequest {
 final class RedisClientCore: @unchecked Sendable {
     private let loop: LoopThread
     private let configuration: RedisConfiguration
-    private var url: RedisURL { configuration.url }
+    /// The server connected to: the URL's, or with Sentinel the primary the sentinels named last.
+    private var url: RedisURL { primaryURL ?? configuration.url }
+    /// With `redis+sentinel://`: the primary's URL as the sentinels last named it.
+    private var primaryURL: RedisURL?
+    /// With `redis+sentinel://`: a plain client per sentinel (started with this one, on its loop, shut down with it).
+    private var sentinels: [RedisClientCore] = []
+    /// A sentinel is being asked for the primary: no connection is opened meanwhile.
+    private var resolving = false
     /// The current connection (connecting, handshaking or ready); it stays here until it reports its end.
     private var connection: RedisConnection?
     private var waiting = FIFOQueue<RedisRequest>()
@@ -279,6 +286,16 @@ final class RedisClientCore: @unchecked Sendable {
         stopActionID = loop.addStopAction { [self] in shutdown() }
         reconnectTimer = LoopTimer(loop: loop)
         connectTimer = LoopTimer(loop: loop)
+        if configuration.url.isSentinel {
+            for address in configuration.url.seeds {
+                var sentinel = RedisConfiguration(url: RedisURL(host: address.host, port: address.port))
+                sentinel.connectTimeout = .seconds(1)
+                sentinel.reconnectBackoff = configuration.reconnectBackoff
+                let core = RedisClientCore(loop: loop, configuration: sentinel)
+                core.start()
+                sentinels.append(core)
+            }
+        }
         startConnecting()
     }
 
@@ -346,6 +363,13 @@ final class RedisClientCore: @unchecked Sendable {
         if case .error(let message) = value, Self.isTransient(message) {
             request.transient.append(index)
             request.lastTransientReply = message
+            if configuration.url.isSentinel, message.hasPrefix("READONLY"), connection === self.connection {
+                // A failover made this server a replica: the next connection asks the sentinels for the primary.
+                connection.close(
+                    reason: RedisError(
+                        .connectionLost,
+                        "\(url.endpoint) is a replica now (READONLY); asking the sentinels for the primary"))
+            }
         } else {
             request.replies[index] = value
         }
@@ -411,7 +435,57 @@ final class RedisClientCore: @unchecked Sendable {
     // MARK: Connection
 
     private func startConnecting() {
-        guard !isShutdown, connection == nil else { return }
+        guard !isShutdown, connection == nil, !resolving else { return }
+        if let master = configuration.url.sentinelMaster {
+            resolving = true
+            askSentinel(0, master: master)
+            return
+        }
+        openConnection()
+    }
+
+    /// Asks sentinel `index` (then the next, in the URL's order) for the primary's address, and connects to it. When
+    /// none names one, that counts as a failed connection: retried after the reconnection backoff.
+    private func askSentinel(_ index: Int, master: String) {
+        guard !isShutdown else { return }
+        guard index < sentinels.count else {
+            resolving = false
+            let error = RedisError(
+                .unavailable,
+                "no sentinel of \(configuration.url.description) named a primary for \(master): "
+                    + (lastSentinelError ?? "none answered"))
+            lastConnectionError = error
+            let delay = Self.backoff(attempt: reconnectAttempt, configuration.reconnectBackoff)
+            reconnectAttempt += 1
+            reconnectTimer?.schedule(milliseconds: delay) { [unowned self] in startConnecting() }
+            connectionObserver?(error)
+            return
+        }
+        let limit = RedisClient.milliseconds(configuration.connectTimeout)
+        sentinels[index].submit(
+            [["SENTINEL", "get-master-addr-by-name", RedisArgument(master)]], timeoutMilliseconds: limit
+        ) { [unowned self] result in
+            guard !isShutdown else { return }
+            if case .success(let replies) = result, let pair = replies.first?.array, pair.count == 2,
+                let host = pair[0].string, let port = pair[1].string.flatMap(Int.init)
+            {
+                resolving = false
+                primaryURL = configuration.url.primary(RedisNodeAddress(host: host, port: port))
+                openConnection()
+            } else {
+                switch result {
+                case .failure(let error): lastSentinelError = error.message
+                case .success: lastSentinelError = "a sentinel does not know \(master)"
+                }
+                askSentinel(index + 1, master: master)
+            }
+        }
+    }
+
+    /// Why the last sentinel asked gave no primary.
+    private var lastSentinelError: String?
+
+    private func openConnection() {
         let connection = RedisConnection(loop: loop, url: url, owner: self)
         self.connection = connection
         let limit = RedisClient.milliseconds(configuration.connectTimeout)
@@ -473,6 +547,7 @@ final class RedisClientCore: @unchecked Sendable {
         guard !isShutdown else { return }
         isShutdown = true
         loop.removeStopAction(stopActionID)
+        for sentinel in sentinels { sentinel.shutdown() }
         reconnectTimer?.close()
         connectTimer?.close()
         // In-flight commands fail through their NULL replies (with `.shutdown`, since isShutdown is set).

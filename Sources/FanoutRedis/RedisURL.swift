@@ -10,6 +10,11 @@
 ///   cannot be reached is retried in the background, as a single server is. The credentials apply to every node. A cluster has
 ///   only database 0, so a cluster URL takes no `/db`. The scheme decides, not a probe: a plain `redis://` client
 ///   never sends `CLUSTER` commands, so the single-server path costs nothing more.
+/// - `redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[/db]` says the server is the primary
+///   that Redis Sentinel watches under the name `MASTER`: the hosts are sentinels (port 26379 by default). The client
+///   asks them for the primary's address (`SENTINEL get-master-addr-by-name`) before each connection, and asks again
+///   when the connection is lost or the server answers `READONLY` (a failover made it a replica). The credentials and
+///   database are the primary's; the sentinels are asked without credentials.
 /// - `rediss://` (TLS) is refused: Debian 12's hiredis 0.14 (libhiredis-dev 0.14.1) is built without TLS, there is
 ///   no `hiredis_ssl` library nor `hiredis_ssl.h` header to link, so the client cannot speak TLS. Reach a TLS-only
 ///   Redis through a local TLS tunnel (stunnel, spiped) and point `redis://` at it.
@@ -24,8 +29,15 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
     package var database: Int
     /// True for `redis+cluster://`: `host:port` and `otherSeeds` are seed nodes of a Redis Cluster.
     package var isCluster: Bool
-    /// A cluster's seed nodes after the first (`host:port`); empty for a single server.
+    /// A cluster's seed nodes after the first (`host:port`), or the sentinels after the first; empty for a single
+    /// server.
     package var otherSeeds: [RedisNodeAddress]
+    /// For `redis+sentinel://`: the name the sentinels know the primary by; `host:port` and `otherSeeds` are the
+    /// sentinels.
+    package var sentinelMaster: String?
+
+    /// True for `redis+sentinel://`.
+    package var isSentinel: Bool { sentinelMaster != nil }
 
     package init(host: String, port: Int = 6379, user: String? = nil, password: String? = nil, database: Int = 0) {
         self.host = host
@@ -35,6 +47,7 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
         self.database = database
         isCluster = false
         otherSeeds = []
+        sentinelMaster = nil
     }
 
     /// A cluster URL: `seeds` (at least one) with the credentials every node takes.
@@ -53,16 +66,25 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
         RedisURL(host: address.host, port: address.port, user: user, password: password)
     }
 
+    /// The single-server URL of the primary a sentinel named (this URL's credentials and database).
+    package func primary(_ address: RedisNodeAddress) -> RedisURL {
+        RedisURL(host: address.host, port: address.port, user: user, password: password, database: database)
+    }
+
     /// Parses `text`. Errors name the part that is wrong, never the password (nor the user info around it).
     package init(parsing text: String) throws(RedisError) {
         let rest: Substring
         let cluster: Bool
+        let sentinel: Bool
         if text.hasPrefix("redis://") {
             rest = text.dropFirst("redis://".count)
-            cluster = false
+            (cluster, sentinel) = (false, false)
         } else if text.hasPrefix("redis+cluster://") {
             rest = text.dropFirst("redis+cluster://".count)
-            cluster = true
+            (cluster, sentinel) = (true, false)
+        } else if text.hasPrefix("redis+sentinel://") {
+            rest = text.dropFirst("redis+sentinel://".count)
+            (cluster, sentinel) = (false, true)
         } else if text.hasPrefix("rediss://") {
             throw RedisError(
                 .unsupported,
@@ -71,8 +93,9 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
         } else {
             throw RedisError(
                 .invalidURL,
-                "a Redis URL starts with redis:// (redis://[user:password@]host:port[/db]) or redis+cluster:// "
-                    + "(redis+cluster://[user:password@]host:port[,host:port...])")
+                "a Redis URL starts with redis:// (redis://[user:password@]host:port[/db]), redis+cluster:// "
+                    + "(redis+cluster://[user:password@]host:port[,host:port...]) or redis+sentinel:// "
+                    + "(redis+sentinel://[user:password@]host:port[,host:port...]/MASTER[/db])")
         }
         // The user info ends at the last '@': a password may hold '@', '/', ':' or '?' unencoded.
         var afterUserInfo = rest
@@ -97,7 +120,7 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
                 .invalidURL, "a Redis URL takes no query nor fragment (redis://[user:password@]host:port[/db])")
         }
         let hostPort: Substring
-        let path: Substring
+        var path: Substring
         if let slash = afterUserInfo.firstIndex(of: "/") {
             hostPort = afterUserInfo[..<slash]
             path = afterUserInfo[afterUserInfo.index(after: slash)...]
@@ -105,14 +128,29 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
             hostPort = afterUserInfo
             path = ""
         }
-        // Hosts (one, or a cluster's seeds separated by commas), each with an optional port.
+        sentinelMaster = nil
+        if sentinel {
+            // /MASTER[/db]
+            let parts = path.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = parts.first, !name.isEmpty, name.allSatisfy({ $0.isASCII && !$0.isWhitespace }) else {
+                throw RedisError(
+                    .invalidURL,
+                    "a redis+sentinel:// URL names the primary after the hosts: "
+                        + "redis+sentinel://host:26379[,host:port...]/MASTER[/db]")
+            }
+            sentinelMaster = String(name)
+            path = parts.count == 2 ? parts[1] : ""
+        }
+        // Hosts (one, or a cluster's seeds or the sentinels separated by commas), each with an optional port.
         var addresses: [RedisNodeAddress] = []
         for piece in hostPort.split(separator: ",", omittingEmptySubsequences: false) {
-            addresses.append(try Self.address(piece))
+            addresses.append(try Self.address(piece, defaultPort: sentinel ? 26379 : 6379))
         }
-        if addresses.count > 1, !cluster {
+        if addresses.count > 1, !cluster, !sentinel {
             throw RedisError(
-                .invalidURL, "a redis:// URL names one host; several seed nodes are for redis+cluster://h1:p1,h2:p2")
+                .invalidURL,
+                "a redis:// URL names one host; several seed nodes are for redis+cluster://h1:p1,h2:p2, several "
+                    + "sentinels for redis+sentinel://h1:p1,h2:p2/MASTER")
         }
         host = addresses[0].host
         port = addresses[0].port
@@ -133,7 +171,7 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// One `host[:port]` of the URL (an IPv6 host in brackets).
-    private static func address(_ hostPort: Substring) throws(RedisError) -> RedisNodeAddress {
+    private static func address(_ hostPort: Substring, defaultPort: Int) throws(RedisError) -> RedisNodeAddress {
         let host: String
         var portText: Substring? = nil
         if hostPort.hasPrefix("[") {
@@ -163,7 +201,7 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
                 "the host of a Redis URL cannot hold ':', '%' or spaces (an IPv6 address goes in brackets; user info "
                     + "ends with '@': redis://user:password@host:port)")
         }
-        guard let portText else { return RedisNodeAddress(host: host, port: 6379) }
+        guard let portText else { return RedisNodeAddress(host: host, port: defaultPort) }
         guard let value = Int(portText), (1...65535).contains(value), portText.allSatisfy(\.isASCII) else {
             throw RedisError(
                 .invalidURL,
@@ -176,9 +214,10 @@ package struct RedisURL: Sendable, Equatable, CustomStringConvertible {
     /// `redis://user:***@host:port/db` (or `redis+cluster://user:***@h1:p1,h2:p2`): the password redacted, for logs
     /// and errors.
     package var description: String {
-        var text = isCluster ? "redis+cluster://" : "redis://"
+        var text = isCluster ? "redis+cluster://" : isSentinel ? "redis+sentinel://" : "redis://"
         if password != nil { text += "\(user ?? ""):***@" }
         text += seeds.map(\.endpoint).joined(separator: ",")
+        if let sentinelMaster { text += "/\(sentinelMaster)" }
         if database != 0 { text += "/\(database)" }
         return text
     }

@@ -25,14 +25,17 @@ final class FleetTests: XCTestCase {
     private var scale = Scale.small
 
     private struct Fleet {
+        /// The Redis server (with Sentinel: the primary at the start).
         let redis: RedisServerProcess
+        /// The URL the commands are given: the server's, or `redis+sentinel://` with Sentinel.
+        let url: String
         let mock: RestartableMock
         let directory: String
         let config: String
         let fanout: String
 
         func workerArguments(name: String, claimIdle: Int = 1) -> [String] {
-            ["worker", "--redis", redis.url, "--config", config, "--name", name, "--claim-idle", String(claimIdle)]
+            ["worker", "--redis", url, "--config", config, "--name", name, "--claim-idle", String(claimIdle)]
         }
 
         func run(_ arguments: [String], timeout: TimeInterval = 60) throws -> ProcessResult {
@@ -45,10 +48,20 @@ final class FleetTests: XCTestCase {
     ///   - appendOnly: Redis with AOF (`appendfsync always`), for a test that kills and restarts it.
     ///   - mockLatency: mock-apns's latency per request, in milliseconds.
     ///   - rateLimits: the config file's `rate_limits` object, if any.
-    private func startFleet(appendOnly: Bool = false, mockLatency: UInt64 = 0, rateLimits: String? = nil) throws
-        -> Fleet
-    {
-        let redis = try RedisServerProcess(for: self, appendOnly: appendOnly)
+    ///   - sentinel: one primary, one replica and three sentinels, the fleet given a `redis+sentinel://` URL.
+    private func startFleet(
+        appendOnly: Bool = false, mockLatency: UInt64 = 0, rateLimits: String? = nil, sentinel: Bool = false
+    ) throws -> Fleet {
+        let redis: RedisServerProcess
+        var url: String
+        if sentinel {
+            let setup = try RedisSentinelSetup()
+            addTeardownBlock { setup.discard() }
+            (redis, url) = (setup.primary, setup.url)
+        } else {
+            redis = try RedisServerProcess(for: self, appendOnly: appendOnly)
+            url = redis.url
+        }
         let mock = try RestartableMock { $0.latencyMilliseconds = mockLatency }
         addTeardownBlock { _ = mock.stop() }
         let directory = try ProcessSupport.temporaryDirectory(for: self, "fleet")
@@ -61,7 +74,7 @@ final class FleetTests: XCTestCase {
             """
         try text.write(toFile: config, atomically: true, encoding: .utf8)
         return Fleet(
-            redis: redis, mock: mock, directory: directory, config: config,
+            redis: redis, url: url, mock: mock, directory: directory, config: config,
             fanout: try ProcessSupport.builtExecutable("fanout"))
     }
 
@@ -89,7 +102,7 @@ final class FleetTests: XCTestCase {
     private func enqueue(_ fleet: Fleet) throws {
         let jobs = try writeJobs(in: fleet.directory)
         let enqueued = try fleet.run(
-            ["enqueue", "--redis", fleet.redis.url, "--jobs", jobs, "--shard-size", String(scale.shardSize)])
+            ["enqueue", "--redis", fleet.url, "--jobs", jobs, "--shard-size", String(scale.shardSize)])
         XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
         XCTAssertEqual(
             enqueued.stdoutLines,
@@ -98,7 +111,7 @@ final class FleetTests: XCTestCase {
 
     /// `fanout status`'s lines by job id.
     private func status(_ fleet: Fleet) throws -> [String: [String: Any]] {
-        let result = try fleet.run(["status", "--redis", fleet.redis.url])
+        let result = try fleet.run(["status", "--redis", fleet.url])
         XCTAssertEqual(result.exitCode, 0, result.summary)
         var jobs: [String: [String: Any]] = [:]
         for line in result.stdoutLines {
@@ -125,7 +138,7 @@ final class FleetTests: XCTestCase {
     private func checkResults(_ fleet: Fleet) throws {
         for job in 0..<scale.jobs {
             let out = "\(fleet.directory)/results-\(job).jsonl"
-            let result = try fleet.run(["results", "--redis", fleet.redis.url, "--job", "fleet-\(job)", "--out", out])
+            let result = try fleet.run(["results", "--redis", fleet.url, "--job", "fleet-\(job)", "--out", out])
             XCTAssertEqual(result.exitCode, 0, result.summary)
             let lines = try String(contentsOfFile: out, encoding: .utf8).split(separator: "\n")
             var tokens: [String] = []
@@ -145,7 +158,7 @@ final class FleetTests: XCTestCase {
             XCTAssertEqual(summary["jobs"] as? Int, 1, summaryLine)
             if job == 0 {
                 // Without --out: the same lines on stdout, then the summary as its last line.
-                let plain = try fleet.run(["results", "--redis", fleet.redis.url, "--job", "fleet-0"])
+                let plain = try fleet.run(["results", "--redis", fleet.url, "--job", "fleet-0"])
                 XCTAssertEqual(plain.exitCode, 0, plain.summary)
                 XCTAssertEqual(plain.stdoutLines.dropLast(), lines.map(String.init)[...])
                 XCTAssertEqual(plain.stdoutLines.last, summaryLine)
@@ -161,7 +174,7 @@ final class FleetTests: XCTestCase {
         let files = FileManager.default
         let link = "\(fleet.directory)/results-link.jsonl"
         try files.createSymbolicLink(atPath: link, withDestinationPath: "results-target.jsonl")
-        let linked = try fleet.run(["results", "--redis", fleet.redis.url, "--job", "fleet-0", "--out", link])
+        let linked = try fleet.run(["results", "--redis", fleet.url, "--job", "fleet-0", "--out", link])
         XCTAssertEqual(linked.exitCode, 0, linked.summary)
         XCTAssertEqual(try files.destinationOfSymbolicLink(atPath: link), "results-target.jsonl", "still a link")
         let target = try String(contentsOfFile: "\(fleet.directory)/results-target.jsonl", encoding: .utf8)
@@ -169,13 +182,13 @@ final class FleetTests: XCTestCase {
         // A link to /dev/full stands for a full disk (the device itself is never at stake).
         let full = "\(fleet.directory)/full"
         try files.createSymbolicLink(atPath: full, withDestinationPath: "/dev/full")
-        let toFull = try fleet.run(["results", "--redis", fleet.redis.url, "--job", "fleet-0", "--out", full])
+        let toFull = try fleet.run(["results", "--redis", fleet.url, "--job", "fleet-0", "--out", full])
         XCTAssertEqual(toFull.exitCode, 2, toFull.summary)
         XCTAssertEqual(toFull.stderrLines, ["fanout results: cannot write \(full): No space left on device"])
         XCTAssertEqual(try files.destinationOfSymbolicLink(atPath: full), "/dev/full")
         let stdoutFull = try ProcessSupport.run(
             "/bin/sh",
-            ["-c", "exec \"$0\" results --redis \"$1\" --job fleet-0 > /dev/full", fleet.fanout, fleet.redis.url],
+            ["-c", "exec \"$0\" results --redis \"$1\" --job fleet-0 > /dev/full", fleet.fanout, fleet.url],
             environment: ProcessSupport.cleanEnvironment())
         XCTAssertEqual(stdoutFull.exitCode, 2, stdoutFull.summary)
         XCTAssertEqual(
@@ -198,7 +211,7 @@ final class FleetTests: XCTestCase {
         let fleet = try startFleet()
         try enqueue(fleet)
         // A job id is enqueued once: the same file again is refused line by line.
-        let again = try fleet.run(["enqueue", "--redis", fleet.redis.url, "--jobs", "\(fleet.directory)/jobs.jsonl"])
+        let again = try fleet.run(["enqueue", "--redis", fleet.url, "--jobs", "\(fleet.directory)/jobs.jsonl"])
         XCTAssertEqual(again.exitCode, 1, again.summary)
         XCTAssertTrue(again.stdout.isEmpty, again.summary)
         XCTAssertTrue(again.stderr.contains("job fleet-0 is already enqueued in Redis"), again.summary)
@@ -211,7 +224,7 @@ final class FleetTests: XCTestCase {
                 #"{"id": "empty", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "empty.txt"}"#,
             ].joined(separator: "\n") + "\n").write(toFile: mixed, atomically: true, encoding: .utf8)
         XCTAssertTrue(FileManager.default.createFile(atPath: "\(fleet.directory)/empty.txt", contents: nil))
-        let refused = try fleet.run(["enqueue", "--redis", fleet.redis.url, "--jobs", mixed])
+        let refused = try fleet.run(["enqueue", "--redis", fleet.url, "--jobs", mixed])
         XCTAssertEqual(refused.exitCode, 1, refused.summary)
         XCTAssertEqual(refused.stdoutLines, [#"{"job": "empty", "shards": 0}"#], refused.summary)
         XCTAssertTrue(
@@ -263,9 +276,9 @@ final class FleetTests: XCTestCase {
         }
         let jobs = "\(fleet.directory)/budget.jsonl"
         try (lines.joined(separator: "\n") + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
-        let enqueued = try fleet.run(["enqueue", "--redis", fleet.redis.url, "--jobs", jobs])
+        let enqueued = try fleet.run(["enqueue", "--redis", fleet.url, "--jobs", jobs])
         XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
-        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.redis.url)))
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.url)))
         defer { Task { await client.shutdown() } }
         func finished(_ id: String) async throws -> Int64? {
             try await client.command(["HGET", RedisArgument("fanout:job:{\(id)}"), "finished_at"]).integer
@@ -323,7 +336,7 @@ final class FleetTests: XCTestCase {
         try
             (#"{"id": "one-token", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "token-tokens.txt"}"#
             + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
-        let enqueued = try fleet.run(["enqueue", "--redis", fleet.redis.url, "--jobs", jobs, "--shard-size", "100"])
+        let enqueued = try fleet.run(["enqueue", "--redis", fleet.url, "--jobs", jobs, "--shard-size", "100"])
         XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
 
         let workers = try startWorkers(fleet, count: 3)
@@ -346,7 +359,7 @@ final class FleetTests: XCTestCase {
         let fleet = try startFleet()
         try enqueue(fleet)
         let workers = try startWorkers(fleet, count: 3)
-        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.redis.url)))
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.url)))
 
         // Kill w0 with SIGKILL once sending is under way and it holds shards.
         let deadline = Date().addingTimeInterval(120)
@@ -452,7 +465,7 @@ final class FleetTests: XCTestCase {
         let downSeconds = Date().timeIntervalSince(killedAt)
 
         // The AOF kept the consumer group and its pending shards.
-        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.redis.url)))
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.url)))
         let groups = try await client.command(["XINFO", "GROUPS", "fanout:shards"]).array ?? []
         XCTAssertEqual(groups.count, 1, "the consumer group survived the restart: \(groups)")
 
@@ -485,6 +498,43 @@ final class FleetTests: XCTestCase {
                 + "retries logged per worker \(retried)")
     }
 
+    /// The fleet on Redis Sentinel (one primary, one replica, three sentinels): the primary killed with SIGKILL
+    /// mid-run, the sentinels promote the replica and the workers follow it (they ask the sentinels again when the
+    /// connection is lost or a server answers READONLY). The run completes with one result per (job, token). A write
+    /// acknowledged just before the kill may not have reached the replica (replication is asynchronous): its shard's
+    /// progress goes back, and those notifications are sent again and recorded once.
+    func testAFleetOnSentinelRidesOutThePrimaryKilledMidRun() async throws {
+        let fleet = try startFleet(mockLatency: 5, sentinel: true)
+        try enqueue(fleet)
+        let workers = try startWorkers(fleet, count: 2, claimIdle: 5)
+        let deadline = Date().addingTimeInterval(120)
+        while fleet.mock.totals().accepted < scale.total / 5 {
+            XCTAssertTrue(Date() < deadline, "sending did not start")
+            if Date() >= deadline { return }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        fleet.redis.kill()
+        let killedAt = Date()
+        let acceptedAtKill = fleet.mock.totals().accepted
+        XCTAssertLessThan(acceptedAtKill, scale.total, "the kill came before the end")
+
+        try waitUntilDone(fleet)
+        let seconds = Date().timeIntervalSince(killedAt)
+        for (index, worker) in workers.enumerated() {
+            XCTAssertTrue(worker.isRunning, "w\(index) exited: \(worker.stderrText())")
+            XCTAssertEqual(try worker.stop(timeout: 20), 0, "SIGTERM: a clean exit")
+        }
+        try checkResults(fleet)
+        XCTAssertTrue(fleet.mock.stop())
+        let counts = try fleet.mock.acceptedPerToken(count: scale.total)
+        XCTAssertEqual(counts.distinct, scale.total, "every token reached the mock")
+        XCTAssertEqual(counts.foreign, 0)
+        XCTAssertLessThanOrEqual(counts.duplicates, 2 * 4 * scale.shardSize, "within the shards held at the kill")
+        print(
+            "fleet sentinel failover test: accepted at the kill \(acceptedAtKill) of \(scale.total); done "
+                + "\(String(format: "%.1f", seconds)) s after the kill; sent twice \(counts.duplicates)")
+    }
+
     /// redis-server (AOF, `appendfsync always`) killed and started again while `fanout enqueue` is writing a job's
     /// shards: the enqueue rides it out (each step tried again, saying so) and ends with every shard on the stream
     /// exactly once, in one job listed once. Before, the first lost answer ended it (exit 2) with the job half
@@ -501,10 +551,10 @@ final class FleetTests: XCTestCase {
             (#"{"id": "big", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens_file": "tokens.txt"}"#
             + "\n").write(toFile: jobs, atomically: true, encoding: .utf8)
         let enqueue = try RunningProcess(
-            fleet.fanout, ["enqueue", "--redis", fleet.redis.url, "--jobs", jobs, "--shard-size", String(shardSize)],
+            fleet.fanout, ["enqueue", "--redis", fleet.url, "--jobs", jobs, "--shard-size", String(shardSize)],
             environment: ProcessSupport.cleanEnvironment())
         addTeardownBlock { enqueue.kill(SIGKILL) }
-        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.redis.url)))
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.url)))
         defer { Task { await client.shutdown() } }
         func shardsWritten() async -> Int {
             guard case .bytes(let value)? = try? await client.command(["HGET", "fanout:job:{big}", "shards"]) else {
@@ -592,7 +642,7 @@ final class FleetTests: XCTestCase {
         XCTAssertEqual(try first.stop(timeout: 20), 0, "SIGTERM: a clean exit")
         XCTAssertTrue(first.stderrText().contains("stopping: no new shards"), first.stderrText())
         // It finished what it held: nothing is pending, and part of the work is still on the stream.
-        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.redis.url)))
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: fleet.url)))
         let pending = try await client.command(["XPENDING", "fanout:shards", "fanout-workers"]).array
         XCTAssertEqual(pending?.first, .integer(0), "\(String(describing: pending))")
         let left = try await client.command(["XLEN", "fanout:shards"]).integer ?? 0
