@@ -8,6 +8,8 @@ package import FanoutRedis
 /// |---|---|---|
 /// | `fanout:shards` | stream, group `fanout-workers` | one entry per shard not yet done: `job`, `shard`, `start`,
 ///   `count`, `enqueue_id` (a done shard's entry is acknowledged and deleted) |
+/// | `{fanout:shards}:added:E:N` | string | the id of shard N's entry for the enqueue E, kept an hour: the entry is
+///   added once however often the enqueue tries (in the stream's slot) |
 /// | `fanout:jobs` | list | job ids in enqueue order (`fanout status`) |
 /// | `fanout:job:{ID}` | hash | `line` (the job line, recipients replaced by a placeholder), `now` (the parse time, so
 ///   every shard encodes the same default `timestamp`), `shards`, `notifications`, `enqueued_at` (Unix ms),
@@ -31,6 +33,13 @@ package struct FleetKeys: Sendable {
     package let job: String
 
     package init(job: String) { self.job = job }
+
+    /// The marker of shard `shard`'s stream entry for the enqueue `enqueueID`: the entry's id, kept an hour, so that an
+    /// entry is added once however often the enqueue tries (`FleetEnqueuer.addShard`). Its hash tag is the stream's
+    /// whole name, so it shares the stream's slot (`fanout:shards` has no tag: its slot is that of its whole name).
+    static func entryMarker(_ enqueueID: String, _ shard: Int) -> RedisArgument {
+        RedisArgument("{\(stream)}:added:\(enqueueID):\(shard)")
+    }
 
     private var base: String { "fanout:job:{\(job)}" }
     package var meta: RedisArgument { RedisArgument(base) }
