@@ -70,6 +70,9 @@ package final class FleetEnqueuer: Sendable {
 
     private let client: RedisClient
     private let shardSize: Int
+    /// How many streams the shards are spread over (`FleetKeys.stream(partition:)`): on a Redis Cluster, streams on
+    /// several primaries, so that no one primary carries every shard's entry.
+    private let partitions: Int
     /// The registry that registry-addressed jobs are read from (the one on this Redis); nil refuses them.
     private let registry: (any RegistryStore)?
     /// How long a step is tried again after Redis stops answering (a restart, a failover) before the enqueue gives up.
@@ -78,12 +81,13 @@ package final class FleetEnqueuer: Sendable {
     private let log: @Sendable (String) -> Void
 
     package init(
-        client: RedisClient, shardSize: Int, registry: (any RegistryStore)? = nil, patience: Duration = .seconds(60),
-        log: @escaping @Sendable (String) -> Void = { _ in }
+        client: RedisClient, shardSize: Int, partitions: Int = 1, registry: (any RegistryStore)? = nil,
+        patience: Duration = .seconds(60), log: @escaping @Sendable (String) -> Void = { _ in }
     ) {
-        precondition(shardSize > 0)
+        precondition(shardSize > 0 && partitions > 0)
         self.client = client
         self.shardSize = shardSize
+        self.partitions = partitions
         self.registry = registry
         self.patience = patience
         self.log = log
@@ -117,7 +121,16 @@ package final class FleetEnqueuer: Sendable {
             throw FleetError(error.description)
         }
         do {
-            try await FleetConnection.ensureGroup(client)
+            // Every partition's group before its first entry, and the partitions listed for the workers: a worker
+            // reads `fanout:shards` and every stream of the set.
+            for partition in 0..<partitions {
+                try await FleetConnection.ensureGroup(client, stream: FleetKeys.stream(partition: partition))
+            }
+            if partitions > 1 {
+                _ = try await client.command(
+                    ["SADD", RedisArgument(FleetKeys.streamSet)]
+                        + (1..<partitions).map { RedisArgument(FleetKeys.stream(partition: $0)) })
+            }
         } catch {
             throw FleetError("cannot create the consumer group: \(error.message)")
         }
@@ -278,10 +291,12 @@ package final class FleetEnqueuer: Sendable {
                         "job", RedisArgument(job.id), "shard", RedisArgument(shard), "start", RedisArgument(start),
                         "count", RedisArgument(batch.count), enqueueIDField, RedisArgument(enqueueID),
                     ] + (broadcast ? ["broadcast", "1"] : [])
+                let stream = FleetKeys.stream(
+                    partition: FleetKeys.partition(job: job.id, shard: shard, of: partitions))
                 _ = try await retrying("the entry of shard \(shard) of job \(job.id)") { () throws(RedisError) in
                     try await client.evalScript(
                         Self.addShard,
-                        keys: [RedisArgument(FleetKeys.stream), FleetKeys.entryMarker(enqueueID, shard)],
+                        keys: [RedisArgument(stream), FleetKeys.entryMarker(stream: stream, enqueueID, shard)],
                         arguments: [RedisArgument(Self.entryMarkerMilliseconds)] + entry)
                 }
                 shards += 1

@@ -159,7 +159,7 @@ final class ClusterKeyLayoutTests: XCTestCase {
             ("claimJob", FleetEnqueuer.claimJob, [keys.meta], [RedisArgument(FleetKeys.enqueueIDField), "e1"]),
             (
                 "addShard", FleetEnqueuer.addShard,
-                [RedisArgument(FleetKeys.stream), FleetKeys.entryMarker("e1", 0)],
+                [RedisArgument(FleetKeys.stream), FleetKeys.entryMarker(stream: FleetKeys.stream, "e1", 0)],
                 ["60000", "job", "scripts", "shard", "0", "start", "0", "count", "1", "enqueue_id", "e1"]
             ),
             (
@@ -185,7 +185,8 @@ final class ClusterKeyLayoutTests: XCTestCase {
         // The marker makes the entry once: the same (enqueue, shard) again adds nothing.
         let before = try await enqueueClient.command(["XLEN", RedisArgument(FleetKeys.stream)]).integer
         let again = try await enqueueClient.evalScript(
-            FleetEnqueuer.addShard, keys: [RedisArgument(FleetKeys.stream), FleetKeys.entryMarker("e1", 0)],
+            FleetEnqueuer.addShard,
+            keys: [RedisArgument(FleetKeys.stream), FleetKeys.entryMarker(stream: FleetKeys.stream, "e1", 0)],
             arguments: ["60000", "job", "scripts", "shard", "0", "start", "0", "count", "1", "enqueue_id", "e1"])
         XCTAssertNotNil(again.string)
         let after = try await enqueueClient.command(["XLEN", RedisArgument(FleetKeys.stream)]).integer
@@ -232,6 +233,91 @@ final class ClusterKeyLayoutTests: XCTestCase {
         let exists = try await nameClient.command(["EXISTS", RedisArgument(FleetWorkerName.key("cluster-name"))])
         XCTAssertEqual(exists.integer, 0, "released")
 
+        assertNoCrossSlot(lines.all)
+    }
+
+    /// `fanout enqueue --partitions 6` on the cluster: the shards' entries spread over six streams, on more than one
+    /// primary, and a worker started before the enqueue (which knew only `fanout:shards`) finds the new streams at its
+    /// next claim check, sends every shard once and leaves every stream empty.
+    func testShardsSpreadOverPartitionStreamsOnSeveralPrimaries() async throws {
+        let cluster = try makeCluster()
+        let lines = Lines()
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        let client = try client(cluster.url)
+        let partitions = 6
+        let streams = (0..<partitions).map { FleetKeys.stream(partition: $0) }
+        let primaries = try Set(
+            streams.map { try cluster.primary(servingSlot: RedisClusterSlot.slot(of: Array($0.utf8))).port })
+        XCTAssertGreaterThan(primaries.count, 1, "the partitions' streams are on several primaries")
+
+        func startWorker(_ name: String) async throws -> (FleetWorker, FanoutEngine, Task<FleetWorkerStats, any Error>)
+        {
+            var options = FleetWorkerOptions(name: name)
+            options.claimIdle = .milliseconds(600)
+            let engine = try makeEngine(for: mock, loops: 1, connections: 1)
+            let writer = try await FleetConnection.connect(cluster.url)
+            let reader = try await FleetConnection.connect(cluster.url, commandTimeout: options.block + .seconds(10))
+            addTeardownBlock {
+                await writer.shutdown()
+                await reader.shutdown()
+            }
+            let worker = FleetWorker(
+                engine: engine, reader: reader, writer: writer, options: options, log: { lines.add("[\(name)] \($0)") })
+            return (worker, engine, Task { try await worker.run() })
+        }
+        let early = try await startWorker("early")
+
+        let directory = try ProcessSupport.temporaryDirectory(for: self, "cluster-partitions")
+        let jobs = "\(directory)/jobs.jsonl"
+        let tokens = (0..<6_000).map { testDeviceToken($0) }
+        func line(_ id: String, _ tokens: ArraySlice<String>) -> String {
+            let list = tokens.map { "\"\($0)\"" }.joined(separator: ", ")
+            return
+                #"{"id": "\#(id)", "topic": "com.example.app", "push_type": "alert", "payload": {"aps": {"alert": "hi"}}, "tokens": [\#(list)]}"#
+        }
+        try (line("big", tokens[0..<5_500]) + "\n" + line("small", tokens[5_500...]) + "\n").write(
+            toFile: jobs, atomically: true, encoding: .utf8)
+        var reports: [FleetEnqueuer.Report] = []
+        try await noCrossSlot("enqueue") {
+            try await FleetEnqueuer(client: client, shardSize: 500, partitions: partitions).enqueue(jobsPath: jobs) {
+                reports.append($0)
+            }
+        }
+        XCTAssertEqual(reports.count, 2)
+
+        let deadline = ContinuousClock.now + .seconds(60) * testTimeScale
+        var done = Set<String>()
+        while done.count < 2 && ContinuousClock.now < deadline {
+            for job in ["big", "small"] where !done.contains(job) {
+                if try await FleetReader(client: client).status(job: job)?.isDone == true { done.insert(job) }
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let (worker, engine, task) = early
+        worker.stop()
+        await engine.shutdown(gracePeriod: .seconds(5))
+        let stats = try await noCrossSlot("worker") { try await task.value }
+        XCTAssertEqual(stats.shardsCompleted, 12, "every shard, from every partition")
+        XCTAssertEqual(done, ["big", "small"], "\(lines.all.suffix(20))")
+        for (job, count) in [("big", 5_500), ("small", 500)] {
+            var output: [UInt8] = []
+            _ = try await FleetReader(client: client).writeResults(job: job) { output += $0 }
+            XCTAssertEqual(String(decoding: output, as: UTF8.self).split(separator: "\n").count, count, job)
+        }
+        XCTAssertEqual(mock.stats.accepted, tokens.count, "every token sent once")
+        // Every partition held some of the 12 shards, and none is left on any.
+        var sent = 0
+        for stream in streams {
+            let info = try await client.command(["XINFO", "STREAM", RedisArgument(stream)])
+            let fields = info.array ?? []
+            let added = zip(fields, fields.dropFirst()).first { $0.0.string == "entries-added" }?.1.integer
+            sent += Int(added ?? 0)
+            XCTAssertGreaterThan(added ?? 0, 0, "\(stream) had shards")
+            let left = try await client.command(["XLEN", RedisArgument(stream)]).integer
+            XCTAssertEqual(left, 0, stream)
+        }
+        XCTAssertEqual(sent, 12, "11 shards of the big job, 1 of the small one")
         assertNoCrossSlot(lines.all)
     }
 
