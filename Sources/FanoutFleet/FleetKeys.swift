@@ -2,7 +2,7 @@ package import FanoutRedis
 
 /// Where the fleet keeps its work in Redis. Every key of one job carries the job id as a hash tag
 /// (`fanout:job:{ID}:...`), so that a job's keys share a slot on Redis Cluster and its scripts may touch them
-/// together; the stream and the job list are the only keys shared by every job.
+/// together; the streams, their set and the job list are the only keys shared by every job.
 ///
 /// | Key | Type | What |
 /// |---|---|---|

@@ -237,7 +237,9 @@ final class SharedDispatches: Sendable {
             let replies = try await client.commands(also)
             for case .error(let message) in replies { throw RedisError.server(message) }
         } catch {
-            if error.kind != .connectionLost && error.kind != .timeout {
+            // Refused by Redis, or never sent: no entry, so no dispatch. Anything else (a lost connection, a
+            // timeout, a shutdown with the call in flight) may have added it.
+            if [.server, .unavailable, .crossSlot, .unsupported, .authenticationFailed].contains(error.kind) {
                 _ = try? await client.command(["DEL", RedisArgument("fanout:dispatch:{\(record.id)}")])
             }
             throw error
