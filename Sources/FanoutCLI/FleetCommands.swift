@@ -16,16 +16,18 @@ enum FleetCommands {
                                 hiredis 0.14 has no TLS)
         """
 
-    /// `fanout enqueue --redis URL --jobs FILE [--shard-size N]`.
+    /// `fanout enqueue --redis URL --jobs FILE [--shard-size N] [--partitions N]`.
     static func enqueue(_ arguments: [String]) async -> Int32 {
         let usage = """
             fanout enqueue: split each job of a job file into shards on Redis, for fanout worker to send.
 
-            usage: fanout enqueue --redis URL --jobs FILE [--shard-size N]
+            usage: fanout enqueue --redis URL --jobs FILE [--shard-size N] [--partitions N]
 
             \(redisHelp)
               --jobs FILE           the job file (the same JSON Lines as fanout send)
               --shard-size N        tokens per shard (default 5000)
+              --partitions N        spread the shards over N streams (default 1): on a Redis Cluster, streams
+                                    on several primaries; every worker reads them all
 
             Jobs that address the registry (activity_id, push_to_start, users, devices, with "app") are read
             from the registry on the same Redis (fanout serve --redis's) now: their audience is the tokens live
@@ -40,6 +42,7 @@ enum FleetCommands {
         var redis: String?
         var jobs: String?
         var shardSize = 5000
+        var partitions = 1
         do throws(UsageError) {
             var cursor = ArgumentCursor(arguments)
             while let flag = try cursor.nextFlag() {
@@ -50,6 +53,7 @@ enum FleetCommands {
                 case "--redis": redis = try cursor.string()
                 case "--jobs": jobs = try cursor.string()
                 case "--shard-size": shardSize = try cursor.int(in: 1...1_000_000)
+                case "--partitions": partitions = try cursor.int(in: 1...1_024)
                 default: throw UsageError("unknown option \(flag) (see fanout enqueue --help)")
                 }
             }
@@ -71,7 +75,8 @@ enum FleetCommands {
         do {
             // The registry that `fanout serve --redis` keeps on the same Redis (default key prefix).
             let enqueuer = FleetEnqueuer(
-                client: client, shardSize: shardSize, registry: RedisRegistryStore(client: client),
+                client: client, shardSize: shardSize, partitions: partitions,
+                registry: RedisRegistryStore(client: client),
                 log: { StandardStream.error.write("fanout enqueue: \($0)\n") })
             try await enqueuer.enqueue(jobsPath: jobs) { report in
                 switch report {

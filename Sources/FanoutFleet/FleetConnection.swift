@@ -39,10 +39,10 @@ package enum FleetConnection {
 
     /// Creates the consumer group (and the stream) if they do not exist yet; from the stream's start, so that shards
     /// added before the first worker are read.
-    static func ensureGroup(_ client: RedisClient) async throws(RedisError) {
+    static func ensureGroup(_ client: RedisClient, stream: String = FleetKeys.stream) async throws(RedisError) {
         do {
             _ = try await client.command([
-                "XGROUP", "CREATE", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group), "0", "MKSTREAM",
+                "XGROUP", "CREATE", RedisArgument(stream), RedisArgument(FleetKeys.group), "0", "MKSTREAM",
             ])
         } catch let error where error.kind == .server && error.message.hasPrefix("BUSYGROUP") {
             // Already there.

@@ -10,8 +10,9 @@ import Foundation
 ///   known to parse.
 /// - Its recipients (inline `tokens`, or a `tokens_file` read here, so workers need no shared disk) are cut into
 ///   shards of `shardSize` tokens in job order; shard N holds positions [N × shardSize, ...). Each shard's tokens go
-///   to a key of their own, then its entry to the stream (one pipelined round trip per shard, in that order, so a
-///   worker that reads the entry finds the tokens).
+///   to a key of their own, then its entry to the stream (two round trips per shard, in that order, so a worker
+///   that reads the entry finds the tokens; two because the job's keys and the stream are in different Redis
+///   Cluster slots).
 /// - The job line is stored once, with its recipients replaced by one placeholder token (a worker swaps in the
 ///   shard's), and with the parse time, so that every shard encodes the same default Live Activity `timestamp`.
 /// - Job ids are unique in Redis: a job whose id was already enqueued is refused (HSETNX on the job's hash), never
@@ -48,11 +49,30 @@ package final class FleetEnqueuer: Sendable {
         return ARGV[2]
         """)
 
+    /// Adds a shard's entry to the stream once per (enqueue, shard), however often it is tried. KEYS: the stream, the
+    /// entry's marker (`FleetKeys.entryMarker`, in the stream's slot). ARGV: the marker's expiry in ms, then the
+    /// entry's fields and values. Returns the entry's id: the one an earlier attempt added, when one did (its answer
+    /// lost), and then adds nothing.
+    static let addShard = RedisScript(
+        """
+        local added = redis.call('GET', KEYS[2])
+        if added then return added end
+        local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+        redis.call('SET', KEYS[2], id, 'PX', ARGV[1])
+        return id
+        """)
+
+    /// How long an entry's marker is kept: far longer than any enqueue tries a step again (`patience`).
+    static let entryMarkerMilliseconds = 3_600_000
+
     /// A valid device token that no device has: the recipient of the stored job line, replaced by each shard's.
     static let placeholderToken = String(repeating: "0", count: 64)
 
     private let client: RedisClient
     private let shardSize: Int
+    /// How many streams the shards are spread over (`FleetKeys.stream(partition:)`): on a Redis Cluster, streams on
+    /// several primaries, so that no one primary carries every shard's entry.
+    private let partitions: Int
     /// The registry that registry-addressed jobs are read from (the one on this Redis); nil refuses them.
     private let registry: (any RegistryStore)?
     /// How long a step is tried again after Redis stops answering (a restart, a failover) before the enqueue gives up.
@@ -61,12 +81,13 @@ package final class FleetEnqueuer: Sendable {
     private let log: @Sendable (String) -> Void
 
     package init(
-        client: RedisClient, shardSize: Int, registry: (any RegistryStore)? = nil, patience: Duration = .seconds(60),
-        log: @escaping @Sendable (String) -> Void = { _ in }
+        client: RedisClient, shardSize: Int, partitions: Int = 1, registry: (any RegistryStore)? = nil,
+        patience: Duration = .seconds(60), log: @escaping @Sendable (String) -> Void = { _ in }
     ) {
-        precondition(shardSize > 0)
+        precondition(shardSize > 0 && partitions > 0)
         self.client = client
         self.shardSize = shardSize
+        self.partitions = partitions
         self.registry = registry
         self.patience = patience
         self.log = log
@@ -100,7 +121,16 @@ package final class FleetEnqueuer: Sendable {
             throw FleetError(error.description)
         }
         do {
-            try await FleetConnection.ensureGroup(client)
+            // Every partition's group before its first entry, and the partitions listed for the workers: a worker
+            // reads `fanout:shards` and every stream of the set.
+            for partition in 0..<partitions {
+                try await FleetConnection.ensureGroup(client, stream: FleetKeys.stream(partition: partition))
+            }
+            if partitions > 1 {
+                _ = try await client.command(
+                    ["SADD", RedisArgument(FleetKeys.streamSet)]
+                        + (1..<partitions).map { RedisArgument(FleetKeys.stream(partition: $0)) })
+            }
         } catch {
             throw FleetError("cannot create the consumer group: \(error.message)")
         }
@@ -215,17 +245,20 @@ package final class FleetEnqueuer: Sendable {
                     if index > 0 { data.append(10) }
                     data += token.utf8
                 }
-                // One transaction: the tokens, the stream entry and the count of shards written either all happened
-                // or none did, so after a lost answer the count says which, and the entry is never added twice.
+                // Two steps, each in one slot (on Redis Cluster the job's keys and the stream are in different
+                // slots, and a transaction runs in one):
+                // 1. the tokens and the count of shards written, one transaction on the job's keys: after a lost
+                //    answer the count says whether it happened;
+                // 2. the stream entry (`addShard`), once per (enqueue, shard) whatever the attempts: its marker, in
+                //    the stream's slot, holds the entry's id.
+                // The entry comes last, so a worker that reads it finds the tokens; the count comes first, so it is
+                // never below the shards done (the job's last shard sets `finished_at`). An enqueue that dies
+                // between the two leaves a shard counted with no entry: the job is not `enqueued` (the last step),
+                // as when it dies anywhere else midway, and `fanout status` shows it as still being enqueued.
                 let shard = shards
-                let write: [[RedisArgument]] = [
+                let record: [[RedisArgument]] = [
                     ["MULTI"],
                     ["SET", keys.tokens(shard: shard), RedisArgument(bytes: data)],
-                    [
-                        "XADD", RedisArgument(FleetKeys.stream), "*", "job", RedisArgument(job.id), "shard",
-                        RedisArgument(shard), "start", RedisArgument(start), "count", RedisArgument(batch.count),
-                        enqueueIDField, RedisArgument(enqueueID),
-                    ] + (broadcast ? ["broadcast", "1"] : []),
                     ["HSET", keys.meta, "shards", RedisArgument(shard + 1), "notifications", RedisArgument(total)],
                     ["EXEC"],
                 ]
@@ -247,11 +280,24 @@ package final class FleetEnqueuer: Sendable {
                         }
                     }
                     lostAnswer = true
-                    let replies = try await client.commands(write)
+                    let replies = try await client.commands(record)
                     for reply in replies + (replies.last?.array ?? []) {
                         if case .error(let message) = reply { throw RedisError.server(message) }
                     }
                     if replies.last == .null { throw RedisError.server("the shard's transaction was aborted (EXEC)") }
+                }
+                let entry: [RedisArgument] =
+                    [
+                        "job", RedisArgument(job.id), "shard", RedisArgument(shard), "start", RedisArgument(start),
+                        "count", RedisArgument(batch.count), enqueueIDField, RedisArgument(enqueueID),
+                    ] + (broadcast ? ["broadcast", "1"] : [])
+                let stream = FleetKeys.stream(
+                    partition: FleetKeys.partition(job: job.id, shard: shard, of: partitions))
+                _ = try await retrying("the entry of shard \(shard) of job \(job.id)") { () throws(RedisError) in
+                    try await client.evalScript(
+                        Self.addShard,
+                        keys: [RedisArgument(stream), FleetKeys.entryMarker(stream: stream, enqueueID, shard)],
+                        arguments: [RedisArgument(Self.entryMarkerMilliseconds)] + entry)
                 }
                 shards += 1
                 batch.removeAll(keepingCapacity: true)

@@ -94,10 +94,10 @@ package final class FleetWorker: Sendable {
         /// When `stop()` was called: the grace period runs from here, whatever the reading loop was waiting on.
         var stoppedAt: ContinuousClock.Instant?
         var abandoning = false
-        /// Entry ids of the shards being sent, for the heartbeat and so a claim does not start one twice.
-        var held: Set<String> = []
+        /// The entries of the shards being sent, for the heartbeat and so a claim does not start one twice.
+        var held: Set<ShardRef> = []
         /// The engine runs, cancelled when the stop's grace period is over.
-        var runs: [String: Task<JobSummary?, Never>] = [:]
+        var runs: [ShardRef: Task<JobSummary?, Never>] = [:]
         var stats = FleetWorkerStats()
     }
 
@@ -192,9 +192,14 @@ package final class FleetWorker: Sendable {
                 return .stopRequested
             }
             var running = 0
-            // Our own pending shards first (a restart under the same name), then new ones.
-            var readID = "0"
-            var claimCursor = "0-0"
+            // The streams read: `fanout:shards`, and the partitions enqueues listed (`FleetKeys.streamSet`), found
+            // again at each claim check. Each is read in turn.
+            var streams = [FleetKeys.stream]
+            var next = 0
+            // Per stream: our own pending shards first (a restart under the same name), then new ones ("0", then
+            // ">"; absent is "0"); the XAUTOCLAIM cursor (absent is "0-0").
+            var readIDs: [String: String] = [:]
+            var claimCursors: [String: String] = [:]
             // XAUTOCLAIM is tried at most every `claimCheck` (a dead worker's shards wait `claimIdle` anyway), not on
             // every turn, where it would be one more Redis call per shard.
             let claimCheck = min(options.claimIdle / 4, .seconds(1))
@@ -214,15 +219,17 @@ package final class FleetWorker: Sendable {
                 do throws(RedisError) {
                     var claimed: [ShardEntry] = []
                     if lastClaim.map({ ContinuousClock.now - $0 >= claimCheck }) ?? true {
-                        let cursor = claimCursor
+                        let (known, cursors) = (streams, claimCursors)
                         let fetch = startFetch { () async throws(RedisError) in
-                            try await self.claim(count: free, cursor: cursor)
+                            try await self.claimPass(count: free, known: known, cursors: cursors)
                         }
                         unfinishedFetch = (fetch, .now)
-                        (claimed, claimCursor) = try await stopping.call { () async throws(RedisError) in
-                            let fetched = try await fetch.value.get()
-                            return (fetched.entries, fetched.cursor ?? cursor)
+                        let fetched = try await stopping.call { () async throws(RedisError) in
+                            try await fetch.value.get()
                         }
+                        claimed = fetched.entries
+                        claimCursors = fetched.cursors
+                        if let found = fetched.streams { streams = found }
                         // Found some: look again on the next turn (more may be waiting).
                         lastClaim = claimed.isEmpty ? ContinuousClock.now : nil
                     }
@@ -230,11 +237,15 @@ package final class FleetWorker: Sendable {
                         state.withLock { $0.stats.shardsClaimed += claimed.count }
                         log("claimed \(claimed.count) shard(s) left pending over \(options.claimIdle)")
                     } else {
+                        let stream = streams[next % streams.count]
+                        next = (next + 1) % streams.count
+                        let id = readIDs[stream] ?? "0"
                         // Reading "0" returns the held shards first: ask for enough to see past them.
-                        let held = readID == "0" ? state.withLock { $0.held.count } : 0
-                        let id = readID
+                        let held = id == "0" ? state.withLock { $0.held.count(where: { $0.stream == stream }) } : 0
+                        // Several streams share the blocked wait, so a new shard on any is seen within `block`.
+                        let block = streams.count == 1 ? options.block : options.block / streams.count
                         let fetch = startFetch { () async throws(RedisError) in
-                            try await self.read(count: free + held, id: id)
+                            try await self.read(stream: stream, count: free + held, id: id, block: block)
                         }
                         unfinishedFetch = (fetch, .now)
                         claimed = try await stopping.call { () async throws(RedisError) in
@@ -242,10 +253,10 @@ package final class FleetWorker: Sendable {
                         }
                         // "0" reads this consumer's own pending entries (a restart under the same name) without
                         // blocking; once it offers nothing new, only new entries ('>').
-                        if readID == "0"
-                            && state.withLock({ state in claimed.allSatisfy { state.held.contains($0.id) } })
+                        if id == "0"
+                            && state.withLock({ state in claimed.allSatisfy { state.held.contains($0.ref) } })
                         {
-                            readID = ">"
+                            readIDs[stream] = ">"
                         }
                     }
                     entries = claimed
@@ -258,12 +269,12 @@ package final class FleetWorker: Sendable {
                     log("Redis: \(error.message); retrying")
                     // A read whose reply was lost (the connection dropped, a restart) may still have given us shards:
                     // Redis keeps them pending under our name. Read our own pending entries again before new ones.
-                    readID = "0"
+                    readIDs.removeAll()
                     if error.kind == .server && error.message.hasPrefix("NOGROUP") {
                         // The group is gone (a restart without AOF, a flush): make it again, from the stream's start.
-                        let writer = self.writer
+                        let (writer, known) = (self.writer, streams)
                         _ = try? await stopping.call { () async throws(RedisError) in
-                            try await FleetConnection.ensureGroup(writer)
+                            for stream in known { try await FleetConnection.ensureGroup(writer, stream: stream) }
                         }
                     }
                     await stopping.sleep(for: .milliseconds(min(2000, 100 * failures)))
@@ -271,7 +282,7 @@ package final class FleetWorker: Sendable {
                 }
                 var started = 0
                 for entry in entries where started < free {
-                    let isNew = state.withLock { $0.held.insert(entry.id).inserted }
+                    let isNew = state.withLock { $0.held.insert(entry.ref).inserted }
                     guard isNew else { continue }
                     started += 1
                     running += 1
@@ -290,7 +301,7 @@ package final class FleetWorker: Sendable {
                 case .success(let fetched)? = await StopSignal.race(
                     within: fetch.started + options.block + .milliseconds(500) - .now, { await fetch.task.value })
             {
-                for entry in fetched.entries where state.withLock({ $0.held.insert(entry.id).inserted }) {
+                for entry in fetched.entries where state.withLock({ $0.held.insert(entry.ref).inserted }) {
                     running += 1
                     group.addTask {
                         await self.process(entry)
@@ -333,16 +344,27 @@ package final class FleetWorker: Sendable {
 
     // MARK: Reading and claiming
 
+    /// An entry of one of the streams.
+    struct ShardRef: Hashable, Sendable {
+        var stream: String
+        var id: String
+    }
+
     struct ShardEntry: Sendable {
+        var stream: String
         var id: String
         /// Nil when the entry was deleted from the stream (nothing to send).
         var fields: [String: String]?
+
+        var ref: ShardRef { ShardRef(stream: stream, id: id) }
     }
 
-    /// What one read or claim gave: its entries, and for a claim the cursor of the next.
+    /// What one read or claim pass gave: its entries; for a claim pass, the cursor of the next claim on each stream,
+    /// and the streams it found.
     struct Fetched: Sendable {
         var entries: [ShardEntry]
-        var cursor: String?
+        var cursors: [String: String] = [:]
+        var streams: [String]?
     }
 
     /// Runs a read or claim in a task of its own, so that the reading loop can stop waiting for it and still learn,
@@ -359,45 +381,60 @@ package final class FleetWorker: Sendable {
         }
     }
 
-    private func read(count: Int, id: String) async throws(RedisError) -> Fetched {
-        let block = milliseconds(options.block)
+    /// One stream's entries: one `XREADGROUP` (one stream a call: on a Redis Cluster the streams are in different
+    /// slots, and a command's keys must share one).
+    private func read(stream: String, count: Int, id: String, block: Duration) async throws(RedisError) -> Fetched {
         let reply = try await reader.command(
             [
                 "XREADGROUP", "GROUP", RedisArgument(FleetKeys.group), RedisArgument(options.name), "COUNT",
-                RedisArgument(count), "BLOCK", RedisArgument(Int(block)), "STREAMS", RedisArgument(FleetKeys.stream),
-                RedisArgument(id),
+                RedisArgument(count), "BLOCK", RedisArgument(Int(max(1, milliseconds(block)))), "STREAMS",
+                RedisArgument(stream), RedisArgument(id),
             ], timeout: options.block + .seconds(10))
         // nil (timed out on the server) or [[stream, [entries]]].
         guard let streams = reply.array, let first = streams.first?.array, first.count == 2,
             let entries = first[1].array
         else { return Fetched(entries: []) }
-        return Fetched(entries: entries.compactMap(Self.entry))
+        return Fetched(entries: entries.compactMap { Self.entry($0, stream: stream) })
     }
 
-    /// The entries claimed, and the cursor for the next claim.
-    private func claim(count: Int, cursor: String) async throws(RedisError) -> Fetched {
-        let reply = try await writer.command([
-            "XAUTOCLAIM", RedisArgument(FleetKeys.stream), RedisArgument(FleetKeys.group), RedisArgument(options.name),
-            RedisArgument(Int(milliseconds(options.claimIdle))), RedisArgument(cursor), "COUNT",
-            RedisArgument(count),
-        ])
-        // [next cursor, [entries], [deleted ids]] (Redis 7; 6.2 has no third element).
-        guard let parts = reply.array, parts.count >= 2, let next = parts[0].string, let entries = parts[1].array else {
-            return Fetched(entries: [], cursor: cursor)
+    /// Finds the streams (`fanout:shards` and the set's; a stream not in `known` gets its group made), then claims
+    /// from each in turn until one gives entries.
+    private func claimPass(count: Int, known: [String], cursors: [String: String]) async throws(RedisError)
+        -> Fetched
+    {
+        let listed = try await writer.command(["SMEMBERS", RedisArgument(FleetKeys.streamSet)])
+        let streams = [FleetKeys.stream] + (listed.array ?? []).compactMap(\.string).sorted()
+        for stream in streams where !known.contains(stream) {
+            try await FleetConnection.ensureGroup(writer, stream: stream)
         }
-        return Fetched(entries: entries.compactMap(Self.entry), cursor: next)
+        var fetched = Fetched(entries: [], cursors: cursors, streams: streams)
+        for stream in streams {
+            let cursor = cursors[stream] ?? "0-0"
+            let reply = try await writer.command([
+                "XAUTOCLAIM", RedisArgument(stream), RedisArgument(FleetKeys.group), RedisArgument(options.name),
+                RedisArgument(Int(milliseconds(options.claimIdle))), RedisArgument(cursor), "COUNT",
+                RedisArgument(count),
+            ])
+            // [next cursor, [entries], [deleted ids]] (Redis 7; 6.2 has no third element).
+            guard let parts = reply.array, parts.count >= 2, let next = parts[0].string, let entries = parts[1].array
+            else { continue }
+            fetched.cursors[stream] = next
+            fetched.entries = entries.compactMap { Self.entry($0, stream: stream) }
+            if !fetched.entries.isEmpty { break }
+        }
+        return fetched
     }
 
-    private static func entry(_ value: RedisValue) -> ShardEntry? {
+    private static func entry(_ value: RedisValue, stream: String) -> ShardEntry? {
         guard let pair = value.array, pair.count == 2, let id = pair[0].string else { return nil }
-        guard let list = pair[1].array else { return ShardEntry(id: id, fields: nil) }
+        guard let list = pair[1].array else { return ShardEntry(stream: stream, id: id, fields: nil) }
         var fields: [String: String] = [:]
         var index = 0
         while index + 1 < list.count {
             if let key = list[index].string, let value = list[index + 1].string { fields[key] = value }
             index += 2
         }
-        return ShardEntry(id: id, fields: fields)
+        return ShardEntry(stream: stream, id: id, fields: fields)
     }
 
     /// Frees this worker's name (a clean exit), waiting at most `timeout`; a restart under it may then take it at once.
@@ -425,18 +462,22 @@ package final class FleetWorker: Sendable {
                 }
             }
             let held = state.withLock { Array($0.held) }
-            guard !held.isEmpty else { continue }
-            do {
-                let owned = try await writer.evalScript(
-                    FleetScripts.heartbeat, keys: [RedisArgument(FleetKeys.stream)],
-                    arguments: [RedisArgument(FleetKeys.group), RedisArgument(options.name)]
-                        + held.map { RedisArgument($0) })
-                let kept = Set((owned.array ?? []).compactMap(\.string))
-                for id in held where !kept.contains(id) && state.withLock({ $0.held.contains(id) }) {
-                    log("shard \(id) was claimed by another worker (a heartbeat came late); finishing it anyway")
+            // One script per stream (each in its own slot on a cluster).
+            for (stream, entries) in Dictionary(grouping: held, by: \.stream) {
+                do {
+                    let owned = try await writer.evalScript(
+                        FleetScripts.heartbeat, keys: [RedisArgument(stream)],
+                        arguments: [RedisArgument(FleetKeys.group), RedisArgument(options.name)]
+                            + entries.map { RedisArgument($0.id) })
+                    let kept = Set((owned.array ?? []).compactMap(\.string))
+                    for entry in entries where !kept.contains(entry.id) && state.withLock({ $0.held.contains(entry) }) {
+                        log(
+                            "shard \(entry.id) was claimed by another worker (a heartbeat came late); finishing it "
+                                + "anyway")
+                    }
+                } catch {
+                    log("heartbeat: \(error.message)")
                 }
-            } catch {
-                log("heartbeat: \(error.message)")
             }
         }
     }
@@ -444,12 +485,12 @@ package final class FleetWorker: Sendable {
     // MARK: One shard
 
     private func process(_ entry: ShardEntry) async {
-        defer { state.withLock { _ = $0.held.remove(entry.id) } }
+        defer { state.withLock { _ = $0.held.remove(entry.ref) } }
         guard let fields = entry.fields, let jobID = fields["job"], let shard = fields["shard"].flatMap(Int.init),
             let start = fields["start"].flatMap(Int.init), let count = fields["count"].flatMap(Int.init)
         else {
             log("shard entry \(entry.id) is deleted or malformed; acknowledging it")
-            await acknowledge(entry.id)
+            await acknowledge(entry.ref)
             return
         }
         let keys = FleetKeys(job: jobID)
@@ -488,7 +529,7 @@ package final class FleetWorker: Sendable {
         switch try await job(keys, enqueueID: enqueueID) {
         case .gone:
             log("job \(keys.job) is no longer in Redis; acknowledging its shard \(shard)")
-            await acknowledge(entry.id)
+            await acknowledge(entry.ref)
             return true
         case .enqueuedAgain:
             await acknowledgeEarlierEnqueue(entry, keys: keys, shard: shard)
@@ -530,7 +571,7 @@ package final class FleetWorker: Sendable {
         }
         guard case .bytes(let data) = replies[0] else {
             log("the tokens of shard \(shard) of \(keys.job) are gone; acknowledging it")
-            await acknowledge(entry.id)
+            await acknowledge(entry.ref)
             return true
         }
         let tokens = data.split(separator: 10, omittingEmptySubsequences: false).map {
@@ -592,7 +633,7 @@ package final class FleetWorker: Sendable {
             }
             // A run that starts after the grace period is over is cancelled here: `abandon()` only saw those before.
             if state.withLock({ state in
-                state.runs[entry.id] = run
+                state.runs[entry.ref] = run
                 return state.abandoning
             }) {
                 run.cancel()
@@ -600,7 +641,7 @@ package final class FleetWorker: Sendable {
             // Raced: an engine run cancelled at the grace period's end can still be waiting on Redis (the fleet's
             // rate budget leases there).
             let ended = await cutOff.race { await run.value }
-            state.withLock { _ = $0.runs.removeValue(forKey: entry.id) }
+            state.withLock { _ = $0.runs.removeValue(forKey: entry.ref) }
             flusher.cancel()
             _ = await flusher.value
             guard let ended else { return false }
@@ -654,7 +695,7 @@ package final class FleetWorker: Sendable {
                     ])
             }
             // Acknowledged, then deleted: the stream keeps only shards not done.
-            let stream = RedisArgument(FleetKeys.stream)
+            let stream = RedisArgument(entry.stream)
             let replies = try await cutOff.call { () async throws(RedisError) in
                 try await writer.commands([
                     ["XACK", stream, RedisArgument(FleetKeys.group), RedisArgument(entry.id)],
@@ -670,8 +711,8 @@ package final class FleetWorker: Sendable {
 
     /// Acknowledges and deletes an entry with nothing (more) to send, retrying Redis failures with backoff until done
     /// or the stop's grace period is over: one dropped here would stay pending until claimed, and on the stream.
-    private func acknowledge(_ id: String) async {
-        let stream = RedisArgument(FleetKeys.stream)
+    private func acknowledge(_ entry: ShardRef) async {
+        let (stream, id) = (RedisArgument(entry.stream), entry.id)
         let writer = self.writer
         var failures = 0
         while !state.withLock({ $0.abandoning }) {
@@ -698,7 +739,7 @@ package final class FleetWorker: Sendable {
         log(
             "shard \(shard) of \(keys.job) belongs to an earlier enqueue of that id, whose keys were deleted; "
                 + "acknowledging it")
-        await acknowledge(entry.id)
+        await acknowledge(entry.ref)
     }
 
     /// What the job's hash says for a shard entry.

@@ -273,8 +273,8 @@ package final class ServiceCore: Sendable {
         return record
     }
 
-    /// With the queue on Redis: the checked dispatch committed there (its record and its queue entry, one
-    /// transaction), for any instance to take. This instance's store has nothing of it until it takes it.
+    /// With the queue on Redis: the checked dispatch committed there (its record, then its queue entry: the commit
+    /// point), for any instance to take. This instance's store has nothing of it until it takes it.
     private func enqueue(
         _ spec: DispatchSpec, id: String, caller: Caller, idempotency: IdempotencyKey?, on queue: SharedDispatchQueue
     ) async throws(APIError) -> DispatchRecord {

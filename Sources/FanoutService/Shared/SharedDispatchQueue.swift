@@ -14,8 +14,8 @@ import Foundation
 /// | (group `fanout-serve`) | consumer group | each instance a consumer of its own (`serve-HOST-PID-RANDOM`) |
 /// | `fanout:dispatch:{ID}:runs` | counter | the runs any instance gave the dispatch: each take counts one |
 ///
-/// - **Accepting is enqueueing**: `enqueueCommand` goes into the same `MULTI` as the published record
-///   (`SharedDispatches.publish(_:also:)`), before the `202`; the accepting instance's file has nothing of it.
+/// - **Accepting is enqueueing**: `enqueueCommand` runs right after the record is published, as the accept's commit
+///   point (`SharedDispatches.publish(_:also:)`), before the `202`; the accepting instance's file has nothing of it.
 /// - **Taking**: `XREADGROUP` (new entries), and every `claimIdle` an `XAUTOCLAIM` of entries idle that long (their
 ///   instance died or was stopped mid-dispatch). The taker counts a run (`INCR`), copies into its own store the
 ///   results the earlier runs published (`SharedDispatches.publishedResults`), and hands the dispatch to its
@@ -78,7 +78,7 @@ final class SharedDispatchQueue: Sendable {
         self.log = log
     }
 
-    /// The `XADD` of a new dispatch's entry (run inside the accept's transaction).
+    /// The `XADD` of a new dispatch's entry (the accept's commit point, after its record).
     static func enqueueCommand(_ record: DispatchRecord, activityID: String?) -> [RedisArgument] {
         var command: [RedisArgument] = [
             "XADD", stream, "*", "id", RedisArgument(record.id), "workspace", RedisArgument(record.workspace), "app",

@@ -239,22 +239,36 @@ final class SharedDispatches: Sendable {
         publishedUpTo.withLock { $0[id] = max($0[id] ?? -1, position) }
     }
 
-    /// Publishes a new dispatch's record, lists it among its workspace's newest, and runs `also` (the shared
-    /// queue's entry) in one transaction: all of it or none.
+    /// Publishes a new dispatch's record, runs `also` (the shared queue's entry: commands of one slot, the accept's
+    /// commit point), then lists the dispatch among its workspace's newest. Three steps, not one transaction: on
+    /// Redis Cluster the record (`{ID}`), the queue's stream and the workspace's list (`{WORKSPACE}`) are in three
+    /// slots, and a transaction runs in one. Each step is safe on its own:
+    /// - The record first, so that whoever takes the entry, or looks the dispatch up, finds it.
+    /// - `also` is the commit point: once it is answered the dispatch is accepted. When Redis refuses it, or it
+    ///   was never sent, the record is deleted again (a record left by a failed delete was never answered to anyone,
+    ///   so nobody has its id; it expires like any record). When its answer is lost the entry may be there, so the
+    ///   record stays: the call fails as a lost `EXEC` answer did.
+    /// - The list last, and not an error once the dispatch is accepted (the status page may miss a dispatch accepted
+    ///   while Redis was failing; the dispatch runs and is found by its id).
     func publish(_ record: DispatchRecord, also: [[RedisArgument]]) async throws(RedisError) {
-        let recent = Self.recentKey(record.workspace)
-        let replies = try await client.commands(
-            [["MULTI"], Self.setCommand(record)]
-                + [
-                    ["ZADD", recent, RedisArgument(String(record.createdAt)), RedisArgument(record.id)],
-                    ["ZREMRANGEBYRANK", recent, "0", RedisArgument(-Self.recentKept - 1)],
-                    ["EXPIRE", recent, RedisArgument(Self.expirySeconds)],
-                ] + also + [["EXEC"]])
-        for case .error(let message) in replies { throw RedisError.server(message) }
-        guard case .array(let results)? = replies.last else {
-            throw RedisError.server("the transaction was not run")
+        _ = try await client.command(Self.setCommand(record))
+        do throws(RedisError) {
+            let replies = try await client.commands(also)
+            for case .error(let message) in replies { throw RedisError.server(message) }
+        } catch {
+            // Refused by Redis, or never sent: no entry, so no dispatch. Anything else (a lost connection, a
+            // timeout, a shutdown with the call in flight) may have added it.
+            if [.server, .unavailable, .crossSlot, .unsupported, .authenticationFailed].contains(error.kind) {
+                _ = try? await client.command(["DEL", RedisArgument("fanout:dispatch:{\(record.id)}")])
+            }
+            throw error
         }
-        for case .error(let message) in results { throw RedisError.server(message) }
+        let recent = Self.recentKey(record.workspace)
+        _ = try? await client.commands([
+            ["ZADD", recent, RedisArgument(String(record.createdAt)), RedisArgument(record.id)],
+            ["ZREMRANGEBYRANK", recent, "0", RedisArgument(-Self.recentKept - 1)],
+            ["EXPIRE", recent, RedisArgument(Self.expirySeconds)],
+        ])
     }
 
     /// ZADD commands for up to `resultsPerRound` results committed after the last published position, the last
