@@ -238,8 +238,8 @@ public final class FanoutEngine: Sendable {
         }
         defer { pendingSends.subtract(1, ordering: .relaxed) }
         // With room in flight now, and the budget's room when there is one in process (the usual case), the
-        // notification goes straight to a loop.
-        if configuration.sharedRateLimits == nil,
+        // notification goes straight to a loop. A budget shared through Redis decides asynchronously: general path.
+        if configuration.rateLimits == nil || configuration.sharedRateLimits == nil,
             let result = try await sendDirectly(
                 notification, token: token, timeout: timeout ?? configuration.sendTimeout)
         {
