@@ -1,7 +1,7 @@
 import Fanout
+import FanoutCore
 import FanoutTestSupport
 import Foundation
-import Synchronization
 import XCTest
 
 /// `send`'s direct path (the calling task hands the notification straight to a loop) and where it gives way to the
@@ -89,7 +89,7 @@ final class SingleSendTests: XCTestCase {
 
 /// A one-shot gate a task waits at until another opens it.
 private final class AsyncGate: Sendable {
-    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let state = FanoutMutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     func wait() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
