@@ -224,9 +224,9 @@ public final class FanoutRun: Sendable {
         }
     }
 
-    /// Hands one result to the caller (its `onResult`, or `results`) without counting it: a loop's results thread
-    /// delivers a batch this way, then counts the batch with one `countDelivered`. Every result delivered must be
-    /// counted, after it is delivered, for the summary to come.
+    /// Hands one result to the caller (its `onResult`, or `results`; a `send` run's waiting task) without counting
+    /// it: a loop's results thread delivers a batch this way, then counts the batch with one `countDelivered`. Every
+    /// result delivered must be counted, after it is delivered, for the summary to come.
     func deliver(_ result: NotificationResult) {
         if isSend {
             guard let waiter = sendWaiter else { preconditionFailure("a send's result is delivered once") }
