@@ -20,7 +20,8 @@ final class AllocationTests: XCTestCase {
     }
 
     /// `engine.send` of one notification, each call awaited before the next: what one call of a gateway's costs
-    /// (its job, run, prepared payload and headers, continuation, task frames, and a share of two loop turns).
+    /// (its run, prepared payload and headers, hand-off to the loop, continuation, task frames, and a share of two loop
+    /// turns).
     func testSingleSendAllocationsPerCallStayAtThreshold() throws {
         try checkAllocationsStayAtThreshold("single-send")
     }

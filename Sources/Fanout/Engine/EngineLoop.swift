@@ -205,6 +205,11 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
         }
     }
 
+    /// One spare record, if there is one (a `send` fills it with `reuse`). Any thread.
+    func takeSpare() -> PendingNotification? {
+        spares.withLock { $0.popLast() }
+    }
+
     // MARK: Work in
 
     /// Queues notifications (made by the feeding task, off this thread) and sends them. Loop thread.
@@ -215,16 +220,31 @@ final class EngineLoop: HTTP2ResponseHandler, @unchecked Sendable {
             probeEndpoint()
             return
         }
-        for pending in batch {
-            if isStopping {
-                finish(pending, outcome: .failed, reason: "NotSent")
-            } else if pending.job.run.isCancelled {
-                finish(pending, outcome: pending.job.run.stopOutcome, reason: pending.job.run.stopReason)
-            } else {
-                waiting.append(pending)
-            }
-        }
+        for pending in batch { accept(pending) }
         pump()
+    }
+
+    /// Queues one `send`'s notification and sends it: `enqueue` without a batch array. Loop thread.
+    func enqueue(_ pending: PendingNotification) {
+        loop.assertInLoop()
+        if let down = endpointDown, !slots.contains(where: { $0.connection?.isReady == true }) {
+            finish(pending, outcome: .failed, reason: "ConnectionFailed: \(down.message)")
+            probeEndpoint()
+            return
+        }
+        accept(pending)
+        pump()
+    }
+
+    /// Queues a notification handed in, or ends it when the loop is stopping or its run was stopped already.
+    private func accept(_ pending: PendingNotification) {
+        if isStopping {
+            finish(pending, outcome: .failed, reason: "NotSent")
+        } else if pending.job.run.isCancelled {
+            finish(pending, outcome: pending.job.run.stopOutcome, reason: pending.job.run.stopReason)
+        } else {
+            waiting.append(pending)
+        }
     }
 
     // MARK: Streams

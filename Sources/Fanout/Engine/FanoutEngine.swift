@@ -223,7 +223,7 @@ public final class FanoutEngine: Sendable {
     public func send(_ notification: PushNotification, timeout: Duration? = nil, overBudget: OverBudget? = nil)
         async throws(FanoutError) -> NotificationResult
     {
-        guard DeviceToken(notification.deviceToken) != nil else {
+        guard let token = DeviceToken(notification.deviceToken) else {
             throw FanoutError(.invalidNotification, "device token is not 64 to 200 hex digits")
         }
         // The job's checks leave `apns-id` out (a job's ids are the engine's own): the caller's is checked here, or a
@@ -237,6 +237,14 @@ public final class FanoutEngine: Sendable {
             throw FanoutError(.overloaded, "\(limit) sends are already under way (maxPendingSends); nothing was sent")
         }
         defer { pendingSends.subtract(1, ordering: .relaxed) }
+        // With room in flight now, and the budget's room when there is one in process (the usual case), the
+        // notification goes straight to a loop. A budget shared through Redis decides asynchronously: general path.
+        if configuration.rateLimits == nil || configuration.sharedRateLimits == nil,
+            let result = try await sendDirectly(
+                notification, token: token, timeout: timeout ?? configuration.sendTimeout)
+        {
+            return result
+        }
         var job = FanoutJob(
             id: notification.headers.apnsID ?? "single", workspace: notification.workspace,
             headers: notification.headers,
@@ -254,6 +262,110 @@ public final class FanoutEngine: Sendable {
             preconditionFailure("a finished job of one token has one result")
         }
         return result
+    }
+
+    /// `send` without the job machinery (no `FanoutJob`, feeding task, batch, summary or handler): the calling task
+    /// checks and prepares the notification, takes its in-flight permit, hands the record to a loop with one
+    /// `execute` (a lock and, when the loop sleeps, one wake-up) and suspends; the loop sends it, retries it as any
+    /// notification, and at the end of the turn that finishes it resumes the task with its result
+    /// (`FanoutRun.waitForResult`). The deadline, cancellation and shutdown stop it through its run, as they stop a
+    /// job's notifications. Nil, with nothing sent or taken: no room in flight now, or the in-process budget does not
+    /// admit it now, so the caller takes the general path (it waits, or ends `rate_limited`, as a job does).
+    private func sendDirectly(_ notification: PushNotification, token: DeviceToken, timeout: Duration?)
+        async throws(FanoutError) -> NotificationResult?
+    {
+        try checkNotShutDown()
+        if let timeout { try FanoutEngineConfiguration.checkTime("timeout", timeout) }
+        let limiter = shared.sendLimiter
+        guard limiter.tryAcquire(1) else { return nil }
+        // A task running on one of the loops (`sendExecutor`) hands its notification to that loop, with no wake-up.
+        let engineLoop = loopOfThisThread() ?? loops[nextLoop.add(1, ordering: .relaxed).oldValue % loops.count]
+        let jobID = notification.headers.apnsID ?? "single"
+        let metricsListener = configuration.metricsListener
+        let run = FanoutRun(sendOf: jobID, metricsListener: metricsListener) { run in
+            // A stopped loop has already ended what it held.
+            try? engineLoop.loop.execute { engineLoop.cancel(run) }
+        }
+        var prepared: PreparedJob
+        do {
+            prepared = try prepareSend(notification, jobID: jobID, run: run)
+        } catch {
+            limiter.release(1)
+            metricsListener?.notificationFinished(outcome: .invalid, reason: error.message, latency: nil)
+            throw error
+        }
+        if let limits = configuration.rateLimits {
+            // The budget's decision, as `admit` makes it; one that does not admit at once (wait, or reject) consumed
+            // nothing, and the general path decides again and waits or answers `rate_limited` as the call asks.
+            let priority = notification.headers.effectivePriority
+            let decision = limits.decide(
+                workspace: notification.workspace, priority: priority, now: MonotonicRateClock().nanoseconds())
+            guard case .admit(let admitted) = decision else {
+                limiter.release(1)
+                return nil
+            }
+            if admitted != priority { prepared = PreparedJob(demoting: prepared, to: admitted) }
+        }
+        state.withLock { $0.payloadEncodings += 1 }
+        let apnsID: APNsIdentifier
+        if let given = notification.headers.apnsID {
+            apnsID = APNsIdentifier(given)
+        } else if configuration.apnsIDs == .fanout {
+            var random = FastRandomGenerator(
+                seed: idSeedBase &+ idSeedCount.add(1, ordering: .relaxed).newValue &* 0xD1B5_4A32_D192_ED03)
+            apnsID = .random(using: &random)
+        } else {
+            apnsID = PendingNotification.assignedByAPNs
+        }
+        let recipient = RecipientToken(token.hex)
+        let pending: PendingNotification
+        if let spare = engineLoop.takeSpare() {
+            spare.reuse(job: prepared, token: recipient, apnsID: apnsID, position: 0)
+            pending = spare
+        } else {
+            pending = PendingNotification(job: prepared, token: recipient, apnsID: apnsID, position: 0)
+        }
+        let deadline = timeout.map { deadlines.add(run, deadline: .now + $0) }
+        defer { if let deadline { deadlines.remove(deadline) } }
+        return await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<NotificationResult, Never>) in
+                run.waitForResult(continuation)
+                do throws(TransportError) {
+                    try engineLoop.loop.execute { engineLoop.enqueue(pending) }
+                } catch {
+                    // The loop has stopped (shutdown): nothing was sent, as for a job's notifications then.
+                    limiter.release(1)
+                    var result = NotificationResult(jobID: jobID, token: nil, outcome: .failed, reason: "NotSent")
+                    result.tokenValue = recipient
+                    result.position = 0
+                    metricsListener?.notificationFinished(outcome: .failed, reason: "NotSent", latency: nil)
+                    run.deliver(result)
+                }
+            }
+        } onCancel: {
+            run.cancel()
+        }
+    }
+
+    /// `encode` for a `send`: the payload's limits and shape, the certificate's topics, and the constant headers.
+    private func prepareSend(_ notification: PushNotification, jobID: String, run: FanoutRun)
+        throws(FanoutError) -> PreparedJob
+    {
+        let headers = notification.headers
+        if let certificate, !certificate.covers(topic: headers.topic) {
+            throw FanoutError(
+                .invalidNotification, ProviderCertificate.refusal(topic: headers.topic, topics: certificate.topics))
+        }
+        do {
+            try PayloadLimits.check(notification.payload, pushType: headers.pushType)
+            try RawPayload.checkObject(notification.payload)
+            return try PreparedJob(
+                id: jobID, headers: headers, payload: notification.payload, run: run, authority: authority,
+                headerCache: headerCache)
+        } catch {
+            let reason = (error as? NotificationHeaderError)?.description ?? "\(error)"
+            throw FanoutError(.invalidNotification, reason)
+        }
     }
 
     private func checkNotShutDown() throws(FanoutError) {

@@ -36,6 +36,14 @@ public final class FanoutRun: Sendable {
     /// next to nothing (`FanoutEngine.send` keeps the result for its caller): the results thread exists so that a
     /// caller's slow handler cannot stall a loop, and for a lone send its wake-up would be a third of the loop's CPU.
     let deliversOnLoop: Bool
+    /// A run made for one `FanoutEngine.send` (`init(sendOf:metricsListener:cancelOnLoops:)`): its one result resumes
+    /// the calling task (`waitForResult`) straight from whoever delivers it, with no handler, counts or summary.
+    let isSend: Bool
+    /// The task of a `send` run, resumed once with the result by `deliver`. Written once, by the calling task before
+    /// it hands the notification to its loop (`LoopThread.execute`, whose lock orders the write before the loop's
+    /// read), and taken once by the delivery: the notification has exactly one result, delivered after that hand-off
+    /// (or by the calling task itself when the hand-off failed).
+    private nonisolated(unsafe) var sendWaiter: UnsafeContinuation<NotificationResult, Never>?
     /// Told of the outcomes `record` gives (those of notifications that never reached a loop; a loop's results thread
     /// tells it of the others).
     private let metricsListener: (any FanoutMetricsListener)?
@@ -79,14 +87,16 @@ public final class FanoutRun: Sendable {
 
     init(
         jobID: String, onResult: (@Sendable (NotificationResult) -> Void)?, deliversOnLoop: Bool,
-        metricsListener: (any FanoutMetricsListener)? = nil, cancelOnLoops: @escaping @Sendable (FanoutRun) -> Void
+        metricsListener: (any FanoutMetricsListener)? = nil, isSend: Bool = false,
+        cancelOnLoops: @escaping @Sendable (FanoutRun) -> Void
     ) {
         self.jobID = jobID
         self.metricsListener = metricsListener
         self.onResult = onResult
         self.deliversOnLoop = deliversOnLoop
+        self.isSend = isSend
         self.cancelOnLoops = cancelOnLoops
-        if onResult == nil {
+        if onResult == nil && !isSend {
             let (stream, continuation) = AsyncStream<NotificationResult>.makeStream(bufferingPolicy: .unbounded)
             results = stream
             self.continuation = continuation
@@ -98,6 +108,24 @@ public final class FanoutRun: Sendable {
         continuation?.onTermination = { [weak self] termination in
             if case .cancelled = termination { self?.cancel() }
         }
+    }
+
+    /// The run of one `send`: delivered on its loop (`deliversOnLoop`), its result resuming the task that called
+    /// `waitForResult`.
+    convenience init(
+        sendOf jobID: String, metricsListener: (any FanoutMetricsListener)?,
+        cancelOnLoops: @escaping @Sendable (FanoutRun) -> Void
+    ) {
+        self.init(
+            jobID: jobID, onResult: nil, deliversOnLoop: true, metricsListener: metricsListener, isSend: true,
+            cancelOnLoops: cancelOnLoops)
+    }
+
+    /// A `send` run: `continuation` is resumed with the notification's result. Call once, before the notification is
+    /// handed to a loop.
+    func waitForResult(_ continuation: UnsafeContinuation<NotificationResult, Never>) {
+        precondition(isSend && sendWaiter == nil, "one waiter, for a send's run")
+        sendWaiter = continuation
     }
 
     /// Cancels the job: feeding stops at once, notifications not sent yet end `cancelled`, open streams
@@ -196,15 +224,23 @@ public final class FanoutRun: Sendable {
         }
     }
 
-    /// Hands one result to the caller (its `onResult`, or `results`) without counting it: a loop's results thread
-    /// delivers a batch this way, then counts the batch with one `countDelivered`. Every result delivered must be
-    /// counted, after it is delivered, for the summary to come.
+    /// Hands one result to the caller (its `onResult`, or `results`; a `send` run's waiting task) without counting
+    /// it: a loop's results thread delivers a batch this way, then counts the batch with one `countDelivered`. Every
+    /// result delivered must be counted, after it is delivered, for the summary to come.
     func deliver(_ result: NotificationResult) {
+        if isSend {
+            guard let waiter = sendWaiter else { preconditionFailure("a send's result is delivered once") }
+            sendWaiter = nil
+            waiter.resume(returning: result)
+            return
+        }
         if let onResult { onResult(result) } else { continuation?.yield(result) }
     }
 
     /// Counts results already `deliver`ed, under one lock; finishes the run when they were its last.
     func countDelivered(_ counts: OutcomeCounts, results: Int, broadcasts: Int) {
+        // A send's caller has its one result already and awaits no summary.
+        guard !isSend else { return }
         finishIfDone { state in
             state.counts.add(counts)
             state.completed += results

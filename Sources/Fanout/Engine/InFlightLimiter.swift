@@ -55,6 +55,15 @@ final class InFlightLimiter: Sendable {
         return await wait(id: id, count: count)
     }
 
+    /// Takes `count` permits if they are free now and nobody waits ahead (FIFO is kept); false, taking none, otherwise.
+    func tryAcquire(_ count: Int) -> Bool {
+        state.withLock { state -> Bool in
+            guard state.waiters.isEmpty && state.available >= count else { return false }
+            state.available -= count
+            return true
+        }
+    }
+
     /// The queued part of `acquire`: waits as waiter `id` for `count` permits.
     private func wait(id: UInt64, count: Int) async -> Bool {
         await withTaskCancellationHandler {

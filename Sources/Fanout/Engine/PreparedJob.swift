@@ -24,17 +24,27 @@ final class PreparedJob: Sendable {
     /// - Parameter headerCache: the engine's cache of constant headers, so that jobs with the same headers (a
     ///   gateway's one-token jobs, mostly) check and encode them once, not once per job.
     /// - Throws: the header rule a job breaks (topic, priority, collapse id, ...).
-    init(job: FanoutJob, payload: [UInt8], run: FanoutRun, authority: String, headerCache: HeaderCache? = nil)
-        throws(NotificationHeaderError)
-    {
-        id = job.id
+    convenience init(
+        job: FanoutJob, payload: [UInt8], run: FanoutRun, authority: String, headerCache: HeaderCache? = nil
+    ) throws(NotificationHeaderError) {
+        try self.init(
+            id: job.id, headers: job.headers, payload: payload, run: run, authority: authority, headerCache: headerCache
+        )
+    }
+
+    /// A job of `id` with these headers (a `send`'s, which makes no `FanoutJob`).
+    init(
+        id: String, headers jobHeaders: NotificationHeaders, payload: [UInt8], run: FanoutRun, authority: String,
+        headerCache: HeaderCache? = nil
+    ) throws(NotificationHeaderError) {
+        self.id = id
         self.run = run
         body = SharedBody(payload)
-        var headers = job.headers
+        var headers = jobHeaders
         headers.apnsID = nil
         headers.bearerToken = nil
         self.headers = headers
-        expiresAt = (job.headers.expiration ?? 0) > 0 ? job.headers.expiration : nil
+        expiresAt = (jobHeaders.expiration ?? 0) > 0 ? jobHeaders.expiration : nil
         if let cached = headerCache?.lookup(headers) {
             constant = cached
         } else {
