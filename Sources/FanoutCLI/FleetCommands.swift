@@ -12,8 +12,10 @@ import Foundation
 /// exit status 2 before anything else happens.
 enum FleetCommands {
     static let redisHelp = """
-          --redis URL           redis://[user:password@]host:port[/db] (rediss:// is not supported: Debian's
-                                hiredis 0.14 has no TLS)
+          --redis URL           redis://[user:password@]host:port[/db], a Redis Cluster
+                                redis+cluster://host:port[,host:port...], or a primary behind Sentinel
+                                redis+sentinel://host:26379[,host:port...]/MASTER[/db] (rediss:// is not
+                                supported: Debian's hiredis 0.14 has no TLS)
         """
 
     /// `fanout enqueue --redis URL --jobs FILE [--shard-size N] [--partitions N]`.

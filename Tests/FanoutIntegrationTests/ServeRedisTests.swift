@@ -317,9 +317,11 @@ final class ServeRedisTests: XCTestCase {
         }
         let timestamps = try aps(for: token).compactMap { $0["timestamp"] as? Int }
         XCTAssertEqual(timestamps.count, delivered, "every update delivered carries a timestamp")
-        XCTAssertGreaterThanOrEqual(
-            delivered, 3, "each instance sends its own updates; at most one is superseded per round")
+        // The activity's dispatches run one at a time, whichever instance takes each; one that runs after a newer
+        // one is superseded (not sent), so the device sees at least one and never an older after a newer.
+        XCTAssertGreaterThanOrEqual(delivered, 1)
         XCTAssertEqual(Set(timestamps).count, timestamps.count, "no two updates share a timestamp: \(timestamps)")
+        XCTAssertEqual(timestamps, timestamps.sorted(), "never an older update after a newer one: \(timestamps)")
     }
 
     func testARetryWithTheSameIdempotencyKeyThroughTheOtherInstanceReturnsTheFirstDispatch() throws {
