@@ -17,10 +17,11 @@ enum ServeCommand {
           --config FILE      workspaces, apps, API key digests and limits (JSON; see docs/SERVE.md)
           --listen HOST:PORT where to listen (port 0: a free port); overrides the config's "listen"
           --db FILE          the SQLite file for the registry and the dispatch queue; overrides "db"
-          --redis URL        keep the registry on Redis instead, shared by every fanout serve given the same URL
-                             (redis://[user:password@]host:port[/db]; overrides "redis"); also shares one provider
-                             token per team and orders content timestamps across them. The dispatch queue stays in
-                             the --db file of each instance.
+          --redis URL        keep the registry and the dispatch queue on Redis instead, shared by every fanout
+                             serve given the same URL (redis://[user:password@]host:port[/db], redis+cluster://...
+                             or redis+sentinel://host:26379[,...]/MASTER; overrides "redis"): a dispatch any
+                             instance accepts is sent by whichever takes it; also shares one provider token per
+                             team and orders content timestamps across them.
           --tls-cert PEM     serve HTTPS with this certificate chain (with --tls-key)
           --tls-key PEM      the certificate's private key
           --log-format F     text (default) or json, on stderr
