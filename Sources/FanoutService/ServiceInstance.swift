@@ -86,19 +86,36 @@ package final class ServiceInstance: Sendable {
             await stores.close()
             throw ServiceStartError("\(error)")
         }
-        let sharedDispatches = stores.redis.map { SharedDispatches(client: $0, store: stores.dispatches) }
+        let sharedDispatches: SharedDispatches?
+        if let redis = stores.redis, let url = configuration.redis {
+            do {
+                let results = try await FleetConnection.connect(url)
+                sharedDispatches = SharedDispatches(client: redis, results: results, store: stores.dispatches)
+            } catch {
+                await engines.shutdown(gracePeriod: .zero)
+                _ = await sharedBudget?.returnLeases(timeout: .seconds(1))
+                tokens.stop()
+                await stores.close()
+                throw ServiceStartError("cannot reach Redis for the dispatches' results: \(error.message)")
+            }
+        } else {
+            sharedDispatches = nil
+        }
         let events: ServiceEvents?
         do {
             events = try ServiceEvents.start(
                 configuration: configuration, store: stores.dispatches, registry: registry,
                 metrics: metrics.registry, logger: logger, environment: ProcessInfo.processInfo.environment)
         } catch {
+            await sharedDispatches?.stop()
             await engines.shutdown(gracePeriod: .zero)
             _ = await sharedBudget?.returnLeases(timeout: .seconds(1))
             tokens.stop()
             await stores.close()
             throw error
         }
+        // The shared queue, once started: told when a dispatch ends, so that it hands the activity on at once.
+        let queueBox = FanoutMutex<SharedDispatchQueue?>(nil)
         // With the queue on Redis, each committed batch of results is published before the dispatch sends more.
         var publishCommitted: (@Sendable (String) -> Void)?
         if let sharedDispatches { publishCommitted = { id in sharedDispatches.publishWaiting(id) } }
@@ -107,6 +124,7 @@ package final class ServiceInstance: Sendable {
             maxRunning: configuration.maxRunningDispatches, log: { message in logger.error(message) },
             changed: { id in
                 sharedDispatches?.changed(id)
+                queueBox.withLock { $0 }?.dispatchChanged(id)
                 events?.dispatchChanged(id)  // webhooks: accepted, finished, failed (Webhooks/ServiceEvents.swift)
             },
             afterCommit: publishCommitted)
@@ -130,6 +148,7 @@ package final class ServiceInstance: Sendable {
                         url: url, shared: sharedDispatches, core: core, configuration: configuration, logger: logger)
                 }
                 core.queue = queue
+                queueBox.withLock { $0 = queue }
                 return try ServiceInstance(
                     configuration: configuration, core: core, engines: engines, stores: stores, tokens: tokens,
                     sharedBudget: sharedBudget, fleet: fleet, queue: queue, events: events)

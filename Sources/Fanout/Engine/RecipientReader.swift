@@ -109,6 +109,10 @@ package struct RegistryPager: Sendable {
     private var index = 0
     private var exhausted = false
     private(set) var delivered = 0
+    /// The page after the current one, read while the current one is used: a store on Redis holds each page's read
+    /// for tens of milliseconds (one script over 4,096 tokens), which a reader that waited for it would add to the
+    /// send, page after page. A read ahead that failed is read again when the page is needed.
+    private var readAhead: Task<Result<(tokens: [String], next: RegistryCursor?), RegistryError>, Never>?
 
     package init(store: any RegistryStore, query: Query, now: Int64) {
         self.store = store
@@ -143,25 +147,49 @@ package struct RegistryPager: Sendable {
     }
 
     private mutating func loadPage() async throws(RegistryError) {
-        let limit = Self.pageSize
+        let loaded: (tokens: [String], next: RegistryCursor?)
+        if let readAhead, case .success(let page) = await readAhead.value {
+            self.readAhead = nil
+            loaded = page
+        } else {
+            // No page read ahead, or its read failed (in flight when a connection dropped, say): read it now, so a
+            // failure is one of the page as it is needed.
+            readAhead = nil
+            loaded = try await Self.read(store: store, query: query, after: cursor, now: now)
+        }
+        page = loaded.tokens
+        cursor = loaded.next
+        index = 0
+        exhausted = cursor == nil
+        if let next = cursor {
+            let (store, query, now) = (store, query, now)
+            readAhead = Task {
+                do throws(RegistryError) {
+                    return .success(try await Self.read(store: store, query: query, after: next, now: now))
+                } catch {
+                    return .failure(error)
+                }
+            }
+        }
+    }
+
+    /// One page of `query` after `cursor`: its tokens, and the cursor of the next (nil after the last).
+    private static func read(store: any RegistryStore, query: Query, after cursor: RegistryCursor?, now: Int64)
+        async throws(RegistryError) -> (tokens: [String], next: RegistryCursor?)
+    {
         switch query {
         case .activity(let app, let id):
             let result = try await store.liveUpdateTokens(
-                app: app, activityID: id, after: cursor, limit: limit, now: now)
-            page = result.items.map(\.token)
-            cursor = result.next
+                app: app, activityID: id, after: cursor, limit: pageSize, now: now)
+            return (result.items.map(\.token), result.next)
         case .pushToStart(let app, let attributesType, let selection):
             let result = try await store.pushToStartTokens(
-                app: app, attributesType: attributesType, selection: selection, after: cursor, limit: limit)
-            page = result.items.map(\.token)
-            cursor = result.next
+                app: app, attributesType: attributesType, selection: selection, after: cursor, limit: pageSize)
+            return (result.items.map(\.token), result.next)
         case .devices(let app, let selection):
-            let result = try await store.devices(app: app, selection: selection, after: cursor, limit: limit)
-            page = result.items.compactMap(\.pushToken)
-            cursor = result.next
+            let result = try await store.devices(app: app, selection: selection, after: cursor, limit: pageSize)
+            return (result.items.compactMap(\.pushToken), result.next)
         }
-        index = 0
-        exhausted = cursor == nil
     }
 }
 

@@ -149,8 +149,10 @@ package final class Dispatcher: Sendable {
     private static func nowMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
     /// Runs of a dispatch that may end in a job-level failure (the registry unreadable mid-send, the engine
-    /// refusing the job) before that failure is recorded as its result and the dispatch is done.
-    static let attemptsBeforeGivingUp = 3
+    /// refusing the job) before that failure is recorded as its result and the dispatch is done. With the backoff
+    /// between runs (`retryLater`: 1, 2, 4 ... 32 s) the last run starts about a minute after the first failure,
+    /// so a registry that restarts (Redis reloading its AOF) is ridden out.
+    static let attemptsBeforeGivingUp = 7
 
     /// Sends one dispatch to the end, or until its task is cancelled. A job-level failure (its recipients could not
     /// all be read, say while the registry was busy) or a store error leaves the dispatch unfinished and runs it

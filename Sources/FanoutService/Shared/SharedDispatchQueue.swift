@@ -151,6 +151,17 @@ final class SharedDispatchQueue: Sendable {
         }
     }
 
+    /// Told by the dispatcher when a dispatch of this instance changed: once one it holds is done, it is published
+    /// and acknowledged, its activity's lock released and the next dispatch of that activity started now, not when
+    /// the reading loop next comes round (a blocked read, up to a second).
+    func dispatchChanged(_ id: String) {
+        guard held.withLock({ $0[id] != nil }) else { return }
+        Task(priority: .utility) { [self] in
+            await acknowledgeFinished()
+            await startWaitingActivities()
+        }
+    }
+
     /// Dispatch ids this instance holds (taken, not yet acknowledged).
     var heldIDs: [String] { held.withLock { Array($0.keys) } }
 
