@@ -78,6 +78,21 @@ final class BenchRedis: Sendable {
         return commands
     }
 
+    /// `LATENCY LATEST` (the latency monitor, on past `latency-monitor-threshold`): each event's (`command`,
+    /// `aof-fsync-always`, `aof-write`, `fork`, ...) largest latency in milliseconds since the last `LATENCY RESET`,
+    /// and the seconds in which it went past the threshold (`LATENCY HISTORY` keeps one sample per second).
+    func latencyEvents() throws -> [String: (maxMilliseconds: Int, seconds: Int)] {
+        var events: [String: (maxMilliseconds: Int, seconds: Int)] = [:]
+        for entry in try run(["LATENCY", "LATEST"]).array ?? [] {
+            guard let fields = entry.array, fields.count >= 4, let name = fields[0].string,
+                let highest = fields[3].integer
+            else { continue }
+            let history = try run(["LATENCY", "HISTORY", RedisArgument(name)]).array ?? []
+            events[name] = (Int(highest), history.count)
+        }
+        return events
+    }
+
     /// One `INFO` field as a number (`total_forks`, `aof_delayed_fsync`, ...); 0 when absent.
     func infoNumber(_ section: String, _ field: String) throws -> Double {
         guard let text = try run(["INFO", RedisArgument(section)]).string else { return 0 }

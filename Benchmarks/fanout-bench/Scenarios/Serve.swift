@@ -313,15 +313,21 @@ private func measureServeOnRedis(
 
     let ownCommands: Set = [
         "info", "config|resetstat", "config|set", "config", "xlen", "slowlog|get", "slowlog|reset", "slowlog",
+        "latency|latest", "latency|history", "latency|reset", "latency", "ping",
     ]
     // Every command that holds Redis for 2 ms or more is logged: what a 202's commands can wait behind.
     _ = try client.run(["CONFIG", "SET", "slowlog-log-slower-than", "2000"])
     _ = try client.run(["CONFIG", "SET", "slowlog-max-len", "4096"])
+    // And every pause of 2 ms or more in its event loop, by cause (a command, the AOF's write or fsync, a fork).
+    _ = try client.run(["CONFIG", "SET", "latency-monitor-threshold", "2"])
     var redisCPUBefore = 0.0
     var phaseStart = DispatchTime.now()
+    // During each big update, PING on a connection of its own: how long Redis itself keeps any client waiting.
+    var pinger: RedisPinger?
     let before = {
         _ = try client.run(["CONFIG", "RESETSTAT"])
         _ = try client.run(["SLOWLOG", "RESET"])
+        _ = try client.run(["LATENCY", "RESET"])
         redisCPUBefore = try client.cpuSeconds()
         phaseStart = DispatchTime.now()
     }
@@ -340,10 +346,21 @@ private func measureServeOnRedis(
         figures["redis_command_microseconds"] = stats.mapValues(\.microseconds)
         figures["redis_commands_per_1000"] = Double(calls.values.reduce(0, +)) / notifications * 1000
         figures["redis_cpu_us_per_notification"] = (try client.cpuSeconds() - redisCPUBefore) / notifications * 1e6
+        let pauses = try client.latencyEvents()
+        figures["redis_pause_ms_max"] = pauses.mapValues(\.maxMilliseconds)
+        figures["redis_pause_seconds"] = pauses.mapValues(\.seconds)
         // CONFIG RESETSTAT zeroes total_forks too: these are the phase's (AOF rewrites).
         figures["redis_forks"] = try client.infoNumber("stats", "total_forks")
         let slow = try client.slowCommands(limit: 4096, excluding: ownCommands)
         let longest = slow.max { $0.microseconds < $1.microseconds }
+        // The registry's page reads (the engine's next 4,096 tokens: one script each) among them.
+        let pages = slow.filter { command in
+            guard command.arguments.count > 3, let keys = Int(command.arguments[2]) else { return false }
+            return command.arguments.dropFirst(3 + keys).first == "page"
+        }
+        figures["slow_pages"] = pages.count
+        figures["slow_page_ms_mean"] =
+            pages.isEmpty ? 0 : Double(pages.reduce(0) { $0 + $1.microseconds }) / Double(pages.count) / 1000
         figures["slow_commands"] = slow.count
         figures["slow_ms_max"] = Double(longest?.microseconds ?? 0) / 1000
         figures["slow_ms_total"] = Double(slow.reduce(0) { $0 + $1.microseconds }) / 1000
@@ -363,7 +380,20 @@ private func measureServeOnRedis(
     }
     let (serveRuns, sendRuns, probeRuns) = try measureUpdates(
         bench, server: server, control: control, fanout: fanout, work: work, tokensFile: tokensFile, sizes: sizes,
-        updateHooks: MeasureHooks(before: before, after: after), bigHooks: MeasureHooks(before: before, after: after))
+        updateHooks: MeasureHooks(before: before, after: after),
+        bigHooks: MeasureHooks(
+            before: {
+                try before()
+                pinger = try RedisPinger(url: redis.url)
+            },
+            after: { figures in
+                if let pings = pinger?.finish() {
+                    figures["redis_ping_ms_p50"] = percentile(pings, 50)
+                    figures["redis_ping_ms_p99"] = percentile(pings, 99)
+                }
+                pinger = nil
+                try after(&figures)
+            }))
     let peakRSS = processPeakRSSMegabytes(server.child.process.processIdentifier)
     let forks = (serveRuns + probeRuns).reduce(0) { $0 + number($1["redis_forks"]) }
     let redisPeakMB = try client.infoNumber("memory", "used_memory_peak") / 1_048_576
@@ -382,10 +412,29 @@ private func measureServeOnRedis(
     let bigRate = spread(probeRuns, "big_rate")
     let bigCommands = spread(probeRuns, "redis_commands_per_1000")
     let slowUpdate = spread(serveRuns, "slow_ms_max")
+    let pageUpdate = spread(serveRuns, "slow_page_ms_mean")
+    let pagesUpdate = spread(serveRuns, "slow_pages")
+    let pageBig = spread(probeRuns, "slow_page_ms_mean")
+    let pagesBig = spread(probeRuns, "slow_pages")
     let slowBig = spread(probeRuns, "slow_ms_max")
     let slowBigShare = spread(probeRuns, "slow_share")
     let slowBigCount = spread(probeRuns, "slow_commands")
     let slowLongest = probeRuns.max { number($0["slow_ms_max"]) < number($1["slow_ms_max"]) }?["slow_longest"] ?? ""
+    // Redis's pauses during the big updates, by cause: the median run's largest, and the seconds with one.
+    var pauses: [String] = []
+    var pauseEntry: [String: Double] = [:]
+    let causes = Set(probeRuns.flatMap { ($0["redis_pause_ms_max"] as? [String: Int] ?? [:]).keys }).sorted()
+    for cause in causes {
+        let largest = Spread(probeRuns.map { number(($0["redis_pause_ms_max"] as? [String: Int])?[cause]) })
+        let seconds = Spread(probeRuns.map { number(($0["redis_pause_seconds"] as? [String: Int])?[cause]) })
+        pauseEntry[cause] = largest.median
+        pauses.append(
+            String(
+                format: "%@ up to %.0f ms [%.0f-%.0f] in %.0f s of it", cause, largest.median, largest.min,
+                largest.max, seconds.median))
+    }
+    let pingP50 = spread(probeRuns, "redis_ping_ms_p50")
+    let pingP99 = spread(probeRuns, "redis_ping_ms_p99")
     let top = topRedisCommands(serveRuns, key: "redis_commands")
     let topTime = topRedisCommands(serveRuns, key: "redis_command_microseconds")
     var lines: [String] = []
@@ -414,6 +463,10 @@ private func measureServeOnRedis(
         "redis_used_memory_peak_mb": redisPeakMB, "redis_slow_ms_max_update": slowUpdate.median,
         "redis_slow_ms_max_during_big": slowBig.median, "redis_slow_commands_during_big": slowBigCount.median,
         "redis_slow_share_during_big": slowBigShare.median, "redis_slow_longest_during_big": slowLongest,
+        "redis_pause_ms_max_during_big": pauseEntry, "redis_page_ms_update": pageUpdate.median,
+        "redis_pages_over_2ms_update": pagesUpdate.median, "redis_page_ms_during_big": pageBig.median,
+        "redis_pages_over_2ms_during_big": pagesBig.median, "redis_ping_ms_p50_during_big": pingP50.median,
+        "redis_ping_ms_p99_during_big": pingP99.median,
     ]
     lines.append(
         String(
@@ -444,11 +497,55 @@ private func measureServeOnRedis(
                 + "[%.1f-%.1f] (%@), %.0f%% of its time; during the %d-token update the longest %.1f ms",
             slowBigCount.median, slowBig.median, slowBig.min, slowBig.max, "\(slowLongest)", slowBigShare.median * 100,
             sizes.updateTokens, slowUpdate.median))
+    lines.append(
+        String(
+            format: "serve on Redis: the registry's page reads (4,096 tokens a script) that held Redis >= 2 ms: "
+                + "%.0f in the %d-token update, %.1f ms each; %.0f in the big update, %.1f ms each",
+            pagesUpdate.median, sizes.updateTokens, pageUpdate.median, pagesBig.median, pageBig.median))
+    lines.append(
+        String(
+            format: "serve on Redis: PING on a connection of its own every 20 ms during the big update: p50 %.2f ms, "
+                + "p99 %.2f ms [%.2f-%.2f] (what Redis alone adds to each of the 202's round trips)",
+            pingP50.median, pingP99.median, pingP99.min, pingP99.max))
+    lines.append(
+        "serve on Redis: pauses of Redis's event loop >= 2 ms during the big update (LATENCY, by cause): "
+            + (pauses.isEmpty ? "none" : pauses.joined(separator: "; ")))
     return ServeOnRedis(
         entry: entry, lines: lines,
         keyFigure: String(
             format: "; on Redis: ratio_vs_send %.2f, 202 p99 %.1f ms during %d, %.1f commands/1,000", ratio,
             p99.median, sizes.bigTokens, commands.median))
+}
+
+/// PINGs Redis every 20 ms from a thread and a connection of its own until `finish()`: each reply's time.
+private final class RedisPinger: @unchecked Sendable {
+    private let client: BenchRedis
+    private let stop = Atomic<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+    /// Milliseconds per PING; written only by the thread until `finished` is signalled.
+    private var latencies: [Double] = []
+
+    init(url: String) throws {
+        client = try BenchRedis(url: url)
+        _ = try client.run(["PING"])
+        Thread.detachNewThread { [self] in
+            defer { finished.signal() }
+            while !stop.load(ordering: .acquiring) {
+                let start = DispatchTime.now()
+                guard (try? client.run(["PING"])) != nil else { return }
+                latencies.append(seconds(since: start) * 1000)
+                usleep(20_000)
+            }
+        }
+    }
+
+    /// Stops the thread and closes the connection: the latencies, sorted.
+    func finish() -> [Double] {
+        stop.store(true, ordering: .releasing)
+        finished.wait()
+        client.close()
+        return latencies.sorted()
+    }
 }
 
 // MARK: The server
