@@ -395,6 +395,19 @@ private func measureServeOnRedis(
                 try after(&figures)
             }))
     let peakRSS = processPeakRSSMegabytes(server.child.process.processIdentifier)
+    // The same small updates sent to a second, API-only instance (`fleet_worker` false) while the first sends the
+    // big update: the 202 apart from the sending process (its Redis connection, its CPU), Redis shared.
+    let apiOnly = try ServeProcess.start(
+        fanout: fanout, work: work, database: "\(work)/serve-redis-api.db", redis: redis.url, takesWork: false,
+        mock: bench.mock, sizes: sizes)
+    defer { apiOnly.stop() }
+    var apiOnlyRuns: [[String: Any]] = []
+    for run in 0..<bench.runs {
+        apiOnlyRuns.append(
+            try probeDuringBigUpdate(
+                control, port: apiOnly.port, run: bench.runs + run, sizes: sizes, hooks: MeasureHooks()))
+    }
+    apiOnly.stop()
     let forks = (serveRuns + probeRuns).reduce(0) { $0 + number($1["redis_forks"]) }
     let redisPeakMB = try client.infoNumber("memory", "used_memory_peak") / 1_048_576
     server.stop()
@@ -433,6 +446,9 @@ private func measureServeOnRedis(
                 format: "%@ up to %.0f ms [%.0f-%.0f] in %.0f s of it", cause, largest.median, largest.min,
                 largest.max, seconds.median))
     }
+    let apiOnlyP50 = spread(apiOnlyRuns, "latency_ms_p50")
+    let apiOnlyP99 = spread(apiOnlyRuns, "latency_ms_p99")
+    let apiOnlyService = spread(apiOnlyRuns, "service_ms_p99")
     let pingP50 = spread(probeRuns, "redis_ping_ms_p50")
     let pingP99 = spread(probeRuns, "redis_ping_ms_p99")
     let top = topRedisCommands(serveRuns, key: "redis_commands")
@@ -466,7 +482,12 @@ private func measureServeOnRedis(
         "redis_pause_ms_max_during_big": pauseEntry, "redis_page_ms_update": pageUpdate.median,
         "redis_pages_over_2ms_update": pagesUpdate.median, "redis_page_ms_during_big": pageBig.median,
         "redis_pages_over_2ms_during_big": pagesBig.median, "redis_ping_ms_p50_during_big": pingP50.median,
-        "redis_ping_ms_p99_during_big": pingP99.median,
+        "redis_ping_ms_p99_during_big": pingP99.median, "accept_p50_ms_during_big_redis_api_only": apiOnlyP50.median,
+        "accept_p99_ms_during_big_redis_api_only": apiOnlyP99.median,
+        "accept_p99_ms_during_big_redis_api_only_min": apiOnlyP99.min,
+        "accept_p99_ms_during_big_redis_api_only_max": apiOnlyP99.max,
+        "service_ms_p99_redis_api_only": apiOnlyService.median,
+        "idle_latency_ms_p99_redis_api_only": spread(apiOnlyRuns, "idle_latency_ms_p99").median,
     ]
     lines.append(
         String(
@@ -502,6 +523,12 @@ private func measureServeOnRedis(
             format: "serve on Redis: the registry's page reads (4,096 tokens a script) that held Redis >= 2 ms: "
                 + "%.0f in the %d-token update, %.1f ms each; %.0f in the big update, %.1f ms each",
             pagesUpdate.median, sizes.updateTokens, pageUpdate.median, pagesBig.median, pageBig.median))
+    lines.append(
+        String(
+            format: "serve on Redis 202 of an API-only instance (fleet_worker false) while the other sends the big "
+                + "update: p50 %.2f ms, p99 %.2f ms [%.2f-%.2f]; p99 from the send %.2f ms; idle p99 %.2f ms",
+            apiOnlyP50.median, apiOnlyP99.median, apiOnlyP99.min, apiOnlyP99.max, apiOnlyService.median,
+            number(entry["idle_latency_ms_p99_redis_api_only"])))
     lines.append(
         String(
             format: "serve on Redis: PING on a connection of its own every 20 ms during the big update: p50 %.2f ms, "
@@ -556,13 +583,14 @@ private struct ServeProcess {
     let port: Int
 
     /// `redis`: the registry and the dispatch queue on that Redis (`--redis`); `database` then keeps only this
-    /// instance's own records.
+    /// instance's own records. `takesWork` false: an API-only instance (`"fleet_worker": false`), which only accepts.
     static func start(
-        fanout: String, work: String, database: String, redis: String?, mock: MockProcess, sizes: ServeSizes
+        fanout: String, work: String, database: String, redis: String?, takesWork: Bool = true, mock: MockProcess,
+        sizes: ServeSizes
     ) throws -> ServeProcess {
         let unlimited = ["requests_per_hour": 1_000_000_000, "burst": 1_000_000_000]
         let config: [String: Any] = [
-            "loops": sizes.loops, "connections": sizes.connections, "grace_seconds": 1,
+            "loops": sizes.loops, "connections": sizes.connections, "grace_seconds": 1, "fleet_worker": takesWork,
             "workspaces": [
                 serveWorkspace: [
                     "server_keys_sha256": [SHA256Digest.hexHash(serveServerKey)],
@@ -578,7 +606,7 @@ private struct ServeProcess {
                 ]
             ],
         ]
-        let configPath = "\(work)/serve.json"
+        let configPath = "\(work)/serve-\(UUID().uuidString).json"
         _ = FileManager.default.createFile(
             atPath: configPath, contents: try JSONSerialization.data(withJSONObject: config, options: [.sortedKeys]))
         let child = try ChildProcess.start(
