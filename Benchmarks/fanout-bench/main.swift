@@ -62,7 +62,8 @@ let usage = """
                                            tokens (ratio_vs_send); the 202's p50/p99 of small updates at 50/s
                                            while a 1,000,000-token update sends; the update and the 202 again
                                            with --redis (a redis-server with AOF on: ratio_vs_send_redis,
-                                           accept_p99_ms_during_big_redis, Redis commands per 1,000).
+                                           accept_p99_ms_during_big_redis, Redis commands per 1,000); 200
+                                           updates of one activity back to back (dispatches/s).
                                            --quick: 640 and 2,000
                           broadcast        one Live Activity update to 1,000,000 followers by fanout send (the real
                                            binary) against a mock-apns with --manage-listen: a tokens_file job

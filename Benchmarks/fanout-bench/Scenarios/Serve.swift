@@ -20,6 +20,8 @@ private struct ServeSizes {
     /// dispatch is over before a handful would be sent).
     var probeRate = 50.0
     var minProbes: Int
+    /// Updates of one activity POSTed back to back (`activityBurst`).
+    var burst: Int
     var loops = 1
     var connections = 2
     /// How long one dispatch or one `fanout send` may take before the run fails.
@@ -30,6 +32,7 @@ private struct ServeSizes {
         updateTokens = quick ? 2_000 : 100_000
         bigTokens = quick ? 2_000 : 1_000_000
         minProbes = quick ? 10 : 100
+        burst = quick ? 50 : 200
         timeout = quick ? 60 : 900
     }
 }
@@ -48,7 +51,10 @@ private struct ServeSizes {
 ///    every request it delays (goal p99 <= 10 ms); beside the same small updates on the idle server just before
 ///    (100 of them, `p99_vs_idle`).
 ///
-/// Then 2. and 3. again with the registry and the dispatch queue on Redis (`fanout serve --redis`, a redis-server the
+/// 4. 200 updates of the 10-token activity POSTed back to back, to the last one's `done`: the dispatches of one
+///    activity the server runs a second (`activityBurst`).
+///
+/// Then 2. to 4. again with the registry and the dispatch queue on Redis (`fanout serve --redis`, a redis-server the
 /// bench starts with AOF on): `ratio_vs_send_redis`, `accept_p99_ms_during_big_redis`, and Redis commands per 1,000
 /// notifications (`measureServeOnRedis`); skipped, and said so, without redis-server.
 ///
@@ -102,6 +108,7 @@ func runServe(_ bench: BenchContext) throws {
     let (serveRuns, sendRuns, probeRuns) = try measureUpdates(
         bench, server: server, control: control, fanout: fanout, work: work, tokensFile: updateTokensFile,
         sizes: sizes)
+    let burstRate = try activityBurst(control, sizes: sizes)
     let peakRSS = processPeakRSSMegabytes(server.child.process.processIdentifier)
     server.stop()
     control.close()
@@ -143,6 +150,7 @@ func runServe(_ bench: BenchContext) throws {
         "latency_ms_max": maxLatency.median, "service_ms_p99": serviceP99.median,
         "idle_probes": spread(probeRuns, "idle_probes").median, "idle_latency_ms_p50": idleP50.median,
         "idle_latency_ms_p99": idleP99.median, "p99_vs_idle": p99.median / max(idleP99.median, 1e-3),
+        "activity_burst": sizes.burst, "activity_dispatches_per_second": burstRate,
     ]
     print(
         String(
@@ -190,6 +198,10 @@ func runServe(_ bench: BenchContext) throws {
             sizes.bigTokens, bigRate.median, sizes.probeRate, probes.median, p50.median, p50.min, p50.max,
             p99.median, p99.min, p99.max, maxLatency.median, serviceP99.median, idleP50.median, idleP99.median,
             idleP99.min, idleP99.max, p99.median / max(idleP99.median, 1e-3), peakRSS))
+    print(
+        String(
+            format: "serve: %d updates of one activity back to back: %.1f dispatches/s (POST of the first to the "
+                + "last done)", sizes.burst, burstRate))
     keyFigure += String(
         format: "ratio_vs_send %.2f, 202 p99 %.1f ms during %d (idle %.1f ms)", ratio, p99.median, sizes.bigTokens,
         idleP99.median)
@@ -273,6 +285,19 @@ private func measureUpdates(
         probeRuns.append(try probeDuringBigUpdate(control, port: server.port, run: run, sizes: sizes, hooks: bigHooks))
     }
     return (serveRuns, sendRuns, probeRuns)
+}
+
+/// `sizes.burst` updates of the 10-token activity POSTed back to back on one connection, then polled until the last
+/// is done: how many dispatches of one activity the server runs a second (they run one after another, so that
+/// each device's last update is the newest content).
+private func activityBurst(_ control: BenchHTTPConnection, sizes: ServeSizes) throws -> Double {
+    let start = DispatchTime.now()
+    var last = ""
+    for index in 0..<sizes.burst {
+        last = try postUpdate(control, activity: "serve-tiny", content: #"{"score": "burst-\#(index)"}"#)
+    }
+    _ = try waitForDispatch(control, last, pollInterval: 0.005, timeout: sizes.timeout)
+    return Double(sizes.burst) / seconds(since: start)
 }
 
 // MARK: On Redis
@@ -394,6 +419,7 @@ private func measureServeOnRedis(
                 pinger = nil
                 try after(&figures)
             }))
+    let burstRate = try activityBurst(control, sizes: sizes)
     let peakRSS = processPeakRSSMegabytes(server.child.process.processIdentifier)
     // The same small updates sent to a second, API-only instance (`fleet_worker` false) while the first sends the
     // big update: the 202 apart from the sending process (its Redis connection, its CPU), Redis shared.
@@ -488,6 +514,7 @@ private func measureServeOnRedis(
         "accept_p99_ms_during_big_redis_api_only_max": apiOnlyP99.max,
         "service_ms_p99_redis_api_only": apiOnlyService.median,
         "idle_latency_ms_p99_redis_api_only": spread(apiOnlyRuns, "idle_latency_ms_p99").median,
+        "activity_dispatches_per_second_redis": burstRate,
     ]
     lines.append(
         String(
@@ -523,6 +550,10 @@ private func measureServeOnRedis(
             format: "serve on Redis: the registry's page reads (4,096 tokens a script) that held Redis >= 2 ms: "
                 + "%.0f in the %d-token update, %.1f ms each; %.0f in the big update, %.1f ms each",
             pagesUpdate.median, sizes.updateTokens, pageUpdate.median, pagesBig.median, pageBig.median))
+    lines.append(
+        String(
+            format: "serve on Redis: %d updates of one activity back to back: %.1f dispatches/s", sizes.burst,
+            burstRate))
     lines.append(
         String(
             format: "serve on Redis 202 of an API-only instance (fleet_worker false) while the other sends the big "
