@@ -60,7 +60,11 @@ let usage = """
                                            rate, share of 2xx, ratio_vs_healthz); an update by the API to a
                                            100,000-token activity, POST to done, against fanout send of the same
                                            tokens (ratio_vs_send); the 202's p50/p99 of small updates at 50/s
-                                           while a 1,000,000-token update sends. --quick: 640 and 2,000
+                                           while a 1,000,000-token update sends; the update and the 202 again
+                                           with --redis (a redis-server with AOF on: ratio_vs_send_redis,
+                                           accept_p99_ms_during_big_redis, Redis commands per 1,000); 200
+                                           updates of one activity back to back (dispatches/s).
+                                           --quick: 640 and 2,000
                           broadcast        one Live Activity update to 1,000,000 followers by fanout send (the real
                                            binary) against a mock-apns with --manage-listen: a tokens_file job
                                            (one request per follower) against a job with the channel_id of a

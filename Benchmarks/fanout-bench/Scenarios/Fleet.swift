@@ -98,7 +98,7 @@ func runFleet(_ bench: BenchContext) throws {
         "enqueue_commands_per_1000": enqueueCommands.median, "results_commands_per_1000": resultsCommands.median,
         "enqueue_and_worker_commands_per_1000": endToEnd.median,
         "redis_cpu_us_per_notification": redisCPU.median, "redis_one_core_ceiling_rate": ceiling,
-        "top_worker_commands": fleetTopCommands(one),
+        "top_worker_commands": topRedisCommands(one, key: "worker_commands"),
     ]
     for workers in workerCounts {
         let runs = fleets[workers] ?? []
@@ -154,20 +154,6 @@ func runFleet(_ bench: BenchContext) throws {
             + "3 workers %.0f/s", ratios.median, commands.median, number(entry["workers_2_rate"]),
         number(entry["workers_3_rate"]))
     bench.record(entry)
-}
-
-/// The top commands of the workers' phase (summed over the runs), as `NAME calls/1,000`.
-private func fleetTopCommands(_ runs: [[String: Any]]) -> String {
-    var totals: [String: Double] = [:]
-    for run in runs {
-        for (name, value) in run["worker_commands"] as? [String: Int] ?? [:] {
-            totals[name, default: 0] += Double(value)
-        }
-    }
-    let notifications = runs.reduce(0.0) { $0 + number($1["notifications"]) }
-    return totals.sorted { $0.value > $1.value }.prefix(6).map {
-        String(format: "%@ %.1f", $0.key, $0.value / max(notifications, 1) * 1000)
-    }.joined(separator: ", ")
 }
 
 /// The jobs: `jobs` Live Activity updates of about 1 KiB, each to a tokens file of its own, `tokens` in all.
@@ -342,9 +328,9 @@ private struct FleetBenchRun {
         guard enqueued.split(separator: "\n").count == setup.jobs else {
             throw BenchError("fleet \(label): fanout enqueue printed \(enqueued)")
         }
-        let enqueueCommands = try commandCalls()
+        let enqueueCommands = try client.commandCalls(excluding: Self.ownCommands)
         _ = try client.run(["CONFIG", "RESETSTAT"])
-        let redisCPUBefore = try redisCPUSeconds()
+        let redisCPUBefore = try client.cpuSeconds()
 
         // 2. The workers, until every job's last shard is done.
         let cpuBefore = childrenCPUSeconds()
@@ -372,8 +358,8 @@ private struct FleetBenchRun {
             usleep(20_000)
         }
         let detected = seconds(since: workersStart)
-        let workerCommands = try commandCalls()
-        let redisCPU = try redisCPUSeconds() - redisCPUBefore
+        let workerCommands = try client.commandCalls(excluding: Self.ownCommands)
+        let redisCPU = try client.cpuSeconds() - redisCPUBefore
         // The last shard's finished_at (Redis's clock, Unix ms; the same machine's clock as `start`).
         let finished =
             try client.pipeline(ids.map { ["HGET", RedisArgument("fanout:job:{\($0)}"), "finished_at"] })
@@ -404,7 +390,7 @@ private struct FleetBenchRun {
             }
             try? FileManager.default.removeItem(atPath: out)
         }
-        let resultsCommands = try commandCalls()
+        let resultsCommands = try client.commandCalls(excluding: Self.ownCommands)
         let duplicates = try checkMock(mock, record: record, label: label)
         try? FileManager.default.removeItem(atPath: "\(work)/\(label)")
 
@@ -420,70 +406,4 @@ private struct FleetBenchRun {
             "redis_cpu_us_per_notification": redisCPU / Double(setup.tokens) * 1e6, "duplicates": duplicates,
         ]
     }
-
-    /// `INFO commandstats`: calls by command (lowercase, subcommands as `config|resetstat`), the bench's own left out.
-    private func commandCalls() throws -> [String: Int] {
-        guard let text = try client.run(["INFO", "commandstats"]).string else { return [:] }
-        var calls: [String: Int] = [:]
-        for line in text.split(whereSeparator: \.isNewline) where line.hasPrefix("cmdstat_") {
-            // cmdstat_hsetnx:calls=1,usec=20,...
-            guard let colon = line.firstIndex(of: ":") else { continue }
-            let name = String(line[line.index(line.startIndex, offsetBy: 8)..<colon])
-            guard !Self.ownCommands.contains(name),
-                let field = line[colon...].split(separator: ",").first,
-                let value = Int(field.split(separator: "=").last ?? "")
-            else { continue }
-            calls[name] = value
-        }
-        return calls
-    }
-
-    /// Redis's CPU seconds so far (`INFO cpu`: used_cpu_user + used_cpu_sys).
-    private func redisCPUSeconds() throws -> Double {
-        guard let text = try client.run(["INFO", "cpu"]).string else { return 0 }
-        var total = 0.0
-        for line in text.split(whereSeparator: \.isNewline)
-        where line.hasPrefix("used_cpu_user:") || line.hasPrefix("used_cpu_sys:") {
-            total += Double(line.split(separator: ":").last ?? "") ?? 0
-        }
-        return total
-    }
-}
-
-/// A RedisClient used from the bench's synchronous code: each call blocks until its reply.
-final class BenchRedis: Sendable {
-    private let client: RedisClient
-
-    init(url: String) throws {
-        client = try RedisClient(url: url)
-    }
-
-    func run(_ arguments: [RedisArgument]) throws -> RedisValue {
-        let client = self.client
-        return try blocking { try await client.command(arguments, timeout: .seconds(30)) }
-    }
-
-    func pipeline(_ batch: [[RedisArgument]]) throws -> [RedisValue] {
-        let client = self.client
-        return try blocking { try await client.commands(batch, timeout: .seconds(30)) }
-    }
-
-    func close() {
-        let client = self.client
-        _ = try? blocking { await client.shutdown() }
-    }
-}
-
-/// Runs `body` on the concurrency pool and waits for it on this (non-pool) thread.
-func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    let result = FanoutMutex<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        let value: Result<T, any Error>
-        do { value = .success(try await body()) } catch { value = .failure(error) }
-        result.withLock { $0 = value }
-        done.signal()
-    }
-    done.wait()
-    return try result.withLock { $0! }.get()
 }
