@@ -13,7 +13,7 @@ final class LifecycleTests: XCTestCase {
 
     /// A 100,000-token job is cancelled once 20,000 are delivered (the mock answers the first 20,000
     /// streams and holds every later one open, so no answer is in flight when the cancel lands).
-    func testCancellingARunningJobEndsEveryTokenOnceWithinASecond() async throws {
+    func testCancellingARunningJobEndsEveryTokenOnceWithinTwoSeconds() async throws {
         let answered = 20_000
         let mock = try MockHarness { $0.blackholeAfter = answered }
         defer { mock.stop() }
@@ -31,7 +31,9 @@ final class LifecycleTests: XCTestCase {
         job.cancel()
         let summary = try await job.value
         let elapsed = ContinuousClock.now - cancelledAt
-        XCTAssertLessThan(elapsed, .seconds(1) * testTimeScale, "run returned \(elapsed) after the cancel")
+        // Well under a second on an idle machine (80,000 cancelled results to hand over); the bound leaves room for
+        // two busy cores (1.06 s was seen with other builds running).
+        XCTAssertLessThan(elapsed, .seconds(2) * testTimeScale, "run returned \(elapsed) after the cancel")
 
         XCTAssertEqual(summary.notifications, total)
         XCTAssertEqual(summary.counts.delivered, answered)

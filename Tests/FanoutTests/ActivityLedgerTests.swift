@@ -32,4 +32,22 @@ final class ActivityLedgerTests: XCTestCase {
             key: "live", timestamp: 2, persistedTimestamp: nil, resuming: false, run: run("newer"), nowSeconds: 3_602)
         XCTAssertTrue(sending.isSuperseded)
     }
+
+    /// A dispatch run again after a failure mid-send (its registry read failed, say) is its own earlier run with the
+    /// same timestamp: resuming, it is not stale, here as in the registry. A new job with that timestamp still is.
+    func testAResumedRunOfTheSameContentIsNotStale() {
+        let ledger = ActivityLedger()
+        let first = run("dispatch")
+        XCTAssertEqual(
+            ledger.claim(key: "match", timestamp: 7, persistedTimestamp: nil, resuming: false, run: first), .latest)
+        XCTAssertEqual(
+            ledger.claim(key: "match", timestamp: 7, persistedTimestamp: 7, resuming: true, run: run("dispatch")),
+            .latest, "the resumed run goes on")
+        XCTAssertEqual(
+            ledger.claim(key: "match", timestamp: 7, persistedTimestamp: 7, resuming: false, run: run("another")),
+            .stale, "another job with the same content is superseded")
+        XCTAssertEqual(
+            ledger.claim(key: "match", timestamp: 6, persistedTimestamp: 7, resuming: true, run: run("older")),
+            .stale, "an older content is superseded, resumed or not")
+    }
 }

@@ -68,8 +68,10 @@ final class ActivityLedger: Sendable {
             {
                 return (.stale, nil)
             }
+            // A resumed job (a dispatch run again after a failure, in this process) equals its own earlier run here
+            // as well as in the registry.
             if let latest = state.latest[key], latest.run !== run,
-                retry ? latest.timestamp > timestamp : latest.timestamp >= timestamp
+                resuming || retry ? latest.timestamp > timestamp : latest.timestamp >= timestamp
             {
                 return (.stale, nil)
             }
