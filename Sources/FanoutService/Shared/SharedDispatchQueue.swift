@@ -54,10 +54,14 @@ final class SharedDispatchQueue: Sendable {
     private let dispatcher: Dispatcher
     private let options: Options
     private let log: @Sendable (String) -> Void
-    /// Dispatch id → its stream entry, for every dispatch taken and not yet acknowledged.
-    private let held = FanoutMutex<[String: String]>([:])
-    /// Dispatch id → its entry's fields, for a stop to queue again what it did not finish.
-    private let heldFields = FanoutMutex<[String: [String: [UInt8]]]>([:])
+    /// A dispatch taken and not yet acknowledged: its stream entry, and the entry's fields (a stop queues them again).
+    private struct Held {
+        var entry: String
+        var fields: [String: [UInt8]]
+    }
+
+    /// Dispatch id → what this instance holds of it.
+    private let held = FanoutMutex<[String: Held]>([:])
     /// Dispatches of an activity taken while another instance runs one of the same activity: each starts once it
     /// gets the activity's run lock (`activityLockKey`). Dispatch id → the dispatch and its activity.
     private let waitingForActivity = FanoutMutex<[String: (record: DispatchRecord, activityID: String)]>([:])
@@ -131,22 +135,20 @@ final class SharedDispatchQueue: Sendable {
     /// instance's would be.
     private func handBackUnfinished() async {
         let unfinished = held.withLock { $0 }
-        for (id, entry) in unfinished {
-            guard let fields = heldFields.withLock({ $0[id] }),
-                await shared.publish(id, timeout: .seconds(1))
+        for (id, item) in unfinished {
+            guard await shared.publish(id, timeout: .seconds(1))
             else { continue }
             var add: [RedisArgument] = ["XADD", Self.stream, "*"]
-            for (name, value) in fields.sorted(by: { $0.key < $1.key }) {
+            for (name, value) in item.fields.sorted(by: { $0.key < $1.key }) {
                 add += [RedisArgument(name), RedisArgument(bytes: value)]
             }
             let replies = try? await writer.commands(
                 [
-                    ["MULTI"], add, ["XACK", Self.stream, Self.group, RedisArgument(entry)],
-                    ["XDEL", Self.stream, RedisArgument(entry)], ["EXEC"],
+                    ["MULTI"], add, ["XACK", Self.stream, Self.group, RedisArgument(item.entry)],
+                    ["XDEL", Self.stream, RedisArgument(item.entry)], ["EXEC"],
                 ], timeout: .seconds(1))
             guard case .array? = replies?.last else { continue }
             held.withLock { _ = $0.removeValue(forKey: id) }
-            heldFields.withLock { _ = $0.removeValue(forKey: id) }
             log("dispatch \(id): not finished at the stop; queued again for another instance")
         }
     }
@@ -161,9 +163,6 @@ final class SharedDispatchQueue: Sendable {
             await startWaitingActivities()
         }
     }
-
-    /// Dispatch ids this instance holds (taken, not yet acknowledged).
-    var heldIDs: [String] { held.withLock { Array($0.keys) } }
 
     private func run() async {
         var lastClaim: ContinuousClock.Instant?
@@ -254,11 +253,10 @@ final class SharedDispatchQueue: Sendable {
         // Held from here, so that the heartbeat keeps it while its earlier results are read.
         let isNew = held.withLock { held -> Bool in
             guard held[id] == nil else { return false }
-            held[id] = entry.id
+            held[id] = Held(entry: entry.id, fields: entry.fields)
             return true
         }
         guard isNew else { return }
-        heldFields.withLock { $0[id] = entry.fields }
         do {
             let runsKey = RedisArgument("fanout:dispatch:{\(id)}:runs")
             let replies = try await writer.commands([["INCR", runsKey], ["EXPIRE", runsKey, "604800"]])
@@ -295,7 +293,6 @@ final class SharedDispatchQueue: Sendable {
             }
         } catch {
             held.withLock { _ = $0.removeValue(forKey: id) }
-            heldFields.withLock { _ = $0.removeValue(forKey: id) }
             log("dispatch \(id): cannot be taken now (\(error)); left for a later claim")
         }
     }
@@ -306,14 +303,14 @@ final class SharedDispatchQueue: Sendable {
         let finished = held.withLock { $0 }.filter { id, _ in
             waitingForActivity.withLock { $0[id] == nil } && (try? store.record(id: id))?.state == .done
         }
-        for (id, entry) in finished {
+        for (id, item) in finished {
             guard await shared.publish(id, timeout: .seconds(2)) else { continue }
             let replies = try? await writer.commands([
-                ["XACK", Self.stream, Self.group, RedisArgument(entry)], ["XDEL", Self.stream, RedisArgument(entry)],
+                ["XACK", Self.stream, Self.group, RedisArgument(item.entry)],
+                ["XDEL", Self.stream, RedisArgument(item.entry)],
             ])
             guard replies != nil else { continue }
             held.withLock { _ = $0.removeValue(forKey: id) }
-            heldFields.withLock { _ = $0.removeValue(forKey: id) }
             if let lock = activityLocks.withLock({ $0.removeValue(forKey: id) }) {
                 _ = try? await writer.evalScript(Self.releaseLock, keys: [lock], arguments: [RedisArgument(id)])
             }
@@ -382,11 +379,11 @@ final class SharedDispatchQueue: Sendable {
         do {
             let owned = try await writer.evalScript(
                 FleetScripts.heartbeat, keys: [Self.stream],
-                arguments: [Self.group, RedisArgument(options.consumer)] + entries.values.map { RedisArgument($0) })
+                arguments: [Self.group, RedisArgument(options.consumer)]
+                    + entries.values.map { RedisArgument($0.entry) })
             let kept = Set((owned.array ?? []).compactMap(\.string))
-            for (id, entry) in entries where !kept.contains(entry) {
+            for (id, item) in entries where !kept.contains(item.entry) {
                 guard held.withLock({ $0.removeValue(forKey: id) }) != nil else { continue }
-                heldFields.withLock { _ = $0.removeValue(forKey: id) }
                 log("dispatch \(id) was taken over by another instance (a heartbeat came late); stopping it here")
                 waitingForActivity.withLock { _ = $0.removeValue(forKey: id) }
                 activityLocks.withLock { _ = $0.removeValue(forKey: id) }

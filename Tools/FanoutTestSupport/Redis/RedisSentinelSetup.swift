@@ -34,7 +34,8 @@ package final class RedisSentinelSetup {
             // primary's data, a failover cannot happen, or promotes an empty replica.
             let deadline = Date().addingTimeInterval(30)
             while !sentinels.allSatisfy({ Self.knowsSetup($0.port, replicaPort: replica.port) })
-                || !(Self.inline("INFO replication", port: replica.port) ?? "").contains("master_link_status:up")
+                || !(RedisServerProcess.inline("INFO replication", port: replica.port, whole: true) ?? "").contains(
+                    "master_link_status:up")
             {
                 guard Date() < deadline else {
                     throw RedisServerError(
@@ -50,40 +51,14 @@ package final class RedisSentinelSetup {
 
     /// Whether the sentinel on `port` knows the replica and the two other sentinels.
     private static func knowsSetup(_ port: Int, replicaPort: Int) -> Bool {
-        guard let replicas = inline("SENTINEL REPLICAS \(masterName)", port: port),
+        guard let replicas = RedisServerProcess.inline("SENTINEL REPLICAS \(masterName)", port: port, whole: true),
             replicas.contains(String(replicaPort)),
-            let master = inline("SENTINEL MASTER \(masterName)", port: port)
+            let master = RedisServerProcess.inline("SENTINEL MASTER \(masterName)", port: port, whole: true)
         else { return false }
         // The reply lists field, value pairs: "num-other-sentinels" then its value.
         let lines = master.components(separatedBy: "\r\n")
         guard let index = lines.firstIndex(of: "num-other-sentinels"), index + 2 < lines.count else { return false }
         return lines[index + 2] == "2"
-    }
-
-    /// Sends one inline command on a fresh socket and returns what came back within 200 ms (the raw reply).
-    private static func inline(_ command: String, port: Int) -> String? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = LoopbackPort.address(port: port)
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else { return nil }
-        let request = Array((command + "\r\n").utf8)
-        guard write(fd, request, request.count) == request.count else { return nil }
-        var reply: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 8192)
-        while true {
-            let count = read(fd, &buffer, buffer.count)
-            guard count > 0 else { break }
-            reply += buffer[..<count]
-        }
-        return reply.isEmpty ? nil : String(decoding: reply, as: UTF8.self)
     }
 
     /// `redis+sentinel://` naming the three sentinels and the primary's name.

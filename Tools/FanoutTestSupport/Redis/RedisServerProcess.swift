@@ -130,6 +130,12 @@ package final class RedisServerProcess {
 
     /// Sends PING on a fresh socket and returns the first reply line, or nil when nothing answers within 200 ms.
     package static func ping(port: Int) -> String? {
+        inline("PING", port: port, whole: false)?.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Sends one inline command on a fresh socket and returns the raw reply: its first read, or (`whole`) all that
+    /// came back until 200 ms passed with nothing more. Nil when nothing answers.
+    package static func inline(_ command: String, port: Int, whole: Bool) -> String? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -142,12 +148,16 @@ package final class RedisServerProcess {
             }
         }
         guard connected == 0 else { return nil }
-        let request = Array("PING\r\n".utf8)
+        let request = Array((command + "\r\n").utf8)
         guard write(fd, request, request.count) == request.count else { return nil }
-        var buffer = [UInt8](repeating: 0, count: 256)
-        let count = read(fd, &buffer, buffer.count)
-        guard count > 0 else { return nil }
-        return String(decoding: buffer[..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        var reply: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 8192)
+        repeat {
+            let count = read(fd, &buffer, buffer.count)
+            guard count > 0 else { break }
+            reply += buffer[..<count]
+        } while whole
+        return reply.isEmpty ? nil : String(decoding: reply, as: UTF8.self)
     }
 
     /// A free loopback port: `redis-server --port 0` would not listen on TCP at all, so the test picks the port.
