@@ -118,7 +118,7 @@ package final class ServiceInstance: Sendable {
         let queueBox = FanoutMutex<SharedDispatchQueue?>(nil)
         // With the queue on Redis, each committed batch of results is published before the dispatch sends more.
         var publishCommitted: (@Sendable (String) -> Void)?
-        if let sharedDispatches { publishCommitted = { id in sharedDispatches.publishWaiting(id) } }
+        if let sharedDispatches { publishCommitted = { id in sharedDispatches.publishAfterCommit(id) } }
         let dispatcher = Dispatcher(
             store: stores.dispatches, engines: engines, registry: registry,
             maxRunning: configuration.maxRunningDispatches, log: { message in logger.error(message) },

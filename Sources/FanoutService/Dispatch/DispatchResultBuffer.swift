@@ -40,8 +40,8 @@ package final class DispatchResultBuffer: Sendable {
     private let core: Core
 
     /// - Parameter afterCommit: called on the writer thread after each commit, before the `add`s it held back go on
-    ///   (with the queue on Redis: the results published, so that what another instance would send again after
-    ///   this one died stays within the same bound). It may block.
+    ///   (with the queue on Redis: the batch's publication started and the previous one's awaited, so that what
+    ///   another instance would send again after this one died stays bounded). It may block.
     package init(
         store: DispatchStore, dispatchID: String, afterCommit: (@Sendable (String) -> Void)? = nil
     ) {

@@ -38,6 +38,8 @@ final class SharedDispatches: Sendable {
     private let publisher = FanoutMutex<Task<Void, Never>?>(nil)
     /// The last result position published, per dispatch of this instance's (only the publisher task touches it).
     private let publishedUpTo = FanoutMutex<[String: Int]>([:])
+    /// The publications that follow the results writers' commits (`publishAfterCommit`).
+    private let lanes = PublicationLanes()
     private static let expirySeconds = 7 * 86_400
     private static let resultsExpirySeconds = 86_400
     /// Results lines per ZADD, and per pipeline (about 300 bytes each: a pipeline holds some 1.5 MB). A ZADD of
@@ -201,17 +203,26 @@ final class SharedDispatches: Sendable {
         return true
     }
 
-    /// `publish`, from a thread that may block (a dispatch's results writer), waiting at most about 2 s: with the
-    /// queue on Redis, each committed batch is published before the dispatch sends more, so an instance that dies
-    /// leaves little unpublished for the one that takes its dispatch over. With Redis away the writer waits that
-    /// long per batch, which slows sending until it is back rather than letting what cannot be recorded grow.
-    func publishWaiting(_ id: String) {
-        let done = DispatchSemaphore(value: 0)
-        Task(priority: .userInitiated) {
-            _ = await publish(id, timeout: .seconds(2))
-            done.signal()
+    /// Publishes a dispatch's results after each commit of its results writer (a thread that may block): with the
+    /// queue on Redis, an instance that dies leaves little unpublished for the one that takes its dispatch over.
+    ///
+    /// One publication runs while the writer commits the next batch: the writer waits here only until the
+    /// publication covering its previous commit is done (at most about 3 s), so a dispatch's unpublished results are
+    /// at most the batch just committed plus the ones not committed yet, while Redis's round trip (an AOF fsync with
+    /// `appendfsync always`) overlaps the next SQLite commit instead of following it. With Redis away each
+    /// publication waits its 2 s, which slows sending until Redis is back rather than letting what cannot be recorded
+    /// grow.
+    func publishAfterCommit(_ id: String) {
+        let (commit, startsLane) = lanes.commit(id)
+        if startsLane {
+            Task(priority: .userInitiated) {
+                while let target = lanes.next(id) {
+                    _ = await publish(id, timeout: .seconds(2))
+                    lanes.covered(id, upTo: target)
+                }
+            }
         }
-        _ = done.wait(timeout: .now() + 3)
+        lanes.wait(id, covering: commit - 1, until: Date(timeIntervalSinceNow: 3))
     }
 
     /// Every results line published for the dispatch, with its position, in position order, a page of at most
@@ -362,6 +373,63 @@ final class SharedDispatches: Sendable {
 
     private static func idempotencyKey(_ key: String, workspace: String) -> RedisArgument {
         RedisArgument("fanout:idempotency:{\(workspace)}:\(key)")
+    }
+}
+
+/// Per dispatch, the results writer's commits and the publications that cover them: one publication at a time per
+/// dispatch, each covering every commit made before it started. The writer threads wait on `condition`, so this is a
+/// condition's lock, not a `FanoutMutex` (whose waiters are tasks); every field is guarded by it, hence
+/// `@unchecked Sendable`.
+private final class PublicationLanes: @unchecked Sendable {
+    private struct Lane {
+        /// Commits made, and the last one a finished publication covers.
+        var commits = 0
+        var covered = 0
+        var publishing = false
+    }
+
+    private let condition = NSCondition()
+    /// Only dispatches with a publication running or due: a lane is dropped once it has caught up.
+    private var lanes: [String: Lane] = [:]
+
+    /// Counts a commit; returns its number and whether the caller starts the lane's publishing task.
+    func commit(_ id: String) -> (commit: Int, startsLane: Bool) {
+        condition.lock()
+        defer { condition.unlock() }
+        var lane = lanes[id] ?? Lane()
+        lane.commits += 1
+        let starts = !lane.publishing
+        lane.publishing = true
+        lanes[id] = lane
+        return (lane.commits, starts)
+    }
+
+    /// The commit the next publication covers, or nil once the lane has caught up (and is dropped).
+    func next(_ id: String) -> Int? {
+        condition.lock()
+        defer { condition.unlock() }
+        guard let lane = lanes[id], lane.covered < lane.commits else {
+            lanes[id] = nil
+            condition.broadcast()
+            return nil
+        }
+        return lane.commits
+    }
+
+    func covered(_ id: String, upTo commit: Int) {
+        condition.lock()
+        lanes[id]?.covered = commit
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Waits until a publication covers `commit` (a dropped lane covers everything), or until `deadline`.
+    func wait(_ id: String, covering commit: Int, until deadline: Date) {
+        condition.lock()
+        while let lane = lanes[id], lane.covered < commit {
+            if !condition.wait(until: deadline) { break }
+        }
+        condition.unlock()
     }
 }
 
