@@ -108,8 +108,15 @@ enum FleetCommands {
                                  [--ca-file PEM] [--key P8 --key-id ID --team-id ID | --cert FILE ...]
                                  [--request-timeout SECONDS]
                                  [--connections N] [--loops N] [--proxy URL|none] [--log-format text|json]
+                   fanout worker --redis URL --serve-config FILE [--db FILE] [--log-format text|json]
 
             \(redisHelp)
+              --serve-config FILE   fanout serve's config: also send the dispatches that fanout serve --redis
+                                    instances accept, with the config's teams, apps and limits (fanout serve
+                                    without HTTP); the fleet's shards are sent with the config's teams too, and
+                                    the send options below do not apply
+              --db FILE             with --serve-config: this worker's own SQLite file for the dispatches it runs
+                                    (overrides the config's "db"; one file per worker)
               --config FILE         fanout send's config file (endpoint, credentials, loops, connections, ...);
                                     flags override it
               --cert FILE           the app's push certificate instead of a signing key, as fanout send takes it
@@ -130,14 +137,23 @@ enum FleetCommands {
         var name = FleetWorkerOptions.defaultName
         var claimIdle = Duration.seconds(30)
         var concurrentShards = 4
+        var serveConfig: String?
+        var database: String?
+        /// The flags that configure a send of its own, which a worker on fanout serve's config does not take.
+        var sendFlags: [String] = []
         do throws(UsageError) {
             var cursor = ArgumentCursor(arguments)
             while let flag = try cursor.nextFlag() {
+                if !["--help", "-h", "--redis", "--serve-config", "--db", "--log-format"].contains(flag) {
+                    sendFlags.append(flag)
+                }
                 switch flag {
                 case "--help", "-h":
                     print(usage)
                     return 0
                 case "--redis": redis = try cursor.string()
+                case "--serve-config": serveConfig = try cursor.string()
+                case "--db": database = try cursor.string()
                 case "--config": options.configPath = try cursor.string()
                 case "--name": name = try cursor.string()
                 case "--claim-idle": claimIdle = try cursor.seconds()
@@ -157,6 +173,11 @@ enum FleetCommands {
                 }
             }
             guard redis != nil else { throw UsageError("--redis URL is required") }
+            if serveConfig != nil, let flag = sendFlags.first {
+                throw UsageError(
+                    "\(flag) does not go with --serve-config: fanout serve's config names the teams, apps and limits")
+            }
+            guard database == nil || serveConfig != nil else { throw UsageError("--db goes with --serve-config") }
             guard !name.isEmpty else { throw UsageError("--name must not be empty") }
             // The heartbeat runs at most every 100 ms: a shorter claim-idle hands live workers' shards to others.
             let minimum = FleetWorkerOptions.minimumClaimIdle
@@ -168,6 +189,10 @@ enum FleetCommands {
             }
         } catch {
             return fail("worker", error.message)
+        }
+        if let serveConfig {
+            return await ServeCommand.runWithoutHTTP(
+                configPath: serveConfig, redis: redis!, database: database, logFormat: options.logFormat)
         }
         var configuration: FanoutEngineConfiguration
         do {

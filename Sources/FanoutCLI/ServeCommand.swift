@@ -99,8 +99,38 @@ enum ServeCommand {
         return 0
     }
 
-    private static func fail(_ message: String) -> Int32 {
-        StandardStream.error.write("fanout serve: \(message)\n")
+    /// `fanout worker --serve-config FILE`: the service without HTTP, sending the dispatches the instances on the
+    /// same Redis accept (and the fleet's shards) until SIGTERM or SIGINT, then stopping as `fanout serve` does.
+    static func runWithoutHTTP(
+        configPath: String, redis: String, database: String?, logFormat: FanoutLogger.Format
+    ) async -> Int32 {
+        var configuration: ServiceConfiguration
+        do {
+            configuration = try ServiceConfiguration.load(path: configPath)
+        } catch {
+            return fail("\(error)", command: "worker")
+        }
+        configuration.redis = redis
+        if let database { configuration.database = database }
+        // A worker is there to send: the config's `fleet_worker: false` is for API-only instances.
+        configuration.fleetWorker = true
+        let logger = FanoutLogger(format: logFormat)
+        let signals = ServeSignals()
+        let service: ServiceInstance
+        do {
+            service = try await ServiceInstance.start(configuration: configuration, logger: logger, serving: false)
+        } catch {
+            return fail("\(error)", command: "worker")
+        }
+        logger.info("worker started: sending the shared dispatch queue and the fleet's shards")
+        await signals.wait()
+        logger.info("stopping: running dispatches get the grace period")
+        await service.stop(gracePeriod: configuration.gracePeriod)
+        return 0
+    }
+
+    private static func fail(_ message: String, command: String = "serve") -> Int32 {
+        StandardStream.error.write("fanout \(command): \(message)\n")
         return 2
     }
 }

@@ -9,15 +9,20 @@ import Foundation
 /// A running `fanout serve`: the registry and dispatch store (one SQLite file, or the registry on Redis), one engine
 /// per APNs team, the dispatcher, and the HTTP server (HTTP/1.1 and HTTP/2) in front of the router.
 ///
+/// Started with `serving: false` (`fanout worker --serve-config`, Redis only) it is the same without the HTTP
+/// server: it takes dispatches from the shared queue and the fleet's shards, and sends them.
+///
 /// Start order: stores, engines, dispatcher (which queues what a previous process left unfinished), and only then
 /// the listener, so that the first request finds everything ready. Stop order is the reverse: stop accepting,
 /// let running dispatches finish within the grace period (what is left stays in the store for the next start),
 /// shut the engines down, close the connections and the stores.
 package final class ServiceInstance: Sendable {
+    /// The port it listens on; 0 when it does not serve HTTP.
     package let port: Int
     /// Dispatches found queued or running at start (a previous process stopped or died before they finished).
     package let resumedDispatches: Int
-    private let http: HTTPServer
+    /// Nil when the instance only sends (`serving: false`).
+    private let http: HTTPServer?
     private let core: ServiceCore
     private let engines: TeamEngines
     private let stores: ServiceStores
@@ -33,9 +38,15 @@ package final class ServiceInstance: Sendable {
     /// has webhooks or `event_stream`).
     private let events: ServiceEvents?
 
-    package static func start(configuration: ServiceConfiguration, logger: FanoutLogger) async throws(ServiceStartError)
-        -> ServiceInstance
-    {
+    /// - Parameter serving: false for an instance that only sends what the shared queue on Redis holds (no
+    ///   listener); it needs `configuration.redis`.
+    package static func start(
+        configuration: ServiceConfiguration, logger: FanoutLogger, serving: Bool = true
+    ) async throws(ServiceStartError) -> ServiceInstance {
+        guard serving || configuration.redis != nil else {
+            throw ServiceStartError(
+                "an instance that does not serve HTTP needs Redis: it sends the shared queue's work")
+        }
         let stores = try await ServiceStores.open(configuration)
         let registry = stores.registry
         let metrics = FanoutMetrics()
@@ -151,7 +162,7 @@ package final class ServiceInstance: Sendable {
                 queueBox.withLock { $0 = queue }
                 return try ServiceInstance(
                     configuration: configuration, core: core, engines: engines, stores: stores, tokens: tokens,
-                    sharedBudget: sharedBudget, fleet: fleet, queue: queue, events: events)
+                    sharedBudget: sharedBudget, fleet: fleet, queue: queue, events: events, serving: serving)
             } catch {
                 await queue?.stop()
                 await fleet?.stop()
@@ -209,7 +220,7 @@ package final class ServiceInstance: Sendable {
     private init(
         configuration: ServiceConfiguration, core: ServiceCore, engines: TeamEngines, stores: ServiceStores,
         tokens: SharedProviderTokens, sharedBudget: FleetRateBudget?, fleet: ServiceFleetWorker?,
-        queue: SharedDispatchQueue?, events: ServiceEvents?
+        queue: SharedDispatchQueue?, events: ServiceEvents?, serving: Bool
     ) throws(ServiceStartError) {
         self.events = events
         self.sharedBudget = sharedBudget
@@ -229,6 +240,13 @@ package final class ServiceInstance: Sendable {
                 registry: registry, every: .seconds(60), warn: { logger.warning($0) })
             _ = await (sweeping, pruning)
         }
+        core.events = events
+        guard serving else {
+            http = nil
+            port = 0
+            resumedDispatches = 0
+            return
+        }
         var tls: TLSServerContext?
         if let certificate = configuration.tlsCertificate, let key = configuration.tlsKey {
             do {
@@ -246,8 +264,8 @@ package final class ServiceInstance: Sendable {
         // The server's own refusals (a body over 1 MiB, a request that timed out, a malformed head, too many
         // connections) in a JSON shape every API's clients read, not plain text.
         limits.ownAnswer = { status, message in ServiceRouter.serverAnswer(status: status, message: message) }
-        core.events = events
         let router = ServiceRouter(core: core, events: events)
+        let http: HTTPServer
         do {
             http = try HTTPServer(
                 host: configuration.listenHost, port: configuration.listenPort, threads: configuration.threads,
@@ -266,6 +284,7 @@ package final class ServiceInstance: Sendable {
             throw ServiceStartError(
                 "cannot listen on \(configuration.listenHost):\(configuration.listenPort): \(error)")
         }
+        self.http = http
         port = http.port
         // Only once the port is ours: a start that fails to bind must not have begun sending. With the queue on
         // Redis, what a previous process left unfinished is pending there, and is taken over like any other's.
@@ -280,7 +299,7 @@ package final class ServiceInstance: Sendable {
 
     /// SIGTERM: stop accepting, give running dispatches `gracePeriod`, leave the rest queued, stop everything.
     package func stop(gracePeriod: Duration) async {
-        http.stopAccepting()
+        http?.stopAccepting()
         // The fleet's shards being sent get the worker's grace from now, alongside the dispatches'; what is left of
         // them stays pending for another instance or worker.
         fleet?.requestStop()
@@ -293,7 +312,7 @@ package final class ServiceInstance: Sendable {
         _ = await sharedBudget?.returnLeases(timeout: .seconds(1))
         sweeper.cancel()
         core.channels.shutdown()
-        http.shutdown()
+        http?.shutdown()
         tokens.stop()
         events?.stop()
         await stores.close()

@@ -16,7 +16,7 @@ final class ServeQueueTests: XCTestCase {
     }
 
     /// Registers `count` update tokens of `activity` straight into the registry on Redis (as a bulk import would).
-    private func register(_ count: Int, activity: String, redisURL: String) async throws {
+    private func register(_ count: Int, activity: String, redisURL: String, offset: Int = 0) async throws {
         let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redisURL)))
         let store = RedisRegistryStore(client: client)
         for start in stride(from: 0, to: count, by: 10_000) {
@@ -24,8 +24,8 @@ final class ServeQueueTests: XCTestCase {
                 (start..<min(count, start + 10_000)).map { index in
                     .updateToken(
                         UpdateTokenRegistration(
-                            app: ServeHarness.acmeApp, activityID: activity, deviceID: "d-\(index)",
-                            token: Self.token(index)))
+                            app: ServeHarness.acmeApp, activityID: activity, deviceID: "d-\(offset + index)",
+                            token: Self.token(offset + index)))
                 })
         }
         await client.shutdown()
@@ -239,5 +239,116 @@ final class ServeQueueTests: XCTestCase {
         let perToken = mock.stats.payloadsByToken
         let missing = (0..<count).filter { (perToken[Self.token($0)]?.count ?? 0) == 0 }.count
         XCTAssertEqual(missing, 0, "every token reached the mock")
+    }
+
+    /// `fanout worker --serve-config`: the service without HTTP. An API-only instance accepts a 20,000-token update
+    /// and never sends; the worker, on the same config and Redis, takes the dispatch and sends it, and the API instance
+    /// answers its state and pages its results. Every token once at the mock, one result each.
+    func testAWorkerOnTheServeConfigSendsWhatAnAPIOnlyInstanceAccepts() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let mock = try MockHarness { $0.capturePayloads = true }
+        defer { mock.stop() }
+        let api = try ServeHarness(testCase: self, mock: mock, extraConfig: ["fleet_worker": false])
+        try api.start(arguments: ["--redis", redis.url])
+        addTeardownBlock { XCTAssertEqual(api.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        let count = 20_000
+        try await register(count, activity: "worker-run", redisURL: redis.url)
+
+        let update = try api.curl(
+            "POST", "/v1/activities/worker-run/update", key: ServeKeys.acmeServer,
+            json: #"{"content_state": {"n": 1}}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        // Nothing sends it yet: the only instance is API-only.
+        try await Task.sleep(for: .milliseconds(500))
+        XCTAssertEqual(mock.stats.accepted, 0, "an API-only instance does not send")
+
+        let database = (api.directory as NSString).appendingPathComponent("worker.db")
+        let worker = try RunningProcess(
+            api.fanout,
+            [
+                "worker", "--redis", redis.url, "--serve-config", api.configPath, "--db", database, "--log-format",
+                "json",
+            ],
+            environment: ProcessSupport.cleanEnvironment())
+        addTeardownBlock { worker.kill(SIGKILL) }
+        let done = try api.waitForDispatch(id, timeout: 120)
+        XCTAssertEqual(done["delivered"] as? Int, count, "\(done)")
+        let tokens = try api.resultObjects(of: id, limit: 10_000).compactMap { $0["token"] as? String }
+        XCTAssertEqual(tokens.count, count, "one result per token")
+        XCTAssertEqual(Set(tokens).count, count, "no token twice")
+        let perToken = mock.stats.payloadsByToken
+        XCTAssertEqual(perToken.count, count, "every token reached the mock")
+        XCTAssertEqual(perToken.values.filter { $0.count > 1 }.count, 0, "none twice")
+
+        worker.kill(SIGTERM)
+        XCTAssertTrue(worker.waitForExit(timeout: 30), "the worker stops on SIGTERM")
+        XCTAssertEqual(worker.process.terminationStatus, 0, worker.stderrText())
+    }
+
+    /// A send flag beside `--serve-config` is refused by name: the service's config says how to send.
+    func testAWorkerOnTheServeConfigRefusesSendFlags() throws {
+        let fanout = try ProcessSupport.builtExecutable("fanout")
+        let result = try ProcessSupport.run(
+            fanout,
+            ["worker", "--redis", "redis://127.0.0.1:1", "--serve-config", "serve.json", "--connections", "4"],
+            timeout: 30)
+        XCTAssertEqual(result.exitCode, 2, result.summary)
+        XCTAssertTrue(result.stderr.contains("--connections does not go with --serve-config"), result.summary)
+        let db = try ProcessSupport.run(
+            fanout, ["worker", "--redis", "redis://127.0.0.1:1", "--db", "x.db"], timeout: 30)
+        XCTAssertEqual(db.exitCode, 2, db.summary)
+        XCTAssertTrue(db.stderr.contains("--db goes with --serve-config"), db.summary)
+    }
+
+    /// Instances take dispatches as they have room (`max_running_dispatches`, here 1), so one whose APNs answers
+    /// slowly (300 ms a request) takes fewer of them than one whose APNs answers at once: twenty dispatches of 200
+    /// tokens accepted through the fast one, every token once across both mocks, the slow one's share the smaller.
+    func testASlowerInstanceTakesFewerDispatches() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let fastMock = try MockHarness { $0.capturePayloads = true }
+        defer { fastMock.stop() }
+        // The same TLS material and signing key: the instances share one provider token per team on Redis.
+        let slowMock = try MockHarness {
+            $0.capturePayloads = true
+            $0.latencyMilliseconds = 300
+            $0.tls = .directory(fastMock.directory)
+        }
+        defer { slowMock.stop() }
+        let fast = try ServeHarness(testCase: self, mock: fastMock, extraConfig: ["max_running_dispatches": 1])
+        try fast.start(arguments: ["--redis", redis.url])
+        let slow = try ServeHarness(testCase: self, mock: slowMock, extraConfig: ["max_running_dispatches": 1])
+        try slow.start(arguments: ["--redis", redis.url])
+        addTeardownBlock {
+            for instance in [fast, slow] { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        }
+        let dispatches = 20
+        let perActivity = 200
+        for activity in 0..<dispatches {
+            try await register(
+                perActivity, activity: "slow-\(activity)", redisURL: redis.url, offset: activity * perActivity)
+        }
+        var ids: [String] = []
+        for activity in 0..<dispatches {
+            let update = try fast.curl(
+                "POST", "/v1/activities/slow-\(activity)/update", key: ServeKeys.acmeServer,
+                json: #"{"content_state": {"n": 1}}"#)
+            XCTAssertEqual(update.status, 202, update.text)
+            ids.append(try XCTUnwrap(try update.object()["dispatch_id"] as? String))
+        }
+        for id in ids {
+            let done = try fast.waitForDispatch(id, timeout: 120)
+            XCTAssertEqual(done["delivered"] as? Int, perActivity, "\(done)")
+        }
+        let total = dispatches * perActivity
+        let fastTokens = fastMock.stats.payloadsByToken
+        let slowTokens = slowMock.stats.payloadsByToken
+        XCTAssertEqual(fastTokens.count + slowTokens.count, total, "every token reached one of the mocks")
+        XCTAssertEqual(Set(fastTokens.keys).intersection(slowTokens.keys).count, 0, "no token at both")
+        XCTAssertEqual((fastTokens.values.map(\.count) + slowTokens.values.map(\.count)).max(), 1, "none twice")
+        XCTAssertLessThan(slowTokens.count, fastTokens.count, "the slower instance sent fewer dispatches")
+        print(
+            "slower instance: \(slowTokens.count / perActivity) of \(dispatches) dispatches, the faster \(fastTokens.count / perActivity)"
+        )
     }
 }
