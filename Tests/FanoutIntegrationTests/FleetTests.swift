@@ -428,7 +428,7 @@ final class FleetTests: XCTestCase {
                 + "sent twice \(counts.duplicates)")
     }
 
-    /// Item 6: redis-server (AOF, `appendfsync always`) killed with SIGKILL mid-run and started again on the same port
+    /// redis-server (AOF, `appendfsync always`) killed with SIGKILL mid-run and started again on the same port
     /// and directory about a second later. The workers pause (their Redis calls fail or wait for a connection),
     /// reconnect and go on: every (job, token) has one result, every token is delivered, and no worker exits.
     ///

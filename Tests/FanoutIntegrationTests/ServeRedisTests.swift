@@ -38,10 +38,9 @@ final class ServeRedisTests: XCTestCase {
             let instance = try ServeHarness(testCase: self, mock: mock, acmeRateLimit: acmeRateLimit)
             try instance.start(arguments: ["--redis", redis.url])
             instances.append(instance)
-        }
-        // Teardown blocks run last-added first, before tearDown(): the instances stop while Redis is still up.
-        addTeardownBlock { [instances] in
-            for instance in instances { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+            // Each as it starts, so that one that started is stopped even when the next fails to. Teardown blocks run
+            // last-added first, before tearDown(): the instances stop while Redis is still up.
+            addTeardownBlock { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
         }
         return (instances[0], instances[1])
     }
