@@ -402,9 +402,10 @@ enum RedisRegistryScripts {
           return finish({expired, ended, gone, nextvisit})
 
         elseif op == 'page' then
-          -- ARGV: cursor position (0: the start), limit. Reply: flat (position, expiry, registered, token, device)
-          -- quintuples, the live tokens after the cursor in position order. Expired ones the sweep has not removed
-          -- yet are skipped, and the page read on until it is full or the activity has no more.
+          -- ARGV: cursor position (0: the start), limit. Reply: flat (position, record) pairs, the slots after the
+          -- cursor in position order, each with its record as stored (JSON; nil for a slot gone meanwhile). The
+          -- reader decodes the records and skips the expired ones: the script makes two calls per page instead of
+          -- a call and a decode per token, because every other client of Redis waits while it runs.
           if redis.call('EXISTS', meta) == 0 then return {} end
           local fields = redis.call('HMGET', meta, 'state', 'dismissal')
           if fields[1] == 'ended' and fields[2] and tonumber(fields[2]) <= now then return {} end
@@ -418,23 +419,18 @@ enum RedisRegistryScripts {
               if not redis.call('ZSCORE', tokens, slot) then redis.call('ZREM', order, slot) end
             end
           end
-          local low = '(' .. ARGV[3]
-          local limit = tonumber(ARGV[4])
-          local out, count = {}, 0
-          while count < limit do
-            local batch = redis.call('ZRANGEBYSCORE', order, low, '+inf', 'WITHSCORES', 'LIMIT', 0, limit - count)
-            if #batch == 0 then break end
-            for i = 1, #batch, 2 do
-              low = '(' .. batch[i + 1]
-              local rec = load(batch[i])
-              if rec and tonumber(rec.e) > now then
-                out[#out + 1] = batch[i + 1]
-                out[#out + 1] = rec.e
-                out[#out + 1] = rec.r
-                out[#out + 1] = rec.t
-                out[#out + 1] = rec.d
-                count = count + 1
-              end
+          local batch = redis.call('ZRANGEBYSCORE', order, '(' .. ARGV[3], '+inf', 'WITHSCORES', 'LIMIT', 0,
+            tonumber(ARGV[4]))
+          local slotids = {}
+          for i = 1, #batch, 2 do slotids[#slotids + 1] = batch[i] end
+          local out = {}
+          -- HMGET in chunks: unpack's arguments go on Lua's C stack, which holds some 8,000.
+          for first = 1, #slotids, 1000 do
+            local last = math.min(first + 999, #slotids)
+            local records = redis.call('HMGET', slots, unpack(slotids, first, last))
+            for j = 1, #records do
+              out[#out + 1] = batch[2 * (first + j - 1)]
+              out[#out + 1] = records[j]
             end
           end
           return out

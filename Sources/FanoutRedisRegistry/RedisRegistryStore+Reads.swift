@@ -1,3 +1,4 @@
+import FanoutCore
 import FanoutRedis
 package import FanoutRegistry
 
@@ -24,26 +25,72 @@ extension RedisRegistryStore {
         let limit = try Self.limit(limit)
         let activityID = try RegistryValidation.identifier(activityID, field: "activity_id")
         try await requireApp(app)
-        let reply = try await send(
-            Self.eval(
-                RedisRegistryScripts.activity, keys: keys.activity(ActivityReference(app: app, activityID: activityID)),
-                ["page", RedisArgument(String(now)), RedisArgument(String(cursor)), RedisArgument(limit)]))
-        let values = reply.array ?? []
+        let keys = keys.activity(ActivityReference(app: app, activityID: activityID))
         var items: [UpdateTokenRecord] = []
-        items.reserveCapacity(values.count / 5)
-        var last: Int64 = 0
-        for index in stride(from: 0, to: values.count - 4, by: 5) {
-            let position = Self.number(values[index])
-            let expiresAt = Self.number(values[index + 1])
-            let device = values[index + 4].string ?? ""
-            items.append(
-                UpdateTokenRecord(
-                    activityID: activityID, deviceID: device.isEmpty ? nil : device,
-                    token: values[index + 3].string ?? "", registeredAt: Self.number(values[index + 2]),
-                    expiresAt: expiresAt))
-            last = position
+        items.reserveCapacity(limit)
+        // The script returns the slots after the cursor with their records; the expired ones the sweep has not
+        // removed yet are skipped here, and read on until the page is full or the activity has no more.
+        var more = true
+        while more && items.count < limit {
+            let wanted = limit - items.count
+            let reply = try await send(
+                Self.eval(
+                    RedisRegistryScripts.activity, keys: keys,
+                    ["page", RedisArgument(String(now)), RedisArgument(String(cursor)), RedisArgument(wanted)]))
+            let values = reply.array ?? []
+            for index in stride(from: 0, to: values.count - 1, by: 2) {
+                cursor = Self.number(values[index])
+                guard case .bytes(let json) = values[index + 1],
+                    let record = Self.updateTokenRecord(json, activityID: activityID), record.expiresAt > now
+                else { continue }
+                items.append(record)
+            }
+            more = values.count / 2 == wanted
         }
-        return RegistryPage(items: items, next: items.count == limit ? RegistryCursor(rawValue: String(last)) : nil)
+        return RegistryPage(items: items, next: more ? RegistryCursor(rawValue: String(cursor)) : nil)
+    }
+
+    /// An activity slot's record as the scripts store it (JSON, `t` token, `d` device or "", `r` registered and `e`
+    /// expiry in Unix ms as strings); nil when it cannot be read.
+    static func updateTokenRecord(_ json: [UInt8], activityID: String) -> UpdateTokenRecord? {
+        var token = ""
+        var device = ""
+        var registered: Int64 = 0
+        var expires: Int64 = 0
+        do throws(JSONParseError) {
+            try JSONParser.withParser(over: json, rules: .rfc8259) { parser throws(JSONParseError) in
+                try parser.readObject { key, parser throws(JSONParseError) in
+                    if parser.string(key, equals: "t") {
+                        token = try parser.readStringValue()
+                    } else if parser.string(key, equals: "d") {
+                        device = try parser.readStringValue()
+                    } else if parser.string(key, equals: "r") {
+                        registered = try Self.millisecondsValue(&parser)
+                    } else if parser.string(key, equals: "e") {
+                        expires = try Self.millisecondsValue(&parser)
+                    } else {
+                        try parser.skipValue()
+                    }
+                }
+            }
+        } catch {
+            return nil
+        }
+        guard !token.isEmpty else { return nil }
+        return UpdateTokenRecord(
+            activityID: activityID, deviceID: device.isEmpty ? nil : device, token: token, registeredAt: registered,
+            expiresAt: expires)
+    }
+
+    /// A time in a record: a string of digits as the scripts write it, or a JSON number.
+    private static func millisecondsValue(_ parser: inout JSONParser) throws(JSONParseError) -> Int64 {
+        switch try parser.peekKind() {
+        case .string: return Int64(Double(try parser.readStringValue()) ?? 0)
+        case .number: return Int64(Double(String(decoding: parser.slice(try parser.scanNumber()), as: UTF8.self)) ?? 0)
+        default:
+            try parser.skipValue()
+            return 0
+        }
     }
 
     package func liveUpdateTokenCount(app: String, activityID: String, now: Int64) async throws(RegistryError) -> Int {
