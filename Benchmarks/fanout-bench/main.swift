@@ -5,7 +5,7 @@ let usage = """
     fanout-bench: measures Fanout against mock-apns, beside h2load and aioapns against the same mock.
 
     usage: fanout-bench [--scenario NAME]... [--json FILE] [--report DIR] [--quick] [--runs N] [--rate R]
-                        [--duration S] [--send-rate R]
+                        [--duration S] [--send-rate R] [--redis-fsync always|everysec]
 
       --scenario NAME   run this scenario (repeatable; default: all, but peer-aioapns only when
                         named with --quick). Scenarios:
@@ -103,6 +103,8 @@ let usage = """
       --duration S      load: seconds of load (default 10, 2 with --quick)
       --send-rate R     single-send: engine.send calls per second (default 2,000; past what the engine
                         takes, the calls queue up and the achieved rate and memory show what that costs)
+      --redis-fsync F   serve: the Redis's appendfsync, always (default: what docs/FLEET.md asks of a
+                        fleet's Redis, nothing acknowledged is lost) or everysec (what that fsync costs)
 
     Each run of Fanout happens in a fresh child process, so CPU seconds and peak RSS are its own.
     """
@@ -125,6 +127,8 @@ struct Options {
     var loadRate: Double?
     var loadDuration: Double?
     var sendRate: Double?
+    /// serve's Redis: `appendfsync` always (true) or everysec.
+    var redisFsyncAlways = true
 }
 
 func parse(_ arguments: [String]) throws(UsageError) -> Options? {
@@ -146,6 +150,12 @@ func parse(_ arguments: [String]) throws(UsageError) -> Options? {
         case "--rate": options.loadRate = try cursor.double(in: 1...10_000_000)
         case "--duration": options.loadDuration = try cursor.double(in: 0.1...3600)
         case "--send-rate": options.sendRate = try cursor.double(in: 1...1_000_000)
+        case "--redis-fsync":
+            let value = try cursor.string()
+            guard ["always", "everysec"].contains(value) else {
+                throw UsageError("--redis-fsync takes always or everysec, not '\(value)'")
+            }
+            options.redisFsyncAlways = value == "always"
         default: throw UsageError("unknown option \(flag) (see fanout-bench --help)")
         }
     }
