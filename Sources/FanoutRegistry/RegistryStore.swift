@@ -12,6 +12,10 @@ public protocol RegistryStore: Sendable {
     /// The clock for writes that give no time, and for the convenience reads without `now`.
     var clock: RegistryClock { get }
 
+    /// How many tokens a send asks for per page (default 4,096). A store whose page read holds a server that others
+    /// wait on (Redis runs one script at a time) prefers smaller pages.
+    var preferredPageSize: Int { get }
+
     // MARK: Apps
 
     /// Adds apps, or moves existing ones to another workspace. Registrations for an app not defined are refused.
@@ -84,7 +88,14 @@ public protocol RegistryStore: Sendable {
     func subscribe() -> AsyncStream<RegistryEvent>
 }
 
+/// The page size a send reads a store with, unless the store prefers another (`RegistryStore.preferredPageSize`).
+package enum RegistryPaging {
+    package static let defaultPageSize = 4096
+}
+
 extension RegistryStore {
+    public var preferredPageSize: Int { RegistryPaging.defaultPageSize }
+
     /// `devices(app:pushTokens:)` for a store without a token index: pages through every device of the app (the
     /// stores of this package look the tokens up instead).
     public func devices(app: String, pushTokens: [String]) async throws(RegistryError) -> [DeviceRecord] {

@@ -412,7 +412,7 @@ final class SendResumeTests: XCTestCase {
     /// error naming the job and `--resume`. Resumed once the registry answers again, it sends only the tokens without
     /// a line, so each token is sent and recorded once; a second `--resume` adds nothing.
     func testARegistryThatFailsPartwayLeavesTheJobToResume() async throws {
-        let tokens = (0..<(RegistryPager.pageSize + 500)).map { testDeviceToken($0) }
+        let tokens = (0..<(RegistryPaging.defaultPageSize + 500)).map { testDeviceToken($0) }
         let registry = PageFailingRegistry(try await makeRegistry(activity: "match-9", tokens: tokens))
         let mock = try MockHarness {
             $0.capturePayloads = true
@@ -430,14 +430,15 @@ final class SendResumeTests: XCTestCase {
         XCTAssertTrue(message?.contains("registry") == true, message ?? "")
         XCTAssertTrue(message?.contains("--resume") == true, message ?? "")
         let firstKeys = try resultKeys()
-        XCTAssertEqual(firstKeys.count, RegistryPager.pageSize, "a line for each notification of the first page")
+        XCTAssertEqual(
+            firstKeys.count, RegistryPaging.defaultPageSize, "a line for each notification of the first page")
         XCTAssertEqual(Set(firstKeys).count, firstKeys.count, "each once")
         XCTAssertFalse(firstKeys.contains("v/-"), "no job-level line: it would end the job for --resume")
-        XCTAssertEqual(mock.stats.accepted, RegistryPager.pageSize)
+        XCTAssertEqual(mock.stats.accepted, RegistryPaging.defaultPageSize)
         let stopped = try journal()
         XCTAssertFalse(stopped.isFinished(line: 1), "the job is not finished")
         XCTAssertEqual(stopped.counts.jobs, 0)
-        XCTAssertEqual(stopped.counts.outcomes.delivered, RegistryPager.pageSize)
+        XCTAssertEqual(stopped.counts.outcomes.delivered, RegistryPaging.defaultPageSize)
         XCTAssertEqual(stopped.resultsOffset, try FileManager.default.attributesOfItem(atPath: results)[.size] as? Int)
 
         registry.failsAfterFirstPage = false

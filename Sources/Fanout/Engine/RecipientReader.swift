@@ -99,8 +99,6 @@ package struct RegistryPager: Sendable {
         }
     }
 
-    package static let pageSize = 4096
-
     let store: any RegistryStore
     package let query: Query
     package let now: Int64
@@ -109,9 +107,8 @@ package struct RegistryPager: Sendable {
     private var index = 0
     private var exhausted = false
     private(set) var delivered = 0
-    /// The page after the current one, read while the current one is used: a store on Redis holds each page's read
-    /// for tens of milliseconds (one script over 4,096 tokens), which a reader that waited for it would add to the
-    /// send, page after page. A read ahead that failed is read again when the page is needed.
+    /// The page after the current one, read while the current one is used: a store on Redis takes milliseconds per
+    /// page (a round trip and a script), which a reader that waited for it would add to the send, page after page. A read ahead that failed is read again when the page is needed.
     private var readAhead: Task<Result<(tokens: [String], next: RegistryCursor?), RegistryError>, Never>?
 
     package init(store: any RegistryStore, query: Query, now: Int64) {
@@ -180,14 +177,16 @@ package struct RegistryPager: Sendable {
         switch query {
         case .activity(let app, let id):
             let result = try await store.liveUpdateTokens(
-                app: app, activityID: id, after: cursor, limit: pageSize, now: now)
+                app: app, activityID: id, after: cursor, limit: store.preferredPageSize, now: now)
             return (result.items.map(\.token), result.next)
         case .pushToStart(let app, let attributesType, let selection):
             let result = try await store.pushToStartTokens(
-                app: app, attributesType: attributesType, selection: selection, after: cursor, limit: pageSize)
+                app: app, attributesType: attributesType, selection: selection, after: cursor,
+                limit: store.preferredPageSize)
             return (result.items.map(\.token), result.next)
         case .devices(let app, let selection):
-            let result = try await store.devices(app: app, selection: selection, after: cursor, limit: pageSize)
+            let result = try await store.devices(
+                app: app, selection: selection, after: cursor, limit: store.preferredPageSize)
             return (result.items.compactMap(\.pushToken), result.next)
         }
     }
