@@ -1,3 +1,4 @@
+import FanoutRedis
 import FanoutTestSupport
 import Foundation
 
@@ -53,6 +54,14 @@ func runFleetCluster(_ bench: BenchContext) throws {
     let primaryPorts = cluster.servers.map(\.port)
     let primaries = try primaryPorts.map { try BenchRedis(url: "redis://127.0.0.1:\($0)") }
     defer { for primary in primaries { primary.close() } }
+    // Where the jobs' keys and the partitions' streams are: what each primary's share follows.
+    func primaryPort(_ key: String) throws -> Int {
+        try cluster.primary(servingSlot: RedisClusterSlot.slot(of: Array(key.utf8))).port
+    }
+    let jobPorts = try (0..<setup.jobs).map { try primaryPort("fanout:job:{\(setup.jobID($0))}") }
+    let streamPorts = try (0..<partitions).map { try primaryPort($0 == 0 ? "fanout:shards" : "fanout:shards:\($0)") }
+    let jobsPerPrimary = primaryPorts.map { port in jobPorts.count { $0 == port } }
+    let streamsPerPrimary = primaryPorts.map { port in streamPorts.count { $0 == port } }
 
     let one = FleetBenchRun(
         bench: bench, setup: setup, fanout: fanout, work: work, jobsPath: jobsPath, url: redis.url, client: single,
@@ -80,6 +89,9 @@ func runFleetCluster(_ bench: BenchContext) throws {
             loadBefore[2], loadAfter[0], loadAfter[1], loadAfter[2], setup.tokens, setup.jobs, setup.shardSize,
             workers, partitions))
     print(
+        "fleet-cluster: jobs per primary \(jobsPerPrimary.map(String.init).joined(separator: ", ")); partition "
+            + "streams per primary \(streamsPerPrimary.map(String.init).joined(separator: ", "))")
+    print(
         String(
             format: "fleet-cluster: fanout send: %.0f notifications/s [%.0f-%.0f] spawn to exit", sendRate.median,
             sendRate.min, sendRate.max))
@@ -87,7 +99,7 @@ func runFleetCluster(_ bench: BenchContext) throws {
         "scenario": "fleet-cluster", "notifications": setup.tokens, "jobs": setup.jobs, "shard_size": setup.shardSize,
         "workers": workers, "partitions": partitions, "cores": cores, "load_average_before": loadBefore,
         "load_average_after": loadAfter, "send_rate": sendRate.median, "send_rate_min": sendRate.min,
-        "send_rate_max": sendRate.max,
+        "send_rate_max": sendRate.max, "jobs_per_primary": jobsPerPrimary, "streams_per_primary": streamsPerPrimary,
     ]
     for (name, runs) in [("one_redis", onOne), ("cluster", onCluster)] {
         let rate = spread(runs, "rate")
@@ -125,10 +137,15 @@ func runFleetCluster(_ bench: BenchContext) throws {
         entry[name + "_node_commands_per_1000"] = nodeCommands
         entry[name + "_node_redis_cpu_us_per_notification"] = nodeCPU
         entry[name + "_top_worker_commands"] = topRedisCommands(runs, key: "worker_commands")
+        entry[name + "_cpu_seconds"] = spread(runs, "worker_cpu_seconds").median
+        entry[name + "_peak_rss_mb"] = spread(runs, "worker_peak_rss_mb").median
     }
     entry["rate"] = entry["cluster_rate"]
     entry["rate_min"] = entry["cluster_rate_min"]
     entry["rate_max"] = entry["cluster_rate_max"]
+    // The workers' CPU seconds together and the largest worker's peak RSS, on the cluster.
+    entry["cpu_seconds"] = entry["cluster_cpu_seconds"]
+    entry["peak_rss_mb"] = entry["cluster_peak_rss_mb"]
     let clusterCommands = entry["cluster_node_commands_per_1000"] as? [Double] ?? []
     entry["key_figure"] = String(
         format: "3 workers: one Redis %.0f/s, cluster %.0f/s (send %.0f/s); commands/1,000 per primary %@",
