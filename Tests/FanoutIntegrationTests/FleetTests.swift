@@ -595,6 +595,9 @@ final class FleetTests: XCTestCase {
             XCTAssertEqual(try worker.stop(timeout: 20), 0, "SIGTERM: a clean exit")
         }
         let after = try primaries.map { try commandCalls(cluster, port: $0) }
+        // Each primary has a replica: every shard's completion waited for it before the shard left its stream.
+        let waits = zip(before, after).reduce(0) { $0 + ($1.1["wait"] ?? 0) - ($1.0["wait"] ?? 0) }
+        XCTAssertGreaterThanOrEqual(waits, scale.jobs * scale.shardsPerJob, "a WAIT per shard's completion")
         var spread: [String] = []
         for (index, port) in primaries.enumerated() {
             func delta(_ command: String) -> Int { (after[index][command] ?? 0) - (before[index][command] ?? 0) }
@@ -617,7 +620,7 @@ final class FleetTests: XCTestCase {
         XCTAssertEqual(counts.foreign, 0)
         print(
             "fleet on a cluster: 3 workers, \(scale.total) notifications in \(scale.jobs) jobs, "
-                + "\(String(format: "%.1f", seconds)) s from the workers' start to the last shard; per primary: "
+                + "\(String(format: "%.1f", seconds)) s from the workers' start to the last shard; \(waits) WAITs; per primary: "
                 + spread.joined(separator: "; "))
     }
 
