@@ -458,6 +458,7 @@ package final class FleetWorker: Sendable {
 
     private func heartbeatLoop() async {
         let interval = options.heartbeatInterval
+        var replicasUnread = false
         while !Task.isCancelled {
             try? await Task.sleep(for: interval)
             // The name's hold first, every time: it must outlive the heartbeats even while no shard is held.
@@ -477,8 +478,11 @@ package final class FleetWorker: Sendable {
             if replicas.isStale(after: options.replicaRefresh) {
                 do {
                     try await replicas.refresh(writer)
+                    replicasUnread = false
                 } catch {
-                    log("heartbeat (replicas): \(error.message)")
+                    // Once per run of failures: a Redis that refuses the read would log it every few seconds.
+                    if !replicasUnread { log("heartbeat: the replicas could not be read: \(error.message)") }
+                    replicasUnread = true
                 }
             }
             let held = state.withLock { Array($0.held) }
