@@ -395,9 +395,10 @@ echo "$TABLE"
 case $OUT in /*) OUT_PATH=$OUT ;; *) OUT_PATH="$ROOT/$OUT" ;; esac
 COMMAND="make soak"
 [ -n "${SOAK_COMMAND:-}" ] && COMMAND=$SOAK_COMMAND
-# The file's last section, from its `<!-- sanitize -->` marker on, is scripts/sanitize.sh's (`make sanitize`): kept.
+# What follows the soak table is kept: the hand-written Redis failover section (from its `<!-- redis-failover -->`
+# marker) and scripts/sanitize.sh's (`make sanitize`, from `<!-- sanitize -->`), whichever comes first, to the end.
 SANITIZE_SECTION=""
-[ -f "$OUT_PATH" ] && SANITIZE_SECTION=$(sed -n '/^<!-- sanitize -->$/,$p' "$OUT_PATH")
+[ -f "$OUT_PATH" ] && SANITIZE_SECTION=$(awk '/^<!-- (redis-failover|sanitize) -->$/ { keep = 1 } keep' "$OUT_PATH")
 {
     cat <<EOF
 # Reliability

@@ -229,6 +229,13 @@ func comparisonChart(_ entry: [String: Any]) -> (String, String, [ReportBar])? {
         bars = (1...3).map { reportBar(entry, "workers_\($0)_rate", label: "fleet, \($0) worker(s)", reference: false) }
         bars.append(reportBar(entry, "send_rate", label: "fanout send", reference: true))
         note = "from enqueue to the last result"
+    case "fleet-cluster":
+        bars = [
+            reportBar(entry, "one_redis_rate", label: "fleet, 3 workers, one Redis", reference: false),
+            reportBar(entry, "cluster_rate", label: "fleet, 3 workers, cluster of 3", reference: false),
+            reportBar(entry, "send_rate", label: "fanout send", reference: true),
+        ]
+        note = "from enqueue to the last result"
     default:
         return nil
     }

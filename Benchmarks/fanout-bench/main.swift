@@ -80,6 +80,12 @@ let usage = """
                                            by the fleet's Lua scripts included) and Redis's CPU per notification.
                                            Every run checked: one delivered result per token, no duplicate at the
                                            mock. --quick: 20,000 tokens in 4 jobs, shards of 1,000
+                          fleet-cluster    the fleet's jobs with 3 workers on one redis-server and on a Redis
+                                           Cluster of 3 primaries (redis-cli --cluster create, no replicas;
+                                           fanout enqueue --partitions 6) in the same run, against fanout send:
+                                           rates, ratio vs send, and per primary Redis commands per 1,000
+                                           notifications and Redis CPU per notification. Checked as fleet is.
+                                           --quick: 20,000 tokens in 4 jobs, shards of 1,000
                           follow           fanout send --follow (the real binary) against the shared mock, its job
                                            file a queue: the bench appends one-token alert jobs at 1,000/s for 10 s
                                            (each line one write(2) on an O_APPEND descriptor, on a fixed schedule)
@@ -111,7 +117,7 @@ let usage = """
 
 let allScenarios = [
     "throughput-1c", "throughput-4c", "fanout-scaling", "many-jobs", "single-send", "encode", "ratelimit", "faults",
-    "load", "peer-aioapns", "registry", "serve", "broadcast", "fleet", "follow",
+    "load", "peer-aioapns", "registry", "serve", "broadcast", "fleet", "fleet-cluster", "follow",
 ]
 /// Left out of `--quick` unless named: installing aioapns alone takes longer than the rest.
 let slowScenarios: Set = ["peer-aioapns"]
@@ -193,6 +199,7 @@ func runParent(_ options: Options) throws -> Int32 {
         case "serve": try runServe(bench)
         case "broadcast": try runBroadcast(bench)
         case "fleet": try runFleet(bench)
+        case "fleet-cluster": try runFleetCluster(bench)
         case "follow": try runFollow(bench)
         default: break
         }

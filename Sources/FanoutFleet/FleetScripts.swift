@@ -79,12 +79,23 @@ package enum FleetScripts {
         return 1
         """)
 
-    /// Marks a shard done once: KEYS: done set, counts hash, job hash, the shard's tokens. ARGV: shard number, payload
-    /// encodings, demoted, and optionally broadcasts (1 for an activity's broadcast shard). The shard's engine counts are added only by the first completion (a shard finished again
-    /// after a claim adds nothing); its tokens are deleted (its results hold them); the job's last shard sets
-    /// `finished_at` (Unix ms, the server's clock). Returns 1 when this call marked it.
+    /// Marks a shard done once. KEYS: done set, counts hash, job hash, the shard's tokens, the shard's marks, the
+    /// job's results hash. ARGV: shard number, payload encodings, demoted, broadcasts (1 for an activity's broadcast
+    /// shard), and the progress the worker has seen recorded: how many positions of the shard it found marked or
+    /// marked itself, and 1 when the job-level result is recorded. The shard's engine counts are added only by the
+    /// first completion (a shard finished again after a claim adds nothing); its tokens are deleted (its results hold
+    /// them); the job's last shard sets `finished_at` (Unix ms, the server's clock). Returns 1 when this call marked
+    /// it, 0 when it was done already, and -1 (nothing changed) when Redis holds less progress than the worker saw
+    /// recorded: a failover lost writes the old primary had acknowledged (replication is asynchronous), and the
+    /// positions they covered must be sent again before the shard is done.
     static let completeShard = RedisScript(
         """
+        local marked = tonumber(ARGV[5] or '0')
+        if marked > 0 then
+          local _, found = string.gsub(redis.call('GET', KEYS[5]) or '', '1', '')
+          if found < marked then return -1 end
+        end
+        if ARGV[6] == '1' and redis.call('HEXISTS', KEYS[6], 'invalid') == 0 then return -1 end
         redis.call('DEL', KEYS[4])
         if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return 0 end
         local encodings = tonumber(ARGV[2])

@@ -29,6 +29,13 @@ package struct FleetWorkerOptions: Sendable {
     /// waiting then (Redis hung) is no longer waited for, so a stop ends by `stopGrace` plus this, whatever Redis
     /// does; what was not written is sent again by the worker that claims the shard.
     package var stopWriteWindow: Duration = .seconds(1)
+    /// Where the primary holding a job's keys has replicas: how long a shard's completion waits for one of them to
+    /// acknowledge it (`WAIT`) before the shard is acknowledged on the stream, which may be on another primary. A
+    /// replica that does not answer in time (lagging, or gone) does not hold the shard up longer: it is acknowledged
+    /// anyway, and the worker reads the replicas again.
+    package var replicaWait: Duration = .milliseconds(500)
+    /// How often the replicas of the primaries are read again (`FleetReplicas`).
+    package var replicaRefresh: Duration = .seconds(5)
 
     package init(name: String) { self.name = name }
 
@@ -75,7 +82,9 @@ package struct FleetWorkerStats: Sendable {
 ///    `flushInterval`): the new lines appended to the shard's results, their positions marked, the counts added. `cancelled` results (a stop past the grace period) are not written,
 ///    so those positions are sent by whoever resumes the shard.
 /// 5. **Complete.** After the last write: the shard joins the job's done set (its engine counts are added, once, and
-///    its tokens key is deleted), then `XACK` and `XDEL`. A worker that dies anywhere before the XACK leaves the shard pending, and step 1 gives it to
+///    its tokens key is deleted) if its marks still hold every result this worker saw recorded (else a failover lost
+///    some: the shard is sent again from its marks); where the job's primary has replicas, one acknowledges that
+///    (`WAIT`); then `XACK` and `XDEL`. A worker that dies anywhere before the XACK leaves the shard pending, and step 1 gives it to
 ///    another: only notifications in flight or not yet written are sent twice, and they still get one result line.
 package final class FleetWorker: Sendable {
     /// Which engine sends a job: `fanout worker`'s one, or (`fanout serve`) the engine of the job's app's team.
@@ -114,6 +123,8 @@ package final class FleetWorker: Sendable {
     private let stopRequests = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
     /// Parsed job lines by job id and enqueue id (a job's shards share one), the least recently used dropped.
     private let jobs = FleetJobCache<Result<ParsedJob, FleetError>>()
+    /// The replicas of the primaries holding the jobs' keys, for the WAIT before a shard's acknowledgement.
+    private let replicas: FleetReplicas
 
     /// - Parameters:
     ///   - reader: the client for XREADGROUP (blocked reads hold its connection); its command timeout must exceed
@@ -139,6 +150,7 @@ package final class FleetWorker: Sendable {
         self.writer = writer
         self.options = options
         self.log = log
+        replicas = FleetReplicas(isCluster: writer.configuration.url.isCluster)
     }
 
     /// Stop reading; shards being sent get `stopGrace` from now to finish, then `stopWriteWindow` to write what they
@@ -182,6 +194,7 @@ package final class FleetWorker: Sendable {
         } catch {
             throw FleetError("cannot create the consumer group: \(error.message)")
         }
+        try? await replicas.refresh(writer)
         let heartbeat = Task { await heartbeatLoop() }
         defer { heartbeat.cancel() }
         await withTaskGroup(of: GroupEvent.self) { group in
@@ -445,6 +458,7 @@ package final class FleetWorker: Sendable {
 
     private func heartbeatLoop() async {
         let interval = options.heartbeatInterval
+        var replicasUnread = false
         while !Task.isCancelled {
             try? await Task.sleep(for: interval)
             // The name's hold first, every time: it must outlive the heartbeats even while no shard is held.
@@ -459,6 +473,16 @@ package final class FleetWorker: Sendable {
                     }
                 } catch {
                     log("heartbeat (name): \(error.message)")
+                }
+            }
+            if replicas.isStale(after: options.replicaRefresh) {
+                do {
+                    try await replicas.refresh(writer)
+                    replicasUnread = false
+                } catch {
+                    // Once per run of failures: a Redis that refuses the read would log it every few seconds.
+                    if !replicasUnread { log("heartbeat: the replicas could not be read: \(error.message)") }
+                    replicasUnread = true
                 }
             }
             let held = state.withLock { Array($0.held) }
@@ -583,6 +607,8 @@ package final class FleetWorker: Sendable {
             let offset = position - start
             return offset >= marks.count || marks[offset] != UInt8(ascii: "1")
         }
+        // The progress seen recorded, which the completion checks is still in Redis (a failover may lose writes).
+        var progress = Progress(marked: marks.prefix(count).count(where: { $0 == UInt8(ascii: "1") }))
         var summary: JobSummary?
         if !missing.isEmpty {
             var job = FanoutJob(parsed)
@@ -649,9 +675,12 @@ package final class FleetWorker: Sendable {
             let abandoning = { self.state.withLock { $0.abandoning } }
             try await sink.flushAll(giveUp: abandoning)
             state.withLock { $0.stats.resultsWritten += sink.written }
+            progress.marked += sink.marked
+            progress.jobResult = sink.hasJobResult
             if run.isCancelled || abandoning() { return false }
         }
-        try await complete(entry: entry, keys: keys, shard: shard, summary: summary, broadcast: broadcast)
+        try await complete(
+            entry: entry, keys: keys, shard: shard, summary: summary, progress: progress, broadcast: broadcast)
         return true
     }
 
@@ -663,7 +692,7 @@ package final class FleetWorker: Sendable {
             keys: keys, shard: shard, start: start, count: count, positions: [], writer: writer, cutOff: cutOff)
         sink.add(NotificationResult(jobID: keys.job, token: nil, outcome: .invalid, reason: reason))
         try await sink.flushAll(giveUp: { self.state.withLock { $0.abandoning } })
-        try await complete(entry: entry, keys: keys, shard: shard, summary: nil)
+        try await complete(entry: entry, keys: keys, shard: shard, summary: nil, progress: Progress(jobResult: true))
     }
 
     /// The bundle id of a job's app: the one it names (registry-addressed and channel jobs), else its topic without
@@ -680,19 +709,62 @@ package final class FleetWorker: Sendable {
         }
     }
 
+    /// What a worker saw recorded of a shard: the positions marked (found so, or marked by its writes) and whether
+    /// the job-level result is there.
+    struct Progress {
+        var marked = 0
+        var jobResult = false
+    }
+
+    /// Marks the shard done (`FleetScripts.completeShard`), makes sure that survives a failover, then acknowledges
+    /// and deletes its entry.
+    ///
+    /// Redis replication is asynchronous: writes a primary acknowledged just before it died can be missing from the
+    /// replica that takes over. Two checks keep that from leaving a token without a result:
+    /// - The completion compares the shard's marks with `progress`: fewer (results lost in a failover of the job's
+    ///   primary while the shard was sending) and it is refused, and this throws, so `process` sends the shard again
+    ///   from its marks: the lost positions are sent a second time and get one result each.
+    /// - Where the job's primary has replicas, the completion is followed by `WAIT 1` on its connection before the
+    ///   entry is acknowledged (the stream may be on another primary, which a failover of the job's does not undo):
+    ///   an entry is acknowledged once its completion, and every result before it, is on a replica.
     /// - Parameter broadcast: the shard is an activity's broadcast: the job's `broadcasts` count gets it, once.
     private func complete(
-        entry: ShardEntry, keys: FleetKeys, shard: Int, summary: JobSummary?, broadcast: Bool = false
+        entry: ShardEntry, keys: FleetKeys, shard: Int, summary: JobSummary?, progress: Progress,
+        broadcast: Bool = false
     ) async throws(FleetError) {
         let writer = self.writer
+        let replicaCount = replicas.replicas(forKey: keys.meta)
+        let wait = options.replicaWait
         do throws(RedisError) {
-            _ = try await cutOff.call { () async throws(RedisError) in
-                try await writer.evalScript(
-                    FleetScripts.completeShard, keys: [keys.done, keys.counts, keys.meta, keys.tokens(shard: shard)],
-                    arguments: [
-                        RedisArgument(shard), RedisArgument(summary?.payloadEncodings ?? 0),
-                        RedisArgument(summary?.demoted ?? 0), RedisArgument(broadcast ? 1 : 0),
-                    ])
+            let scriptKeys = [
+                keys.done, keys.counts, keys.meta, keys.tokens(shard: shard), keys.marks(shard: shard), keys.results,
+            ]
+            let arguments = [
+                RedisArgument(shard), RedisArgument(summary?.payloadEncodings ?? 0),
+                RedisArgument(summary?.demoted ?? 0), RedisArgument(broadcast ? 1 : 0), RedisArgument(progress.marked),
+                RedisArgument(progress.jobResult ? 1 : 0),
+            ]
+            let (reply, acknowledged) = try await cutOff.call { () async throws(RedisError) in
+                if replicaCount == 0 {
+                    return (
+                        try await writer.evalScript(FleetScripts.completeShard, keys: scriptKeys, arguments: arguments),
+                        0
+                    )
+                }
+                return try await writer.evalScript(
+                    FleetScripts.completeShard, keys: scriptKeys, arguments: arguments, waitingFor: 1, within: wait,
+                    timeout: wait + writer.configuration.commandTimeout)
+            }
+            if reply.integer == -1 {
+                throw RedisError.server(
+                    "fewer results are recorded than this worker wrote or found (a failover lost writes the old "
+                        + "primary had acknowledged); sending the positions without one again")
+            }
+            if replicaCount > 0 && acknowledged == 0 {
+                replicas.invalidate()
+                log(
+                    "shard \(shard) of \(keys.job): no replica acknowledged its completion within \(wait); "
+                        + "acknowledging it anyway")
             }
             // Acknowledged, then deleted: the stream keeps only shards not done.
             let stream = RedisArgument(entry.stream)
@@ -809,6 +881,10 @@ final class ResultSink: Sendable {
     private let cutOff: StopSignal
     private let buffer = FanoutMutex<[Pending]>([])
     private let writtenCount = FanoutMutex(0)
+    /// Positions this sink marked (results of the shard's tokens it wrote first), and whether the job-level result is
+    /// recorded (by this sink or before): the progress the shard's completion checks.
+    private let markedCount = FanoutMutex(0)
+    private let jobResultRecorded = FanoutMutex(false)
 
     /// - Parameters: shard, start, count: the shard (its number, first position and size), whose marks and results
     ///   the results go to.
@@ -826,6 +902,8 @@ final class ResultSink: Sendable {
     }
 
     var written: Int { writtenCount.withLock { $0 } }
+    var marked: Int { markedCount.withLock { $0 } }
+    var hasJobResult: Bool { jobResultRecorded.withLock { $0 } }
 
     /// Results waiting to be written.
     var buffered: Int { buffer.withLock { $0.count } }
@@ -870,6 +948,7 @@ final class ResultSink: Sendable {
                             ])
                     }
                     written += Int(reply.integer ?? 0)
+                    jobResultRecorded.withLock { $0 = true }
                 }
                 let shardResults = batch.filter { $0.field != jobLevelField }
                 if !shardResults.isEmpty {
@@ -881,6 +960,7 @@ final class ResultSink: Sendable {
                             arguments: arguments)
                     }
                     written += Int(reply.integer ?? 0)
+                    markedCount.withLock { $0 += Int(reply.integer ?? 0) }
                 }
                 writtenCount.withLock { $0 += written }
             } catch {

@@ -61,7 +61,8 @@ package struct RedisConfiguration: Sendable {
 /// - **Redis Cluster** (a `redis+cluster://` URL, see `RedisURL`): the same calls, routed by `RedisClusterCore`. The
 ///   slot map comes from `CLUSTER SLOTS`; each primary gets one connection (a core as above, so deadlines,
 ///   reconnection and LOADING/READONLY retries are per node); each command goes to the primary of its first key's
-///   slot (`RedisClusterRoute`, `RedisClusterSlot`), keyless ones to any primary, `SCRIPT LOAD`/`FLUSH`, `FLUSHALL` and
+///   slot (`RedisClusterRoute`, `RedisClusterSlot`), keyless ones to any primary (but a `WAIT` right after a keyed
+///   command in a batch goes with it, to its node), `SCRIPT LOAD`/`FLUSH`, `FLUSHALL` and
 ///   `FLUSHDB` to every primary. A batch is split per node and its replies put back in order; a `MULTI` ... `EXEC`
 ///   transaction goes whole to one node and must stay in one slot (else `.crossSlot`, nothing sent). `MOVED`
 ///   updates the map and re-sends, `ASK` re-sends once behind `ASKING`, `TRYAGAIN` and `CLUSTERDOWN` are retried with

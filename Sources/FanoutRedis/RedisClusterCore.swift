@@ -33,6 +33,9 @@ final class RedisClusterUnit {
 
     let range: Range<Int>
     let route: RedisClusterRoute
+    /// A keyed command followed by the `WAIT` (or `WAITAOF`) that waits for its write to reach the node's replicas:
+    /// the two go to one node on one connection, and are redirected together.
+    let hasTrailingWait: Bool
     var state = State.ready
     /// Where an `ASK` redirection sent it: the next attempt goes there, preceded by `ASKING`, once.
     var askTarget: RedisNodeAddress?
@@ -41,9 +44,10 @@ final class RedisClusterUnit {
     /// `.everyPrimary` units: copies still unanswered.
     var pendingCopies = 0
 
-    init(range: Range<Int>, route: RedisClusterRoute) {
+    init(range: Range<Int>, route: RedisClusterRoute, hasTrailingWait: Bool = false) {
         self.range = range
         self.route = route
+        self.hasTrailingWait = hasTrailingWait
     }
 }
 
@@ -188,7 +192,10 @@ final class RedisClusterCore: @unchecked Sendable {
         route(request)
     }
 
-    /// Cuts `batch` into units: each command alone, except `MULTI` ... `EXEC` (or `DISCARD`), kept whole.
+    /// Cuts `batch` into units: each command alone, except `MULTI` ... `EXEC` (or `DISCARD`), kept whole, and a `WAIT`
+    /// or `WAITAOF` right after a keyed command, kept with it: WAIT counts the replicas that acknowledged the writes of
+    /// the connection it is sent on, so it must follow the write on its node's connection (sent to any node, as a
+    /// keyless command alone is, it would say nothing about that write).
     /// - Throws: `.crossSlot` for a transaction whose keys are in more than one slot; `.unsupported` for a `MULTI`
     ///   without its `EXEC` or `DISCARD` in the same batch.
     static func units(of batch: [[RedisArgument]]) throws(RedisError) -> [RedisClusterUnit] {
@@ -196,7 +203,16 @@ final class RedisClusterCore: @unchecked Sendable {
         units.reserveCapacity(batch.count)
         var index = 0
         while index < batch.count {
-            guard RedisClusterRoute.upper(batch[index][0].bytes) == "MULTI" else {
+            let name = RedisClusterRoute.upper(batch[index][0].bytes)
+            if name == "WAIT" || name == "WAITAOF", let last = units.last, last.range == index - 1..<index,
+                !last.hasTrailingWait, case .slot = last.route
+            {
+                units[units.count - 1] = RedisClusterUnit(
+                    range: last.range.lowerBound..<index + 1, route: last.route, hasTrailingWait: true)
+                index += 1
+                continue
+            }
+            guard name == "MULTI" else {
                 units.append(RedisClusterUnit(range: index..<index + 1, route: RedisClusterRoute(batch[index])))
                 index += 1
                 continue
@@ -379,7 +395,7 @@ final class RedisClusterCore: @unchecked Sendable {
         }
         // A transaction's commands are answered QUEUED or refused; one refused with a redirection makes EXEC fail
         // (EXECABORT): nothing ran, so the whole transaction can go again.
-        let isTransaction = unit.range.count > 1
+        let isTransaction = unit.range.count > 1 && !unit.hasTrailingWait
         var redirection: RedisClusterRedirection?
         if !isTransaction || replies.last.map({ if case .error = $0 { true } else { false } }) == true {
             for reply in replies {

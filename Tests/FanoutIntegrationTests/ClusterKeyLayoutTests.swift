@@ -170,7 +170,8 @@ final class ClusterKeyLayoutTests: XCTestCase {
             ("recordJobResult", FleetScripts.recordJobResult, [keys.results, keys.counts], ["line", "invalid", "0"]),
             (
                 "completeShard", FleetScripts.completeShard,
-                [keys.done, keys.counts, keys.meta, keys.tokens(shard: 0)], ["0", "0", "0"]
+                [keys.done, keys.counts, keys.meta, keys.tokens(shard: 0), keys.marks(shard: 0), keys.results],
+                ["0", "0", "0", "0", "1", "1"]
             ),
             (
                 "heartbeat", FleetScripts.heartbeat, [RedisArgument(FleetKeys.stream)],

@@ -27,8 +27,11 @@ final class FleetTests: XCTestCase {
     private struct Fleet {
         /// The Redis server (with Sentinel: the primary at the start).
         let redis: RedisServerProcess
-        /// The URL the commands are given: the server's, or `redis+sentinel://` with Sentinel.
+        /// The URL the commands are given: the server's, `redis+sentinel://` with Sentinel, `redis+cluster://` on a
+        /// cluster.
         let url: String
+        /// On a cluster: its nodes (`redis` is then its first primary).
+        var cluster: RedisClusterProcess? = nil
         let mock: RestartableMock
         let directory: String
         let config: String
@@ -49,12 +52,19 @@ final class FleetTests: XCTestCase {
     ///   - mockLatency: mock-apns's latency per request, in milliseconds.
     ///   - rateLimits: the config file's `rate_limits` object, if any.
     ///   - sentinel: one primary, one replica and three sentinels, the fleet given a `redis+sentinel://` URL.
+    ///   - cluster: a Redis Cluster of three primaries, each with one replica, the fleet given a `redis+cluster://` URL.
     private func startFleet(
-        appendOnly: Bool = false, mockLatency: UInt64 = 0, rateLimits: String? = nil, sentinel: Bool = false
+        appendOnly: Bool = false, mockLatency: UInt64 = 0, rateLimits: String? = nil, sentinel: Bool = false,
+        cluster: Bool = false
     ) throws -> Fleet {
         let redis: RedisServerProcess
         var url: String
-        if sentinel {
+        var clusterProcess: RedisClusterProcess?
+        if cluster {
+            let nodes = try RedisClusterProcess(primaries: 3, replicasPerPrimary: 1)
+            addTeardownBlock { nodes.discard() }
+            (redis, url, clusterProcess) = (nodes.servers[0], nodes.url, nodes)
+        } else if sentinel {
             let setup = try RedisSentinelSetup()
             addTeardownBlock { setup.discard() }
             (redis, url) = (setup.primary, setup.url)
@@ -74,7 +84,7 @@ final class FleetTests: XCTestCase {
             """
         try text.write(toFile: config, atomically: true, encoding: .utf8)
         return Fleet(
-            redis: redis, url: url, mock: mock, directory: directory, config: config,
+            redis: redis, url: url, cluster: clusterProcess, mock: mock, directory: directory, config: config,
             fanout: try ProcessSupport.builtExecutable("fanout"))
     }
 
@@ -99,10 +109,14 @@ final class FleetTests: XCTestCase {
         return path
     }
 
-    private func enqueue(_ fleet: Fleet) throws {
+    /// - Parameter partitions: `--partitions`: the shards spread over that many streams.
+    private func enqueue(_ fleet: Fleet, partitions: Int = 1) throws {
         let jobs = try writeJobs(in: fleet.directory)
         let enqueued = try fleet.run(
-            ["enqueue", "--redis", fleet.url, "--jobs", jobs, "--shard-size", String(scale.shardSize)])
+            [
+                "enqueue", "--redis", fleet.url, "--jobs", jobs, "--shard-size", String(scale.shardSize),
+                "--partitions", String(partitions),
+            ])
         XCTAssertEqual(enqueued.exitCode, 0, enqueued.summary)
         XCTAssertEqual(
             enqueued.stdoutLines,
@@ -541,6 +555,124 @@ final class FleetTests: XCTestCase {
         print(
             "fleet sentinel failover test: accepted at the kill \(acceptedAtKill) of \(scale.total); done "
                 + "\(String(format: "%.1f", seconds)) s after the kill; sent twice \(counts.duplicates)")
+    }
+
+    /// Every command's `calls` in the node's `INFO commandstats`, by command name.
+    private func commandCalls(_ cluster: RedisClusterProcess, port: Int) throws -> [String: Int] {
+        var calls: [String: Int] = [:]
+        for line in try cluster.cli(port, ["INFO", "commandstats"]).split(whereSeparator: \.isNewline) {
+            guard line.hasPrefix("cmdstat_"), let colon = line.firstIndex(of: ":") else { continue }
+            let name = String(line[line.index(line.startIndex, offsetBy: 8)..<colon])
+            let field = line[line.index(after: colon)...].split(separator: ",").first { $0.hasPrefix("calls=") }
+            calls[name] = field.flatMap { Int($0.dropFirst("calls=".count)) } ?? 0
+        }
+        return calls
+    }
+
+    /// The full-scale run on a Redis Cluster (three primaries, each with a replica): `fanout enqueue --partitions 6`
+    /// spreads the shards over six streams, the jobs' hash tags spread their keys; 3 workers send 300,000
+    /// notifications in 10 jobs with exactly one result per (job, token) and none sent twice, and every primary takes
+    /// part of the work (its command counts grow), the streams being read on more than one.
+    func testThreeWorkersSendTenJobsOnAClusterWithExactlyOneResultPerTokenAndNoDuplicates() throws {
+        scale = .full
+        let fleet = try startFleet(cluster: true)
+        let cluster = try XCTUnwrap(fleet.cluster)
+        let primaries = try cluster.nodes().filter(\.isPrimary).map(\.port)
+        XCTAssertEqual(primaries.count, 3)
+        let partitions = 6
+        try enqueue(fleet, partitions: partitions)
+        let streams = (0..<partitions).map { $0 == 0 ? "fanout:shards" : "fanout:shards:\($0)" }
+        let streamPrimaries = try Set(
+            streams.map { try cluster.primary(servingSlot: RedisClusterSlot.slot(of: Array($0.utf8))).port })
+        XCTAssertGreaterThan(streamPrimaries.count, 1, "the partitions' streams are on several primaries")
+        let before = try primaries.map { try commandCalls(cluster, port: $0) }
+
+        let start = Date()
+        let workers = try startWorkers(fleet, count: 3)
+        try waitUntilDone(fleet)
+        let seconds = Date().timeIntervalSince(start)
+        for worker in workers {
+            XCTAssertEqual(try worker.stop(timeout: 20), 0, "SIGTERM: a clean exit")
+        }
+        let after = try primaries.map { try commandCalls(cluster, port: $0) }
+        // Each primary has a replica: every shard's completion waited for it before the shard left its stream.
+        let waits = zip(before, after).reduce(0) { $0 + ($1.1["wait"] ?? 0) - ($1.0["wait"] ?? 0) }
+        XCTAssertGreaterThanOrEqual(waits, scale.jobs * scale.shardsPerJob, "a WAIT per shard's completion")
+        var spread: [String] = []
+        for (index, port) in primaries.enumerated() {
+            func delta(_ command: String) -> Int { (after[index][command] ?? 0) - (before[index][command] ?? 0) }
+            let total = after[index].keys.reduce(0) { $0 + delta($1) }
+            XCTAssertGreaterThan(delta("evalsha"), 0, "primary \(port) recorded results")
+            XCTAssertGreaterThan(total, 0, "primary \(port) took commands")
+            if streamPrimaries.contains(port) {
+                XCTAssertGreaterThan(delta("xreadgroup"), 0, "primary \(port) holds a stream that was read")
+                XCTAssertGreaterThan(delta("xack"), 0, "primary \(port) holds a stream whose shards were done")
+            }
+            spread.append(
+                "\(port): \(total) commands (evalsha \(delta("evalsha")), xreadgroup \(delta("xreadgroup")), "
+                    + "xack \(delta("xack")))")
+        }
+        try checkResults(fleet)
+        XCTAssertTrue(fleet.mock.stop())
+        let counts = try fleet.mock.acceptedPerToken(count: scale.total)
+        XCTAssertEqual(counts.distinct, scale.total, "every token reached the mock")
+        XCTAssertEqual(counts.duplicates, 0, "no token was sent twice")
+        XCTAssertEqual(counts.foreign, 0)
+        print(
+            "fleet on a cluster: 3 workers, \(scale.total) notifications in \(scale.jobs) jobs, "
+                + "\(String(format: "%.1f", seconds)) s from the workers' start to the last shard; \(waits) WAITs; per primary: "
+                + spread.joined(separator: "; "))
+    }
+
+    /// A Redis Cluster (three primaries, each with a replica) loses, to SIGKILL, the primary holding a job's keys
+    /// mid-run: the cluster promotes its replica (node timeout 1 s), the workers' commands to those slots wait for it,
+    /// and the run completes with one result per (job, token), each counted once. Sent twice: at most what the
+    /// workers held at the kill (3 workers × 4 shards): shards whose heartbeats failed while the slots had no
+    /// primary, claimed by another worker, and positions whose results the old primary acknowledged but had not
+    /// passed to its replica, sent again before their shard completes.
+    func testAFleetOnAClusterRidesOutAPrimaryKilledMidRun() async throws {
+        let fleet = try startFleet(cluster: true)
+        let cluster = try XCTUnwrap(fleet.cluster)
+        try enqueue(fleet, partitions: 6)
+        let slot = RedisClusterSlot.slot(of: Array("fanout:job:{fleet-0}".utf8))
+        let victim = try cluster.primary(servingSlot: slot)
+        let heir = try XCTUnwrap(try cluster.nodes().first { $0.primaryID == victim.id }, "the victim's replica")
+        let workers = try startWorkers(fleet, count: 3)
+        let deadline = Date().addingTimeInterval(120)
+        while fleet.mock.totals().accepted < scale.total / 5 {
+            XCTAssertTrue(Date() < deadline, "sending did not start")
+            if Date() >= deadline { return }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        try XCTUnwrap(cluster.server(port: victim.port)).kill()
+        let killedAt = Date()
+        let acceptedAtKill = fleet.mock.totals().accepted
+        XCTAssertLessThan(acceptedAtKill, scale.total, "the kill came before the end")
+
+        // `fanout status` reads every job's keys: it answers once the replica serves the victim's slots.
+        let promoted = Date().addingTimeInterval(30 * testTimeScale)
+        while (try? cluster.primary(servingSlot: slot).port) != heir.port {
+            XCTAssertTrue(Date() < promoted, "the replica was not promoted 30 s after the kill")
+            if Date() >= promoted { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let failover = Date().timeIntervalSince(killedAt)
+        try waitUntilDone(fleet)
+        let seconds = Date().timeIntervalSince(killedAt)
+        for (index, worker) in workers.enumerated() {
+            XCTAssertTrue(worker.isRunning, "w\(index) exited: \(worker.stderrText())")
+            XCTAssertEqual(try worker.stop(timeout: 20), 0, "SIGTERM: a clean exit")
+        }
+        try checkResults(fleet)
+        XCTAssertTrue(fleet.mock.stop())
+        let counts = try fleet.mock.acceptedPerToken(count: scale.total)
+        XCTAssertEqual(counts.distinct, scale.total, "every token reached the mock")
+        XCTAssertEqual(counts.foreign, 0)
+        XCTAssertLessThanOrEqual(counts.duplicates, 3 * 4 * scale.shardSize, "within the shards held at the kill")
+        print(
+            "fleet cluster failover test: accepted at the kill \(acceptedAtKill) of \(scale.total); replica promoted "
+                + "\(String(format: "%.1f", failover)) s and the run done \(String(format: "%.1f", seconds)) s after "
+                + "the kill; sent twice \(counts.duplicates)")
     }
 
     /// redis-server (AOF, `appendfsync always`) killed and started again while `fanout enqueue` is writing a job's

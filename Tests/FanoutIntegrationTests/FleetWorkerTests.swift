@@ -170,6 +170,78 @@ final class FleetWorkerTests: XCTestCase {
         await client.shutdown()
     }
 
+    /// Redis replication is asynchronous: a failover can lose results the old primary had acknowledged. The loss is
+    /// made here on one redis-server: the shard's marks, results and counts are saved while it sends, and put back (in
+    /// one transaction) a while later, before it completes, as if the replica that took over had only the saved copy.
+    /// The completion finds fewer marks than the worker wrote and is refused; the worker sends the lost positions
+    /// again, and every token ends with one result and one count. (Without the check the shard completed with those
+    /// positions missing from its results.)
+    func testResultsLostInAFailoverAreSentAgainBeforeTheShardCompletes() async throws {
+        let redis = try RedisServerProcess(for: self)
+        // 10 streams at a time, 20 ms each: about 500 notifications a second, so the shard sends for about 4 s.
+        let mock = try MockHarness {
+            $0.maxStreams = 10
+            $0.latencyMilliseconds = 20
+            $0.capturePayloads = true
+        }
+        defer { mock.stop() }
+        let client = try await FleetConnection.connect(redis.url)
+        let tokens = (0..<2_000).map { testDeviceToken($0) }
+        try await enqueue(
+            [Self.jobLine(id: "lossy", priority: 10, alert: "hi", tokens: tokens)], redis: redis, shardSize: 2_000)
+        let keys = FleetKeys(job: "lossy")
+        let saved = [keys.marks(shard: 0), keys.results(shard: 0), keys.counts]
+        func marked() async throws -> Int {
+            guard case .bytes(let marks) = try await client.command(["GET", keys.marks(shard: 0)]) else { return 0 }
+            return marks.count(where: { $0 == UInt8(ascii: "1") })
+        }
+        func waitForMarks(_ count: Int) async throws {
+            let deadline = ContinuousClock.now + .seconds(30) * testTimeScale
+            while try await marked() < count {
+                guard ContinuousClock.now < deadline else { throw ProcessSupportError("\(count) results not written") }
+                try await Task.sleep(for: .milliseconds(2))
+            }
+        }
+        let worker = try await startWorker("lossy", mock: mock, redis: redis) {
+            $0.flushInterval = .milliseconds(100)
+        }
+        try await waitForMarks(300)
+        let copy = try await client.commands(
+            [["MULTI"]] + saved.map { ["DUMP", $0] } + [["GET", keys.marks(shard: 0)], ["EXEC"]])
+        let replies = try XCTUnwrap(copy.last?.array, "\(copy)")
+        let dumps = Array(replies.prefix(saved.count))
+        guard case .bytes(let savedMarks) = replies.last else { return XCTFail("no marks saved: \(replies)") }
+        let kept = savedMarks.count(where: { $0 == UInt8(ascii: "1") })
+        try await waitForMarks(1_200)
+        var restore: [[RedisArgument]] = [["MULTI"]]
+        for (key, dump) in zip(saved, dumps) {
+            if case .bytes(let bytes) = dump {
+                restore.append(["RESTORE", key, "0", RedisArgument(bytes: bytes), "REPLACE"])
+            } else {
+                restore.append(["DEL", key])
+            }
+        }
+        restore.append(["EXEC"])
+        _ = try await client.commands(restore)
+        let before = try await FleetReader(client: client).status(job: "lossy")
+        XCTAssertEqual(before?.shardsDone, 0, "the loss came before the shard completed")
+
+        let done = try await waitUntilDone("lossy", client: client)
+        await worker.shutdown()
+        XCTAssertNotNil(done, "the shard did not complete")
+        XCTAssertEqual(done?.counts.outcomes.delivered, tokens.count, "every token counted once")
+        let lines = try await results("lossy", client: client).compactMap { $0["token"] as? String }
+        XCTAssertEqual(lines.count, tokens.count, "one result per token")
+        XCTAssertTrue(lines == tokens, "in job order, none missing: \(Set(tokens).subtracting(lines).count) missing")
+        let payloads = mock.stats.payloadsByToken
+        XCTAssertEqual(Set(payloads.keys), Set(tokens), "every token reached the mock")
+        let twice = payloads.values.reduce(0) { $0 + $1.count - 1 }
+        XCTAssertGreaterThan(twice, 0, "the lost positions were sent again")
+        XCTAssertLessThanOrEqual(twice, tokens.count - kept, "only positions whose results were lost")
+        print("lost-results test: \(kept) results kept of the saved copy; \(twice) notifications sent again")
+        await client.shutdown()
+    }
+
     /// Whether a consumer exists in the group (a worker's first XREADGROUP ran), waiting a little.
     private func consumerIsReading(_ client: RedisClient) async -> Bool {
         await eventuallyAsync {

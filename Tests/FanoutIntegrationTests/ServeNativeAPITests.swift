@@ -16,8 +16,7 @@ class ServeNativeAPITests: XCTestCase {
         mock = try MockHarness { $0.capturePayloads = true }
         serve = try ServeHarness(testCase: self, mock: mock)
         guard Self.registryOnRedis else { return try serve.start() }
-        let redis = try RedisServerProcess(for: self)
-        try serve.start(arguments: ["--redis", redis.url])
+        try serve.start(arguments: ["--redis", try redisURL()])
         // Teardown blocks run last-added first, before tearDown(): the server stops while Redis is still up.
         addTeardownBlock { [serve] in XCTAssertEqual(serve?.stop(), 0) }
     }
@@ -26,6 +25,9 @@ class ServeNativeAPITests: XCTestCase {
         serve?.stop()
         mock?.stop()
     }
+
+    /// The `--redis` URL of a test with the registry on Redis: a redis-server of its own.
+    func redisURL() throws -> String { try RedisServerProcess(for: self).url }
 
     static func token(_ kind: String, _ number: Int) -> String {
         let hex = String(number, radix: 16)
@@ -453,6 +455,51 @@ class ServeNativeAPITests: XCTestCase {
 /// is declared again here.
 final class ServeNativeAPIRedisTests: ServeNativeAPITests {
     override class var registryOnRedis: Bool { true }
+
+    override func testEveryNativeEndpointFromRegistrationToEnd() throws {
+        try super.testEveryNativeEndpointFromRegistrationToEnd()
+    }
+    override func testRefusalsNameTheFieldAndChangeNothing() throws {
+        try super.testRefusalsNameTheFieldAndChangeNothing()
+    }
+    override func testStartRefusesAttributesThatAreNotAnObject() throws {
+        try super.testStartRefusesAttributesThatAreNotAnObject()
+    }
+    override func testDatesThatDoNotExistAreRefused() throws {
+        try super.testDatesThatDoNotExistAreRefused()
+    }
+    override func testAStartToTokensFollowsItsActivitysTimestamps() throws {
+        try super.testAStartToTokensFollowsItsActivitysTimestamps()
+    }
+    override func testRegistrationRefusalsNameTheRequestsFields() throws {
+        try super.testRegistrationRefusalsNameTheRequestsFields()
+    }
+    override func testIdempotencyKeyReturnsTheFirstDispatch() throws {
+        try super.testIdempotencyKeyReturnsTheFirstDispatch()
+    }
+}
+
+/// The same endpoints with everything on a Redis Cluster (three primaries), `fanout serve --redis redis+cluster://`.
+/// One cluster serves the class's tests (starting one takes seconds), emptied (FLUSHALL on every primary) before each.
+final class ServeNativeAPIClusterTests: ServeNativeAPITests {
+    override class var registryOnRedis: Bool { true }
+
+    nonisolated(unsafe) private static var cluster: RedisClusterProcess?
+
+    override class func tearDown() {
+        cluster?.discard()
+        cluster = nil
+        super.tearDown()
+    }
+
+    override func redisURL() throws -> String {
+        let cluster = try Self.cluster ?? RedisClusterProcess(primaries: 3)
+        Self.cluster = cluster
+        for primary in try cluster.nodes() where primary.isPrimary {
+            XCTAssertEqual(try cluster.cli(primary.port, ["FLUSHALL"]), "OK")
+        }
+        return cluster.url
+    }
 
     override func testEveryNativeEndpointFromRegistrationToEnd() throws {
         try super.testEveryNativeEndpointFromRegistrationToEnd()

@@ -178,6 +178,28 @@ final class RedisClusterTests: XCTestCase {
             let untouched = try await client.command(["GET", "{t}b"])
             XCTAssertEqual(untouched, .null)
 
+            // A WAIT right after a write goes with it, to the write's node on its connection (WAIT counts the
+            // replicas that hold that connection's writes): one per write here, each on the node of its write.
+            let waitsBefore = try primaries.map { try commandCalls(cluster, $0.port, "wait") }
+            var waitBatch: [[RedisArgument]] = []
+            var expectedWaits: [Int: Int] = [:]
+            for index in 0..<12 {
+                let key = "waited:\(index)"
+                waitBatch += [["SET", RedisArgument(key), "1"], ["WAIT", "0", "0"]]
+                let node = try cluster.primary(servingSlot: RedisClusterSlot.slot(of: Array(key.utf8)))
+                expectedWaits[node.port, default: 0] += 1
+            }
+            XCTAssertGreaterThan(expectedWaits.count, 1, "the writes are on several primaries")
+            let waited = try await client.commands(waitBatch)
+            XCTAssertEqual(waited.count, 24)
+            for (index, reply) in waited.enumerated() {
+                XCTAssertEqual(reply, index % 2 == 0 ? .status("OK") : .integer(0), "reply \(index)")
+            }
+            for (primary, before) in zip(primaries, waitsBefore) {
+                let after = try commandCalls(cluster, primary.port, "wait")
+                XCTAssertEqual(after - before, expectedWaits[primary.port] ?? 0, "WAITs on \(primary.port)")
+            }
+
             // Keyless commands go to a node.
             let pong = try await client.command(["PING"])
             XCTAssertEqual(pong, .status("PONG"))

@@ -51,8 +51,8 @@ func runFleet(_ bench: BenchContext) throws {
     let client = try BenchRedis(url: redis.url)
     defer { client.close() }
     let fleet = FleetBenchRun(
-        bench: bench, setup: setup, fanout: fanout, work: work, jobsPath: jobsPath, redis: redis, client: client,
-        timeout: timeout)
+        bench: bench, setup: setup, fanout: fanout, work: work, jobsPath: jobsPath, url: redis.url, client: client,
+        nodes: [client], timeout: timeout)
 
     var sends: [[String: Any]] = []
     var fleets: [Int: [[String: Any]]] = [:]
@@ -222,16 +222,24 @@ struct FleetBenchSetup {
     }
 }
 
-/// The measurements of one fleet scenario: its Redis, jobs and binaries.
-private struct FleetBenchRun {
+/// The measurements of one fleet scenario: its Redis (one server, or a cluster), jobs and binaries.
+struct FleetBenchRun {
     let bench: BenchContext
     let setup: FleetBenchSetup
     let fanout: String
     let work: String
     let jobsPath: String
-    let redis: RedisServerProcess
+    /// The URL the fleet is given (`redis://`, or `redis+cluster://`).
+    let url: String
+    /// A client of `url`: the jobs' keys, wherever they are.
     let client: BenchRedis
+    /// One client per primary (the server itself when there is one): its counters, its FLUSHALL.
+    let nodes: [BenchRedis]
     let timeout: Double
+    /// `fanout enqueue --partitions`: the shards spread over this many streams.
+    var partitions = 1
+    /// Prefixed to the measurement's label (its directory, the worker names, the messages).
+    var labelPrefix = "fleet"
 
     /// The commands the bench sends itself, left out of the counts.
     static let ownCommands: Set = ["info", "config|resetstat", "config", "flushall", "hstrlen"]
@@ -300,7 +308,7 @@ private struct FleetBenchRun {
 
     /// Enqueue, `workers` workers until the last result, results read back and checked.
     func fleet(workers: Int, run: Int) throws -> [String: Any] {
-        let label = "fleet-\(workers)w-\(run)"
+        let label = "\(labelPrefix)-\(workers)w-\(run)"
         let (mock, record) = try startMock(label)
         var running: [ChildProcess] = []
         defer {
@@ -314,23 +322,27 @@ private struct FleetBenchRun {
              "team_id": "\(MockProcess.teamID)", "loops": 1, "connections": 2}
             """
         _ = FileManager.default.createFile(atPath: config, contents: Data(text.utf8))
-        _ = try client.run(["FLUSHALL"])
-        _ = try client.run(["CONFIG", "RESETSTAT"])
+        for node in nodes {
+            _ = try node.run(["FLUSHALL"])
+            _ = try node.run(["CONFIG", "RESETSTAT"])
+        }
 
         // 1. Enqueue.
         let start = Date()
         let startUptime = DispatchTime.now()
         let enqueued = try runTool(
             fanout,
-            ["enqueue", "--redis", redis.url, "--jobs", jobsPath, "--shard-size", String(setup.shardSize)],
-            in: work, timeout: timeout)
+            [
+                "enqueue", "--redis", url, "--jobs", jobsPath, "--shard-size", String(setup.shardSize), "--partitions",
+                String(partitions),
+            ], in: work, timeout: timeout)
         let enqueueSeconds = seconds(since: startUptime)
         guard enqueued.split(separator: "\n").count == setup.jobs else {
             throw BenchError("fleet \(label): fanout enqueue printed \(enqueued)")
         }
-        let enqueueCommands = try client.commandCalls(excluding: Self.ownCommands)
-        _ = try client.run(["CONFIG", "RESETSTAT"])
-        let redisCPUBefore = try client.cpuSeconds()
+        let enqueueCommands = try commandCalls()
+        for node in nodes { _ = try node.run(["CONFIG", "RESETSTAT"]) }
+        let redisCPUBefore = try nodes.map { try $0.cpuSeconds() }
 
         // 2. The workers, until every job's last shard is done.
         let cpuBefore = childrenCPUSeconds()
@@ -340,7 +352,7 @@ private struct FleetBenchRun {
             running.append(
                 try ChildProcess.start(
                     fanout,
-                    ["worker", "--redis", redis.url, "--config", config, "--name", "\(label)-w\(index)"], in: work))
+                    ["worker", "--redis", url, "--config", config, "--name", "\(label)-w\(index)"], in: work))
         }
         let ids = (0..<setup.jobs).map(setup.jobID)
         let deadline = Date().addingTimeInterval(timeout)
@@ -358,8 +370,12 @@ private struct FleetBenchRun {
             usleep(20_000)
         }
         let detected = seconds(since: workersStart)
-        let workerCommands = try client.commandCalls(excluding: Self.ownCommands)
-        let redisCPU = try client.cpuSeconds() - redisCPUBefore
+        let nodeCommands = try nodes.map { try $0.commandCalls(excluding: Self.ownCommands) }
+        let workerCommands = nodeCommands.reduce(into: [String: Int]()) { total, calls in
+            total.merge(calls, uniquingKeysWith: +)
+        }
+        let nodeCPU = try zip(nodes, redisCPUBefore).map { try $0.cpuSeconds() - $1 }
+        let redisCPU = nodeCPU.reduce(0, +)
         // The last shard's finished_at (Redis's clock, Unix ms; the same machine's clock as `start`).
         let finished =
             try client.pipeline(ids.map { ["HGET", RedisArgument("fanout:job:{\($0)}"), "finished_at"] })
@@ -380,17 +396,17 @@ private struct FleetBenchRun {
         let workerCPU = childrenCPUSeconds() - cpuBefore
 
         // 3. The results, read back and checked.
-        _ = try client.run(["CONFIG", "RESETSTAT"])
+        for node in nodes { _ = try node.run(["CONFIG", "RESETSTAT"]) }
         for (job, id) in ids.enumerated() {
             let out = "\(work)/\(label)/results-\(job).jsonl"
             try runTool(
-                fanout, ["results", "--redis", redis.url, "--job", id, "--out", out], in: work, timeout: timeout)
+                fanout, ["results", "--redis", url, "--job", id, "--out", out], in: work, timeout: timeout)
             if let problem = setup.checkResults(out, jobs: job..<job + 1) {
                 throw BenchError("fleet \(label): BROKEN RUN: fanout results --job \(id): \(problem)")
             }
             try? FileManager.default.removeItem(atPath: out)
         }
-        let resultsCommands = try client.commandCalls(excluding: Self.ownCommands)
+        let resultsCommands = try commandCalls()
         let duplicates = try checkMock(mock, record: record, label: label)
         try? FileManager.default.removeItem(atPath: "\(work)/\(label)")
 
@@ -404,6 +420,15 @@ private struct FleetBenchRun {
             "enqueue_commands_per_1000": perThousand(enqueueCommands),
             "results_commands_per_1000": perThousand(resultsCommands),
             "redis_cpu_us_per_notification": redisCPU / Double(setup.tokens) * 1e6, "duplicates": duplicates,
+            "node_worker_commands_per_1000": nodeCommands.map(perThousand),
+            "node_redis_cpu_us_per_notification": nodeCPU.map { $0 / Double(setup.tokens) * 1e6 },
         ]
+    }
+
+    /// Every node's commands since its last `CONFIG RESETSTAT`, the bench's own left out, added up by name.
+    private func commandCalls() throws -> [String: Int] {
+        try nodes.reduce(into: [String: Int]()) { total, node in
+            total.merge(try node.commandCalls(excluding: Self.ownCommands), uniquingKeysWith: +)
+        }
     }
 }
