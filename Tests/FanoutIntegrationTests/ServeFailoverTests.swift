@@ -190,4 +190,54 @@ final class ServeFailoverTests: XCTestCase {
         XCTAssertTrue(a.log.contains("publishing them again"), a.log)
         XCTAssertEqual(Self.waits(port: redis.port), 0, "no WAIT without a replica")
     }
+
+    /// On a Redis Cluster whose primaries each have a replica, the accept's `WAIT` goes to the node holding the
+    /// queue's stream and each publication's to the node holding the dispatch's results (the client keeps a `WAIT`
+    /// with the keyed command before it), and the replica there acknowledges: nothing is logged as unacknowledged.
+    func testOnAClusterWithReplicasTheWaitsGoToTheNodesOfTheirWrites() async throws {
+        let cluster = try RedisClusterProcess(primaries: 3, replicasPerPrimary: 1)
+        addTeardownBlock { cluster.discard() }
+        let mock = try MockHarness()
+        defer { mock.stop() }
+        // The instance reads the replicas when it starts (then every 5 s): from whichever node it asks, once every
+        // node's slot map lists the replicas (gossip brings them some time after the cluster is created).
+        let primaries = try cluster.nodes().filter(\.isPrimary).map(\.port)
+        let listed = Date().addingTimeInterval(20)
+        for port in primaries {
+            let node = RedisClient(
+                configuration: RedisConfiguration(url: try RedisURL(parsing: "redis://127.0.0.1:\(port)")))
+            while try await (node.command(["CLUSTER", "SLOTS"]).array ?? []).contains(where: {
+                ($0.array?.count ?? 0) < 4
+            }) {
+                XCTAssertTrue(Date() < listed, "node \(port) lists a range without its replica")
+                if Date() >= listed { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            await node.shutdown()
+        }
+        let instance = try ServeHarness(testCase: self, mock: mock)
+        try instance.start(arguments: ["--redis", cluster.url])
+        addTeardownBlock { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        let count = 2_000
+        try await register(count, activity: "cluster", redisURL: cluster.url)
+
+        let streamNode = try cluster.primary(
+            servingSlot: RedisClusterSlot.slot(of: Array("fanout:dispatch-queue".utf8)))
+        let before = primaries.map { Self.waits(port: $0) }
+        let id = try await accept("cluster", through: instance, within: 10)
+        let afterAccept = primaries.map { Self.waits(port: $0) }
+        let streamIndex = try XCTUnwrap(primaries.firstIndex(of: streamNode.port))
+        XCTAssertGreaterThanOrEqual(afterAccept[streamIndex] - before[streamIndex], 1, "the accept waited there")
+
+        let done = try instance.waitForDispatch(id, timeout: 60)
+        XCTAssertEqual(done["delivered"] as? Int, count, "\(done)")
+        XCTAssertEqual(try instance.resultObjects(of: id).count, count)
+        let resultsNode = try cluster.primary(
+            servingSlot: RedisClusterSlot.slot(of: Array("fanout:dispatch:{\(id)}:results".utf8)))
+        let resultsIndex = try XCTUnwrap(primaries.firstIndex(of: resultsNode.port))
+        let afterDone = primaries.map { Self.waits(port: $0) }
+        XCTAssertGreaterThanOrEqual(
+            afterDone[resultsIndex] - afterAccept[resultsIndex], 1, "the results' publications waited there")
+        XCTAssertFalse(instance.log.contains("no Redis replica acknowledged"), instance.log)
+    }
 }
