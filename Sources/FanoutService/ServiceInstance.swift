@@ -101,7 +101,11 @@ package final class ServiceInstance: Sendable {
         if let redis = stores.redis, let url = configuration.redis {
             do {
                 let results = try await FleetConnection.connect(url)
-                sharedDispatches = SharedDispatches(client: redis, results: results, store: stores.dispatches)
+                let shared = SharedDispatches(
+                    client: redis, results: results, store: stores.dispatches, log: { logger.warning($0) })
+                // Before the first accept: where the queue's primary has a replica, an accept waits for it.
+                await shared.refreshReplicas()
+                sharedDispatches = shared
             } catch {
                 await engines.shutdown(gracePeriod: .zero)
                 _ = await sharedBudget?.returnLeases(timeout: .seconds(1))

@@ -285,7 +285,8 @@ package final class ServiceCore: Sendable {
         guard let sharedDispatches else { preconditionFailure("the queue on Redis comes with the shared records") }
         do {
             try await sharedDispatches.publish(
-                record, also: [SharedDispatchQueue.enqueueCommand(record, activityID: spec.activityID)])
+                record, also: [SharedDispatchQueue.enqueueCommand(record, activityID: spec.activityID)],
+                commitKey: SharedDispatchQueue.stream)
         } catch {
             logger.error("cannot queue a dispatch", fields: ["error": error.message])
             throw APIError(503, "the dispatch could not be queued; nothing was sent, retry later")

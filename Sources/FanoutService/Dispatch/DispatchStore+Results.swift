@@ -214,6 +214,24 @@ extension DispatchStore {
         }
     }
 
+    /// How many results the dispatch has at positions up to `upTo` (job-level ones, stored far below every
+    /// position, included): what its results set on Redis holds once they are published. 0 when there is no such
+    /// dispatch.
+    func resultCount(id: String, upTo: Int) throws(DispatchStoreError) -> Int {
+        try read { connection throws(SQLiteError) -> Int in
+            try connection.database.withStatement(
+                """
+                SELECT count(*) FROM dispatch_results
+                WHERE dispatch = (SELECT seq FROM dispatches WHERE id = ?1) AND position <= ?2
+                """
+            ) { statement throws(SQLiteError) -> Int in
+                try statement.bind(id, at: 1)
+                try statement.bind(Int64(upTo), at: 2)
+                return try statement.step() ? Int(statement.int64(at: 0)) : 0
+            }
+        }
+    }
+
     // MARK: Helpers (inside a transaction)
 
     struct DispatchRow {

@@ -15,7 +15,8 @@ import Foundation
 /// | `fanout:dispatch:{ID}:runs` | counter | the runs any instance gave the dispatch: each take counts one |
 ///
 /// - **Accepting is enqueueing**: `enqueueCommand` runs right after the record is published, as the accept's commit
-///   point (`SharedDispatches.publish(_:also:)`), before the `202`; the accepting instance's file has nothing of it.
+///   point (`SharedDispatches.publish(_:also:commitKey:)`), before the `202` (and, where the stream's primary has a
+///   replica, after one acknowledged it: `WAIT`); the accepting instance's file has nothing of it.
 /// - **Taking**: `XREADGROUP` (new entries), and every `claimIdle` an `XAUTOCLAIM` of entries idle that long (their
 ///   instance died or was stopped mid-dispatch). The taker counts a run (`INCR`), copies into its own store the
 ///   results the earlier runs published (`SharedDispatches.publishedResults`), and hands the dispatch to its

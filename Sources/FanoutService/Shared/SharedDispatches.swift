@@ -1,5 +1,6 @@
 import Fanout
 import FanoutCore
+import FanoutFleet
 import FanoutJobLines
 import FanoutRedis
 import Foundation
@@ -25,7 +26,30 @@ import Foundation
 /// running and once more when it is done, each time with the results committed since the last time (before the
 /// record, so a record that says `done` has all its results there): another instance's answer lags by at most
 /// `interval`.
+///
+/// Redis replication is asynchronous: a write the primary acknowledged just before it failed can be missing from the
+/// replica promoted in its place (Sentinel, Cluster). Where the primary holding a key has a replica
+/// (`FleetReplicas`, read every `replicaRefresh`):
+/// - the accept's commit point (the queue entry's `XADD`) is followed by `WAIT 1 replicaWait` on the same node
+///   before the `202`;
+/// - each publication of results is followed by the same `WAIT` on the results' node.
+///
+/// No replica within `replicaWait` (one lagging, or gone): the `202` is given anyway and logged, and the replicas are
+/// read again. A `503` there would turn a slow or lost replica into an outage of every accept, and a client without
+/// an `Idempotency-Key` that retried one whose entry did survive would send twice; what a `202` risks then is a
+/// failover in that window, in which the dispatch is lost with the write (`GET` answers 404).
+///
+/// What the owner published and a failover lost is published again: a publication that failed (the connection lost,
+/// a timeout: perhaps a failover) makes the next one check the results set (`ZCARD`) against the store, and a
+/// dispatch's last publication always does, before its `done` record; short, everything is published again from the
+/// first position. A result is one member per position of a sorted set, so publishing it again adds nothing twice.
 final class SharedDispatches: Sendable {
+    /// How long a write waits for a replica to acknowledge it (`WAIT`) where its primary has one. A replica on the
+    /// same network acknowledges in about a millisecond; one that takes longer is lagging or gone, and an accept (a
+    /// `202`) or a results writer should not wait longer than this on it. As the fleet's `replicaWait`.
+    static let replicaWait: Duration = .milliseconds(500)
+    /// How often the replicas are read again (`FleetReplicas`), and at once after a `WAIT` came back short.
+    static let replicaRefresh: Duration = .seconds(5)
     /// The API's connection: idempotency keys, lookups, the accept's record.
     private let client: RedisClient
     /// A connection of its own for the results (pipelines of thousands of lines), so that an API request's round
@@ -40,6 +64,14 @@ final class SharedDispatches: Sendable {
     private let publishedUpTo = FanoutMutex<[String: Int]>([:])
     /// The publications that follow the results writers' commits (`publishAfterCommit`).
     private let lanes = PublicationLanes()
+    /// The replicas of the primaries holding the queue's stream and the dispatches' results.
+    private let replicas: FleetReplicas
+    /// Dispatches whose last publication failed: the next one checks what Redis holds (a failover may have lost what
+    /// was published before).
+    private let suspect = FanoutMutex<Set<String>>([])
+    /// Whether the last `WAIT` came back short (logged once per run of them).
+    private let replicaShort = FanoutMutex(false)
+    private let log: @Sendable (String) -> Void
     private static let expirySeconds = 7 * 86_400
     private static let resultsExpirySeconds = 86_400
     /// Results lines per ZADD, and per pipeline (about 300 bytes each: a pipeline holds some 1.5 MB). A ZADD of
@@ -47,11 +79,55 @@ final class SharedDispatches: Sendable {
     private static let resultsChunk = 500
     private static let resultsPerRound = 5_000
 
-    init(client: RedisClient, results: RedisClient, store: DispatchStore, interval: Duration = .milliseconds(250)) {
+    init(
+        client: RedisClient, results: RedisClient, store: DispatchStore, interval: Duration = .milliseconds(250),
+        log: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
         self.client = client
         self.results = results
         self.store = store
         self.interval = interval
+        self.log = log
+        replicas = FleetReplicas(isCluster: client.configuration.url.isCluster)
+    }
+
+    // MARK: Replicas
+
+    /// Reads the replicas of the primaries now (at start, before the first accept), and then when stale.
+    func refreshReplicas() async {
+        do {
+            try await replicas.refresh(client)
+        } catch {
+            log("the Redis replicas could not be read: \(error.message)")
+        }
+    }
+
+    /// The `WAIT` to send after a write to `key`, where its primary has a replica.
+    private func waitCommand(forKey key: RedisArgument) -> [RedisArgument]? {
+        guard replicas.replicas(forKey: key) > 0 else { return nil }
+        let milliseconds =
+            Self.replicaWait.components.seconds * 1000
+            + Self.replicaWait.components.attoseconds / 1_000_000_000_000_000
+        return ["WAIT", "1", RedisArgument(Int(milliseconds))]
+    }
+
+    /// Notes a `WAIT`'s reply: no replica acknowledged, the write was kept anyway; the replicas are read again.
+    private func waited(_ reply: RedisValue?, what: @autoclosure () -> String) {
+        let acknowledged = (reply?.integer ?? 0) > 0
+        let wasShort = replicaShort.withLock { short in
+            defer { short = !acknowledged }
+            return short
+        }
+        guard !acknowledged else {
+            if wasShort { log("a Redis replica acknowledges writes again") }
+            return
+        }
+        replicas.invalidate()
+        if !wasShort {
+            log(
+                "no Redis replica acknowledged \(what()) within \(Self.replicaWait); kept anyway (a failover now may lose it)"
+            )
+        }
     }
 
     // MARK: Idempotency
@@ -152,6 +228,7 @@ final class SharedDispatches: Sendable {
             while !Task.isCancelled {
                 guard let self else { return }
                 try? await Task.sleep(for: self.interval)
+                if self.replicas.isStale(after: Self.replicaRefresh) { await self.refreshReplicas() }
                 await self.publishChanged(running: running())
             }
         }
@@ -186,15 +263,37 @@ final class SharedDispatches: Sendable {
     /// all of it (what it took stays published, the rest is sent again next time).
     func publish(_ id: String, timeout: Duration? = nil) async -> Bool {
         guard let record = try? store.record(id: id) else { return true }
+        let key = Self.resultsKey(id)
+        let wait = waitCommand(forKey: key)
+        // A check of what Redis holds: after a failed publication, and before the record says `done`.
+        var check = suspect.withLock { $0.contains(id) } || record.state == .done
         // Its new results in pipelines of at most `resultsPerRound` lines, then the record with the last one.
         while true {
             let (lines, last, more) = resultsCommands(record)
-            let commands = more ? lines : lines + [Self.setCommand(record)]
+            let checking = check && !more
+            var commands = more || checking ? lines : lines + [Self.setCommand(record)]
+            if checking { commands.append(["ZCARD", key]) }
+            if let wait, !commands.isEmpty { commands.append(wait) }
             let replies = try? await results.commands(commands, timeout: timeout)
-            guard let replies, !replies.contains(where: { if case .error = $0 { true } else { false } }) else {
+            guard var replies, !replies.contains(where: { if case .error = $0 { true } else { false } }) else {
+                suspect.withLock { _ = $0.insert(id) }
                 return false
             }
+            if wait != nil, !commands.isEmpty { waited(replies.popLast(), what: "results of dispatch \(id)") }
             if let last { publishedUpTo.withLock { $0[id] = last } }
+            if checking {
+                check = false
+                suspect.withLock { _ = $0.remove(id) }
+                let held = replies.last?.integer.map(Int.init) ?? 0
+                let upTo = publishedUpTo.withLock { $0[id] } ?? Int.min
+                if let stored = try? store.resultCount(id: id, upTo: upTo), held < stored {
+                    log(
+                        "dispatch \(id): Redis holds \(held) of the \(stored) results published (a failover lost "
+                            + "some); publishing them again")
+                    publishedUpTo.withLock { _ = $0.removeValue(forKey: id) }
+                }
+                continue
+            }
             if !more { break }
         }
         if record.state == .done {
@@ -269,10 +368,15 @@ final class SharedDispatches: Sendable {
     ///   record stays: the call fails as a lost `EXEC` answer did.
     /// - The list last, and not an error once the dispatch is accepted (the status page may miss a dispatch accepted
     ///   while Redis was failing; the dispatch runs and is found by its id).
-    func publish(_ record: DispatchRecord, also: [[RedisArgument]]) async throws(RedisError) {
+    /// - Where the primary holding `commitKey` (the key `also` writes last) has a replica, `also` is followed by
+    ///   `WAIT` on the same node, so that the `202` follows the entry's arrival on a replica (see the type's notes for
+    ///   a replica that does not answer in time).
+    func publish(_ record: DispatchRecord, also: [[RedisArgument]], commitKey: RedisArgument) async throws(RedisError) {
         _ = try await client.command(Self.setCommand(record))
         do throws(RedisError) {
-            let replies = try await client.commands(also)
+            let wait = waitCommand(forKey: commitKey)
+            var replies = try await client.commands(also + (wait.map { [$0] } ?? []))
+            if wait != nil { waited(replies.popLast(), what: "the accept of dispatch \(record.id)") }
             for case .error(let message) in replies { throw RedisError.server(message) }
         } catch {
             // Refused by Redis, or never sent: no entry, so no dispatch. Anything else (a lost connection, a
