@@ -548,7 +548,7 @@ private func measureServeOnRedis(
             sizes.updateTokens, slowUpdate.median))
     lines.append(
         String(
-            format: "serve on Redis: the registry's page reads (4,096 tokens a script) that held Redis >= 2 ms: "
+            format: "serve on Redis: the registry's page reads (one script a page) that held Redis >= 2 ms: "
                 + "%.0f in the %d-token update, %.1f ms each; %.0f in the big update, %.1f ms each",
             pagesUpdate.median, sizes.updateTokens, pageUpdate.median, pagesBig.median, pageBig.median))
     lines.append(
