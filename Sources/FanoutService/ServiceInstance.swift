@@ -131,7 +131,8 @@ package final class ServiceInstance: Sendable {
         }
         // The shared queue, once started: told when a dispatch ends, so that it hands the activity on at once.
         let queueBox = FanoutMutex<SharedDispatchQueue?>(nil)
-        // With the queue on Redis, each committed batch of results is published before the dispatch sends more.
+        // With the queue on Redis, each committed batch of results is published while the next one is committed,
+        // and the dispatch's results writer goes no further until it is (`SharedDispatches.publishAfterCommit`).
         var publishCommitted: (@Sendable (String) -> Void)?
         if let sharedDispatches { publishCommitted = { id in sharedDispatches.publishAfterCommit(id) } }
         let dispatcher = Dispatcher(
