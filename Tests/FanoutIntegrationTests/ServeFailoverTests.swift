@@ -227,7 +227,12 @@ final class ServeFailoverTests: XCTestCase {
         let id = try await accept("cluster", through: instance, within: 10)
         let afterAccept = primaries.map { Self.waits(port: $0) }
         let streamIndex = try XCTUnwrap(primaries.firstIndex(of: streamNode.port))
-        XCTAssertGreaterThanOrEqual(afterAccept[streamIndex] - before[streamIndex], 1, "the accept waited there")
+        // The accept's Idempotency-Key (in the workspace's slot) waited on its own node too.
+        let keyNode = try cluster.primary(servingSlot: RedisClusterSlot.slot(of: Array("{acme}".utf8)))
+        let keyIndex = try XCTUnwrap(primaries.firstIndex(of: keyNode.port))
+        XCTAssertGreaterThanOrEqual(
+            afterAccept[streamIndex] - before[streamIndex], keyIndex == streamIndex ? 2 : 1, "the accept waited there")
+        XCTAssertGreaterThanOrEqual(afterAccept[keyIndex] - before[keyIndex], 1, "the key's claim waited there")
 
         let done = try instance.waitForDispatch(id, timeout: 60)
         XCTAssertEqual(done["delivered"] as? Int, count, "\(done)")

@@ -137,9 +137,20 @@ final class SharedDispatches: Sendable {
     func claim(_ key: IdempotencyKey, workspace: String, for id: String) async throws(RedisError) -> (
         id: String, requestDigest: String?
     )? {
-        let reply = try await client.evalScript(
-            Self.claimScript, keys: [Self.idempotencyKey(key.key, workspace: workspace)],
-            arguments: [RedisArgument(id + " " + key.requestDigest), RedisArgument(Self.expirySeconds)])
+        let redisKey = Self.idempotencyKey(key.key, workspace: workspace)
+        let arguments = [RedisArgument(id + " " + key.requestDigest), RedisArgument(Self.expirySeconds)]
+        let reply: RedisValue
+        if waitCommand(forKey: redisKey) != nil {
+            // A key taken and lost in a failover would let a retry through another instance make a second dispatch:
+            // where the key's primary has a replica, it is on one before the accept goes on.
+            let (value, acknowledged) = try await client.evalScript(
+                Self.claimScript, keys: [redisKey], arguments: arguments, waitingFor: 1, within: Self.replicaWait,
+                timeout: Self.replicaWait + client.configuration.commandTimeout)
+            waited(.integer(Int64(acknowledged)), what: "the idempotency key of dispatch \(id)")
+            reply = value
+        } else {
+            reply = try await client.evalScript(Self.claimScript, keys: [redisKey], arguments: arguments)
+        }
         guard let taken = reply.string else { return nil }
         let parts = taken.split(separator: " ", maxSplits: 1)
         return (String(parts[0]), parts.count == 2 ? String(parts[1]) : nil)
