@@ -307,8 +307,13 @@ struct NativeAPI {
         // Pages of at most 100,000 lines (about 20 MB), 10,000 by default: a response is held whole in memory.
         let limit = min(max(Int(request.query["limit"] ?? "") ?? 10_000, 1), 100_000)
         var page: (lines: [UInt8], last: Int)?
+        var local: (lines: [UInt8], last: Int)?
         do {
-            page = try core.store.results(id: id, workspace: caller.workspace, after: after, limit: limit)
+            // This instance's copy, unless it stopped short of another instance's run (`isCurrent`).
+            if let record = try core.store.dispatch(id: id, workspace: caller.workspace) {
+                local = try core.store.results(id: id, workspace: caller.workspace, after: after, limit: limit)
+                if core.isCurrent(record) { page = local }
+            }
         } catch {
             throw core.unavailable("the dispatch store", error)
         }
@@ -320,6 +325,7 @@ struct NativeAPI {
                 throw APIError(503, "the shared dispatch results cannot be read now; retry later")
             }
         }
+        page = page ?? local
         guard let page else { throw APIError.notFound }
         return APIResponse(
             status: 200,

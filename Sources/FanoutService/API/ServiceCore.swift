@@ -314,14 +314,16 @@ package final class ServiceCore: Sendable {
 
     /// The caller's dispatch: from this instance's store, or (with Redis) as another instance published it.
     func dispatch(_ id: String, of caller: Caller) async throws(APIError) -> DispatchRecord {
+        let local: DispatchRecord?
         do {
-            if let record = try store.dispatch(id: id, workspace: caller.workspace) { return record }
+            local = try store.dispatch(id: id, workspace: caller.workspace)
         } catch {
             throw unavailable("the dispatch store", error)
         }
+        if let local, isCurrent(local) { return local }
         guard let sharedDispatches else { throw APIError.notFound }
         do {
-            guard let record = try await sharedDispatches.lookup(id: id, workspace: caller.workspace) else {
+            guard let record = try await sharedDispatches.lookup(id: id, workspace: caller.workspace) ?? local else {
                 throw APIError.notFound
             }
             return record
@@ -330,6 +332,17 @@ package final class ServiceCore: Sendable {
         } catch {
             throw APIError(503, "the shared dispatch records cannot be read now; retry later")
         }
+    }
+}
+
+extension ServiceCore {
+    /// Whether this instance's copy of a dispatch is the one to answer with. With the queue on Redis a dispatch is
+    /// in the instance's store once it took it; while it holds it, and once it finished it, its copy is the freshest.
+    /// A copy it no longer holds and did not finish (another instance took the dispatch over, after a heartbeat came
+    /// late) stopped where this instance stopped: the published record and results are the dispatch's.
+    func isCurrent(_ local: DispatchRecord) -> Bool {
+        guard let queue else { return true }
+        return local.state == .done || queue.holds(local.id)
     }
 }
 

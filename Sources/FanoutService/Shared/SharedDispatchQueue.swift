@@ -154,6 +154,11 @@ final class SharedDispatchQueue: Sendable {
         }
     }
 
+    /// Whether this instance holds the dispatch's entry now (it runs it, or is about to).
+    func holds(_ id: String) -> Bool {
+        held.withLock { $0[id] != nil }
+    }
+
     /// Told by the dispatcher when a dispatch of this instance changed: once one it holds is done, it is published
     /// and acknowledged, its activity's lock released and the next dispatch of that activity started now, not when
     /// the reading loop next comes round (a blocked read, up to a second).
