@@ -122,6 +122,12 @@ final class ServeFailoverTests: XCTestCase {
         let done = try b.waitForDispatch(id, timeout: 60)
         let seconds = Date().timeIntervalSince(killedAt)
         XCTAssertEqual(done["delivered"] as? Int, count, "\(done)")
+        // Each instance answers done once it is (the one that finished it at once; the other once the record it
+        // reads says so, after the last results): then its pages are whole.
+        for instance in [a, b] {
+            let record = try instance.waitForDispatch(id, timeout: 30)
+            XCTAssertEqual(record["delivered"] as? Int, count, "\(record)")
+        }
         for (name, instance) in [("A", a), ("B", b)] {
             let lines = try instance.resultObjects(of: id, limit: 10_000)
             let tokens = lines.compactMap { $0["token"] as? String }

@@ -351,4 +351,49 @@ final class ServeQueueTests: XCTestCase {
             "slower instance: \(slowTokens.count / perActivity) of \(dispatches) dispatches, the faster \(fastTokens.count / perActivity)"
         )
     }
+
+    /// A later run of a dispatch fences the earlier one's publications: once another instance has counted a run (its
+    /// `INCR` of the dispatch's runs, made here by hand while A still sends, as a takeover after a late heartbeat
+    /// would), nothing A publishes lands any more, so its results cannot sit beside the new run's nor its record
+    /// overwrite the new run's.
+    func testPublicationsOfAnEarlierRunAreFencedOnceALaterRunBegins() async throws {
+        let redis = try RedisServerProcess(for: self)
+        let mock = try MockHarness { $0.latencyMilliseconds = 200 }
+        defer { mock.stop() }
+        let a = try ServeHarness(testCase: self, mock: mock)
+        try a.start(arguments: ["--redis", redis.url])
+        addTeardownBlock { XCTAssertEqual(a.stop(), 0, "fanout serve exits 0 on SIGTERM") }
+        let count = 40_000
+        try await register(count, activity: "fenced", redisURL: redis.url)
+        let update = try a.curl(
+            "POST", "/v1/activities/fenced/update", key: ServeKeys.acmeServer, json: #"{"content_state": {"n": 1}}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redis.url)))
+        defer { Task { await client.shutdown() } }
+        let resultsKey = RedisArgument("fanout:dispatch:{\(id)}:results")
+        func published() async throws -> Int64 { try await client.command(["ZCARD", resultsKey]).integer ?? 0 }
+
+        let sending = Date().addingTimeInterval(30 * testTimeScale)
+        while try await published() == 0 && Date() < sending { try await Task.sleep(for: .milliseconds(20)) }
+        let before = try await published()
+        XCTAssertGreaterThan(before, 0, "A publishes as it sends")
+        _ = try await client.command(["INCR", RedisArgument("fanout:dispatch:{\(id)}:runs")])
+        let fenced = Date().addingTimeInterval(30 * testTimeScale)
+        while !a.log.contains("another instance took it over") && Date() < fenced {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        XCTAssertTrue(a.log.contains("dispatch \(id): another instance took it over"), a.log)
+        let atFence = try await published()
+        let sentAtFence = mock.stats.accepted
+        XCTAssertLessThan(sentAtFence, count - 4_000, "A was still sending at the fence")
+        // A goes on sending (nobody claimed its entry); what it publishes is refused.
+        while mock.stats.accepted < sentAtFence + 4_000 && Date() < fenced {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        XCTAssertGreaterThanOrEqual(mock.stats.accepted, sentAtFence + 4_000, "A sent on after the fence")
+        try await Task.sleep(for: .milliseconds(600))  // more than two of A's publication rounds (250 ms)
+        let after = try await published()
+        XCTAssertEqual(after, atFence, "nothing published after the fence")
+    }
 }

@@ -269,6 +269,7 @@ final class SharedDispatchQueue: Sendable {
             guard case .integer(let runs)? = replies.first else {
                 throw RedisError.server("INCR answered \(String(describing: replies.first))")
             }
+            shared.took(id, run: Int(runs))
             let record = DispatchRecord(
                 id: id, workspace: workspace, app: app, kind: kind, jobLine: line, state: .queued,
                 counts: OutcomeCounts(), payloadEncodings: 0, demoted: 0, createdAt: created, startedAt: nil,
@@ -391,6 +392,7 @@ final class SharedDispatchQueue: Sendable {
             for (id, item) in entries where !kept.contains(item.entry) {
                 guard held.withLock({ $0.removeValue(forKey: id) }) != nil else { continue }
                 log("dispatch \(id) was taken over by another instance (a heartbeat came late); stopping it here")
+                shared.disown(id)
                 waitingForActivity.withLock { _ = $0.removeValue(forKey: id) }
                 activityLocks.withLock { _ = $0.removeValue(forKey: id) }
                 dispatcher.cancel(id)

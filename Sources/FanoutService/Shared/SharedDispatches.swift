@@ -72,6 +72,12 @@ final class SharedDispatches: Sendable {
     /// Whether the last `WAIT` came back short (logged once per run of them).
     private let replicaShort = FanoutMutex(false)
     private let log: @Sendable (String) -> Void
+    /// The run this instance took each dispatch it runs with (`fanout:dispatch:{ID}:runs` after its `INCR`): its
+    /// publications are fenced by it (`fencedScript`), so that once another instance takes the dispatch over (a
+    /// later run) nothing this one still has in hand overwrites the new run's record or adds results beside it.
+    private let runs = FanoutMutex<[String: Int]>([:])
+    /// Dispatches another instance took over from this one: nothing more of them is published from here.
+    private let disowned = FanoutMutex<Set<String>>([])
     private static let expirySeconds = 7 * 86_400
     private static let resultsExpirySeconds = 86_400
     /// Results lines per ZADD, and per pipeline (about 300 bytes each: a pipeline holds some 1.5 MB). A ZADD of
@@ -270,10 +276,41 @@ final class SharedDispatches: Sendable {
         }
     }
 
+    /// This instance took the dispatch as run `run`: its publications are this run's.
+    func took(_ id: String, run: Int) {
+        runs.withLock { $0[id] = run }
+        disowned.withLock { _ = $0.remove(id) }
+    }
+
+    /// Another instance took the dispatch over: this one publishes nothing more of it.
+    func disown(_ id: String) {
+        disowned.withLock { _ = $0.insert(id) }
+    }
+
+    /// KEYS: the dispatch's runs counter, the key the command writes (the same slot). ARGV: the publisher's run, the
+    /// command's name, its arguments after the key. Runs the command unless a later run has begun (another instance
+    /// took the dispatch over); then returns -1 and writes nothing.
+    private static let fencedScript = RedisScript(
+        """
+        if tonumber(redis.call('GET', KEYS[1]) or '0') > tonumber(ARGV[1]) then return -1 end
+        return redis.call(ARGV[2], KEYS[2], unpack(ARGV, 3))
+        """)
+
+    /// `command` (its key second) as this run's: fenced by `fencedScript` when the instance knows its run.
+    private func fenced(_ command: [RedisArgument], id: String, run: Int?) -> [RedisArgument] {
+        guard let run, command.count >= 2 else { return command }
+        let runsKey = RedisArgument("fanout:dispatch:{\(id)}:runs")
+        return [
+            "EVAL", RedisArgument(Self.fencedScript.source), "2", runsKey, command[1], RedisArgument(run), command[0],
+        ]
+            + command.dropFirst(2)
+    }
+
     /// Publishes the dispatch's record and the results committed since the last time; false when Redis did not take
     /// all of it (what it took stays published, the rest is sent again next time).
     func publish(_ id: String, timeout: Duration? = nil) async -> Bool {
-        guard let record = try? store.record(id: id) else { return true }
+        guard !disowned.withLock({ $0.contains(id) }), let record = try? store.record(id: id) else { return true }
+        let run = runs.withLock { $0[id] }
         let key = Self.resultsKey(id)
         let wait = waitCommand(forKey: key)
         // A check of what Redis holds: after a failed publication, and before the record says `done`.
@@ -282,7 +319,9 @@ final class SharedDispatches: Sendable {
         while true {
             let (lines, last, more) = resultsCommands(record)
             let checking = check && !more
-            var commands = more || checking ? lines : lines + [Self.setCommand(record)]
+            var commands = (more || checking ? lines : lines + [Self.setCommand(record)]).map {
+                fenced($0, id: id, run: run)
+            }
             if checking { commands.append(["ZCARD", key]) }
             if let wait, !commands.isEmpty { commands.append(wait) }
             let replies = try? await results.commands(commands, timeout: timeout)
@@ -291,6 +330,12 @@ final class SharedDispatches: Sendable {
                 return false
             }
             if wait != nil, !commands.isEmpty { waited(replies.popLast(), what: "results of dispatch \(id)") }
+            if replies.contains(where: { $0.integer == -1 }) {
+                // A later run began on another instance: what this one still holds is that run's to send again.
+                disown(id)
+                log("dispatch \(id): another instance took it over; this one publishes nothing more of it")
+                return true
+            }
             if let last { publishedUpTo.withLock { $0[id] = last } }
             if checking {
                 check = false
@@ -309,6 +354,7 @@ final class SharedDispatches: Sendable {
         }
         if record.state == .done {
             publishedUpTo.withLock { _ = $0.removeValue(forKey: id) }
+            runs.withLock { _ = $0.removeValue(forKey: id) }
         }
         return true
     }
