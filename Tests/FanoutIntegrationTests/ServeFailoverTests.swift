@@ -10,27 +10,6 @@ import Foundation
 import XCTest
 
 final class ServeFailoverTests: XCTestCase {
-    private static func token(_ number: Int) -> String {
-        let hex = String(number, radix: 16)
-        return "a8" + String(repeating: "0", count: 62 - hex.count) + hex
-    }
-
-    /// Registers `count` update tokens of `activity` straight into the registry on Redis (as a bulk import would).
-    private func register(_ count: Int, activity: String, redisURL: String, offset: Int = 0) async throws {
-        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redisURL)))
-        let store = RedisRegistryStore(client: client)
-        for start in stride(from: 0, to: count, by: 10_000) {
-            _ = try await store.apply(
-                (start..<min(count, start + 10_000)).map { index in
-                    .updateToken(
-                        UpdateTokenRegistration(
-                            app: ServeHarness.acmeApp, activityID: activity, deviceID: "d-\(offset + index)",
-                            token: Self.token(offset + index)))
-                })
-        }
-        await client.shutdown()
-    }
-
     /// The `WAIT` commands a server has run (`INFO commandstats`), 0 when it ran none.
     private static func waits(port: Int) -> Int {
         let stats = RedisServerProcess.inline("INFO commandstats", port: port, whole: true) ?? ""
@@ -89,9 +68,10 @@ final class ServeFailoverTests: XCTestCase {
             instances.append(instance)
         }
         // After the first start, which defines the apps in the registry.
-        try await register(count, activity: "final", redisURL: sentinel.url)
+        try await RedisActivitySeed.register(count, activity: "final", redisURL: sentinel.url)
         for index in 0..<small {
-            try await register(10, activity: "small-\(index)", redisURL: sentinel.url, offset: count + 10 * index)
+            try await RedisActivitySeed.register(
+                10, activity: "small-\(index)", redisURL: sentinel.url, offset: count + 10 * index)
         }
         let (a, b) = (instances[0], instances[1])
         addTeardownBlock {
@@ -141,7 +121,7 @@ final class ServeFailoverTests: XCTestCase {
         }
 
         let perToken = mock.stats.payloadsByToken
-        let missing = (0..<count + 10 * small).filter { (perToken[Self.token($0)]?.count ?? 0) == 0 }.count
+        let missing = (0..<count + 10 * small).filter { (perToken[RedisActivitySeed.token($0)]?.count ?? 0) == 0 }.count
         XCTAssertEqual(missing, 0, "every token reached the mock")
         let twice = perToken.values.reduce(0) { $0 + max(0, $1.count - 1) }
         // Sent twice: at most what a takeover sends again (docs/SERVE.md's bound, as ServeQueueTests), should Redis
@@ -169,7 +149,7 @@ final class ServeFailoverTests: XCTestCase {
         try a.start(arguments: ["--redis", redis.url])
         addTeardownBlock { XCTAssertEqual(a.stop(), 0, "fanout serve exits 0 on SIGTERM") }
         // After the first start, which defines the apps in the registry.
-        try await register(count, activity: "lost", redisURL: redis.url)
+        try await RedisActivitySeed.register(count, activity: "lost", redisURL: redis.url)
         let id = try await accept("lost", through: a, within: 10)
 
         let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redis.url)))
@@ -225,7 +205,7 @@ final class ServeFailoverTests: XCTestCase {
         try instance.start(arguments: ["--redis", cluster.url])
         addTeardownBlock { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
         let count = 2_000
-        try await register(count, activity: "cluster", redisURL: cluster.url)
+        try await RedisActivitySeed.register(count, activity: "cluster", redisURL: cluster.url)
 
         let streamNode = try cluster.primary(
             servingSlot: RedisClusterSlot.slot(of: Array("fanout:dispatch-queue".utf8)))

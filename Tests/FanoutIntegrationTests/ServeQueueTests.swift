@@ -10,27 +10,6 @@ import Foundation
 import XCTest
 
 final class ServeQueueTests: XCTestCase {
-    private static func token(_ number: Int) -> String {
-        let hex = String(number, radix: 16)
-        return "a8" + String(repeating: "0", count: 62 - hex.count) + hex
-    }
-
-    /// Registers `count` update tokens of `activity` straight into the registry on Redis (as a bulk import would).
-    private func register(_ count: Int, activity: String, redisURL: String, offset: Int = 0) async throws {
-        let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redisURL)))
-        let store = RedisRegistryStore(client: client)
-        for start in stride(from: 0, to: count, by: 10_000) {
-            _ = try await store.apply(
-                (start..<min(count, start + 10_000)).map { index in
-                    .updateToken(
-                        UpdateTokenRegistration(
-                            app: ServeHarness.acmeApp, activityID: activity, deviceID: "d-\(offset + index)",
-                            token: Self.token(offset + index)))
-                })
-        }
-        await client.shutdown()
-    }
-
     /// A 200,000-token activity update accepted by A, and A killed with SIGKILL while it sends it, never to return:
     /// B and C (started after the kill, so that A is the one that took it) take the dispatch over once A's hold on it
     /// is idle past `claim_idle_seconds`, and finish it. Every token has exactly one result, paged through B; the
@@ -46,7 +25,7 @@ final class ServeQueueTests: XCTestCase {
         }
         let a = try instance()
         let count = 200_000
-        try await register(count, activity: "match", redisURL: redis.url)
+        try await RedisActivitySeed.register(count, activity: "match", redisURL: redis.url)
 
         let update = try a.curl(
             "POST", "/v1/activities/match/update", key: ServeKeys.acmeServer, json: #"{"content_state": {"n": 1}}"#)
@@ -75,7 +54,7 @@ final class ServeQueueTests: XCTestCase {
         let queueLines = [b.log, c.log].joined().split(separator: "\n").filter { $0.contains("dispatch \(id)") }
         let takeovers = queueLines.filter { $0.contains("taken over (run") }.count
         let perToken = mock.stats.payloadsByToken
-        let missing = (0..<count).filter { (perToken[Self.token($0)]?.count ?? 0) == 0 }.count
+        let missing = (0..<count).filter { (perToken[RedisActivitySeed.token($0)]?.count ?? 0) == 0 }.count
         let twice = perToken.values.reduce(0) { $0 + max(0, $1.count - 1) }
         XCTAssertEqual(missing, 0, "every token reached the mock")
         XCTAssertGreaterThan(takeovers, 0, "B or C took the dispatch over from A: \(queueLines)")
@@ -112,7 +91,7 @@ final class ServeQueueTests: XCTestCase {
             for instance in instances { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
         }
         let count = 5_000
-        try await register(count, activity: "race", redisURL: redis.url)
+        try await RedisActivitySeed.register(count, activity: "race", redisURL: redis.url)
         var ids: [String] = []
         for update in 0..<20 {
             let response = try instances[update % 3].curl(
@@ -127,7 +106,7 @@ final class ServeQueueTests: XCTestCase {
         var notNewest = 0
         var highest: Int64 = 0
         for index in 0..<count {
-            let last = try XCTUnwrap(payloads[Self.token(index)]?.last, "token \(index) got no update")
+            let last = try XCTUnwrap(payloads[RedisActivitySeed.token(index)]?.last, "token \(index) got no update")
             let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(last)) as? [String: Any])
             let aps = try XCTUnwrap(object["aps"] as? [String: Any])
             let state = try XCTUnwrap(aps["content-state"] as? [String: Any])
@@ -137,7 +116,7 @@ final class ServeQueueTests: XCTestCase {
         }
         XCTAssertEqual(notNewest, 0, "devices whose last update is not the newest content")
         for index in 0..<count {
-            let last = payloads[Self.token(index)]?.last ?? []
+            let last = payloads[RedisActivitySeed.token(index)]?.last ?? []
             let aps = (try? JSONSerialization.jsonObject(with: Data(last)) as? [String: Any])?["aps"] as? [String: Any]
             XCTAssertEqual((aps?["timestamp"] as? NSNumber)?.int64Value, highest, "token \(index)")
         }
@@ -152,7 +131,7 @@ final class ServeQueueTests: XCTestCase {
         let instance = try ServeHarness(testCase: self, mock: mock)
         try instance.start(arguments: ["--redis", redis.url])
         addTeardownBlock { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
-        let tokens = (0..<3).map { "\"\(Self.token($0))\"" }.joined(separator: ", ")
+        let tokens = (0..<3).map { "\"\(RedisActivitySeed.token($0))\"" }.joined(separator: ", ")
         let push = #"{"alert": {"title": "t"}, "audience": {"tokens": [\#(tokens)]}}"#
 
         redis.kill()
@@ -184,7 +163,7 @@ final class ServeQueueTests: XCTestCase {
         try instance.start(arguments: ["--redis", redis.url])
         addTeardownBlock { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
         let count = 100_000
-        try await register(count, activity: "restart", redisURL: redis.url)
+        try await RedisActivitySeed.register(count, activity: "restart", redisURL: redis.url)
         let update = try instance.curl(
             "POST", "/v1/activities/restart/update", key: ServeKeys.acmeServer,
             json: #"{"content_state": {"n": 1}}"#)
@@ -198,7 +177,7 @@ final class ServeQueueTests: XCTestCase {
         let done = try instance.waitForDispatch(id, timeout: 180)
         XCTAssertEqual(done["delivered"] as? Int, count, "\(done)")
         let perToken = mock.stats.payloadsByToken
-        let missing = (0..<count).filter { (perToken[Self.token($0)]?.count ?? 0) == 0 }.count
+        let missing = (0..<count).filter { (perToken[RedisActivitySeed.token($0)]?.count ?? 0) == 0 }.count
         XCTAssertEqual(missing, 0, "every token reached the mock")
         let twice = perToken.values.reduce(0) { $0 + max(0, $1.count - 1) }
         XCTAssertEqual(twice, 0, "one instance that lived through the restart sends nothing twice")
@@ -218,7 +197,7 @@ final class ServeQueueTests: XCTestCase {
         let a = try ServeHarness(testCase: self, mock: mock, extraConfig: ["grace_seconds": 1])
         try a.start(arguments: ["--redis", redis.url])
         let count = 40_000
-        try await register(count, activity: "handover", redisURL: redis.url)
+        try await RedisActivitySeed.register(count, activity: "handover", redisURL: redis.url)
         let update = try a.curl(
             "POST", "/v1/activities/handover/update", key: ServeKeys.acmeServer,
             json: #"{"content_state": {"n": 1}}"#)
@@ -237,7 +216,7 @@ final class ServeQueueTests: XCTestCase {
         XCTAssertLessThan(Date().timeIntervalSince(stoppedAt), 25, "taken over before claim_idle_seconds")
         XCTAssertEqual(done["delivered"] as? Int, count, "\(done)")
         let perToken = mock.stats.payloadsByToken
-        let missing = (0..<count).filter { (perToken[Self.token($0)]?.count ?? 0) == 0 }.count
+        let missing = (0..<count).filter { (perToken[RedisActivitySeed.token($0)]?.count ?? 0) == 0 }.count
         XCTAssertEqual(missing, 0, "every token reached the mock")
     }
 
@@ -252,7 +231,7 @@ final class ServeQueueTests: XCTestCase {
         try api.start(arguments: ["--redis", redis.url])
         addTeardownBlock { XCTAssertEqual(api.stop(), 0, "fanout serve exits 0 on SIGTERM") }
         let count = 20_000
-        try await register(count, activity: "worker-run", redisURL: redis.url)
+        try await RedisActivitySeed.register(count, activity: "worker-run", redisURL: redis.url)
 
         let update = try api.curl(
             "POST", "/v1/activities/worker-run/update", key: ServeKeys.acmeServer,
@@ -325,7 +304,7 @@ final class ServeQueueTests: XCTestCase {
         let dispatches = 20
         let perActivity = 200
         for activity in 0..<dispatches {
-            try await register(
+            try await RedisActivitySeed.register(
                 perActivity, activity: "slow-\(activity)", redisURL: redis.url, offset: activity * perActivity)
         }
         var ids: [String] = []
@@ -364,7 +343,7 @@ final class ServeQueueTests: XCTestCase {
         try a.start(arguments: ["--redis", redis.url])
         addTeardownBlock { XCTAssertEqual(a.stop(), 0, "fanout serve exits 0 on SIGTERM") }
         let count = 40_000
-        try await register(count, activity: "fenced", redisURL: redis.url)
+        try await RedisActivitySeed.register(count, activity: "fenced", redisURL: redis.url)
         let update = try a.curl(
             "POST", "/v1/activities/fenced/update", key: ServeKeys.acmeServer, json: #"{"content_state": {"n": 1}}"#)
         XCTAssertEqual(update.status, 202, update.text)
