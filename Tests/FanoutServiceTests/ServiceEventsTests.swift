@@ -73,12 +73,14 @@ final class ServiceEventsTests: XCTestCase {
         }
     }
 
-    private func accept(_ store: DispatchStore, workspace: String = "acme", kind: String, line: String) throws
-        -> String
-    {
+    /// - Parameter now: the acceptance time (Unix ms). Events older than the outbox's retention are pruned by the
+    ///   maintenance task that every start runs at once, so a test that starts twice accepts at the real time.
+    private func accept(
+        _ store: DispatchStore, workspace: String = "acme", kind: String, line: String, now: Int64 = 1_000
+    ) throws -> String {
         try store.accept(
             workspace: workspace, app: workspace == "acme" ? "com.acme.app" : "com.globex.app", kind: kind,
-            jobLine: Array(line.utf8), idempotency: nil, now: 1_000
+            jobLine: Array(line.utf8), idempotency: nil, now: now
         ).record.id
     }
 
@@ -137,9 +139,10 @@ final class ServiceEventsTests: XCTestCase {
         defer { registry.close() }
         // Accepted and recorded, then done with no event (the process died between the commit and the event).
         var events = try start(store, registry)
-        let id = try accept(store, kind: "push", line: #"{"id":"y"}"#)
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let id = try accept(store, kind: "push", line: #"{"id":"y"}"#, now: now)
         events.dispatchChanged(id)
-        try store.markDone(id: id, now: Int64(Date().timeIntervalSince1970 * 1000), payloadEncodings: 0, demoted: 0)
+        try store.markDone(id: id, now: now + 1, payloadEncodings: 0, demoted: 0)
         events.stop()
 
         events = try start(store, registry)
