@@ -170,7 +170,8 @@ package final class RedisClient: Sendable {
         if ownsLoop { loop.shutdown() }
     }
 
-    static func milliseconds(_ duration: Duration) -> UInt64 {
+    /// A duration in whole milliseconds, as Redis's arguments take it (`BLOCK`, `WAIT`, `XAUTOCLAIM`'s idle time).
+    package static func milliseconds(_ duration: Duration) -> UInt64 {
         let (seconds, attoseconds) = duration.components
         return UInt64(max(0, seconds)) * 1000 + UInt64(max(0, attoseconds) / 1_000_000_000_000_000)
     }

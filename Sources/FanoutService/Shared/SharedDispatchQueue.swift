@@ -237,9 +237,7 @@ final class SharedDispatchQueue: Sendable {
         return (id, fields)
     }
 
-    private static func milliseconds(_ duration: Duration) -> Int {
-        Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
-    }
+    private static func milliseconds(_ duration: Duration) -> Int { Int(RedisClient.milliseconds(duration)) }
 
     /// Takes one entry: counts a run, brings in what earlier runs published, and queues it on this instance. An
     /// entry that cannot be taken now (Redis or the store failing) is left pending: it is claimed again later.

@@ -111,10 +111,7 @@ final class SharedDispatches: Sendable {
     /// The `WAIT` to send after a write to `key`, where its primary has a replica.
     private func waitCommand(forKey key: RedisArgument) -> [RedisArgument]? {
         guard replicas.replicas(forKey: key) > 0 else { return nil }
-        let milliseconds =
-            Self.replicaWait.components.seconds * 1000
-            + Self.replicaWait.components.attoseconds / 1_000_000_000_000_000
-        return ["WAIT", "1", RedisArgument(Int(milliseconds))]
+        return ["WAIT", "1", RedisArgument(Int(RedisClient.milliseconds(Self.replicaWait)))]
     }
 
     /// Notes a `WAIT`'s reply: no replica acknowledged, the write was kept anyway; the replicas are read again.
@@ -146,7 +143,7 @@ final class SharedDispatches: Sendable {
         let redisKey = Self.idempotencyKey(key.key, workspace: workspace)
         let arguments = [RedisArgument(id + " " + key.requestDigest), RedisArgument(Self.expirySeconds)]
         let reply: RedisValue
-        if waitCommand(forKey: redisKey) != nil {
+        if replicas.replicas(forKey: redisKey) > 0 {
             // A key taken and lost in a failover would let a retry through another instance make a second dispatch:
             // where the key's primary has a replica, it is on one before the accept goes on.
             let (value, acknowledged) = try await client.evalScript(
