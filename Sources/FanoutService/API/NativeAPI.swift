@@ -306,26 +306,32 @@ struct NativeAPI {
         let after = Int(request.query["after"] ?? "") ?? Int.min
         // Pages of at most 100,000 lines (about 20 MB), 10,000 by default: a response is held whole in memory.
         let limit = min(max(Int(request.query["limit"] ?? "") ?? 10_000, 1), 100_000)
-        var page: (lines: [UInt8], last: Int)?
-        var local: (lines: [UInt8], last: Int)?
-        do {
-            // This instance's copy, unless it stopped short of another instance's run (`isCurrent`).
-            if let record = try core.store.dispatch(id: id, workspace: caller.workspace) {
-                local = try core.store.results(id: id, workspace: caller.workspace, after: after, limit: limit)
-                if core.isCurrent(record) { page = local }
+        func localResults() throws(APIError) -> (lines: [UInt8], last: Int)? {
+            do {
+                return try core.store.results(id: id, workspace: caller.workspace, after: after, limit: limit)
+            } catch {
+                throw core.unavailable("the dispatch store", error)
             }
+        }
+        var page: (lines: [UInt8], last: Int)?
+        let local: DispatchRecord?
+        do {
+            local = try core.store.dispatch(id: id, workspace: caller.workspace)
         } catch {
             throw core.unavailable("the dispatch store", error)
         }
-        if page == nil, let shared = core.sharedDispatches {
-            // Another instance's dispatch: its results as that instance published them.
+        if let local, core.isCurrent(local) {
+            page = try localResults()
+        } else if let shared = core.sharedDispatches {
+            // Another instance's dispatch (or one this instance's copy stopped short of): its published results.
             do {
                 page = try await shared.results(id: id, workspace: caller.workspace, after: after, limit: limit)
             } catch {
                 throw APIError(503, "the shared dispatch results cannot be read now; retry later")
             }
         }
-        page = page ?? local
+        // Nothing published: the copy this instance has, however far it got.
+        if page == nil, local != nil { page = try localResults() }
         guard let page else { throw APIError.notFound }
         return APIResponse(
             status: 200,
