@@ -133,8 +133,10 @@ package final class ServiceInstance: Sendable {
         let queueBox = FanoutMutex<SharedDispatchQueue?>(nil)
         // With the queue on Redis, each committed batch of results is published while the next one is committed,
         // and the dispatch's results writer goes no further until it is (`SharedDispatches.publishAfterCommit`).
-        var publishCommitted: (@Sendable (String) -> Void)?
-        if let sharedDispatches { publishCommitted = { id in sharedDispatches.publishAfterCommit(id) } }
+        var publishCommitted: (@Sendable (String, [NotificationResult]) -> Void)?
+        if let sharedDispatches {
+            publishCommitted = { id, batch in sharedDispatches.publishAfterCommit(id, committed: batch) }
+        }
         let dispatcher = Dispatcher(
             store: stores.dispatches, engines: engines, registry: registry,
             maxRunning: configuration.maxRunningDispatches, log: { message in logger.error(message) },

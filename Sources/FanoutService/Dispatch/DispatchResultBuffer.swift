@@ -39,11 +39,12 @@ package final class DispatchResultBuffer: Sendable {
 
     private let core: Core
 
-    /// - Parameter afterCommit: called on the writer thread after each commit, before the `add`s it held back go on
-    ///   (with the queue on Redis: the batch's publication started and the previous one's awaited, so that what
-    ///   another instance would send again after this one died stays bounded). It may block.
+    /// - Parameter afterCommit: called on the writer thread after each commit, with the dispatch and the batch
+    ///   committed, before the `add`s it held back go on (with the queue on Redis: the batch's publication started
+    ///   and the previous one's awaited, so that what another instance would send again after this one died stays
+    ///   bounded). It may block.
     package init(
-        store: DispatchStore, dispatchID: String, afterCommit: (@Sendable (String) -> Void)? = nil
+        store: DispatchStore, dispatchID: String, afterCommit: (@Sendable (String, [NotificationResult]) -> Void)? = nil
     ) {
         core = Core(store: store, dispatchID: dispatchID, afterCommit: afterCommit)
         let core = self.core
@@ -82,7 +83,7 @@ extension DispatchResultBuffer {
 
         let store: DispatchStore
         let dispatchID: String
-        let afterCommit: (@Sendable (String) -> Void)?
+        let afterCommit: (@Sendable (String, [NotificationResult]) -> Void)?
         private let condition = NSCondition()
         private var pending: [NotificationResult] = []
         /// Results added, and results the writer has finished with (committed or lost to a failed commit).
@@ -94,7 +95,9 @@ extension DispatchResultBuffer {
         private var failure: DispatchStoreError?
         private var closed = false
 
-        init(store: DispatchStore, dispatchID: String, afterCommit: (@Sendable (String) -> Void)?) {
+        init(
+            store: DispatchStore, dispatchID: String, afterCommit: (@Sendable (String, [NotificationResult]) -> Void)?
+        ) {
             self.store = store
             self.dispatchID = dispatchID
             self.afterCommit = afterCommit
@@ -174,7 +177,7 @@ extension DispatchResultBuffer {
                     error = failed
                 }
                 store.checkpointIfDue()
-                if error == nil { afterCommit?(dispatchID) }
+                if error == nil { afterCommit?(dispatchID, batch) }
 
                 condition.lock()
                 written += batch.count

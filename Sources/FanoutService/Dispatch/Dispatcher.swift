@@ -1,4 +1,4 @@
-import Fanout
+package import Fanout
 import FanoutCore
 import FanoutJobFormat
 import FanoutJobLines
@@ -38,12 +38,12 @@ package final class Dispatcher: Sendable {
     /// Told the id of each dispatch queued, started or finished (for `SharedDispatches`).
     private let changed: @Sendable (String) -> Void
     /// Run on a dispatch's results writer after each commit (`DispatchResultBuffer`'s `afterCommit`).
-    private let afterCommit: (@Sendable (String) -> Void)?
+    private let afterCommit: (@Sendable (String, [NotificationResult]) -> Void)?
 
     package init(
         store: DispatchStore, engines: TeamEngines, registry: (any RegistryStore)? = nil, maxRunning: Int,
         log: @escaping @Sendable (String) -> Void = { _ in }, changed: @escaping @Sendable (String) -> Void = { _ in },
-        afterCommit: (@Sendable (String) -> Void)? = nil
+        afterCommit: (@Sendable (String, [NotificationResult]) -> Void)? = nil
     ) {
         self.afterCommit = afterCommit
         precondition(maxRunning > 0)

@@ -285,7 +285,9 @@ final class SharedDispatchQueue: Sendable {
                     try store.appendResults(results, dispatch: id)
                     recorded += results.count
                 }
-                if let last { shared.markPublished(id, upTo: last) }
+                // Published gap-free up to the first position still without a result (the earlier runs may have
+                // published results past it too).
+                if last != nil, let prefix = try store.donePrefix(id: id) { shared.markPublished(id, upTo: prefix - 1) }
                 log("dispatch \(id) taken over (run \(runs)): \(recorded) result(s) already recorded")
             }
             if adopted.state != .done {

@@ -228,12 +228,16 @@ final class SharedDispatches: Sendable {
 
     /// A dispatch another instance accepted; nil when there is none, or it is another workspace's.
     func lookup(id: String, workspace: String) async throws(RedisError) -> DispatchRecord? {
+        try await published(id: id, workspace: workspace)?.record
+    }
+
+    private func published(id: String, workspace: String) async throws(RedisError) -> PublishedDispatch? {
         let reply = try await client.command(["GET", RedisArgument("fanout:dispatch:{\(id)}")])
         guard case .bytes(let bytes) = reply,
             let published = try? JSONDecoder().decode(PublishedDispatch.self, from: Data(bytes)),
             published.workspace == workspace
         else { return nil }
-        return published.record
+        return published
     }
 
     /// Publishes the changed and the running dispatches every `interval` until `stop()`.
@@ -305,21 +309,37 @@ final class SharedDispatches: Sendable {
 
     /// Publishes the dispatch's record and the results committed since the last time; false when Redis did not take
     /// all of it (what it took stays published, the rest is sent again next time).
-    func publish(_ id: String, timeout: Duration? = nil) async -> Bool {
+    ///
+    /// Results are published in position order up to the first position still without one: a gap-free cursor, which
+    /// the record carries (`resultsBelow`) so that readers page below it. `committed`, the batch the results writer
+    /// just committed, is published past the cursor as well: one position left without a result for a while (a
+    /// stream slow to be answered, a retry waiting out its backoff) holds the cursor back while the dispatch goes on
+    /// sending, and an instance that took the dispatch over would send everything committed past it again. Those are
+    /// published a second time once the cursor passes them, as the same members (nothing twice).
+    func publish(_ id: String, timeout: Duration? = nil, committed: [NotificationResult] = []) async -> Bool {
         guard !disowned.withLock({ $0.contains(id) }), let record = try? store.record(id: id) else { return true }
         let run = runs.withLock { $0[id] }
         let key = Self.resultsKey(id)
         let wait = waitCommand(forKey: key)
         // A check of what Redis holds: after a failed publication, and before the record says `done`.
         var check = suspect.withLock { $0.contains(id) } || record.state == .done
+        var ahead = committed
         // Its new results in pipelines of at most `resultsPerRound` lines, then the record with the last one.
         while true {
-            let (lines, last, more) = resultsCommands(record)
+            var (lines, last, more, cursorBound) = resultsCommands(record)
+            if !ahead.isEmpty {
+                lines += Self.aheadCommands(ahead, from: cursorBound, key: key)
+                ahead = []
+            }
             let checking = check && !more
-            var commands = (more || checking ? lines : lines + [Self.setCommand(record)]).map {
+            let cursor = last ?? publishedUpTo.withLock { $0[id] }
+            let recordCommand = Self.setCommand(
+                record, resultsBelow: cursor.map { $0 + 1 } ?? Int(DispatchSchema.jobLevelKeyBase))
+            var commands = (more || checking ? lines : lines + [recordCommand]).map {
                 fenced($0, id: id, run: run)
             }
-            if checking { commands.append(["ZCARD", key]) }
+            // What Redis holds up to the cursor, against the store (results past it are not counted).
+            if checking { commands.append(["ZCOUNT", key, "-inf", RedisArgument(cursor.map(Self.score) ?? "-inf")]) }
             if let wait, !commands.isEmpty { commands.append(wait) }
             let replies = try? await results.commands(commands, timeout: timeout)
             guard var replies, !replies.contains(where: { if case .error = $0 { true } else { false } }) else {
@@ -365,12 +385,12 @@ final class SharedDispatches: Sendable {
     /// `appendfsync always`) overlaps the next SQLite commit instead of following it. With Redis away each
     /// publication waits its 2 s, which slows sending until Redis is back rather than letting what cannot be recorded
     /// grow.
-    func publishAfterCommit(_ id: String) {
-        let (commit, startsLane) = lanes.commit(id)
+    func publishAfterCommit(_ id: String, committed: [NotificationResult]) {
+        let (commit, startsLane) = lanes.commit(id, committed)
         if startsLane {
             Task(priority: .userInitiated) {
-                while let target = lanes.next(id) {
-                    _ = await publish(id, timeout: .seconds(2))
+                while let (target, committed) = lanes.next(id) {
+                    _ = await publish(id, timeout: .seconds(2), committed: committed)
                     lanes.covered(id, upTo: target)
                 }
             }
@@ -449,8 +469,11 @@ final class SharedDispatches: Sendable {
     }
 
     /// ZADD commands for up to `resultsPerRound` results committed after the last published position, the last
-    /// position they hold (nil when there is nothing new), and whether more may follow.
-    private func resultsCommands(_ record: DispatchRecord) -> (commands: [[RedisArgument]], last: Int?, more: Bool) {
+    /// position they hold (nil when there is nothing new), whether more may follow, and the position the cursor stops
+    /// at (the first one still without a result; `Int.max` once the dispatch is done).
+    private func resultsCommands(_ record: DispatchRecord) -> (
+        commands: [[RedisArgument]], last: Int?, more: Bool, cursorBound: Int
+    ) {
         let key = Self.resultsKey(record.id)
         var after = publishedUpTo.withLock { $0[record.id] } ?? -1
         var commands: [[RedisArgument]] = []
@@ -470,13 +493,36 @@ final class SharedDispatches: Sendable {
                 command.append(RedisArgument(Self.score(position)))
                 command.append(RedisArgument(bytes: member))
             }
-            guard let last, command.count > 2 else { return (commands, published, false) }
+            guard let last, command.count > 2 else { return (commands, published, false, before) }
             commands.append(command)
             commands.append(["EXPIRE", key, RedisArgument(Self.resultsExpirySeconds)])
             after = last
             published = last
         }
-        return (commands, published, true)
+        return (commands, published, true, before)
+    }
+
+    /// ZADD commands for the results of `committed` at or past `bound` (where the cursor stops), `resultsChunk` per
+    /// command.
+    private static func aheadCommands(_ committed: [NotificationResult], from bound: Int, key: RedisArgument)
+        -> [[RedisArgument]]
+    {
+        var commands: [[RedisArgument]] = []
+        var command: [RedisArgument] = ["ZADD", key]
+        for result in committed where result.position >= 0 && result.position >= bound {
+            var member = Array(String(result.position).utf8)
+            member.append(UInt8(ascii: " "))
+            ResultLine.append(result, to: &member)
+            command.append(RedisArgument(score(result.position)))
+            command.append(RedisArgument(bytes: member))
+            if command.count == 2 + 2 * resultsChunk {
+                commands.append(command)
+                command = ["ZADD", key]
+            }
+        }
+        if command.count > 2 { commands.append(command) }
+        if !commands.isEmpty { commands.append(["EXPIRE", key, RedisArgument(resultsExpirySeconds)]) }
+        return commands
     }
 
     /// A page of another instance's dispatch's results, as the owner's store answers it: the lines after position
@@ -485,10 +531,12 @@ final class SharedDispatches: Sendable {
     func results(id: String, workspace: String, after: Int, limit: Int) async throws(RedisError)
         -> (lines: [UInt8], last: Int)?
     {
-        guard try await lookup(id: id, workspace: workspace) != nil else { return nil }
+        guard let published = try await published(id: id, workspace: workspace) else { return nil }
         let lower = after < 0 && Int64(after) > DispatchSchema.jobLevelKeyLimit ? "-inf" : "(" + Self.score(after)
+        let upper = published.resultsBelow.map { "(" + Self.score($0) } ?? "+inf"
         let reply = try await client.command([
-            "ZRANGEBYSCORE", Self.resultsKey(id), RedisArgument(lower), "+inf", "LIMIT", "0", RedisArgument(limit),
+            "ZRANGEBYSCORE", Self.resultsKey(id), RedisArgument(lower), RedisArgument(upper), "LIMIT", "0",
+            RedisArgument(limit),
         ])
         var lines: [UInt8] = []
         var last = after
@@ -514,8 +562,8 @@ final class SharedDispatches: Sendable {
         RedisArgument("fanout:dispatch:{\(id)}:results")
     }
 
-    private static func setCommand(_ record: DispatchRecord) -> [RedisArgument] {
-        let json = (try? JSONEncoder().encode(PublishedDispatch(record))) ?? Data()
+    private static func setCommand(_ record: DispatchRecord, resultsBelow: Int? = nil) -> [RedisArgument] {
+        let json = (try? JSONEncoder().encode(PublishedDispatch(record, resultsBelow: resultsBelow))) ?? Data()
         return [
             "SET", RedisArgument("fanout:dispatch:{\(record.id)}"), RedisArgument(bytes: Array(json)), "EX",
             RedisArgument(expirySeconds),
@@ -544,34 +592,42 @@ private final class PublicationLanes: @unchecked Sendable {
         var commits = 0
         var covered = 0
         var publishing = false
+        /// The results of the commits no publication has taken yet (at most about two batches: the writer waits for
+        /// the publication covering its previous commit).
+        var committed: [NotificationResult] = []
     }
 
     private let condition = NSCondition()
     /// Only dispatches with a publication running or due: a lane is dropped once it has caught up.
     private var lanes: [String: Lane] = [:]
 
-    /// Counts a commit; returns its number and whether the caller starts the lane's publishing task.
-    func commit(_ id: String) -> (commit: Int, startsLane: Bool) {
+    /// Counts a commit of `results`; returns its number and whether the caller starts the lane's publishing task.
+    func commit(_ id: String, _ results: [NotificationResult]) -> (commit: Int, startsLane: Bool) {
         condition.lock()
         defer { condition.unlock() }
         var lane = lanes[id] ?? Lane()
         lane.commits += 1
+        lane.committed += results
         let starts = !lane.publishing
         lane.publishing = true
         lanes[id] = lane
         return (lane.commits, starts)
     }
 
-    /// The commit the next publication covers, or nil once the lane has caught up (and is dropped).
-    func next(_ id: String) -> Int? {
+    /// The commit the next publication covers and the results committed since the last one took them, or nil once
+    /// the lane has caught up (and is dropped).
+    func next(_ id: String) -> (commit: Int, committed: [NotificationResult])? {
         condition.lock()
         defer { condition.unlock() }
-        guard let lane = lanes[id], lane.covered < lane.commits else {
+        guard var lane = lanes[id], lane.covered < lane.commits else {
             lanes[id] = nil
             condition.broadcast()
             return nil
         }
-        return lane.commits
+        let committed = lane.committed
+        lane.committed = []
+        lanes[id] = lane
+        return (lane.commits, committed)
     }
 
     func covered(_ id: String, upTo commit: Int) {
@@ -606,8 +662,12 @@ private struct PublishedDispatch: Codable {
     var startedAt: Int64?
     var finishedAt: Int64?
     var idempotencyKey: String?
+    /// While the dispatch is not done: every position below this has its result in the results set, which may also
+    /// hold results past it (committed beyond a position still without one). A reader pages below it only, so that
+    /// its cursor never passes a position whose result comes later. Nil: no bound (nothing was published past a gap).
+    var resultsBelow: Int?
 
-    init(_ record: DispatchRecord) {
+    init(_ record: DispatchRecord, resultsBelow: Int? = nil) {
         id = record.id
         workspace = record.workspace
         app = record.app
@@ -621,6 +681,7 @@ private struct PublishedDispatch: Codable {
         startedAt = record.startedAt
         finishedAt = record.finishedAt
         idempotencyKey = record.idempotencyKey
+        self.resultsBelow = record.state == .done ? nil : resultsBelow
     }
 
     var record: DispatchRecord {
