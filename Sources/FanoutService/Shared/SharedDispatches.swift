@@ -432,9 +432,12 @@ final class SharedDispatches: Sendable {
     }
 
     /// Publishes a new dispatch's record, runs `also` (the shared queue's entry: commands of one slot, the accept's
-    /// commit point), then lists the dispatch among its workspace's newest. Three steps, not one transaction: on
-    /// Redis Cluster the record (`{ID}`), the queue's stream and the workspace's list (`{WORKSPACE}`) are in three
-    /// slots, and a transaction runs in one. Each step is safe on its own:
+    /// commit point), and lists the dispatch among its workspace's newest.
+    ///
+    /// On one Redis (with or without Sentinel), all of it is one transaction (`MULTI`/`EXEC`, one round trip: all or
+    /// none, and an accept waits for one append to the AOF rather than three). On Redis Cluster the record (`{ID}`),
+    /// the queue's stream and the workspace's list (`{WORKSPACE}`) are in three slots, and a transaction runs in one:
+    /// three steps, each safe on its own:
     /// - The record first, so that whoever takes the entry, or looks the dispatch up, finds it.
     /// - `also` is the commit point: once it is answered the dispatch is accepted. When Redis refuses it, or it
     ///   was never sent, the record is deleted again (a record left by a failed delete was never answered to anyone,
@@ -442,13 +445,31 @@ final class SharedDispatches: Sendable {
     ///   record stays: the call fails as a lost `EXEC` answer did.
     /// - The list last, and not an error once the dispatch is accepted (the status page may miss a dispatch accepted
     ///   while Redis was failing; the dispatch runs and is found by its id).
-    /// - Where the primary holding `commitKey` (the key `also` writes last) has a replica, `also` is followed by
-    ///   `WAIT` on the same node, so that the `202` follows the entry's arrival on a replica (see the type's notes for
-    ///   a replica that does not answer in time).
+    ///
+    /// Where the primary holding `commitKey` (the key `also` writes last) has a replica, the transaction, or `also` on
+    /// a cluster, is followed by `WAIT` on the same node, so that the `202` follows the entry's arrival on a replica
+    /// (see the type's notes for a replica that does not answer in time).
     func publish(_ record: DispatchRecord, also: [[RedisArgument]], commitKey: RedisArgument) async throws(RedisError) {
+        let recent = Self.recentKey(record.workspace)
+        let listed: [[RedisArgument]] = [
+            ["ZADD", recent, RedisArgument(String(record.createdAt)), RedisArgument(record.id)],
+            ["ZREMRANGEBYRANK", recent, "0", RedisArgument(-Self.recentKept - 1)],
+            ["EXPIRE", recent, RedisArgument(Self.expirySeconds)],
+        ]
+        let wait = waitCommand(forKey: commitKey)
+        guard client.configuration.url.isCluster else {
+            var replies = try await client.commands(
+                [["MULTI"], Self.setCommand(record)] + also + listed + [["EXEC"]] + (wait.map { [$0] } ?? []))
+            if wait != nil { waited(replies.popLast(), what: "the accept of dispatch \(record.id)") }
+            for case .error(let message) in replies { throw RedisError.server(message) }
+            guard case .array(let results)? = replies.last else {
+                throw RedisError.server("the transaction was not run")
+            }
+            for case .error(let message) in results { throw RedisError.server(message) }
+            return
+        }
         _ = try await client.command(Self.setCommand(record))
         do throws(RedisError) {
-            let wait = waitCommand(forKey: commitKey)
             var replies = try await client.commands(also + (wait.map { [$0] } ?? []))
             if wait != nil { waited(replies.popLast(), what: "the accept of dispatch \(record.id)") }
             for case .error(let message) in replies { throw RedisError.server(message) }
@@ -460,12 +481,7 @@ final class SharedDispatches: Sendable {
             }
             throw error
         }
-        let recent = Self.recentKey(record.workspace)
-        _ = try? await client.commands([
-            ["ZADD", recent, RedisArgument(String(record.createdAt)), RedisArgument(record.id)],
-            ["ZREMRANGEBYRANK", recent, "0", RedisArgument(-Self.recentKept - 1)],
-            ["EXPIRE", recent, RedisArgument(Self.expirySeconds)],
-        ])
+        _ = try? await client.commands(listed)
     }
 
     /// ZADD commands for up to `resultsPerRound` results committed after the last published position, the last
