@@ -62,6 +62,10 @@ final class SharedDispatches: Sendable {
     private let publisher = FanoutMutex<Task<Void, Never>?>(nil)
     /// The last result position published, per dispatch of this instance's (only the publisher task touches it).
     private let publishedUpTo = FanoutMutex<[String: Int]>([:])
+    /// Per dispatch, the positions past that cursor whose results were published with their commit
+    /// (`publishAfterCommit`): the cursor skips them as it passes them. Ranges, so a stall of one position while the
+    /// rest is sent holds a few ranges, not a position each.
+    private let publishedAhead = FanoutMutex<[String: IndexSet]>([:])
     /// The publications that follow the results writers' commits (`publishAfterCommit`).
     private let lanes = PublicationLanes()
     /// The replicas of the primaries holding the queue's stream and the dispatches' results.
@@ -315,7 +319,7 @@ final class SharedDispatches: Sendable {
     /// just committed, is published past the cursor as well: one position left without a result for a while (a
     /// stream slow to be answered, a retry waiting out its backoff) holds the cursor back while the dispatch goes on
     /// sending, and an instance that took the dispatch over would send everything committed past it again. Those are
-    /// published a second time once the cursor passes them, as the same members (nothing twice).
+    /// not published again as the cursor passes them.
     func publish(_ id: String, timeout: Duration? = nil, committed: [NotificationResult] = []) async -> Bool {
         guard !disowned.withLock({ $0.contains(id) }), let record = try? store.record(id: id) else { return true }
         let run = runs.withLock { $0[id] }
@@ -327,8 +331,11 @@ final class SharedDispatches: Sendable {
         // Its new results in pipelines of at most `resultsPerRound` lines, then the record with the last one.
         while true {
             var (lines, last, more, cursorBound) = resultsCommands(record)
+            var aheadPositions = IndexSet()
             if !ahead.isEmpty {
-                lines += Self.aheadCommands(ahead, from: cursorBound, key: key)
+                let (commands, positions) = Self.aheadCommands(ahead, from: cursorBound, key: key)
+                lines += commands
+                aheadPositions = positions
                 ahead = []
             }
             let checking = check && !more
@@ -338,6 +345,8 @@ final class SharedDispatches: Sendable {
             var commands = (more || checking ? lines : lines + [recordCommand]).map {
                 fenced($0, id: id, run: run)
             }
+            // One expiry per pipeline, not fenced: refreshing it is harmless from any run.
+            if !lines.isEmpty { commands.append(["EXPIRE", key, RedisArgument(Self.resultsExpirySeconds)]) }
             // What Redis holds up to the cursor, against the store (results past it are not counted).
             if checking { commands.append(["ZCOUNT", key, "-inf", RedisArgument(cursor.map(Self.score) ?? "-inf")]) }
             if let wait, !commands.isEmpty { commands.append(wait) }
@@ -353,7 +362,13 @@ final class SharedDispatches: Sendable {
                 log("dispatch \(id): another instance took it over; this one publishes nothing more of it")
                 return true
             }
-            if let last { publishedUpTo.withLock { $0[id] = last } }
+            if !aheadPositions.isEmpty {
+                publishedAhead.withLock { $0[id, default: IndexSet()].formUnion(aheadPositions) }
+            }
+            if let last {
+                publishedUpTo.withLock { $0[id] = last }
+                if last >= 0 { publishedAhead.withLock { $0[id]?.remove(integersIn: 0..<(last + 1)) } }
+            }
             if checking {
                 check = false
                 suspect.withLock { _ = $0.remove(id) }
@@ -364,6 +379,7 @@ final class SharedDispatches: Sendable {
                         "dispatch \(id): Redis holds \(held) of the \(stored) results published (a failover lost "
                             + "some); publishing them again")
                     publishedUpTo.withLock { _ = $0.removeValue(forKey: id) }
+                    publishedAhead.withLock { _ = $0.removeValue(forKey: id) }
                 }
                 continue
             }
@@ -371,6 +387,7 @@ final class SharedDispatches: Sendable {
         }
         if record.state == .done {
             publishedUpTo.withLock { _ = $0.removeValue(forKey: id) }
+            publishedAhead.withLock { _ = $0.removeValue(forKey: id) }
             runs.withLock { _ = $0.removeValue(forKey: id) }
         }
         return true
@@ -484,9 +501,10 @@ final class SharedDispatches: Sendable {
         _ = try? await client.commands(listed)
     }
 
-    /// ZADD commands for up to `resultsPerRound` results committed after the last published position, the last
-    /// position they hold (nil when there is nothing new), whether more may follow, and the position the cursor stops
-    /// at (the first one still without a result; `Int.max` once the dispatch is done).
+    /// ZADD commands for up to `resultsPerRound` results committed after the last published position and not
+    /// published with their commit, the last position the cursor passed (nil when it did not move), whether more may
+    /// follow, and the position the cursor stops at (the first one still without a result; `Int.max` once the
+    /// dispatch is done).
     private func resultsCommands(_ record: DispatchRecord) -> (
         commands: [[RedisArgument]], last: Int?, more: Bool, cursorBound: Int
     ) {
@@ -498,20 +516,28 @@ final class SharedDispatches: Sendable {
         // positions below its done prefix are final (every one has its result), so publishing stops there, and the
         // published position is a gap-free cursor. Once done, everything is.
         let before = record.state == .done ? Int.max : (try? store.donePrefix(id: record.id)) ?? 0
-        for _ in 0..<(Self.resultsPerRound / Self.resultsChunk) {
+        let skipped = publishedAhead.withLock { $0[record.id] } ?? IndexSet()
+        var lines = 0
+        // Reads are bounded as well as lines: in the usual run every result was published with its commit, and the
+        // cursor only walks past them.
+        for _ in 0..<(4 * Self.resultsPerRound / Self.resultsChunk) where lines < Self.resultsPerRound {
             var command: [RedisArgument] = ["ZADD", key]
             let last = try? store.results(
                 id: record.id, workspace: record.workspace, after: after, before: before, limit: Self.resultsChunk
             ) { position, result in
+                if position >= 0 && skipped.contains(position) { return }
                 var member = Array(String(position).utf8)
                 member.append(UInt8(ascii: " "))
                 ResultLine.append(result, to: &member)
                 command.append(RedisArgument(Self.score(position)))
                 command.append(RedisArgument(bytes: member))
             }
-            guard let last, command.count > 2 else { return (commands, published, false, before) }
-            commands.append(command)
-            commands.append(["EXPIRE", key, RedisArgument(Self.resultsExpirySeconds)])
+            // `results` returns `after` when it read nothing.
+            guard let last, last != after else { return (commands, published, false, before) }
+            if command.count > 2 {
+                lines += (command.count - 2) / 2
+                commands.append(command)
+            }
             after = last
             published = last
         }
@@ -519,13 +545,15 @@ final class SharedDispatches: Sendable {
     }
 
     /// ZADD commands for the results of `committed` at or past `bound` (where the cursor stops), `resultsChunk` per
-    /// command.
+    /// command, and their positions.
     private static func aheadCommands(_ committed: [NotificationResult], from bound: Int, key: RedisArgument)
-        -> [[RedisArgument]]
+        -> (commands: [[RedisArgument]], positions: IndexSet)
     {
         var commands: [[RedisArgument]] = []
+        var positions = IndexSet()
         var command: [RedisArgument] = ["ZADD", key]
         for result in committed where result.position >= 0 && result.position >= bound {
+            positions.insert(result.position)
             var member = Array(String(result.position).utf8)
             member.append(UInt8(ascii: " "))
             ResultLine.append(result, to: &member)
@@ -537,8 +565,7 @@ final class SharedDispatches: Sendable {
             }
         }
         if command.count > 2 { commands.append(command) }
-        if !commands.isEmpty { commands.append(["EXPIRE", key, RedisArgument(resultsExpirySeconds)]) }
-        return commands
+        return (commands, positions)
     }
 
     /// A page of another instance's dispatch's results, as the owner's store answers it: the lines after position
