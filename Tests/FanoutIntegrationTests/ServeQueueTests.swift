@@ -27,10 +27,7 @@ final class ServeQueueTests: XCTestCase {
         let count = 200_000
         try await RedisActivitySeed.register(count, activity: "match", redisURL: redis.url)
 
-        let update = try a.curl(
-            "POST", "/v1/activities/match/update", key: ServeKeys.acmeServer, json: #"{"content_state": {"n": 1}}"#)
-        XCTAssertEqual(update.status, 202, update.text)
-        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let id = try acceptedUpdate(of: "match", through: a)
         let sending = Date().addingTimeInterval(60 * testTimeScale)
         while mock.stats.accepted < 20_000 && Date() < sending { try await Task.sleep(for: .milliseconds(5)) }
         a.kill()
@@ -162,11 +159,7 @@ final class ServeQueueTests: XCTestCase {
         addTeardownBlock { XCTAssertEqual(instance.stop(), 0, "fanout serve exits 0 on SIGTERM") }
         let count = 100_000
         try await RedisActivitySeed.register(count, activity: "restart", redisURL: redis.url)
-        let update = try instance.curl(
-            "POST", "/v1/activities/restart/update", key: ServeKeys.acmeServer,
-            json: #"{"content_state": {"n": 1}}"#)
-        XCTAssertEqual(update.status, 202, update.text)
-        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let id = try acceptedUpdate(of: "restart", through: instance)
         let sending = Date().addingTimeInterval(60 * testTimeScale)
         while mock.stats.accepted < 10_000 && Date() < sending { try await Task.sleep(for: .milliseconds(5)) }
         redis.kill()
@@ -196,11 +189,7 @@ final class ServeQueueTests: XCTestCase {
         try a.start(arguments: ["--redis", redis.url])
         let count = 40_000
         try await RedisActivitySeed.register(count, activity: "handover", redisURL: redis.url)
-        let update = try a.curl(
-            "POST", "/v1/activities/handover/update", key: ServeKeys.acmeServer,
-            json: #"{"content_state": {"n": 1}}"#)
-        XCTAssertEqual(update.status, 202, update.text)
-        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let id = try acceptedUpdate(of: "handover", through: a)
         let sending = Date().addingTimeInterval(60 * testTimeScale)
         while mock.stats.accepted < 4_000 && Date() < sending { try await Task.sleep(for: .milliseconds(5)) }
         let b = try ServeHarness(testCase: self, mock: mock)
@@ -231,11 +220,7 @@ final class ServeQueueTests: XCTestCase {
         let count = 20_000
         try await RedisActivitySeed.register(count, activity: "worker-run", redisURL: redis.url)
 
-        let update = try api.curl(
-            "POST", "/v1/activities/worker-run/update", key: ServeKeys.acmeServer,
-            json: #"{"content_state": {"n": 1}}"#)
-        XCTAssertEqual(update.status, 202, update.text)
-        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let id = try acceptedUpdate(of: "worker-run", through: api)
         // Nothing sends it yet: the only instance is API-only.
         try await Task.sleep(for: .milliseconds(500))
         XCTAssertEqual(mock.stats.accepted, 0, "an API-only instance does not send")
@@ -342,14 +327,10 @@ final class ServeQueueTests: XCTestCase {
         addTeardownBlock { XCTAssertEqual(a.stop(), 0, "fanout serve exits 0 on SIGTERM") }
         let count = 40_000
         try await RedisActivitySeed.register(count, activity: "fenced", redisURL: redis.url)
-        let update = try a.curl(
-            "POST", "/v1/activities/fenced/update", key: ServeKeys.acmeServer, json: #"{"content_state": {"n": 1}}"#)
-        XCTAssertEqual(update.status, 202, update.text)
-        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let id = try acceptedUpdate(of: "fenced", through: a)
         let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redis.url)))
         defer { Task { await client.shutdown() } }
-        let resultsKey = RedisArgument("fanout:dispatch:{\(id)}:results")
-        func published() async throws -> Int64 { try await client.command(["ZCARD", resultsKey]).integer ?? 0 }
+        func published() async throws -> Int { try await publishedResultCount(of: id, on: client) }
 
         let sending = Date().addingTimeInterval(30 * testTimeScale)
         while try await published() == 0 && Date() < sending { try await Task.sleep(for: .milliseconds(20)) }
@@ -392,14 +373,10 @@ final class ServeQueueTests: XCTestCase {
         }
         let count = 10_000
         try await RedisActivitySeed.register(count, activity: "gaps", redisURL: redis.url)
-        let update = try api.curl(
-            "POST", "/v1/activities/gaps/update", key: ServeKeys.acmeServer, json: #"{"content_state": {"n": 1}}"#)
-        XCTAssertEqual(update.status, 202, update.text)
-        let id = try XCTUnwrap(try update.object()["dispatch_id"] as? String)
+        let id = try acceptedUpdate(of: "gaps", through: api)
         let client = RedisClient(configuration: RedisConfiguration(url: try RedisURL(parsing: redis.url)))
         defer { Task { await client.shutdown() } }
-        let resultsKey = RedisArgument("fanout:dispatch:{\(id)}:results")
-        func published() async throws -> Int { Int(try await client.command(["ZCARD", resultsKey]).integer ?? 0) }
+        func published() async throws -> Int { try await publishedResultCount(of: id, on: client) }
 
         // Every stream but the unanswered ones (one in 2,500 of those the mock got) has its result published.
         let unanswered = count / 2_500
@@ -420,5 +397,19 @@ final class ServeQueueTests: XCTestCase {
         let lines = try api.resultObjects(of: id, limit: 1_000)
         XCTAssertEqual(lines.count, below, "the page stops at the first position still without a result")
         XCTAssertEqual(Set(lines.compactMap { $0["token"] as? String }).count, lines.count, "no token twice")
+    }
+
+    /// How many results lines of dispatch `id` are on Redis (its results set's `ZCARD`).
+    private func publishedResultCount(of id: String, on client: RedisClient) async throws -> Int {
+        Int(try await client.command(["ZCARD", RedisArgument("fanout:dispatch:{\(id)}:results")]).integer ?? 0)
+    }
+
+    /// The id of the dispatch an activity update (`{"n": 1}`) got through `instance`, asserting its `202`.
+    private func acceptedUpdate(of activity: String, through instance: ServeHarness) throws -> String {
+        let update = try instance.curl(
+            "POST", "/v1/activities/\(activity)/update", key: ServeKeys.acmeServer,
+            json: #"{"content_state": {"n": 1}}"#)
+        XCTAssertEqual(update.status, 202, update.text)
+        return try XCTUnwrap(try update.object()["dispatch_id"] as? String)
     }
 }
