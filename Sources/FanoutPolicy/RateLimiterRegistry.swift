@@ -1,3 +1,4 @@
+import FanoutCore
 import Synchronization
 
 /// The rate limiters of all workspaces: one `WorkspaceRateLimiter` per workspace name, created on first use with the
@@ -32,6 +33,13 @@ public final class RateLimiterRegistry: Sendable {
 
     private let slots: [Slot]
     private let slotMask: Int
+    #if FANOUT_TSAN
+        /// ThreadSanitizer does not see `AtomicLazyReference`'s publication of an entry: it reported an entry's
+        /// fields, written before the compare-and-swap that published it, against their reads on another thread
+        /// after the load that found it. A `FANOUT_TSAN` build (`scripts/sanitize.sh`) walks and extends the lists
+        /// under this lock, a pthread mutex there, which orders them as the atomics do; other builds take no lock.
+        private let tsanOrder = FanoutMutex(())
+    #endif
 
     /// A registry; every budget must be valid (`RateBudget.validate()`).
     ///
@@ -62,6 +70,14 @@ public final class RateLimiterRegistry: Sendable {
 
     /// The workspace's limiter, created on first use. Always the same instance for the same name.
     public func limiter(for workspace: String) -> WorkspaceRateLimiter {
+        #if FANOUT_TSAN
+            return tsanOrder.withLock { _ in lookUp(workspace) }
+        #else
+            return lookUp(workspace)
+        #endif
+    }
+
+    private func lookUp(_ workspace: String) -> WorkspaceRateLimiter {
         let slot = slots[workspace.hashValue & slotMask]
         // Built at most once per call, and only when the name is not in the list yet; a candidate that loses a race
         // is dropped unused.
