@@ -60,12 +60,9 @@ final class SharedDispatches: Sendable {
     /// Dispatches accepted or started since the last publication, or running.
     private let dirty = FanoutMutex<Set<String>>([])
     private let publisher = FanoutMutex<Task<Void, Never>?>(nil)
-    /// The last result position published, per dispatch of this instance's (only the publisher task touches it).
-    private let publishedUpTo = FanoutMutex<[String: Int]>([:])
-    /// Per dispatch, the positions past that cursor whose results were published with their commit
-    /// (`publishAfterCommit`): the cursor skips them as it passes them. Ranges, so a stall of one position while the
-    /// rest is sent holds a few ranges, not a position each.
-    private let publishedAhead = FanoutMutex<[String: IndexSet]>([:])
+    /// What is published of each of this instance's dispatches: forgotten once it is done, or once Redis is found
+    /// short (everything is published again).
+    private let published = FanoutMutex<[String: PublishedResults]>([:])
     /// The publications that follow the results writers' commits (`publishAfterCommit`).
     private let lanes = PublicationLanes()
     /// The replicas of the primaries holding the queue's stream and the dispatches' results.
@@ -339,7 +336,7 @@ final class SharedDispatches: Sendable {
                 ahead = []
             }
             let checking = check && !more
-            let cursor = last ?? publishedUpTo.withLock { $0[id] }
+            let cursor = last ?? published.withLock { $0[id]?.upTo }
             let recordCommand = Self.setCommand(
                 record, resultsBelow: cursor.map { $0 + 1 } ?? Int(DispatchSchema.jobLevelKeyBase))
             var commands = (more || checking ? lines : lines + [recordCommand]).map {
@@ -362,32 +359,24 @@ final class SharedDispatches: Sendable {
                 log("dispatch \(id): another instance took it over; this one publishes nothing more of it")
                 return true
             }
-            if !aheadPositions.isEmpty {
-                publishedAhead.withLock { $0[id, default: IndexSet()].formUnion(aheadPositions) }
-            }
-            if let last {
-                publishedUpTo.withLock { $0[id] = last }
-                if last >= 0 { publishedAhead.withLock { $0[id]?.remove(integersIn: 0..<(last + 1)) } }
-            }
+            published.withLock { $0[id, default: PublishedResults()].add(upTo: last, ahead: aheadPositions) }
             if checking {
                 check = false
                 suspect.withLock { _ = $0.remove(id) }
                 let held = replies.last?.integer.map(Int.init) ?? 0
-                let upTo = publishedUpTo.withLock { $0[id] } ?? Int.min
+                let upTo = published.withLock { $0[id]?.upTo } ?? Int.min
                 if let stored = try? store.resultCount(id: id, upTo: upTo), held < stored {
                     log(
                         "dispatch \(id): Redis holds \(held) of the \(stored) results published (a failover lost "
                             + "some); publishing them again")
-                    publishedUpTo.withLock { _ = $0.removeValue(forKey: id) }
-                    publishedAhead.withLock { _ = $0.removeValue(forKey: id) }
+                    published.withLock { _ = $0.removeValue(forKey: id) }
                 }
                 continue
             }
             if !more { break }
         }
         if record.state == .done {
-            publishedUpTo.withLock { _ = $0.removeValue(forKey: id) }
-            publishedAhead.withLock { _ = $0.removeValue(forKey: id) }
+            published.withLock { _ = $0.removeValue(forKey: id) }
             runs.withLock { _ = $0.removeValue(forKey: id) }
         }
         return true
@@ -445,7 +434,7 @@ final class SharedDispatches: Sendable {
 
     /// The results up to `position` are published already (taken over from the instance that published them).
     func markPublished(_ id: String, upTo position: Int) {
-        publishedUpTo.withLock { $0[id] = max($0[id] ?? -1, position) }
+        published.withLock { $0[id, default: PublishedResults()].add(upTo: position, ahead: IndexSet()) }
     }
 
     /// Publishes a new dispatch's record, runs `also` (the shared queue's entry: commands of one slot, the accept's
@@ -509,39 +498,37 @@ final class SharedDispatches: Sendable {
         commands: [[RedisArgument]], last: Int?, more: Bool, cursorBound: Int
     ) {
         let key = Self.resultsKey(record.id)
-        var after = publishedUpTo.withLock { $0[record.id] } ?? -1
+        let published = self.published.withLock { $0[record.id] } ?? PublishedResults()
+        var after = published.upTo ?? -1
         var commands: [[RedisArgument]] = []
-        var published: Int?
+        var cursor: Int?
         // Results are committed in the order they complete, not by position: while the dispatch runs, only the
         // positions below its done prefix are final (every one has its result), so publishing stops there, and the
         // published position is a gap-free cursor. Once done, everything is.
         let before = record.state == .done ? Int.max : (try? store.donePrefix(id: record.id)) ?? 0
-        let skipped = publishedAhead.withLock { $0[record.id] } ?? IndexSet()
         var lines = 0
         // Reads are bounded as well as lines: in the usual run every result was published with its commit, and the
         // cursor only walks past them.
-        for _ in 0..<(4 * Self.resultsPerRound / Self.resultsChunk) where lines < Self.resultsPerRound {
+        var reads = 0
+        while lines < Self.resultsPerRound && reads < 4 * Self.resultsPerRound / Self.resultsChunk {
+            reads += 1
             var command: [RedisArgument] = ["ZADD", key]
             let last = try? store.results(
                 id: record.id, workspace: record.workspace, after: after, before: before, limit: Self.resultsChunk
             ) { position, result in
-                if position >= 0 && skipped.contains(position) { return }
-                var member = Array(String(position).utf8)
-                member.append(UInt8(ascii: " "))
-                ResultLine.append(result, to: &member)
-                command.append(RedisArgument(Self.score(position)))
-                command.append(RedisArgument(bytes: member))
+                if position >= 0 && published.ahead.contains(position) { return }
+                Self.appendMember(position, result, to: &command)
             }
             // `results` returns `after` when it read nothing.
-            guard let last, last != after else { return (commands, published, false, before) }
+            guard let last, last != after else { return (commands, cursor, false, before) }
             if command.count > 2 {
                 lines += (command.count - 2) / 2
                 commands.append(command)
             }
             after = last
-            published = last
+            cursor = last
         }
-        return (commands, published, true, before)
+        return (commands, cursor, true, before)
     }
 
     /// ZADD commands for the results of `committed` at or past `bound` (where the cursor stops), `resultsChunk` per
@@ -554,11 +541,7 @@ final class SharedDispatches: Sendable {
         var command: [RedisArgument] = ["ZADD", key]
         for result in committed where result.position >= 0 && result.position >= bound {
             positions.insert(result.position)
-            var member = Array(String(result.position).utf8)
-            member.append(UInt8(ascii: " "))
-            ResultLine.append(result, to: &member)
-            command.append(RedisArgument(score(result.position)))
-            command.append(RedisArgument(bytes: member))
+            appendMember(result.position, result, to: &command)
             if command.count == 2 + 2 * resultsChunk {
                 commands.append(command)
                 command = ["ZADD", key]
@@ -566,6 +549,15 @@ final class SharedDispatches: Sendable {
         }
         if command.count > 2 { commands.append(command) }
         return (commands, positions)
+    }
+
+    /// Adds a result to a results `ZADD`: its position's score and its member, `POSITION LINE`.
+    private static func appendMember(_ position: Int, _ result: NotificationResult, to command: inout [RedisArgument]) {
+        var member = Array(String(position).utf8)
+        member.append(UInt8(ascii: " "))
+        ResultLine.append(result, to: &member)
+        command.append(RedisArgument(score(position)))
+        command.append(RedisArgument(bytes: member))
     }
 
     /// A page of another instance's dispatch's results, as the owner's store answers it: the lines after position
@@ -622,6 +614,24 @@ final class SharedDispatches: Sendable {
 
     private static func idempotencyKey(_ key: String, workspace: String) -> RedisArgument {
         RedisArgument("fanout:idempotency:{\(workspace)}:\(key)")
+    }
+}
+
+/// What is published of one dispatch's results.
+private struct PublishedResults {
+    /// The gap-free cursor: every position up to it is published (nil: none yet).
+    var upTo: Int?
+    /// Positions past the cursor whose results were published with their commit (`publishAfterCommit`): the cursor
+    /// skips them as it passes them. Ranges, so a stall of one position while the rest is sent holds a few ranges,
+    /// not a position each.
+    var ahead = IndexSet()
+
+    /// Records a publication: the cursor moved to `upTo` (nil: it did not move), and `ahead` published past it.
+    mutating func add(upTo cursor: Int?, ahead positions: IndexSet) {
+        ahead.formUnion(positions)
+        guard let cursor else { return }
+        upTo = max(upTo ?? cursor, cursor)
+        if cursor >= 0 { ahead.remove(integersIn: 0..<(cursor + 1)) }
     }
 }
 
@@ -707,7 +717,8 @@ private struct PublishedDispatch: Codable {
     var idempotencyKey: String?
     /// While the dispatch is not done: every position below this has its result in the results set, which may also
     /// hold results past it (committed beyond a position still without one). A reader pages below it only, so that
-    /// its cursor never passes a position whose result comes later. Nil: no bound (nothing was published past a gap).
+    /// its cursor never passes a position whose result comes later. Nil: no bound (the dispatch is done, or the
+    /// record was published at its accept, before any result).
     var resultsBelow: Int?
 
     init(_ record: DispatchRecord, resultsBelow: Int? = nil) {
