@@ -9,6 +9,10 @@ import Synchronization
 /// so a change the watch did not report (a file system without inotify, a network mount) is still seen: the reader
 /// then checks the file itself. A wait costs no call to the watch's thread.
 ///
+/// With a `coalescing` interval, changes are reported at most once per interval: a change within the interval after
+/// the last one reported is held until the interval has passed, so that appends in a burst wake the reader once for
+/// all of them (one read, one wake-up of everything downstream). A change after a quiet spell is reported at once.
+///
 /// The watch runs on a loop thread of its own. `waitForChange()` may be called from any task, one at a time.
 package final class FileChangeWatcher: Sendable {
     private struct State {
@@ -16,7 +20,14 @@ package final class FileChangeWatcher: Sendable {
         var pending = false
         var waiter: CheckedContinuation<Bool, Never>?
         var closed = false
+        /// The pending change waits for the hold timer (it came within `coalescing` of the last one reported).
+        var held = false
+        /// When a change was last reported (`monotonicNanoseconds`).
+        var lastReported: UInt64 = 0
     }
+
+    /// Nanoseconds; changes are reported at most once per this many (0: each at once).
+    private let coalescing: UInt64
 
     private let thread: LoopThread
     private let state = FanoutMutex(State())
@@ -29,8 +40,17 @@ package final class FileChangeWatcher: Sendable {
         /// Owned: allocated in init on the loop, freed in its close callback after `close()` closes it.
         var event: UnsafeMutablePointer<uv_fs_event_t>?
         var timer: LoopTimer?
+        /// Ends a hold (`coalescing`): reports the held change.
+        var holdTimer: LoopTimer?
+        /// The watch is stopped for a hold: the hold reports a change anyway, so the appends during it need not wake
+        /// the watch's thread each.
+        var paused = false
         let name: String
-        init(name: String) { self.name = name }
+        let directory: String
+        init(name: String, directory: String) {
+            self.name = name
+            self.directory = directory
+        }
     }
 
     private let watching = Atomic<Bool>(false)
@@ -39,8 +59,11 @@ package final class FileChangeWatcher: Sendable {
     /// the reader.
     package var isWatching: Bool { watching.load(ordering: .acquiring) }
 
-    /// Watches `path`'s directory for changes to `path`'s name; waits end at least every `recheckInterval`.
-    package init(path: String, recheckInterval: Duration = .seconds(1)) {
+    /// Watches `path`'s directory for changes to `path`'s name; waits end at least every `recheckInterval`, and
+    /// changes are reported at most once per `coalescing`.
+    package init(path: String, recheckInterval: Duration = .seconds(1), coalescing: Duration = .zero) {
+        self.coalescing = UInt64(
+            max(0, coalescing.components.seconds * 1_000_000_000 + coalescing.components.attoseconds / 1_000_000_000))
         let interval = UInt64(
             max(
                 1,
@@ -49,7 +72,7 @@ package final class FileChangeWatcher: Sendable {
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
         thread = LoopThread(name: "fanout-watch")
-        handles = UncheckedSendableBox(Handles(name: url.lastPathComponent))
+        handles = UncheckedSendableBox(Handles(name: url.lastPathComponent, directory: directory))
         let handles = self.handles.value
         let thread = self.thread
         // Unretained: the timer's closure and the fs-event handle's `data` point at this watcher, which closes both
@@ -62,6 +85,13 @@ package final class FileChangeWatcher: Sendable {
                 watcher.wake(changed: false)
             }
             handles.timer = timer
+            let hold = LoopTimer(loop: thread)
+            hold.schedule(milliseconds: 1) {
+                let watcher = Unmanaged<FileChangeWatcher>.fromOpaque(owner.value).takeUnretainedValue()
+                watcher.holdEnded()
+            }
+            hold.stop()
+            handles.holdTimer = hold
             let event = UnsafeMutablePointer<uv_fs_event_t>.allocate(capacity: 1)
             guard uv_fs_event_init(thread.loop, event) == 0 else {
                 event.deallocate()
@@ -83,10 +113,11 @@ package final class FileChangeWatcher: Sendable {
     package func waitForChange() async -> Bool {
         await withCheckedContinuation { continuation in
             let immediate = state.withLock { state -> Bool? in
-                if state.pending || state.closed {
-                    let changed = state.pending
+                if state.closed { return false }
+                if state.pending && !state.held {
                     state.pending = false
-                    return changed
+                    state.lastReported = Self.monotonicNanoseconds()
+                    return true
                 }
                 precondition(state.waiter == nil, "one waitForChange at a time")
                 state.waiter = continuation
@@ -114,6 +145,8 @@ package final class FileChangeWatcher: Sendable {
         try? thread.execute {
             handles.value.timer?.close()
             handles.value.timer = nil
+            handles.value.holdTimer?.close()
+            handles.value.holdTimer = nil
             if let event = handles.value.event {
                 uv_fs_event_stop(event)
                 uv_close(UnsafeMutableRawPointer(event).assumingMemoryBound(to: uv_handle_t.self)) { $0?.deallocate() }
@@ -129,18 +162,66 @@ package final class FileChangeWatcher: Sendable {
         wake(changed: true)
     }
 
-    /// Ends the current wait with `changed`; with no wait, remembers a change for the next (a tick is not kept).
+    /// On the loop: a change ends the current wait, or is remembered for the next; one within `coalescing` of the last
+    /// change reported is held until the interval has passed (`holdEnded`). A recheck tick ends the current wait
+    /// (false) and is not remembered.
     fileprivate func wake(changed: Bool) {
+        var hold: UInt64?
         let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
-            guard let waiter = state.waiter else {
-                if changed { state.pending = true }
-                return nil
+            guard !state.closed else { return nil }
+            if changed {
+                state.pending = true
+                if state.held { return nil }
+                let now = Self.monotonicNanoseconds()
+                if coalescing > 0 && now < state.lastReported &+ coalescing {
+                    state.held = true
+                    hold = state.lastReported &+ coalescing - now
+                    return nil
+                }
             }
+            guard let waiter = state.waiter else { return nil }
             state.waiter = nil
+            if changed {
+                state.pending = false
+                state.lastReported = Self.monotonicNanoseconds()
+            }
             return waiter
+        }
+        if let hold {
+            let handles = handles.value
+            // libuv's timers count whole milliseconds: the hold ends at the first tick at or after the interval.
+            handles.holdTimer?.restart(milliseconds: max(1, (hold + 999_999) / 1_000_000))
+            if let event = handles.event, !handles.paused {
+                uv_fs_event_stop(event)
+                handles.paused = true
+            }
         }
         waiter?.resume(returning: changed)
     }
+
+    /// On the loop: the hold is over; the watch starts again (before the reader reads, so that no append after its
+    /// read goes unseen), and the held change ends the current wait, or the next one at once.
+    fileprivate func holdEnded() {
+        let handles = handles.value
+        if handles.paused, let event = handles.event, !state.withLock({ $0.closed }) {
+            handles.paused = false
+            if uv_fs_event_start(event, fileChangeCallback, handles.directory, 0) != 0 {
+                // The recheck timer alone wakes the reader from now on.
+                watching.store(false, ordering: .releasing)
+            }
+        }
+        let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
+            state.held = false
+            guard state.pending, let waiter = state.waiter else { return nil }
+            state.waiter = nil
+            state.pending = false
+            state.lastReported = Self.monotonicNanoseconds()
+            return waiter
+        }
+        waiter?.resume(returning: true)
+    }
+
+    private static func monotonicNanoseconds() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 }
 
 private func fileChangeCallback(
