@@ -18,9 +18,9 @@ enum SendCommand {
                            [--key P8 --key-id ID --team-id ID | --cert P12 (--cert-password-env VAR |
                            --cert-password-file FILE) | --cert PEM [--cert-key PEM]]
                            [--request-timeout SECONDS] [--proxy URL|none]
-                           [--connections N] [--loops N] [--resume] [--follow] [--progress auto|always|never]
-                           [--invalid-tokens FILE] [--concurrent-jobs N] [--registry FILE|URL]
-                           [--metrics-listen HOST:PORT] [--log-format text|json]
+                           [--connections N] [--loops N] [--resume] [--follow [--follow-linger MS]]
+                           [--progress auto|always|never] [--invalid-tokens FILE] [--concurrent-jobs N]
+                           [--registry FILE|URL] [--metrics-listen HOST:PORT] [--log-format text|json]
 
           --jobs FILE           the job file (JSON Lines, one job per line; see docs/SEND.md); - reads
                                 standard input. A pipe or FIFO is read until its writer closes it
@@ -47,6 +47,10 @@ enum SendCommand {
                                 (finishing the jobs started, then the summary). A rotated or
                                 truncated file is read again from its start, as tail -F does. With
                                 --results, --resume after a kill goes on after the last finished job
+          --follow-linger MS    with --follow: a line appended within MS milliseconds of the last
+                                wake-up waits until they have passed, so that a burst of jobs is read
+                                and started together (default 5; 0 reads each line at once). A line
+                                appended after a quiet spell is read at once
           --invalid-tokens FILE tokens APNs invalidated, as JSON lines (token, reason, timestamp, job)
           --registry FILE|URL   the token registry (fanout registry) that jobs naming activity_id,
                                 push_to_start, users or devices are resolved from; tokens APNs
@@ -86,6 +90,7 @@ enum SendCommand {
         var invalidTokens: String?
         var resume = false
         var follow = false
+        var followLinger = SendOptions.defaultFollowLinger
         var progress = ProgressReporter.Mode.auto
         var concurrentJobs = 16
         var cursor = ArgumentCursor(arguments)
@@ -101,6 +106,7 @@ enum SendCommand {
             case "--concurrent-jobs": concurrentJobs = try cursor.int(in: 1...10_000)
             case "--resume": resume = true
             case "--follow": follow = true
+            case "--follow-linger": followLinger = .milliseconds(try cursor.int(in: 0...1_000))
             case "--metrics-listen":
                 let text = try cursor.string()
                 guard MetricsEndpoint.parseListenAddress(text) != nil else {
@@ -134,6 +140,7 @@ enum SendCommand {
         send.invalidTokensPath = invalidTokens
         send.resume = resume
         send.follow = follow
+        send.followLinger = followLinger
         send.progress = progress
         send.concurrentJobs = concurrentJobs
         options.send = send

@@ -32,9 +32,9 @@ final class SendFollowTests: XCTestCase {
         ] + extra
     }
 
-    private func startSender(resume: Bool = false) throws -> RunningProcess {
+    private func startSender(resume: Bool = false, _ extra: [String] = []) throws -> RunningProcess {
         try RunningProcess(
-            fanout, sendArguments(resume ? ["--resume"] : []), environment: ProcessSupport.cleanEnvironment())
+            fanout, sendArguments((resume ? ["--resume"] : []) + extra), environment: ProcessSupport.cleanEnvironment())
     }
 
     private static func token(_ index: Int) -> String {
@@ -198,13 +198,14 @@ final class SendFollowTests: XCTestCase {
 
     /// A line counts once its newline is written: a producer that has written half a line has written no job, and
     /// the job goes out when the rest of its line arrives. Had the sender taken the half line for a line, it would
-    /// have recorded it (and the rest) as `invalid` jobs.
+    /// have recorded it (and the rest) as `invalid` jobs. Each line is read the moment it is complete
+    /// (`--follow-linger 0`).
     func testAHalfWrittenLineIsSentOnlyOnceItsNewlineIsWritten() throws {
         let line = Self.job("whole", firstToken: 1, tokens: 1)
         let half = line.utf8.count / 2
         try (Self.job("first", firstToken: 2, tokens: 1) + "\n" + String(line.prefix(half))).write(
             toFile: queue, atomically: false, encoding: .utf8)
-        let sender = try startSender()
+        let sender = try startSender(["--follow-linger", "0"])
         // Once "first" is sent, the sender has read the file as it is, half line included.
         waitForResults(1)
         let handle = try XCTUnwrap(FileHandle(forWritingAtPath: queue))

@@ -21,6 +21,8 @@ import Synchronization
 ///    start and the last result (the steady state, without start-up and warm-up).
 /// 2. **A finished file.** `fanout send --jobs FILE` (no `--follow`) of the same jobs, the same file once complete,
 ///    its results to a pipe read the same way: its CPU per job, and `cpu_vs_file` (goal <= 2).
+/// 3. **Each line at once.** Step 1 again with `--follow-linger 0` (the default, 5 ms, reads a burst's lines
+///    together): its latency and CPU per job, `*_linger0` in the JSON, for the trade the default makes.
 ///
 /// Both senders run 1 loop x 2 connections (as serve, broadcast and fleet), 16 jobs in flight (the default), with a
 /// budget of 10^9 jobs an hour: the default (250,000 an hour, a burst of 60 seconds of it) would hold priority-10
@@ -57,6 +59,7 @@ func runFollow(_ bench: BenchContext) throws {
 
     var follows: [[String: Any]] = []
     var files: [[String: Any]] = []
+    var eachAtOnce: [[String: Any]] = []
     for run in 0..<bench.runs {
         let queue = "\(queues)/queue-\(run).jsonl"
         follows.append(
@@ -67,6 +70,11 @@ func runFollow(_ bench: BenchContext) throws {
             try measureFinishedFile(
                 fanout: fanout, arguments: arguments, jobsFile: queue, jobs: jobs + 1, work: work, run: run,
                 timeout: timeout))
+        try? FileManager.default.removeItem(atPath: queue)
+        eachAtOnce.append(
+            try measureFollow(
+                fanout: fanout, arguments: arguments + ["--follow-linger", "0"], queue: queue, lines: lines,
+                rate: rate, work: work, run: run, timeout: timeout))
         try? FileManager.default.removeItem(atPath: queue)
     }
     let loadAfter = loadAverage()
@@ -92,6 +100,9 @@ func runFollow(_ bench: BenchContext) throws {
     let ratio = cpu.median / max(fileCPU.median, 1e-9)
     let pairRatios = Spread(
         zip(follows, files).map { number($0["cpu_us_per_job"]) / max(number($1["cpu_us_per_job"]), 1e-9) })
+    let atOnceP99 = spread(eachAtOnce, "latency_ms_p99")
+    let atOnceCPU = spread(eachAtOnce, "cpu_us_per_job")
+    let atOnceRatio = atOnceCPU.median / max(fileCPU.median, 1e-9)
     let cores = ProcessInfo.processInfo.activeProcessorCount
     print(
         String(
@@ -124,6 +135,11 @@ func runFollow(_ bench: BenchContext) throws {
             spread(follows, "cpu_seconds").median, cpuSchedule.median, fileCPU.median, fileCPU.min, fileCPU.max,
             fileSeconds.median, fileRate.median, ratio, pairRatios.min, pairRatios.max,
             spread(follows, "peak_rss_mb").median))
+    print(
+        String(
+            format: "follow with --follow-linger 0 (each line read at once; the default lingers 5 ms): p99 %.2f ms "
+                + "[%.2f-%.2f], %.1f us per job [%.1f-%.1f], cpu_vs_file %.2f", atOnceP99.median, atOnceP99.min,
+            atOnceP99.max, atOnceCPU.median, atOnceCPU.min, atOnceCPU.max, atOnceRatio))
     bench.record([
         "scenario": "follow", "notifications": jobs, "jobs": jobs, "target_rate": rate, "duration": duration,
         "seconds": spread(follows, "seconds").median, "rate": achieved.median, "rate_min": achieved.min,
@@ -144,6 +160,9 @@ func runFollow(_ bench: BenchContext) throws {
         "file_cpu_us_per_job_min": fileCPU.min, "file_cpu_us_per_job_max": fileCPU.max,
         "file_seconds": fileSeconds.median, "file_rate": fileRate.median, "cpu_vs_file": ratio,
         "cpu_vs_file_min": pairRatios.min, "cpu_vs_file_max": pairRatios.max,
+        "latency_ms_p99_linger0": atOnceP99.median,
+        "latency_ms_p50_linger0": spread(eachAtOnce, "latency_ms_p50").median,
+        "cpu_us_per_job_linger0": atOnceCPU.median, "cpu_vs_file_linger0": atOnceRatio,
         "key_figure": String(
             format: "p99 %.2f ms (goal <= 10), CPU x%.2f of a finished file (goal <= 2)", p99.median, ratio),
     ])

@@ -44,14 +44,15 @@ final class FollowedJobFile: @unchecked Sendable {
     /// The longest wait for a change the watch did not report.
     private static let recheckInterval = Duration.seconds(1)
 
-    /// Opens `path`; its line numbers start after `lineNumberBase` (the lines of the files read before it).
-    init(path: String, maximumLineLength: Int, lineNumberBase: Int) throws(JobFileError) {
+    /// Opens `path`; its line numbers start after `lineNumberBase` (the lines of the files read before it). Appends
+    /// wake the reader at most once per `linger` (`FileChangeWatcher`'s coalescing): a burst is read together.
+    init(path: String, maximumLineLength: Int, lineNumberBase: Int, linger: Duration = .zero) throws(JobFileError) {
         self.path = path
         self.maximumLineLength = maximumLineLength
         self.lineNumberBase = lineNumberBase
         reader = try JobFileReader(
             path: path, maximumLineLength: maximumLineLength, followsAppends: true, lineNumberBase: lineNumberBase)
-        watcher = FileChangeWatcher(path: path, recheckInterval: Self.recheckInterval)
+        watcher = FileChangeWatcher(path: path, recheckInterval: Self.recheckInterval, coalescing: linger)
         queueLag = FollowedQueueLag(path: path)
         openIdentity = openFile?.identity
         publishPosition()

@@ -21,6 +21,12 @@ package struct SendOptions: Sendable {
     /// Keep reading the job file as producers append to it, until `JobFileRunner.stopFollowing()`
     /// (`FollowedJobFile`).
     package var follow = false
+    /// With `follow`: appends wake the reader at most once per this interval, so that the jobs of a burst are read,
+    /// started and recorded together (`FollowedJobFile`); a job appended after a quiet spell is read at once.
+    package var followLinger = SendOptions.defaultFollowLinger
+    /// 5 ms: at 1,000 jobs a second, about five jobs a wake-up, which halves a followed job's CPU (docs/BENCHMARKS.md,
+    /// "Following a job file"), for at most 5 ms more latency.
+    package static let defaultFollowLinger = Duration.milliseconds(5)
     /// Told what the run notices about its job file (a rotation, a truncation), for the log.
     package var notice: (@Sendable (String) -> Void)?
     /// With `follow`: told every 200 ms how far producers are ahead (`FollowedQueueLag`): the bytes and complete job
@@ -266,7 +272,8 @@ package final class JobFileRunner: Sendable {
         let file: FollowedJobFile
         do {
             file = try FollowedJobFile(
-                path: options.jobsPath, maximumLineLength: options.maximumJobLineLength, lineNumberBase: base)
+                path: options.jobsPath, maximumLineLength: options.maximumJobLineLength, lineNumberBase: base,
+                linger: options.followLinger)
         } catch {
             throw SendError(error.description)
         }
