@@ -31,6 +31,8 @@ final class ResultsWriter: Sendable {
 
     private struct State {
         var buffer: [UInt8] = []
+        /// The buffer the last flush wrote, emptied: the next flush swaps it in, so that a flush allocates nothing.
+        var spare: [UInt8] = []
         var progress: [Int: Progress] = [:]
         var finished = LineRanges()
         var counts = SendCounts()
@@ -172,10 +174,11 @@ final class ResultsWriter: Sendable {
 
     private func flushOnce(syncAndJournal: Bool) throws {
         try flushLock.withLock { _ in
-            let (bytes, journal) = state.withLock { state -> ([UInt8], SendJournal?) in
-                let bytes = state.buffer
-                state.buffer.removeAll(keepingCapacity: true)
-                guard syncAndJournal, journalPath != nil else { return (bytes, nil) }
+            var bytes: [UInt8] = []
+            let journal = state.withLock { state -> SendJournal? in
+                swap(&bytes, &state.spare)
+                swap(&bytes, &state.buffer)
+                guard syncAndJournal, journalPath != nil else { return nil }
                 let end = offset.withLock { $0 } + bytes.count
                 var partial: [String: SendJournal.PartialJob] = [:]
                 for (line, progress) in state.progress {
@@ -187,7 +190,7 @@ final class ResultsWriter: Sendable {
                     jobsFile: jobsFile, jobsFileSize: jobsFileSize, resultsOffset: end,
                     finishedLines: state.finished.ranges, partial: partial, counts: state.counts,
                     followed: followed.withLock { $0 })
-                return (bytes, journal)
+                return journal
             }
             var written = 0
             while written < bytes.count {
@@ -200,6 +203,8 @@ final class ResultsWriter: Sendable {
                 written += count
             }
             offset.withLock { $0 += bytes.count }
+            bytes.removeAll(keepingCapacity: true)
+            state.withLock { swap(&$0.spare, &bytes) }
             guard let journal, let journalPath else { return }
             fsync(descriptor)
             try journal.write(to: journalPath)
