@@ -17,6 +17,10 @@ public final class SQLiteRegistryStore: RegistryStore {
 
     private let writer: FanoutMutex<RegistryConnection>
     private let reader: FanoutMutex<RegistryConnection>
+    /// Single-row lookups (an activity, devices by their tokens), which API requests make before they answer: a
+    /// connection of their own, so that a request never waits behind a page of a large send's tokens, which holds
+    /// `reader` for milliseconds.
+    private let lookupReader: FanoutMutex<RegistryConnection>
     private let hub: RegistryEventHub
 
     /// Opens the registry at `path`, creating it when the file is missing or empty. Throws `notARegistry` for any
@@ -46,11 +50,15 @@ public final class SQLiteRegistryStore: RegistryStore {
             // send touched would count in the sender's resident memory (+290 MB measured), where an 8 MB cache keeps
             // it flat.
             try readerDatabase.execute("PRAGMA cache_size = -8192; PRAGMA mmap_size = 0; PRAGMA query_only = 1")
+            let lookupDatabase = try SQLiteDatabase(
+                path: path, mode: .readWrite, busyTimeoutMilliseconds: configuration.busyTimeoutMilliseconds)
+            try lookupDatabase.execute("PRAGMA cache_size = -2048; PRAGMA mmap_size = 0; PRAGMA query_only = 1")
             let writerConnection = RegistryConnection(database: writerDatabase, configuration: configuration)
             let readerConnection = RegistryConnection(database: readerDatabase, configuration: configuration)
             _ = try writerConnection.loadApps()
             writer = FanoutMutex(writerConnection)
             reader = FanoutMutex(readerConnection)
+            lookupReader = FanoutMutex(RegistryConnection(database: lookupDatabase, configuration: configuration))
         } catch let error as RegistryError {
             throw error
         } catch let error as SQLiteError {
@@ -116,10 +124,11 @@ public final class SQLiteRegistryStore: RegistryStore {
         }
     }
 
-    /// Closes both connections and ends every `subscribe()` stream (idempotent). Calls after it fail `unavailable`.
+    /// Closes the connections and ends every `subscribe()` stream (idempotent). Calls after it fail `unavailable`.
     public func close() {
         writer.withLock { $0.database.close() }
         reader.withLock { $0.database.close() }
+        lookupReader.withLock { $0.database.close() }
         hub.finish()
     }
 
@@ -137,8 +146,17 @@ public final class SQLiteRegistryStore: RegistryStore {
         }
     }
 
-    private func read<R: Sendable>(_ body: (RegistryConnection) throws(RegistryError) -> R) throws(RegistryError) -> R {
-        try reader.withLock { connection throws(RegistryError) -> R in
+    /// Runs `body` on the reader, or for a single-row lookup (`lookup`) on the lookup reader.
+    private func read<R: Sendable>(lookup: Bool = false, _ body: (RegistryConnection) throws(RegistryError) -> R)
+        throws(RegistryError) -> R
+    {
+        if lookup {
+            return try lookupReader.withLock { connection throws(RegistryError) -> R in
+                guard connection.database.isOpen else { throw RegistryError(.unavailable, "\(path) is closed") }
+                return try body(connection)
+            }
+        }
+        return try reader.withLock { connection throws(RegistryError) -> R in
             guard connection.database.isOpen else { throw RegistryError(.unavailable, "\(path) is closed") }
             return try body(connection)
         }
@@ -316,7 +334,7 @@ public final class SQLiteRegistryStore: RegistryStore {
         for token in pushTokens {
             tokens.append(try RegistryValidation.token(token, field: "push_token", allowEmpty: false))
         }
-        return try read { connection throws(RegistryError) in
+        return try read(lookup: true) { connection throws(RegistryError) in
             let app = try connection.requireApp(app)
             return try storage { () throws(SQLiteError) in try connection.devices(app: app, pushTokens: tokens) }
         }
@@ -324,7 +342,7 @@ public final class SQLiteRegistryStore: RegistryStore {
 
     public func activity(app: String, activityID: String) async throws(RegistryError) -> ActivityRecord? {
         let activityID = try RegistryValidation.identifier(activityID, field: "activity_id")
-        return try read { connection throws(RegistryError) in
+        return try read(lookup: true) { connection throws(RegistryError) in
             let app = try connection.requireApp(app)
             return try storage { () throws(SQLiteError) in try connection.activity(app: app, activityID: activityID) }
         }
