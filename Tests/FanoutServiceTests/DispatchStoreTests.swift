@@ -194,6 +194,43 @@ final class DispatchStoreTests: XCTestCase {
         XCTAssertThrowsError(try store.appendResults([Self.result(0)], dispatch: "d_cccccccccccccccccccc"))
     }
 
+    /// A `202` waits for its dispatch's commit: an accept that comes while a large batch of results is being written
+    /// goes in after a few rows of it, not after the whole batch, and the batch's counts and done prefix stay exact.
+    func testAnAcceptGoesBeforeTheRestOfAResultsBatchWrittenMeanwhile() throws {
+        let directory = try ScratchDirectory()
+        let store = try DispatchStore(path: directory.file("fanout.db"))
+        let id = try store.accept(
+            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
+        ).record.id
+        // Position 0 last: its row moves the done prefix over the whole batch.
+        let batch = (1..<100_000).map { Self.result($0) } + [Self.result(0)]
+        let writing = DispatchSemaphore(value: 0)
+        let written = DispatchSemaphore(value: 0)
+        let failure = FanoutMutex<Error?>(nil)
+        Thread.detachNewThread {
+            writing.signal()
+            do { try store.appendResults(batch, dispatch: id) } catch { failure.withLock { $0 = error } }
+            written.signal()
+        }
+        writing.wait()
+        // Well inside the batch's transaction, which takes a few hundred milliseconds at the least.
+        usleep(50_000)
+        let accepted = try store.accept(
+            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 1)
+        XCTAssertTrue(accepted.created)
+        let meanwhile = try XCTUnwrap(try store.dispatch(id: id, workspace: "acme")).counts.delivered
+        XCTAssertGreaterThan(meanwhile, 0, "the rows before the accept were committed first")
+        XCTAssertLessThan(meanwhile, batch.count, "the accept did not wait for the whole batch")
+        XCTAssertEqual(written.wait(timeout: .now() + 120), .success)
+        XCTAssertNil(failure.withLock { $0 })
+        let record = try XCTUnwrap(try store.dispatch(id: id, workspace: "acme"))
+        XCTAssertEqual(record.counts.delivered, batch.count)
+        XCTAssertEqual(try Self.rowCount(directory.file("fanout.db")), batch.count)
+        let resume = try store.resumePoint(id: id)
+        XCTAssertEqual(resume.prefix, batch.count)
+        XCTAssertEqual(resume.beyondPrefix, [])
+    }
+
     func testResumePointAfterOutOfOrderPositions() throws {
         let directory = try ScratchDirectory()
         let store = try DispatchStore(path: directory.file("fanout.db"))

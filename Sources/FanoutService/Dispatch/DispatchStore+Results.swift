@@ -3,22 +3,44 @@ import FanoutJobLines
 import FanoutSQLite
 
 extension DispatchStore {
-    /// One transaction: inserts each result under (dispatch, position) — a position already recorded is ignored, so
-    /// a notification resent after a crash never gets a second result — and adds the inserted ones to the dispatch's
-    /// counts (outcome and retries) in the same transaction. Results with position < 0 (a job-level `invalid`) are
-    /// keyed by a negative sequence (`DispatchSchema.jobLevelKeyBase` up), so each is stored once.
+    /// Inserts each result under (dispatch, position) — a position already recorded is ignored, so a notification
+    /// resent after a crash never gets a second result — and adds the inserted ones to the dispatch's counts (outcome
+    /// and retries) in the same transaction. Results with position < 0 (a job-level `invalid`) are keyed by a negative
+    /// sequence (`DispatchSchema.jobLevelKeyBase` up), so each is stored once.
+    ///
+    /// One transaction, unless an accept waits for the writer: then the rows so far are committed with their counts
+    /// (after at least `rowsBeforeGivingWay`), the accept goes first, and the rest follow in another transaction.
     package func appendResults(_ results: [NotificationResult], dispatch id: String) throws(DispatchStoreError) {
-        guard !results.isEmpty else { return }
-        let found = try write { connection throws(SQLiteError) -> Bool in
+        var start = results.startIndex
+        while start < results.endIndex {
+            guard let next = try appendResults(results, from: start, dispatch: id) else { throw Self.notFound(id) }
+            start = next
+        }
+    }
+
+    /// Rows an interrupted results transaction commits at least, so that a stream of accepts cannot cut it to nothing.
+    static let rowsBeforeGivingWay = 32
+    /// Rows an interrupted walk of the done prefix moves it at least (a walk is one index step per row).
+    static let prefixRowsBeforeGivingWay: Int64 = 256
+
+    /// One transaction of `appendResults`, from `start`: where the next one starts (the end when all are in), or nil
+    /// when the dispatch is gone.
+    private func appendResults(_ results: [NotificationResult], from start: Int, dispatch id: String)
+        throws(DispatchStoreError) -> Int?
+    {
+        try write { connection throws(SQLiteError) -> Int? in
             let database = connection.database
-            guard let row = try Self.dispatchRow(id: id, in: database) else { return false }
+            guard let row = try Self.dispatchRow(id: id, in: database) else { return nil }
             var added = OutcomeCounts()
             var broadcasts = 0
             var jobID = row.jobID
             var prefix = row.donePrefix
-            var prefixFilled = false
             var nextJobLevelKey: Int64?
-            for result in results {
+            var index = start
+            while index < results.endIndex {
+                if index - start >= Self.rowsBeforeGivingWay && acceptWaiting { break }
+                let result = results[index]
+                index += 1
                 let key: Int64
                 if result.position >= 0 {
                     key = Int64(result.position)
@@ -50,11 +72,10 @@ extension DispatchStore {
                 guard inserted else { continue }
                 added.add(result)
                 if result.channel != nil { broadcasts += 1 }
-                if key == prefix { prefixFilled = true }
             }
-            // The prefix moves only when its first missing position arrived; it then walks the rows that follow
-            // it, each of which joins the prefix and is never walked again.
-            if prefixFilled { prefix = try Self.extendPrefix(row.seq, from: prefix, in: database) }
+            // The prefix walks the rows that follow it once its first missing position arrived (each row joins it and
+            // is never walked again), and goes on with a walk that gave way to an accept (its position has a row).
+            prefix = try Self.extendPrefix(row.seq, from: prefix, in: database) { acceptWaiting }
             try database.withStatement(
                 """
                 UPDATE dispatches SET delivered = delivered + ?2, rejected = rejected + ?3,
@@ -76,9 +97,8 @@ extension DispatchStore {
                 try statement.bind(Int64(broadcasts), at: 14)
                 try statement.run()
             }
-            return true
+            return index
         }
-        guard found else { throw Self.notFound(id) }
     }
 
     /// What an interrupted dispatch already finished, as the engine's `ResumePoint`: `prefix` is the first position
@@ -264,17 +284,22 @@ extension DispatchStore {
         }
     }
 
-    /// The first position at or after `prefix` (which has a row) without a row.
-    private static func extendPrefix(_ seq: Int64, from prefix: Int64, in database: SQLiteDatabase)
-        throws(SQLiteError) -> Int64
-    {
+    /// The first position at or after `prefix` without a row; or, when `givingWay` says an accept waits, a position
+    /// at least `prefixRowsBeforeGivingWay` past `prefix` that every position below has a row for (still a done
+    /// prefix: the next transaction walks on from it).
+    private static func extendPrefix(
+        _ seq: Int64, from prefix: Int64, in database: SQLiteDatabase, givingWay: () -> Bool
+    ) throws(SQLiteError) -> Int64 {
         try database.withStatement(
             "SELECT position FROM dispatch_results WHERE dispatch = ?1 AND position >= ?2 ORDER BY position"
         ) { statement throws(SQLiteError) in
             try statement.bind(seq, at: 1)
             try statement.bind(prefix, at: 2)
             var next = prefix
-            while try statement.step(), statement.int64(at: 0) == next { next += 1 }
+            while try statement.step(), statement.int64(at: 0) == next {
+                next += 1
+                if next - prefix >= Self.prefixRowsBeforeGivingWay && givingWay() { break }
+            }
             return next
         }
     }

@@ -54,6 +54,9 @@ package final class DispatchStore: Sendable {
     /// Only for `checkpointIfDue`.
     private let checkpointer: FanoutMutex<DispatchConnection>
     private let lastCheckpoint = Atomic<UInt64>(0)
+    /// Accepts waiting for the writer: a results transaction in progress commits the rows it has and lets them in
+    /// (`appendResults`), so that a `202` waits for a few rows, not for a batch of a thousand.
+    private let acceptsWaiting = Atomic<Int>(0)
 
     /// How long a write waits for another connection's lock (the registry's import commits 50,000 rows at a time).
     package static let busyTimeoutMilliseconds: Int32 = 5_000
@@ -153,12 +156,21 @@ package final class DispatchStore: Sendable {
 
     // MARK: Running on a connection
 
-    func write<R: Sendable>(_ body: (DispatchConnection) throws(SQLiteError) -> R) throws(DispatchStoreError) -> R {
-        try writer.withLock { connection throws(DispatchStoreError) -> R in
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction on the writer. An `accept` says so (`forAccept`): the results
+    /// writer gives way to it between rows.
+    func write<R: Sendable>(
+        forAccept: Bool = false, _ body: (DispatchConnection) throws(SQLiteError) -> R
+    ) throws(DispatchStoreError) -> R {
+        if forAccept { acceptsWaiting.add(1, ordering: .relaxed) }
+        return try writer.withLock { connection throws(DispatchStoreError) -> R in
+            if forAccept { acceptsWaiting.subtract(1, ordering: .relaxed) }
             guard connection.database.isOpen else { throw DispatchStoreError(.unavailable, "\(path) is closed") }
             return try Self.transaction(.immediate, on: connection, path: path, body)
         }
     }
+
+    /// Whether an accept waits for the writer (`write(forAccept:)`).
+    var acceptWaiting: Bool { acceptsWaiting.load(ordering: .relaxed) > 0 }
 
     /// Reads in one deferred transaction on the reader, so every statement of `body` sees the same commit.
     func read<R: Sendable>(_ body: (DispatchConnection) throws(SQLiteError) -> R) throws(DispatchStoreError) -> R {
@@ -190,7 +202,7 @@ package final class DispatchStore: Sendable {
         idempotency: IdempotencyKey?, now: Int64
     ) throws(DispatchStoreError) -> (record: DispatchRecord, created: Bool) {
         let idempotencyKey = idempotency?.key
-        let outcome = try write { connection throws(SQLiteError) -> (DispatchRecord, Bool, String?) in
+        let outcome = try write(forAccept: true) { connection throws(SQLiteError) -> (DispatchRecord, Bool, String?) in
             let database = connection.database
             if let idempotencyKey {
                 let earlier = try database.withStatement(
