@@ -202,12 +202,3 @@ public struct FanoutEngineConfiguration: Sendable {
         try check("overloadReconnectInterval", overloadReconnectInterval, allowsZero: true)
     }
 }
-
-extension Duration {
-    /// Whole milliseconds, rounded down; what the loop's clock and timers count in.
-    var wholeMilliseconds: UInt64 {
-        let (seconds, attoseconds) = components
-        guard seconds >= 0 else { return 0 }
-        return UInt64(seconds) * 1000 + UInt64(attoseconds / 1_000_000_000_000_000)
-    }
-}

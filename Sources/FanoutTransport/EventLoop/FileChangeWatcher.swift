@@ -62,13 +62,8 @@ package final class FileChangeWatcher: Sendable {
     /// Watches `path`'s directory for changes to `path`'s name; waits end at least every `recheckInterval`, and
     /// changes are reported at most once per `coalescing`.
     package init(path: String, recheckInterval: Duration = .seconds(1), coalescing: Duration = .zero) {
-        self.coalescing = UInt64(
-            max(0, coalescing.components.seconds * 1_000_000_000 + coalescing.components.attoseconds / 1_000_000_000))
-        let interval = UInt64(
-            max(
-                1,
-                recheckInterval.components.seconds * 1000
-                    + recheckInterval.components.attoseconds / 1_000_000_000_000_000))
+        self.coalescing = coalescing.wholeNanoseconds
+        let interval = max(1, recheckInterval.wholeMilliseconds)
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
         thread = LoopThread(name: "fanout-watch")
@@ -169,10 +164,10 @@ package final class FileChangeWatcher: Sendable {
         var hold: UInt64?
         let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
             guard !state.closed else { return nil }
+            let now = changed ? Self.monotonicNanoseconds() : 0
             if changed {
                 state.pending = true
                 if state.held { return nil }
-                let now = Self.monotonicNanoseconds()
                 if coalescing > 0 && now < state.lastReported &+ coalescing {
                     state.held = true
                     hold = state.lastReported &+ coalescing - now
@@ -183,7 +178,7 @@ package final class FileChangeWatcher: Sendable {
             state.waiter = nil
             if changed {
                 state.pending = false
-                state.lastReported = Self.monotonicNanoseconds()
+                state.lastReported = now
             }
             return waiter
         }
