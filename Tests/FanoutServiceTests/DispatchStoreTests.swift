@@ -174,9 +174,7 @@ final class DispatchStoreTests: XCTestCase {
     func testOverlappingAppendsRecordEachPositionOnceWithExactCounts() throws {
         let directory = try ScratchDirectory()
         let store = try DispatchStore(path: directory.file("fanout.db"))
-        let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
-        ).record.id
+        let id = try Self.newDispatch(in: store)
 
         try store.appendResults((0..<10).map { Self.result($0, attempts: 2) }, dispatch: id)
         // Positions 5..<15 again (5..<10 resent after a crash, with another outcome): only 10..<15 are new.
@@ -199,9 +197,7 @@ final class DispatchStoreTests: XCTestCase {
     func testAnAcceptGoesBeforeTheRestOfAResultsBatchWrittenMeanwhile() throws {
         let directory = try ScratchDirectory()
         let store = try DispatchStore(path: directory.file("fanout.db"))
-        let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
-        ).record.id
+        let id = try Self.newDispatch(in: store)
         // Position 0 last: its row moves the done prefix over the whole batch.
         let batch = (1..<100_000).map { Self.result($0) } + [Self.result(0)]
         let writing = DispatchSemaphore(value: 0)
@@ -234,9 +230,7 @@ final class DispatchStoreTests: XCTestCase {
     func testResumePointAfterOutOfOrderPositions() throws {
         let directory = try ScratchDirectory()
         let store = try DispatchStore(path: directory.file("fanout.db"))
-        let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
-        ).record.id
+        let id = try Self.newDispatch(in: store)
         XCTAssertEqual(try store.resumePoint(id: id).prefix, 0)
 
         try store.appendResults([1, 2, 5, 9].map { Self.result($0) }, dispatch: id)
@@ -259,9 +253,7 @@ final class DispatchStoreTests: XCTestCase {
     func testResultsPageInPositionOrderAsResultLines() throws {
         let directory = try ScratchDirectory()
         let store = try DispatchStore(path: directory.file("fanout.db"))
-        let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
-        ).record.id
+        let id = try Self.newDispatch(in: store)
         var unregistered = Self.result(3, outcome: .unregistered)
         unregistered.status = 410
         unregistered.reason = "Unregistered"
@@ -311,9 +303,7 @@ final class DispatchStoreTests: XCTestCase {
     func testJobLevelResultsAreStoredOnceEachAndListedFirst() throws {
         let directory = try ScratchDirectory()
         let store = try DispatchStore(path: directory.file("fanout.db"))
-        let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
-        ).record.id
+        let id = try Self.newDispatch(in: store)
         let invalid = NotificationResult(jobID: "match-7", token: nil, outcome: .invalid, reason: "job match-7: bad")
         try store.appendResults([Self.result(0), invalid], dispatch: id)
         try store.appendResults([invalid], dispatch: id)
@@ -334,9 +324,7 @@ final class DispatchStoreTests: XCTestCase {
         let directory = try ScratchDirectory()
         let path = directory.file("fanout.db")
         let store = try DispatchStore(path: path)
-        let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
-        ).record.id
+        let id = try Self.newDispatch(in: store)
         let buffer = DispatchResultBuffer(store: store, dispatchID: id)
         let total = 200_000
         let threads = 4
@@ -368,9 +356,7 @@ final class DispatchStoreTests: XCTestCase {
         let directory = try ScratchDirectory()
         let path = directory.file("fanout.db")
         let store = try DispatchStore(path: path)
-        let id = try store.accept(
-            workspace: "acme", app: "app", kind: "update", jobLine: Self.jobLine, idempotency: nil, now: 0
-        ).record.id
+        let id = try Self.newDispatch(in: store)
         let blocker = try SQLiteDatabase(path: path, mode: .readWrite)
         defer { blocker.close() }
         try blocker.execute("BEGIN IMMEDIATE")
@@ -410,6 +396,13 @@ final class DispatchStoreTests: XCTestCase {
     static func token(_ position: Int) -> String {
         let digits = String(position, radix: 16)
         return String(repeating: "a", count: 64 - digits.count) + digits
+    }
+
+    /// The id of a new update dispatch of workspace `acme`, accepted at time 0.
+    static func newDispatch(in store: DispatchStore) throws -> String {
+        try store.accept(
+            workspace: "acme", app: "app", kind: "update", jobLine: jobLine, idempotency: nil, now: 0
+        ).record.id
     }
 
     static func result(_ position: Int, outcome: NotificationOutcome = .delivered, attempts: Int = 1)
