@@ -184,7 +184,7 @@ let package = Package(
             name: "FanoutServiceTests",
             dependencies: [
                 "FanoutService", "Fanout", "FanoutCore", "FanoutRegistry", "FanoutTransport", "FanoutJobLines",
-                "FanoutObservability", "FanoutTestSupport", "MockAPNsKit",
+                "FanoutObservability", "FanoutTestSupport", "MockAPNsKit", "FanoutRedis", "FanoutRedisRegistry",
             ]),
         .testTarget(name: "FanoutRedisTests", dependencies: ["FanoutRedis", "FanoutTestSupport"]),
         .testTarget(name: "MockAPNsKitTests", dependencies: ["MockAPNsKit", "FanoutCore"]),

@@ -56,6 +56,11 @@ struct RedisRegistryKeys: Sendable {
         return ["meta", "tokens", "slots", "devices", "bytoken", "order"].map { RedisArgument(base + $0) }
     }
 
+    /// The activity's metadata hash alone (the first of `activity(_:)`'s keys).
+    func activityMeta(_ reference: ActivityReference) -> RedisArgument {
+        RedisArgument(prefix + "{" + reference.member + "}:meta")
+    }
+
     static func escape(_ text: String) -> String {
         guard
             text.utf8.contains(where: { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "/") || $0 == 0x7B || $0 == 0x7D }

@@ -89,6 +89,19 @@ package final class RedisRegistryStore: RegistryStore {
         hub = RegistryEventHub(bufferLimit: configuration.subscriberBufferLimit)
     }
 
+    /// The key of an activity's metadata hash. Its `content` field is the last content timestamp sent to the
+    /// activity (a decimal string, Unix seconds), which scripts of other modules read in the activity's own slot:
+    /// a key carrying `activityHashTag` is in it.
+    package func activityMetaKey(app: String, activityID: String) -> RedisArgument {
+        keys.activityMeta(ActivityReference(app: app, activityID: activityID))
+    }
+
+    /// `{APP/ACTIVITY}` as the registry's keys of the activity carry it (ids escaped), so that another key with it
+    /// is in the same Redis Cluster slot.
+    package static func activityHashTag(app: String, activityID: String) -> String {
+        "{" + ActivityReference(app: app, activityID: activityID).member + "}"
+    }
+
     /// Ends every `subscribe()` stream; calls after it fail `unavailable`. The client stays open (it is the caller's).
     package func close() {
         state.withLock { $0.closed = true }

@@ -149,7 +149,7 @@ package final class ServiceInstance: Sendable {
         sharedDispatches?.start(running: { dispatcher.runningIDs })
         let core = ServiceCore(
             configuration: configuration, quotas: RequestQuotas(configuration), registry: registry,
-            store: stores.dispatches, sharedTimestamps: stores.redis.map { SharedContentTimestamps(client: $0) },
+            store: stores.dispatches, sharedTimestamps: stores.contentTimestamps,
             sharedDispatches: sharedDispatches,
             sharedQuotas: stores.redis.map { SharedRequestQuotas(client: $0) },
             dispatcher: dispatcher, channels: channels, metrics: metrics, logger: logger)

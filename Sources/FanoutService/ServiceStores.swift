@@ -16,6 +16,8 @@ struct ServiceStores: Sendable {
     /// The API side's Redis client when the registry is on Redis: also used for the shared content timestamps and
     /// provider tokens.
     let redis: RedisClient?
+    /// With the registry on Redis: the activities' content timestamps, shared by every instance.
+    let contentTimestamps: SharedContentTimestamps?
     private let closeAll: @Sendable () async -> Void
 
     /// Opens the stores; for Redis, connects twice and checks each answers PING, so a wrong URL or a server that is
@@ -32,7 +34,8 @@ struct ServiceStores: Sendable {
                 let registry = try SQLiteRegistryStore(path: configuration.database)
                 let engineRegistry = try SQLiteRegistryStore(path: configuration.database)
                 return ServiceStores(
-                    registry: registry, engineRegistry: engineRegistry, dispatches: dispatches, redis: nil
+                    registry: registry, engineRegistry: engineRegistry, dispatches: dispatches, redis: nil,
+                    contentTimestamps: nil
                 ) {
                     registry.close()
                     engineRegistry.close()
@@ -61,7 +64,8 @@ struct ServiceStores: Sendable {
         let registry = RedisRegistryStore(client: apiClient)
         let engineRegistry = RedisRegistryStore(client: engineClient)
         return ServiceStores(
-            registry: registry, engineRegistry: engineRegistry, dispatches: dispatches, redis: apiClient
+            registry: registry, engineRegistry: engineRegistry, dispatches: dispatches, redis: apiClient,
+            contentTimestamps: SharedContentTimestamps(client: apiClient, registry: registry)
         ) {
             registry.close()
             engineRegistry.close()
@@ -73,12 +77,13 @@ struct ServiceStores: Sendable {
 
     private init(
         registry: any RegistryStore, engineRegistry: any RegistryStore, dispatches: DispatchStore, redis: RedisClient?,
-        close: @escaping @Sendable () async -> Void
+        contentTimestamps: SharedContentTimestamps?, close: @escaping @Sendable () async -> Void
     ) {
         self.registry = registry
         self.engineRegistry = engineRegistry
         self.dispatches = dispatches
         self.redis = redis
+        self.contentTimestamps = contentTimestamps
         closeAll = close
     }
 

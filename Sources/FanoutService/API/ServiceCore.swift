@@ -231,13 +231,20 @@ package final class ServiceCore: Sendable {
             return try commit(spec, id: id, caller: caller, idempotency: idempotency)
         }
         let app = spec.app.bundleID
-        let lastSent = try? await registry.activity(app: app, activityID: activityID)?.lastContentTimestamp
+        if let queue, let sharedTimestamps, let sharedDispatches, sharedDispatches.claimsInTheAccept {
+            return try await enqueue(
+                spec, id: id, caller: caller, idempotency: idempotency, on: queue,
+                claimingIn: (sharedTimestamps, app, activityID))
+        }
+        // On Redis the claim's script reads the last timestamp sent from the registry itself.
+        let lastSent =
+            sharedTimestamps != nil
+            ? nil : try? await registry.activity(app: app, activityID: activityID)?.lastContentTimestamp
         var now = Self.nowSeconds()
         if let sharedTimestamps {
             // Claimed from Redis, so that no two instances give this activity the same timestamp.
             do {
-                now = try await sharedTimestamps.claim(
-                    app: app, activityID: activityID, atLeast: max(now, (lastSent ?? 0) + 1))
+                now = try await sharedTimestamps.claim(app: app, activityID: activityID, atLeast: now)
             } catch {
                 logger.error("cannot claim a content timestamp", fields: ["error": error.message])
                 throw APIError(503, "the content timestamp could not be claimed; nothing was sent, retry later")
@@ -278,10 +285,7 @@ package final class ServiceCore: Sendable {
     private func enqueue(
         _ spec: DispatchSpec, id: String, caller: Caller, idempotency: IdempotencyKey?, on queue: SharedDispatchQueue
     ) async throws(APIError) -> DispatchRecord {
-        let record = DispatchRecord(
-            id: id, workspace: caller.workspace, app: spec.app.bundleID, kind: spec.kind, jobLine: spec.jobLine,
-            state: .queued, counts: OutcomeCounts(), payloadEncodings: 0, demoted: 0,
-            createdAt: Self.nowMilliseconds(), startedAt: nil, finishedAt: nil, idempotencyKey: idempotency?.key)
+        let record = queuedRecord(spec, id: id, caller: caller, idempotency: idempotency)
         guard let sharedDispatches else { preconditionFailure("the queue on Redis comes with the shared records") }
         do {
             try await sharedDispatches.publish(
@@ -292,6 +296,59 @@ package final class ServiceCore: Sendable {
             throw APIError(503, "the dispatch could not be queued; nothing was sent, retry later")
         }
         return record
+    }
+
+    /// `enqueue` of an activity's dispatch on one Redis, its content timestamp claimed in the same step: this
+    /// instance chooses one (newer than the last it gave the activity), and when the accept's script finds that
+    /// another instance gave or sent a newer one meanwhile, nothing was written and it chooses again past it. Each
+    /// stale choice is a round trip; each answers with the newest, so a contended activity needs about as many as
+    /// the instances writing it at once.
+    private func enqueue(
+        _ spec: DispatchSpec, id: String, caller: Caller, idempotency: IdempotencyKey?, on queue: SharedDispatchQueue,
+        claimingIn shared: (timestamps: SharedContentTimestamps, app: String, activityID: String)
+    ) async throws(APIError) -> DispatchRecord {
+        guard let sharedDispatches else { preconditionFailure("the queue on Redis comes with the shared records") }
+        var floor: Int64?
+        for _ in 0..<Self.timestampChoices {
+            var chosen: Int64 = 0
+            let stamped = try timestamps.assign(
+                app: shared.app, activityID: shared.activityID, now: Self.nowSeconds(), lastSent: floor
+            ) { timestamp throws(APIError) in
+                var stamped = spec
+                stamped.setTimestamp(timestamp)
+                try stamped.validate(now: Self.nowSeconds())
+                chosen = timestamp
+                return stamped
+            }
+            let record = queuedRecord(stamped, id: id, caller: caller, idempotency: idempotency)
+            do {
+                floor = try await sharedDispatches.publish(
+                    record, also: [SharedDispatchQueue.enqueueCommand(record, activityID: shared.activityID)],
+                    commitKey: SharedDispatchQueue.stream,
+                    claim: SharedDispatches.TimestampClaim(
+                        timestamps: shared.timestamps, app: shared.app, activityID: shared.activityID,
+                        timestamp: chosen))
+            } catch {
+                logger.error("cannot queue a dispatch", fields: ["error": error.message])
+                throw APIError(503, "the dispatch could not be queued; nothing was sent, retry later")
+            }
+            if floor == nil { return record }
+        }
+        logger.error("no content timestamp claimed", fields: ["activity": shared.activityID])
+        throw APIError(503, "the activity is being updated by too many requests at once; nothing was sent, retry later")
+    }
+
+    /// Choices of a content timestamp an accept makes before it gives up with a `503`: each stale one learned the
+    /// newest, so only as many instances accepting updates of one activity at the same moment make it stale again.
+    private static let timestampChoices = 16
+
+    private func queuedRecord(_ spec: DispatchSpec, id: String, caller: Caller, idempotency: IdempotencyKey?)
+        -> DispatchRecord
+    {
+        DispatchRecord(
+            id: id, workspace: caller.workspace, app: spec.app.bundleID, kind: spec.kind, jobLine: spec.jobLine,
+            state: .queued, counts: OutcomeCounts(), payloadEncodings: 0, demoted: 0,
+            createdAt: Self.nowMilliseconds(), startedAt: nil, finishedAt: nil, idempotencyKey: idempotency?.key)
     }
 
     /// Writes the checked dispatch (or finds the earlier one of its idempotency key) and queues it if new.

@@ -455,7 +455,14 @@ final class SharedDispatches: Sendable {
     /// Where the primary holding `commitKey` (the key `also` writes last) has a replica, the transaction, or `also` on
     /// a cluster, is followed by `WAIT` on the same node, so that the `202` follows the entry's arrival on a replica
     /// (see the type's notes for a replica that does not answer in time).
-    func publish(_ record: DispatchRecord, also: [[RedisArgument]], commitKey: RedisArgument) async throws(RedisError) {
+    ///
+    /// With `claim` (one Redis only: `claimsInTheAccept`), the same commands run in one script with the activity's
+    /// content timestamp claimed (`SharedContentTimestamps.commitScript`); when the timestamp is stale, nothing is
+    /// written and the floor to choose past is returned.
+    @discardableResult
+    func publish(
+        _ record: DispatchRecord, also: [[RedisArgument]], commitKey: RedisArgument, claim: TimestampClaim? = nil
+    ) async throws(RedisError) -> Int64? {
         let recent = Self.recentKey(record.workspace)
         let listed: [[RedisArgument]] = [
             ["ZADD", recent, RedisArgument(String(record.createdAt)), RedisArgument(record.id)],
@@ -463,6 +470,25 @@ final class SharedDispatches: Sendable {
             ["EXPIRE", recent, RedisArgument(Self.expirySeconds)],
         ]
         let wait = waitCommand(forKey: commitKey)
+        if let claim {
+            precondition(claimsInTheAccept, "a cluster claims the content timestamp in a step of its own")
+            let script = claim.timestamps.commitArguments(
+                [Self.setCommand(record)] + also + listed, claiming: claim.timestamp, app: claim.app,
+                activityID: claim.activityID)
+            let reply: RedisValue
+            if wait != nil {
+                let answer = try await client.evalScript(
+                    SharedContentTimestamps.commitScript, keys: script.keys, arguments: script.arguments,
+                    waitingFor: 1, within: Self.replicaWait)
+                waited(.integer(Int64(answer.replicas)), what: "the accept of dispatch \(record.id)")
+                reply = answer.reply
+            } else {
+                reply = try await client.evalScript(
+                    SharedContentTimestamps.commitScript, keys: script.keys, arguments: script.arguments)
+            }
+            guard let floor = reply.integer else { throw RedisError.server("the accept's script answered \(reply)") }
+            return floor == 0 ? nil : floor
+        }
         guard client.configuration.url.isCluster else {
             var replies = try await client.commands(
                 [["MULTI"], Self.setCommand(record)] + also + listed + [["EXEC"]] + (wait.map { [$0] } ?? []))
@@ -472,7 +498,7 @@ final class SharedDispatches: Sendable {
                 throw RedisError.server("the transaction was not run")
             }
             for case .error(let message) in results { throw RedisError.server(message) }
-            return
+            return nil
         }
         _ = try await client.command(Self.setCommand(record))
         do throws(RedisError) {
@@ -488,6 +514,19 @@ final class SharedDispatches: Sendable {
             throw error
         }
         _ = try? await client.commands(listed)
+        return nil
+    }
+
+    /// Whether an accept can claim its content timestamp in its own step (`publish(_:also:commitKey:claim:)`): on one
+    /// Redis, with or without Sentinel; a cluster's accept writes three slots, which no one script may.
+    var claimsInTheAccept: Bool { !client.configuration.url.isCluster }
+
+    /// The content timestamp an accept claims in its own step.
+    struct TimestampClaim: Sendable {
+        let timestamps: SharedContentTimestamps
+        let app: String
+        let activityID: String
+        let timestamp: Int64
     }
 
     /// ZADD commands for up to `resultsPerRound` results committed after the last published position and not
