@@ -48,11 +48,12 @@ build: deps-build
 release: deps-build
 	$(SWIFT) build -c release
 
-## test: the whole suite (what CI runs), then fanout-bench --quick once so the benchmarks never rot
-## (no speed is asserted), then the gateway example, built as a package of its own would be.
+## test: the whole suite (what CI runs; two XCTest processes side by side, scripts/run-tests.sh), then
+## fanout-bench --quick once so the benchmarks never rot (no speed is asserted), then the gateway example, built
+## as a package of its own would be. `scripts/run-tests.sh --serial` runs the suite in one process.
 test: deps
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	@SWIFT=$(SWIFT) bash scripts/run-tests.sh
 	"$$($(SWIFT) build --show-bin-path)/fanout-bench" --quick
 	@SWIFT=$(SWIFT) bash scripts/gateway-example.sh
 
