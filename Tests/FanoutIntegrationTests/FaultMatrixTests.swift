@@ -323,11 +323,18 @@ final class FaultMatrixTests: XCTestCase {
         XCTAssertGreaterThan(report.counts.retries, 500, "the dropped connection's streams were retried")
     }
 
+    /// A refused stream is resent at once without counting an attempt, 8 times for one notification
+    /// (EngineLoop.maxFreeResends); the 9th refusal in a row counts one. The mock refuses every 50th request it
+    /// receives, a strict period that the client's batches can fall into step with under load, so that a resent
+    /// notification is the 50th again and again (seen: 3 such of 20,000 with another test process on the cores).
+    /// So: every counted attempt took at least 9 refusals (were refusals attempts, retries would be about 400).
     func testRefusedStreamsAreResentWithoutCountingAnAttempt() async throws {
         let report = try await run("refused-stream") { $0.refuseEvery = 50 }
         XCTAssertGreaterThan(report.mock.refused, 100)
         XCTAssertEqual(report.counts.delivered, report.counts.total, "\(report.reasons)")
-        XCTAssertEqual(report.counts.retries, 0, "REFUSED_STREAM is not an attempt")
+        XCTAssertLessThanOrEqual(
+            report.counts.retries * 9, report.mock.refused,
+            "REFUSED_STREAM is not an attempt: \(report.counts.retries) retries for \(report.mock.refused) refusals")
         XCTAssertEqual(report.record.duplicates, 0)
     }
 
