@@ -13,13 +13,29 @@ package enum ResultLine {
         func string(_ value: String?) {
             if let value { JSONStringEscaping.appendString(value, to: &output) } else { key("null") }
         }
-        func compact(_ value: (some CompactText)?) {
+        // A canonical id or token: hex digits and dashes, nothing to escape.
+        func quoted(_ bytes: UnsafeRawBufferPointer) {
+            output.append(UInt8(ascii: "\""))
+            output.append(contentsOf: bytes)
+            output.append(UInt8(ascii: "\""))
+        }
+        // One per type, spelled on the stack through `write(into:)`: the generic `withUTF8`, called from this module,
+        // ran unspecialized and looked up generic metadata under a lock for every id and token.
+        func compact(_ value: RecipientToken?) {
             guard let value else { return key("null") }
             if let text = value.storedText { return JSONStringEscaping.appendString(text, to: &output) }
-            // A canonical id or token: hex digits and dashes, nothing to escape.
-            output.append(UInt8(ascii: "\""))
-            value.withUTF8 { output.append(contentsOf: $0) }
-            output.append(UInt8(ascii: "\""))
+            withUnsafeTemporaryAllocation(byteCount: value.utf8Count, alignment: 1) { buffer in
+                let count = value.write(into: buffer)
+                quoted(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
+            }
+        }
+        func compact(_ value: APNsIdentifier?) {
+            guard let value else { return key("null") }
+            if let text = value.storedText { return JSONStringEscaping.appendString(text, to: &output) }
+            withUnsafeTemporaryAllocation(byteCount: APNsID.length, alignment: 1) { buffer in
+                value.write(into: buffer)
+                quoted(UnsafeRawBufferPointer(buffer))
+            }
         }
         func integer(_ value: Int64?) {
             if let value { appendDecimal(value, to: &output) } else { key("null") }

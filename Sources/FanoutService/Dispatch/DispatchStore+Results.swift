@@ -306,10 +306,27 @@ extension DispatchStore {
 }
 
 extension SQLiteStatement {
-    /// Binds a result's token or id as text from its bytes (the canonical form spelled on the stack), or NULL for
-    /// nil: no String per result.
-    fileprivate func bind(_ value: (some CompactText)?, at index: Int32) throws(SQLiteError) {
+    /// Binds a result's id as text, or NULL for nil: a canonical UUID spelled into a stack buffer (no String per
+    /// result). Through `write(into:)`, not the generic `withUTF8`: called from this module, that ran unspecialized,
+    /// and each call looked up generic metadata under a lock (a third of the results writer's time).
+    fileprivate func bind(_ value: APNsIdentifier?, at index: Int32) throws(SQLiteError) {
         guard let value else { return try bindNull(at: index) }
-        try value.withUTF8 { bytes in Result { () throws(SQLiteError) in try bind(utf8: bytes, at: index) } }.get()
+        if let text = value.storedText { return try bind(text, at: index) }
+        try withUnsafeTemporaryAllocation(byteCount: APNsID.length, alignment: 1) { buffer in
+            value.write(into: buffer)
+            return Result { () throws(SQLiteError) in try bind(utf8: UnsafeRawBufferPointer(buffer), at: index) }
+        }.get()
+    }
+
+    /// `bind(_:at:)` of a result's recipient token: a packed one spelled into a stack buffer.
+    fileprivate func bind(_ value: RecipientToken?, at index: Int32) throws(SQLiteError) {
+        guard let value else { return try bindNull(at: index) }
+        if let text = value.storedText { return try bind(text, at: index) }
+        try withUnsafeTemporaryAllocation(byteCount: value.utf8Count, alignment: 1) { buffer in
+            let count = value.write(into: buffer)
+            return Result { () throws(SQLiteError) in
+                try bind(utf8: UnsafeRawBufferPointer(rebasing: buffer[..<count]), at: index)
+            }
+        }.get()
     }
 }

@@ -1,5 +1,6 @@
 import CLibUV
 package import CNGHTTP2
+import FanoutCore
 import Foundation
 
 /// Which end of an HTTP/2 connection a session plays.
@@ -299,11 +300,19 @@ package final class HTTP2Session: SecureChannelDelegate {
                     nghttp2_submit_request(nghttp2, nil, nva, count, &provider, nil)
                 }
             }
-            if apnsID != nil {
+            if let apnsID {
                 let name: StaticString = "apns-id"
                 let indexed = uniqueFieldNames.shouldIndex(
                     UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
-                return apnsID!.withUTF8 { submit((name, $0, indexed)) }
+                if var text = apnsID.storedText {
+                    return text.withUTF8 { submit((name, UnsafeRawBufferPointer($0), indexed)) }
+                }
+                // A UUID spelled on the stack through `write(into:)`: the generic `withUTF8`, called from this
+                // module, runs unspecialized and looks up generic metadata under a lock for every request.
+                return withUnsafeTemporaryAllocation(byteCount: APNsID.length, alignment: 1) { buffer in
+                    apnsID.write(into: buffer)
+                    return submit((name, UnsafeRawBufferPointer(buffer), indexed))
+                }
             }
             return submit(nil)
         }
