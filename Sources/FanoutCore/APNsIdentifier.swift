@@ -2,8 +2,8 @@
 /// and what APNs answers) is kept as its two 64-bit halves, so making an id, sending it, reading the answer's ids
 /// and handing them to the results makes no String: two allocations per notification fewer than keeping them as
 /// text. Anything else (an id a caller chose in uppercase, an answer's id in another form) is kept as given, so
-/// every id is reported exactly as it was sent or received. Spelled out (`string`, `withUTF8`) where it is written.
-package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible, CompactText {
+/// every id is reported exactly as it was sent or received. Spelled out (`string`, `write(into:)`) where it is written.
+package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
     case uuid(high: UInt64, low: UInt64)
     case text(String)
 
@@ -57,20 +57,9 @@ package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible, Compac
         return nil
     }
 
-    /// Lends `body` the identifier's UTF-8 bytes (a UUID is spelled on the stack), valid only inside `body`.
-    package func withUTF8<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
-        switch self {
-        case .text(var text):
-            return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
-        case .uuid(let high, let low):
-            return withUnsafeTemporaryAllocation(byteCount: APNsID.length, alignment: 1) { buffer in
-                Self.spell(high: high, low: low, into: buffer)
-                return body(UnsafeRawBufferPointer(buffer))
-            }
-        }
-    }
-
-    /// Writes the identifier's UTF-8 bytes at the start of `buffer`, which holds at least as many (36 for a UUID).
+    /// Writes the identifier's UTF-8 bytes at the start of `buffer`, which holds at least as many (36 for a UUID):
+    /// into a stack buffer (`withUnsafeTemporaryAllocation`) where it is written. Concrete, not generic over a body: a
+    /// generic call from another module runs unspecialized, with a generic metadata lookup under the runtime's lock.
     package func write(into buffer: UnsafeMutableRawBufferPointer) {
         switch self {
         case .text(var text):

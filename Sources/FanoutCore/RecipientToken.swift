@@ -4,7 +4,7 @@
 /// fewer than keeping it as text. Anything else (a longer token, an uppercase one before it is checked, a channel
 /// id) is kept as given, so every recipient is reported exactly as it was read. Spelled out (`string`,
 /// `write(into:)`) where it is written, as `APNsIdentifier` is.
-package enum RecipientToken: Sendable, Hashable, CustomStringConvertible, CompactText {
+package enum RecipientToken: Sendable, Hashable, CustomStringConvertible {
     /// The 64 digits as four words of 16 digits each, in order; the first digit of each word is its highest nibble.
     case hex64(UInt64, UInt64, UInt64, UInt64)
     case text(String)
@@ -47,19 +47,6 @@ package enum RecipientToken: Sendable, Hashable, CustomStringConvertible, Compac
         switch self {
         case .text(let text): text.utf8.count
         case .hex64: Self.packedLength
-        }
-    }
-
-    /// Lends `body` the recipient's UTF-8 bytes (a packed token is spelled on the stack), valid only inside `body`.
-    package func withUTF8<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
-        switch self {
-        case .text(var text):
-            return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
-        case .hex64:
-            return withUnsafeTemporaryAllocation(byteCount: Self.packedLength, alignment: 1) { buffer in
-                write(into: buffer)
-                return body(UnsafeRawBufferPointer(buffer))
-            }
         }
     }
 

@@ -19,8 +19,8 @@ package enum ResultLine {
             output.append(contentsOf: bytes)
             output.append(UInt8(ascii: "\""))
         }
-        // One per type, spelled on the stack through `write(into:)`: the generic `withUTF8`, called from this module,
-        // ran unspecialized and looked up generic metadata under a lock for every id and token.
+        // One per type, spelled on the stack through the concrete `write(into:)`: a generic call into another module
+        // runs unspecialized, with a generic metadata lookup under the runtime's lock for every id and token.
         func compact(_ value: RecipientToken?) {
             guard let value else { return key("null") }
             if let text = value.storedText { return JSONStringEscaping.appendString(text, to: &output) }

@@ -307,8 +307,8 @@ extension DispatchStore {
 
 extension SQLiteStatement {
     /// Binds a result's id as text, or NULL for nil: a canonical UUID spelled into a stack buffer (no String per
-    /// result). Through `write(into:)`, not the generic `withUTF8`: called from this module, that ran unspecialized,
-    /// and each call looked up generic metadata under a lock (a third of the results writer's time).
+    /// result). Through `write(into:)`, not a generic call: one into another module runs unspecialized, with a
+    /// generic metadata lookup under the runtime's lock per call (measured: a third of the results writer's time).
     fileprivate func bind(_ value: APNsIdentifier?, at index: Int32) throws(SQLiteError) {
         guard let value else { return try bindNull(at: index) }
         if let text = value.storedText { return try bind(text, at: index) }

@@ -307,8 +307,8 @@ package final class HTTP2Session: SecureChannelDelegate {
                 if var text = apnsID.storedText {
                     return text.withUTF8 { submit((name, UnsafeRawBufferPointer($0), indexed)) }
                 }
-                // A UUID spelled on the stack through `write(into:)`: the generic `withUTF8`, called from this
-                // module, runs unspecialized and looks up generic metadata under a lock for every request.
+                // A UUID spelled on the stack through the concrete `write(into:)`: a generic call into another
+                // module runs unspecialized, with a generic metadata lookup under the runtime's lock per request.
                 return withUnsafeTemporaryAllocation(byteCount: APNsID.length, alignment: 1) { buffer in
                     apnsID.write(into: buffer)
                     return submit((name, UnsafeRawBufferPointer(buffer), indexed))
