@@ -2,7 +2,7 @@
 /// and what APNs answers) is kept as its two 64-bit halves, so making an id, sending it, reading the answer's ids
 /// and handing them to the results makes no String: two allocations per notification fewer than keeping them as
 /// text. Anything else (an id a caller chose in uppercase, an answer's id in another form) is kept as given, so
-/// every id is reported exactly as it was sent or received. Spelled out (`string`, `write(into:)`) where it is written.
+/// every id is reported exactly as it was sent or received. Spelled out (`string`, `withUTF8`) where it is written.
 package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
     case uuid(high: UInt64, low: UInt64)
     case text(String)
@@ -57,9 +57,24 @@ package enum APNsIdentifier: Sendable, Hashable, CustomStringConvertible {
         return nil
     }
 
-    /// Writes the identifier's UTF-8 bytes at the start of `buffer`, which holds at least as many (36 for a UUID):
-    /// into a stack buffer (`withUnsafeTemporaryAllocation`) where it is written. Concrete, not generic over a body: a
-    /// generic call from another module runs unspecialized, with a generic metadata lookup under the runtime's lock.
+    /// Lends `body` the identifier's UTF-8 bytes (a UUID is spelled on the stack), valid only inside `body`.
+    ///
+    /// Not generic over a result: a generic method called from another module runs unspecialized, and this one is
+    /// called for every result and every `apns-id` sent; each call then looked up its temporary allocation's generic
+    /// metadata under the runtime's lock (a third of `fanout serve`'s results writer). A caller keeps what it needs.
+    package func withUTF8(_ body: (UnsafeRawBufferPointer) -> Void) {
+        switch self {
+        case .text(var text):
+            text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        case .uuid(let high, let low):
+            withUnsafeTemporaryAllocation(byteCount: APNsID.length, alignment: 1) { buffer in
+                Self.spell(high: high, low: low, into: buffer)
+                body(UnsafeRawBufferPointer(buffer))
+            }
+        }
+    }
+
+    /// Writes the identifier's UTF-8 bytes at the start of `buffer`, which holds at least as many (36 for a UUID).
     package func write(into buffer: UnsafeMutableRawBufferPointer) {
         switch self {
         case .text(var text):

@@ -50,6 +50,20 @@ package enum RecipientToken: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Lends `body` the recipient's UTF-8 bytes (a packed token is spelled on the stack), valid only inside `body`.
+    /// Not generic over a result, for the reason `APNsIdentifier.withUTF8` gives.
+    package func withUTF8(_ body: (UnsafeRawBufferPointer) -> Void) {
+        switch self {
+        case .text(var text):
+            text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        case .hex64:
+            withUnsafeTemporaryAllocation(byteCount: Self.packedLength, alignment: 1) { buffer in
+                write(into: buffer)
+                body(UnsafeRawBufferPointer(buffer))
+            }
+        }
+    }
+
     /// Writes the recipient's UTF-8 bytes at the start of `buffer`, which holds at least `utf8Count` bytes, and
     /// returns how many it wrote.
     @discardableResult

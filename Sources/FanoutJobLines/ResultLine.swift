@@ -13,29 +13,22 @@ package enum ResultLine {
         func string(_ value: String?) {
             if let value { JSONStringEscaping.appendString(value, to: &output) } else { key("null") }
         }
-        // A canonical id or token: hex digits and dashes, nothing to escape.
+        // One per type (each lends its bytes without a generic call): the text as given is escaped; a canonical
+        // id or token is hex digits and dashes, with nothing to escape.
         func quoted(_ bytes: UnsafeRawBufferPointer) {
             output.append(UInt8(ascii: "\""))
             output.append(contentsOf: bytes)
             output.append(UInt8(ascii: "\""))
         }
-        // One per type, spelled on the stack through the concrete `write(into:)`: a generic call into another module
-        // runs unspecialized, with a generic metadata lookup under the runtime's lock for every id and token.
         func compact(_ value: RecipientToken?) {
             guard let value else { return key("null") }
             if let text = value.storedText { return JSONStringEscaping.appendString(text, to: &output) }
-            withUnsafeTemporaryAllocation(byteCount: value.utf8Count, alignment: 1) { buffer in
-                let count = value.write(into: buffer)
-                quoted(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
-            }
+            value.withUTF8 { quoted($0) }
         }
         func compact(_ value: APNsIdentifier?) {
             guard let value else { return key("null") }
             if let text = value.storedText { return JSONStringEscaping.appendString(text, to: &output) }
-            withUnsafeTemporaryAllocation(byteCount: APNsID.length, alignment: 1) { buffer in
-                value.write(into: buffer)
-                quoted(UnsafeRawBufferPointer(buffer))
-            }
+            value.withUTF8 { quoted($0) }
         }
         func integer(_ value: Int64?) {
             if let value { appendDecimal(value, to: &output) } else { key("null") }

@@ -63,9 +63,9 @@ final class APNsIDTests: XCTestCase {
         for text in [lowercase, "EABEAE54-14A8-11E5-B60B-1697F925EC7B", "u-1"] {
             let fromBytes = Array(text.utf8).withUnsafeBytes { APNsIdentifier(utf8: $0) }
             XCTAssertEqual(fromBytes, APNsIdentifier(text))
-            var spelled = [UInt8](repeating: 0, count: 64)
-            spelled.withUnsafeMutableBytes { fromBytes.write(into: $0) }
-            XCTAssertEqual(String(decoding: spelled.prefix(text.utf8.count), as: UTF8.self), text)
+            var spelled = ""
+            fromBytes.withUTF8 { spelled = String(decoding: $0, as: UTF8.self) }
+            XCTAssertEqual(spelled, text)
         }
         // Every byte in every position of a lowercase id: words exactly when the text is still a lowercase id.
         let valid = Array(lowercase.utf8)

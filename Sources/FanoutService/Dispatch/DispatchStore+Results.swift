@@ -306,27 +306,20 @@ extension DispatchStore {
 }
 
 extension SQLiteStatement {
-    /// Binds a result's id as text, or NULL for nil: a canonical UUID spelled into a stack buffer (no String per
-    /// result). Through `write(into:)`, not a generic call: one into another module runs unspecialized, with a
-    /// generic metadata lookup under the runtime's lock per call (measured: a third of the results writer's time).
+    /// Binds a result's id as text from its bytes (the canonical form spelled on the stack), or NULL for nil: no
+    /// String per result.
     fileprivate func bind(_ value: APNsIdentifier?, at index: Int32) throws(SQLiteError) {
         guard let value else { return try bindNull(at: index) }
-        if let text = value.storedText { return try bind(text, at: index) }
-        try withUnsafeTemporaryAllocation(byteCount: APNsID.length, alignment: 1) { buffer in
-            value.write(into: buffer)
-            return Result { () throws(SQLiteError) in try bind(utf8: UnsafeRawBufferPointer(buffer), at: index) }
-        }.get()
+        var bound: Result<Void, SQLiteError> = .success(())
+        value.withUTF8 { bytes in bound = Result { () throws(SQLiteError) in try bind(utf8: bytes, at: index) } }
+        try bound.get()
     }
 
-    /// `bind(_:at:)` of a result's recipient token: a packed one spelled into a stack buffer.
+    /// Binds a result's recipient token, as the id above.
     fileprivate func bind(_ value: RecipientToken?, at index: Int32) throws(SQLiteError) {
         guard let value else { return try bindNull(at: index) }
-        if let text = value.storedText { return try bind(text, at: index) }
-        try withUnsafeTemporaryAllocation(byteCount: value.utf8Count, alignment: 1) { buffer in
-            let count = value.write(into: buffer)
-            return Result { () throws(SQLiteError) in
-                try bind(utf8: UnsafeRawBufferPointer(rebasing: buffer[..<count]), at: index)
-            }
-        }.get()
+        var bound: Result<Void, SQLiteError> = .success(())
+        value.withUTF8 { bytes in bound = Result { () throws(SQLiteError) in try bind(utf8: bytes, at: index) } }
+        try bound.get()
     }
 }

@@ -1,6 +1,5 @@
 import CLibUV
 package import CNGHTTP2
-import FanoutCore
 import Foundation
 
 /// Which end of an HTTP/2 connection a session plays.
@@ -304,15 +303,9 @@ package final class HTTP2Session: SecureChannelDelegate {
                 let name: StaticString = "apns-id"
                 let indexed = uniqueFieldNames.shouldIndex(
                     UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
-                if var text = apnsID.storedText {
-                    return text.withUTF8 { submit((name, UnsafeRawBufferPointer($0), indexed)) }
-                }
-                // A UUID spelled on the stack through the concrete `write(into:)`: a generic call into another
-                // module runs unspecialized, with a generic metadata lookup under the runtime's lock per request.
-                return withUnsafeTemporaryAllocation(byteCount: APNsID.length, alignment: 1) { buffer in
-                    apnsID.write(into: buffer)
-                    return submit((name, UnsafeRawBufferPointer(buffer), indexed))
-                }
+                var streamID: Int32 = 0
+                apnsID.withUTF8 { streamID = submit((name, $0, indexed)) }
+                return streamID
             }
             return submit(nil)
         }
