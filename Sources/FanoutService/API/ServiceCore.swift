@@ -231,10 +231,10 @@ package final class ServiceCore: Sendable {
             return try commit(spec, id: id, caller: caller, idempotency: idempotency)
         }
         let app = spec.app.bundleID
-        if let queue, let sharedTimestamps, let sharedDispatches, sharedDispatches.claimsInTheAccept {
+        if queue != nil, let sharedTimestamps, let sharedDispatches, sharedDispatches.claimsInTheAccept {
             return try await enqueue(
-                spec, id: id, caller: caller, idempotency: idempotency, on: queue,
-                claimingIn: (sharedTimestamps, app, activityID))
+                spec, id: id, caller: caller, idempotency: idempotency, claimingFrom: sharedTimestamps,
+                activityID: activityID)
         }
         // On Redis the claim's script reads the last timestamp sent from the registry itself.
         let lastSent =
@@ -304,15 +304,16 @@ package final class ServiceCore: Sendable {
     /// stale choice is a round trip; each answers with the newest, so a contended activity needs about as many as
     /// the instances writing it at once.
     private func enqueue(
-        _ spec: DispatchSpec, id: String, caller: Caller, idempotency: IdempotencyKey?, on queue: SharedDispatchQueue,
-        claimingIn shared: (timestamps: SharedContentTimestamps, app: String, activityID: String)
+        _ spec: DispatchSpec, id: String, caller: Caller, idempotency: IdempotencyKey?,
+        claimingFrom sharedTimestamps: SharedContentTimestamps, activityID: String
     ) async throws(APIError) -> DispatchRecord {
         guard let sharedDispatches else { preconditionFailure("the queue on Redis comes with the shared records") }
+        let app = spec.app.bundleID
         var floor: Int64?
         for _ in 0..<Self.timestampChoices {
             var chosen: Int64 = 0
             let stamped = try timestamps.assign(
-                app: shared.app, activityID: shared.activityID, now: Self.nowSeconds(), lastSent: floor
+                app: app, activityID: activityID, now: Self.nowSeconds(), lastSent: floor
             ) { timestamp throws(APIError) in
                 var stamped = spec
                 stamped.setTimestamp(timestamp)
@@ -323,18 +324,17 @@ package final class ServiceCore: Sendable {
             let record = queuedRecord(stamped, id: id, caller: caller, idempotency: idempotency)
             do {
                 floor = try await sharedDispatches.publish(
-                    record, also: [SharedDispatchQueue.enqueueCommand(record, activityID: shared.activityID)],
+                    record, also: [SharedDispatchQueue.enqueueCommand(record, activityID: activityID)],
                     commitKey: SharedDispatchQueue.stream,
                     claim: SharedDispatches.TimestampClaim(
-                        timestamps: shared.timestamps, app: shared.app, activityID: shared.activityID,
-                        timestamp: chosen))
+                        timestamps: sharedTimestamps, app: app, activityID: activityID, timestamp: chosen))
             } catch {
                 logger.error("cannot queue a dispatch", fields: ["error": error.message])
                 throw APIError(503, "the dispatch could not be queued; nothing was sent, retry later")
             }
             if floor == nil { return record }
         }
-        logger.error("no content timestamp claimed", fields: ["activity": shared.activityID])
+        logger.error("no content timestamp claimed", fields: ["activity": activityID])
         throw APIError(503, "the activity is being updated by too many requests at once; nothing was sent, retry later")
     }
 
